@@ -1,0 +1,17 @@
+//! `ttlpolicy._native`: PyO3 wrappers over `ttlpolicy-core`. Conversions only — every rule
+//! lives in the core crate.
+
+use pyo3::prelude::*;
+
+mod convert;
+mod policy;
+mod prefix_tree;
+mod scheduler;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    policy::register(m)?;
+    scheduler::register(m)?;
+    prefix_tree::register(m)?;
+    Ok(())
+}

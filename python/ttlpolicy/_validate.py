@@ -1,0 +1,73 @@
+"""Input checks shared by the pure-Python reference.
+
+The Rust core performs the same checks and raises the same exception types, so a bad value is
+rejected identically by both backends: ``TypeError`` for a wrong type, ``ValueError`` for a
+value out of range.  Every message names the field and the offending value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: Tool names come from model output: they are cut to this many code points.
+MAX_TOOL_NAME_CHARS = 128
+
+
+def as_float(field: str, value: Any) -> float:
+    """A real number (int, float, numpy scalar); str and None are refused as the native side does."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TypeError(f"{field} must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{field} must be a number, got {value!r}") from None
+
+
+def finite(field: str, value: Any) -> float:
+    x = as_float(field, value)
+    if not math.isfinite(x):
+        raise ValueError(f"{field} must be finite, got {x!r}")
+    return x
+
+
+def non_negative(field: str, value: Any) -> float:
+    x = finite(field, value)
+    if x < 0.0:
+        raise ValueError(f"{field} must be >= 0, got {x!r}")
+    return x
+
+
+def positive(field: str, value: Any) -> float:
+    x = finite(field, value)
+    if not x > 0.0:
+        raise ValueError(f"{field} must be > 0, got {x!r}")
+    return x
+
+
+def as_int(field: str, value: Any) -> int:
+    if isinstance(value, float) or value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{field} must be an integer, got {value!r}")
+    try:
+        return int(value.__index__())
+    except AttributeError:
+        raise TypeError(f"{field} must be an integer, got {value!r}") from None
+
+
+def int_in(field: str, value: Any, low: int, high: int) -> int:
+    n = as_int(field, value)
+    if not low <= n <= high:
+        raise ValueError(f"{field} must be in [{low}, {high}], got {n!r}")
+    return n
+
+
+def tool_key(tool: Any) -> str | None:
+    """Normalise an untrusted tool name: None stays None (unknown tool); lone surrogates become
+    U+FFFD; the result is cut to MAX_TOOL_NAME_CHARS code points.  Never raises on a str."""
+    if tool is None:
+        return None
+    if not isinstance(tool, str):
+        raise TypeError(f"tool must be a str or None, got {type(tool).__name__}")
+    if not tool.isascii():
+        tool = tool.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return tool[:MAX_TOOL_NAME_CHARS]

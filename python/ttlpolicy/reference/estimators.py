@@ -1,0 +1,227 @@
+"""The three live estimators behind the benefit of a pin.
+
+* ``EtaEstimator`` — memorability η = −corr(k, N−k) over recently finished programs.
+* ``OutOfOrderCost`` — T, the mean queueing delay of requests whose cache had been dropped.
+* ``CacheMissModel`` — what a dropped cache costs to rebuild: prefill time (a fitted
+  quadratic in tokens) or reload time from an offload tier, whichever is smaller.
+
+Sums are recomputed from the window on each observation, in arrival order, so both backends
+perform the same floating-point operations and agree exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from .._validate import int_in, non_negative, positive
+
+MAX_TURNS = 1_000_000
+MAX_WINDOW = 1 << 20
+#: Token counts are fitted in units of 1000 tokens: keeps n⁴ well inside double range.
+TOKENS_PER_UNIT = 1000.0
+
+
+class EtaEstimator:
+    """η = −corr(k, N−k) over the turns of the last ``window`` finished programs, in [0, 1].
+
+    A program of N turns contributes the pairs (k, N−k) for k = 1..N.  Fixed-length programs
+    give η = 1 (progress predicts the rest), memoryless lengths give η ≈ 0.  Until
+    ``min_programs`` are seen — or when the correlation is undefined — η = 1, as the
+    CacheTTL paper starts.
+    """
+
+    def __init__(self, window: int = 256, min_programs: int = 8) -> None:
+        self.window = int_in("window", window, 1, MAX_WINDOW)
+        self.min_programs = int_in("min_programs", min_programs, 0, MAX_WINDOW)
+        self._turns: deque[int] = deque()
+        self._eta = 1.0
+
+    def observe(self, total_turns: Any) -> None:
+        n_turns = int_in("total_turns", total_turns, 1, MAX_TURNS)
+        if len(self._turns) == self.window:
+            self._turns.popleft()
+        self._turns.append(n_turns)
+        self._eta = self._compute()
+
+    def _compute(self) -> float:
+        if len(self._turns) < self.min_programs or not self._turns:
+            return 1.0
+        # Exact integer sums over all pairs (k, r = N − k), k = 1..N.
+        n = sk = sr = skk = srr = skr = 0
+        for big_n in self._turns:
+            s1 = big_n * (big_n + 1) // 2  # Σk
+            s2 = big_n * (big_n + 1) * (2 * big_n + 1) // 6  # Σk²
+            n += big_n
+            sk += s1
+            skk += s2
+            sr += big_n * big_n - s1  # Σ(N − k)
+            srr += big_n * big_n * big_n - 2 * big_n * s1 + s2  # Σ(N − k)²
+            skr += big_n * s1 - s2  # Σk(N − k)
+        cov = n * skr - sk * sr
+        var_k = n * skk - sk * sk
+        var_r = n * srr - sr * sr
+        if var_k <= 0 or var_r <= 0:
+            return 1.0
+        corr = float(cov) / math.sqrt(float(var_k) * float(var_r))
+        return min(1.0, max(0.0, -corr))
+
+    @property
+    def eta(self) -> float:
+        return self._eta
+
+    def count(self) -> int:
+        return len(self._turns)
+
+
+class OutOfOrderCost:
+    """T: mean queueing delay over the last ``window`` requests that returned to a dropped cache."""
+
+    def __init__(self, window: int = 256) -> None:
+        self.window = int_in("window", window, 1, MAX_WINDOW)
+        self._delays: deque[float] = deque()
+        self._mean = 0.0
+
+    def observe(self, delay_s: Any) -> None:
+        d = non_negative("delay_s", delay_s)
+        if len(self._delays) == self.window:
+            self._delays.popleft()
+        self._delays.append(d)
+        total = 0.0
+        for x in self._delays:
+            total += x
+        self._mean = total / len(self._delays)
+
+    @property
+    def mean_s(self) -> float:
+        """0.0 until a delay is observed."""
+        return self._mean
+
+    def count(self) -> int:
+        return len(self._delays)
+
+
+def solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """Cramer's rule for a 3×3 system; None when singular.  Written out so that Rust can
+    perform the very same operations."""
+
+    def det(a: list[list[float]]) -> float:
+        return (
+            a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+            - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+            + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+        )
+
+    d = det(m)
+    if d == 0.0 or not math.isfinite(d):
+        return None
+    out = []
+    for col in range(3):
+        mc = [row[:] for row in m]
+        for r in range(3):
+            mc[r][col] = v[r]
+        out.append(det(mc) / d)
+    return out
+
+
+class CacheMissModel:
+    """Seconds to rebuild a dropped prefix.
+
+    Prefill: ``a + b·n + c·n²`` (n tokens), least squares over the last ``window`` measured
+    (tokens, seconds) pairs once ``min_samples`` are in and the fit is well posed; the
+    configured defaults before that.  Reload: ``tokens · kv_bytes_per_token / bandwidth``
+    when an offload tier holds the blocks.  The miss cost is the smaller of the two.
+    Predictions are never negative.
+    """
+
+    def __init__(
+        self,
+        prefill_base_s: Any = 0.01,
+        prefill_s_per_token: Any = 1e-4,
+        prefill_s_per_token2: Any = 0.0,
+        kv_bytes_per_token: Any = 131072,
+        offload_bandwidth_bytes_per_s: Any = None,
+        window: int = 256,
+        min_samples: int = 8,
+    ) -> None:
+        self.default_coeffs = (
+            non_negative("prefill_base_s", prefill_base_s),
+            non_negative("prefill_s_per_token", prefill_s_per_token),
+            non_negative("prefill_s_per_token2", prefill_s_per_token2),
+        )
+        self.kv_bytes_per_token = int_in("kv_bytes_per_token", kv_bytes_per_token, 0, 1 << 40)
+        self.offload_bandwidth_bytes_per_s = (
+            None
+            if offload_bandwidth_bytes_per_s is None
+            else positive("offload_bandwidth_bytes_per_s", offload_bandwidth_bytes_per_s)
+        )
+        self.window = int_in("window", window, 1, MAX_WINDOW)
+        self.min_samples = int_in("min_samples", min_samples, 3, MAX_WINDOW)
+        self._points: deque[tuple[float, float]] = deque()
+        # Coefficients in per-token units: (a, b, c) with prefill = a + b·n + c·n².
+        self._fit: tuple[float, float, float] | None = None
+
+    def observe_prefill(self, tokens: Any, seconds: Any) -> None:
+        n = int_in("tokens", tokens, 0, 1 << 40)
+        s = non_negative("seconds", seconds)
+        if len(self._points) == self.window:
+            self._points.popleft()
+        self._points.append((n / TOKENS_PER_UNIT, s))
+        self._fit = self._refit()
+
+    def _refit(self) -> tuple[float, float, float] | None:
+        if len(self._points) < self.min_samples:
+            return None
+        s0 = s1 = s2 = s3 = s4 = y0 = y1 = y2 = 0.0
+        for x, y in self._points:
+            x2 = x * x
+            s0 += 1.0
+            s1 += x
+            s2 += x2
+            s3 += x2 * x
+            s4 += x2 * x2
+            y0 += y
+            y1 += x * y
+            y2 += x2 * y
+        sol = solve3([[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]], [y0, y1, y2])
+        if sol is None or not all(math.isfinite(c) for c in sol):
+            return None
+        a, b, c = sol
+        return a, b / TOKENS_PER_UNIT, c / (TOKENS_PER_UNIT * TOKENS_PER_UNIT)
+
+    @property
+    def fitted(self) -> bool:
+        return self._fit is not None
+
+    @property
+    def coefficients(self) -> tuple[float, float, float]:
+        """(a, b, c) of prefill_s = a + b·tokens + c·tokens², fitted or default."""
+        return self._fit if self._fit is not None else self.default_coeffs
+
+    def prefill_s(self, tokens: Any) -> float:
+        n = float(int_in("tokens", tokens, 0, 1 << 40))
+        if n == 0.0:
+            return 0.0
+        a, b, c = self.coefficients
+        return max(0.0, a + b * n + c * n * n)
+
+    def reload_s(self, tokens: Any) -> float | None:
+        """Seconds to load ``tokens`` of KV back from the offload tier; None without a tier."""
+        n = int_in("tokens", tokens, 0, 1 << 40)
+        if self.offload_bandwidth_bytes_per_s is None:
+            return None
+        return float(n * self.kv_bytes_per_token) / self.offload_bandwidth_bytes_per_s
+
+    def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
+        """Cost of losing ``prefix_tokens`` of cache, of which ``offloaded_tokens`` are still
+        held by the offload tier: recompute all, or reload those and recompute the rest."""
+        p = int_in("prefix_tokens", prefix_tokens, 0, 1 << 40)
+        o = int_in("offloaded_tokens", offloaded_tokens, 0, 1 << 40)
+        if o > p:
+            raise ValueError(f"offloaded_tokens must be <= prefix_tokens ({p}), got {o}")
+        recompute = self.prefill_s(p)
+        reload = self.reload_s(o)
+        if reload is None or o == 0:
+            return recompute
+        return min(recompute, reload + self.prefill_s(p - o))

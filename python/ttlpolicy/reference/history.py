@@ -1,0 +1,129 @@
+"""Tool-duration history: how long each tool took, over a sliding window.
+
+Per tool, the last ``window`` durations; beside them one global window of the last
+``window`` durations of any tool.  At most ``max_tools`` tools are tracked: tool names come
+from model output, so the least recently observed tool is dropped to admit a new one.
+Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary search and
+the solver scans a sorted slice.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict, deque
+from typing import Any
+
+from .._validate import int_in, non_negative, tool_key
+
+MAX_WINDOW = 1 << 20
+MAX_TOOLS = 1 << 20
+
+
+class DurationWindow:
+    """The last ``capacity`` durations, in arrival order and sorted."""
+
+    __slots__ = ("capacity", "order", "sorted")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.order: deque[float] = deque()
+        self.sorted: list[float] = []
+
+    def push(self, x: float) -> None:
+        if len(self.order) == self.capacity:
+            old = self.order.popleft()
+            del self.sorted[bisect.bisect_left(self.sorted, old)]
+        self.order.append(x)
+        bisect.insort_right(self.sorted, x)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def cdf(self, t_s: float) -> float:
+        n = len(self.sorted)
+        return bisect.bisect_right(self.sorted, t_s) / n if n else 0.0
+
+    def quantile(self, q: float) -> float | None:
+        """Nearest-rank quantile: the smallest sample x with P(≤ x) ≥ q."""
+        n = len(self.sorted)
+        if n == 0:
+            return None
+        rank = max(1, math.ceil(q * n))
+        return self.sorted[min(rank, n) - 1]
+
+    def mean(self) -> float | None:
+        n = len(self.order)
+        if n == 0:
+            return None
+        total = 0.0
+        for x in self.order:
+            total += x
+        return total / n
+
+
+class ToolHistory:
+    """Sliding windows of tool durations, per tool and global, with a cap on tracked tools."""
+
+    def __init__(self, window: int = 1024, max_tools: int = 1024) -> None:
+        self.window = int_in("window", window, 1, MAX_WINDOW)
+        self.max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)
+        self._tools: OrderedDict[str, DurationWindow] = OrderedDict()
+        self._global = DurationWindow(self.window)
+
+    def observe(self, tool: Any, duration_s: Any) -> None:
+        """Record one duration of ``tool`` (None: unknown tool, global window only)."""
+        key = tool_key(tool)
+        d = non_negative("duration_s", duration_s)
+        if key is not None:
+            w = self._tools.get(key)
+            if w is None:
+                if len(self._tools) >= self.max_tools:
+                    self._tools.popitem(last=False)
+                w = self._tools[key] = DurationWindow(self.window)
+            else:
+                self._tools.move_to_end(key)
+            w.push(d)
+        self._global.push(d)
+
+    def _window(self, tool: Any) -> DurationWindow | None:
+        key = tool_key(tool)
+        return self._global if key is None else self._tools.get(key)
+
+    def count(self, tool: Any) -> int:
+        """Samples held for ``tool`` (None: the global window)."""
+        w = self._window(tool)
+        return len(w) if w is not None else 0
+
+    def total_count(self) -> int:
+        return len(self._global)
+
+    def num_tools(self) -> int:
+        return len(self._tools)
+
+    def tools(self) -> list[str]:
+        """Tracked tools, least recently observed first."""
+        return list(self._tools)
+
+    def cdf(self, tool: Any, t_s: Any) -> float:
+        """Fraction of ``tool``'s samples ≤ t_s (0.0 with no samples)."""
+        t = non_negative("t_s", t_s)
+        w = self._window(tool)
+        return w.cdf(t) if w is not None else 0.0
+
+    def quantile(self, tool: Any, q: Any) -> float | None:
+        """Nearest-rank quantile of ``tool``'s samples; None with no samples."""
+        qq = non_negative("q", q)
+        if qq > 1.0:
+            raise ValueError(f"q must be in [0, 1], got {qq!r}")
+        w = self._window(tool)
+        return w.quantile(qq) if w is not None else None
+
+    def mean(self, tool: Any) -> float | None:
+        w = self._window(tool)
+        return w.mean() if w is not None else None
+
+    def samples(self, tool: Any) -> list[float]:
+        """The window's samples, sorted ascending."""
+        w = self._window(tool)
+        return list(w.sorted) if w is not None else []

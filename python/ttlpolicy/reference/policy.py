@@ -1,0 +1,155 @@
+"""The CacheTTL decision: how long to pin a finished request's KV cache.
+
+    benefit   = cache-miss cost + η · T
+    cost/s    = request_blocks / mean_active_blocks
+    τ*        = argmax_τ P(τ, tool) · benefit − cost/s · τ,   τ ≤ max_ttl_s
+
+P comes from the tool's own window when it has ``min_tool_samples``, else from the global
+window when that has ``min_total_samples``, else from an exponential prior of mean μ (the
+global mean if any sample exists, else ``prior_mean_s``), which has the closed form
+τ* = μ · ln(B / (c · μ)) when B > c · μ, else 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .._validate import finite, int_in, non_negative, positive
+from ..config import PolicyConfig
+from .estimators import CacheMissModel, EtaEstimator, OutOfOrderCost
+from .history import ToolHistory
+from .solver import solve_sorted
+
+#: Which rule produced a decision.
+SOURCES = ("tool_cdf", "global_cdf", "exponential_prior", "capped", "no_benefit")
+MAX_BLOCKS = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class PinDecision:
+    """A pin decision.  ``ttl_s == 0`` means: do not pin."""
+
+    ttl_s: float
+    benefit_s: float
+    cost_per_s: float
+    p_return: float
+    source: str
+
+    @property
+    def pin(self) -> bool:
+        return self.ttl_s > 0.0
+
+
+class TTLPolicy:
+    """Owns the tool history and the η, T and cache-miss estimators; decides pins."""
+
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        if config is None:
+            config = PolicyConfig()
+        if not isinstance(config, PolicyConfig):
+            raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
+        self.config = config
+        self.history = ToolHistory(config.window, config.max_tools)
+        self.eta_estimator = EtaEstimator(config.eta_window_programs, config.eta_min_programs)
+        self.ooo = OutOfOrderCost(config.ooo_window)
+        self.miss_model = CacheMissModel(
+            config.prefill_base_s,
+            config.prefill_s_per_token,
+            config.prefill_s_per_token2,
+            config.kv_bytes_per_token,
+            config.offload_bandwidth_bytes_per_s,
+            config.prefill_window,
+            config.min_prefill_samples,
+        )
+
+    # -- observations -------------------------------------------------------------------
+    def observe_tool(self, tool: Any, duration_s: Any) -> None:
+        self.history.observe(tool, duration_s)
+
+    def observe_program(self, total_turns: Any) -> None:
+        self.eta_estimator.observe(total_turns)
+
+    def observe_queueing_delay(self, delay_s: Any) -> None:
+        self.ooo.observe(delay_s)
+
+    def observe_prefill(self, tokens: Any, seconds: Any) -> None:
+        self.miss_model.observe_prefill(tokens, seconds)
+
+    # -- read-only views ------------------------------------------------------------------
+    @property
+    def eta(self) -> float:
+        return self.eta_estimator.eta
+
+    @property
+    def out_of_order_cost_s(self) -> float:
+        return self.ooo.mean_s
+
+    def tool_count(self, tool: Any) -> int:
+        return self.history.count(tool)
+
+    def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
+        return self.miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
+
+    # -- the decision ---------------------------------------------------------------------
+    def decide(
+        self,
+        tool: Any = None,
+        request_blocks: Any = 0,
+        mean_active_blocks: Any = 1.0,
+        cache_miss_cost_s: Any = None,
+        prefix_tokens: Any = 0,
+        now: Any = 0.0,
+        offloaded_tokens: Any = 0,
+    ) -> PinDecision:
+        """How long to pin the ``request_blocks`` of a request that just called ``tool``.
+
+        ``cache_miss_cost_s`` overrides the miss-cost model (which otherwise prices
+        ``prefix_tokens``, ``offloaded_tokens`` of them held by an offload tier).
+        ``now`` is validated and reserved for time-dependent rules; no clock is read.
+        """
+        history = self.history
+        # Validate everything before touching any state.
+        tool_window = history._window(tool) if tool is not None else None  # noqa: SLF001
+        count = len(tool_window) if tool_window is not None else 0
+        blocks = int_in("request_blocks", request_blocks, 0, MAX_BLOCKS)
+        mean_active = positive("mean_active_blocks", mean_active_blocks)
+        finite("now", now)
+        if cache_miss_cost_s is None:
+            miss = self.miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
+        else:
+            miss = non_negative("cache_miss_cost_s", cache_miss_cost_s)
+            int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
+            int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
+        cfg = self.config
+        benefit = miss + self.eta_estimator.eta * self.ooo.mean_s
+        cost = blocks / mean_active
+        if not benefit > 0.0:
+            return PinDecision(0.0, benefit, cost, 0.0, "no_benefit")
+
+        if count >= cfg.min_tool_samples and count > 0:
+            samples, source = tool_window.sorted, "tool_cdf"
+        elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
+            samples, source = history._global.sorted, "global_cdf"  # noqa: SLF001
+        else:
+            return self._exponential(benefit, cost)
+        tau, _value, k = solve_sorted(samples, benefit, cost, cfg.max_ttl_s)
+        return PinDecision(tau, benefit, cost, k / len(samples), source)
+
+    def _exponential(self, benefit: float, cost: float) -> PinDecision:
+        mean = self.history._global.mean()  # noqa: SLF001
+        mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
+        max_ttl = self.config.max_ttl_s
+        if cost == 0.0:
+            tau = max_ttl  # holding is free: keep it as long as allowed
+            source = "capped"
+        elif benefit > cost * mu:
+            tau = mu * math.log(benefit / (cost * mu))
+            source = "exponential_prior"
+            if tau > max_ttl:
+                tau, source = max_ttl, "capped"
+        else:
+            tau, source = 0.0, "exponential_prior"
+        p = 1.0 - math.exp(-tau / mu)
+        return PinDecision(tau, benefit, cost, p, source)

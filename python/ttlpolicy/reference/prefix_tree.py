@@ -1,0 +1,1 @@
+"""Prefix tree and group TTL (issue 4): filled in by the Kareto work."""

@@ -1,0 +1,233 @@
+"""Readers for the public workload traces, into one typed record stream.
+
+* agentic sessions (``trace_NNNN.json[.gz]``, one session per file, kv-cache-tester format);
+  sub-agent conversations nested in a session become sessions of their own
+  (``<session>/<agent_id>``), their times shifted to the parent's clock;
+* the Mooncake conversation trace (JSONL, ``timestamp`` in ms, 512-token blocks);
+* the Azure LLM inference traces (CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``).
+
+Readers are generators: JSONL and CSV are streamed line by line.  A malformed record raises
+:class:`TraceFormatError` naming the file, the record and the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+MOONCAKE_BLOCK_TOKENS = 512
+
+
+class TraceFormatError(ValueError):
+    """A trace record that does not parse; the message names file, record and field."""
+
+    def __init__(self, path: str | Path, record: str, field: str, problem: str) -> None:
+        self.path, self.record, self.field = str(path), record, field
+        super().__init__(f"{path}: {record}: field {field!r}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One LLM request of a trace."""
+
+    session_id: str  # program the request belongs to ("" for open-loop traces)
+    index: int  # position within the session (open-loop traces: within the file)
+    arrival_s: float  # seconds since the start of the session (open loop: of the trace)
+    input_tokens: int  # whole context, prefix included
+    output_tokens: int
+    hash_ids: tuple[int, ...]  # one id per block of the input; equal ids = reusable blocks
+    block_tokens: int  # tokens per hash block (0: the trace has no hashes)
+    stop: str | None  # "tool_use", "end_turn", other, or None when not recorded
+    think_time_s: float  # gap before this request: tool time after tool_use, else human time
+    api_time_s: float | None  # how long the original API took to answer, when recorded
+
+
+def open_text(path: str | Path) -> IO[str]:
+    p = Path(path)
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def _num(path: Path, where: str, obj: dict[str, Any], field: str, *, default: Any = ...) -> float:
+    if field not in obj or obj[field] is None:
+        if default is ...:
+            raise TraceFormatError(path, where, field, "missing")
+        return default
+    v = obj[field]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise TraceFormatError(path, where, field, f"must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _int(path: Path, where: str, obj: dict[str, Any], field: str) -> int:
+    v = obj.get(field)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceFormatError(path, where, field, f"must be an integer >= 0, got {v!r}")
+    return v
+
+
+def _hashes(path: Path, where: str, obj: dict[str, Any], field: str = "hash_ids") -> tuple[int, ...]:
+    v = obj.get(field)
+    if not isinstance(v, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in v):
+        raise TraceFormatError(path, where, field, "must be a list of integers")
+    return tuple(v)
+
+
+def _agentic_requests(
+    path: Path, session_id: str, requests: Any, block_tokens: int, offset_s: float, where: str
+) -> Iterator[TraceRecord]:
+    if not isinstance(requests, list):
+        raise TraceFormatError(path, where, "requests", "must be a list")
+    index = 0
+    subagents: list[tuple[str, Any, float, str]] = []
+    for i, req in enumerate(requests):
+        rwhere = f"{where}requests[{i}]"
+        if not isinstance(req, dict):
+            raise TraceFormatError(path, rwhere, "(record)", "must be an object")
+        if req.get("type") == "subagent":
+            agent = str(req.get("agent_id", f"agent_{i}"))[:64]
+            t = _num(path, rwhere, req, "t")
+            subagents.append((f"{session_id}/{agent}", req.get("requests"), offset_s + t, rwhere + "."))
+            continue
+        stop = req.get("stop")
+        yield TraceRecord(
+            session_id=session_id,
+            index=index,
+            arrival_s=offset_s + _num(path, rwhere, req, "t"),
+            input_tokens=_int(path, rwhere, req, "in"),
+            output_tokens=_int(path, rwhere, req, "out"),
+            hash_ids=_hashes(path, rwhere, req),
+            block_tokens=block_tokens,
+            stop=str(stop) if stop else None,
+            think_time_s=_num(path, rwhere, req, "think_time", default=0.0),
+            api_time_s=_num(path, rwhere, req, "api_time", default=None),
+        )
+        index += 1
+    for sid, reqs, t0, swhere in subagents:
+        yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere)
+
+
+def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
+    """Records of one agentic session file: the main conversation first, then each
+    sub-agent's (as its own session)."""
+    p = Path(path)
+    with open_text(p) as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(p, f"line {e.lineno}", "(json)", e.msg) from None
+    if not isinstance(doc, dict):
+        raise TraceFormatError(p, "session", "(record)", "must be a JSON object")
+    session_id = str(doc.get("id", p.name.split(".")[0]))[:128]
+    block_tokens = _int(p, "session", doc, "block_size")
+    yield from _agentic_requests(p, session_id, doc.get("requests"), block_tokens, 0.0, "")
+
+
+def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:
+    """The Mooncake JSONL trace, streamed; arrival is ``timestamp`` / 1000."""
+    p = Path(path)
+    with open_text(p) as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"line {lineno}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TraceFormatError(p, where, "(json)", e.msg) from None
+            if not isinstance(obj, dict):
+                raise TraceFormatError(p, where, "(record)", "must be a JSON object")
+            yield TraceRecord(
+                session_id="",
+                index=lineno - 1,
+                arrival_s=_num(p, where, obj, "timestamp") / 1000.0,
+                input_tokens=_int(p, where, obj, "input_length"),
+                output_tokens=_int(p, where, obj, "output_length"),
+                hash_ids=_hashes(p, where, obj),
+                block_tokens=MOONCAKE_BLOCK_TOKENS,
+                stop=None,
+                think_time_s=0.0,
+                api_time_s=None,
+            )
+
+
+def read_azure(path: str | Path) -> Iterator[TraceRecord]:
+    """An Azure LLM inference CSV, streamed; arrival in seconds since the first row."""
+    p = Path(path)
+    t0: datetime | None = None
+    with open_text(p) as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        want = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
+        if header is None or [h.strip() for h in header] != want:
+            raise TraceFormatError(p, "line 1", "(header)", f"expected {','.join(want)}, got {header!r}")
+        for i, row in enumerate(reader):
+            where = f"line {i + 2}"
+            if len(row) != 3:
+                raise TraceFormatError(p, where, "(record)", f"expected 3 columns, got {len(row)}")
+            try:
+                # Seven fractional digits: datetime takes six.
+                ts = datetime.fromisoformat(row[0].strip()[:26])
+            except ValueError:
+                raise TraceFormatError(p, where, "TIMESTAMP", f"not a timestamp: {row[0]!r}") from None
+            t0 = ts if t0 is None else t0
+            fields = {}
+            for name, text in zip(want[1:], row[1:]):
+                try:
+                    fields[name] = int(text)
+                except ValueError:
+                    raise TraceFormatError(p, where, name, f"not an integer: {text!r}") from None
+                if fields[name] < 0:
+                    raise TraceFormatError(p, where, name, f"must be >= 0, got {text!r}")
+            yield TraceRecord(
+                session_id="",
+                index=i,
+                arrival_s=(ts - t0).total_seconds(),
+                input_tokens=fields["ContextTokens"],
+                output_tokens=fields["GeneratedTokens"],
+                hash_ids=(),
+                block_tokens=0,
+                stop=None,
+                think_time_s=0.0,
+                api_time_s=None,
+            )
+
+
+def detect_format(path: str | Path) -> str:
+    """'agentic', 'mooncake' or 'azure', from the file name (content for unknown names)."""
+    name = Path(path).name.lower()
+    if name.endswith((".csv", ".csv.gz")):
+        return "azure"
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return "mooncake"
+    if name.endswith((".json", ".json.gz")):
+        return "agentic"
+    raise ValueError(f"cannot tell the trace format of {str(path)!r}: expected .json, .jsonl or .csv (optionally .gz)")
+
+
+def read_trace(path: str | Path) -> Iterator[TraceRecord]:
+    """Records of one trace file, or of every session file in a directory (sorted by name)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(x for x in p.iterdir() if x.name.endswith((".json", ".json.gz")))
+        if not files:
+            raise ValueError(f"no session files (*.json, *.json.gz) in {str(p)!r}")
+        for f in files:
+            yield from read_agentic(f)
+        return
+    fmt = detect_format(p)
+    yield from {"agentic": read_agentic, "mooncake": read_mooncake, "azure": read_azure}[fmt](p)
+
+
+def sample_dir() -> Path:
+    """The small sample of agentic sessions shipped in the package (Apache-2.0, see LICENSE there)."""
+    return Path(__file__).parent / "data" / "sessions"
