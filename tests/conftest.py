@@ -4,41 +4,52 @@ missing native module fails the run instead of skipping the Rust half."""
 
 from __future__ import annotations
 
+import importlib
 import os
-from types import SimpleNamespace
+from types import ModuleType
+from typing import Any
 
 import pytest
 
 from ttlpolicy import _backend
-from ttlpolicy.reference import estimators, history, policy, solver
 
-REFERENCE = SimpleNamespace(
-    name="python",
-    ToolHistory=history.ToolHistory,
-    EtaEstimator=estimators.EtaEstimator,
-    OutOfOrderCost=estimators.OutOfOrderCost,
-    CacheMissModel=estimators.CacheMissModel,
-    PinDecision=policy.PinDecision,
-    TTLPolicy=policy.TTLPolicy,
-    solve_ttl=solver.solve_ttl,
+#: reference modules searched, in order, for a public name
+REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")
+
+
+class Backend:
+    """Resolves a public name (``impl.ToolHistory``) in one backend."""
+
+    def __init__(self, name: str, modules: list[ModuleType]) -> None:
+        self.name = name
+        self._modules = modules
+
+    def __getattr__(self, attr: str) -> Any:
+        for m in self._modules:
+            if hasattr(m, attr):
+                return getattr(m, attr)
+        raise AttributeError(f"{self.name} backend has no {attr!r}")
+
+    def __repr__(self) -> str:
+        return f"Backend({self.name})"
+
+
+REFERENCE = Backend(
+    "python", [importlib.import_module(f"ttlpolicy.reference.{m}") for m in REFERENCE_MODULES]
 )
 
 
-def _native_namespace() -> SimpleNamespace | None:
+def _native_backend() -> Backend | None:
     try:
         from ttlpolicy import _native
     except ImportError:
         if os.environ.get("TTLPOLICY_REQUIRE_NATIVE") == "1":
             raise
         return None
-    ns = SimpleNamespace(name="rust")
-    for key in vars(REFERENCE):
-        if key != "name":
-            setattr(ns, key, getattr(_native, key))
-    return ns
+    return Backend("rust", [_native])
 
 
-NATIVE = _native_namespace()
+NATIVE = _native_backend()
 
 
 def both_backends() -> list:
@@ -53,13 +64,13 @@ def both_backends() -> list:
 
 
 @pytest.fixture(params=both_backends())
-def impl(request: pytest.FixtureRequest) -> SimpleNamespace:
+def impl(request: pytest.FixtureRequest) -> Backend:
     """The classes of one backend (parametrised over both)."""
     return request.param
 
 
 @pytest.fixture
-def backends() -> tuple[SimpleNamespace, SimpleNamespace]:
+def backends() -> tuple[Backend, Backend]:
     """(reference, native) for differential tests; skipped only when native is not built."""
     if NATIVE is None:
         pytest.skip("native module not built")
