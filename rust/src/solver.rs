@@ -1,0 +1,184 @@
+//! The TTL solver: one rule serves CacheTTL (per tool) and Kareto (per prefix group).
+//!
+//! Holding a cache for τ seconds costs `cost_per_s · τ`; it pays `benefit_s` if the owner
+//! comes back within τ, which happens with probability P(τ) = fraction of past samples ≤ τ.
+//! P is a step function and the cost is linear, so the optimum sits at 0 or on a sample.
+//! Mirrors `python/ttlpolicy/reference/solver.py` operation for operation.
+
+use crate::error::Result;
+use crate::validate::non_negative;
+
+/// Exact argmax over τ ∈ {0} ∪ {samples ≤ max_ttl_s} of P(τ)·benefit − cost·τ.
+///
+/// `sorted_samples_s` must be sorted ascending, finite and non-negative, and `benefit_s`,
+/// `cost_per_s` non-negative. Returns (τ, value, k) where k is the number of samples ≤ τ
+/// (so P(τ) = k / n). Ties go to the smaller τ. Never allocates.
+pub fn solve_sorted(
+    sorted_samples_s: &[f64],
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    let s = sorted_samples_s;
+    let n = s.len();
+    if n == 0 {
+        return (0.0, 0.0, 0);
+    }
+    let n_f = n as f64;
+    let (mut best_tau, mut best_k) = (0.0, 0usize);
+    // τ = 0 still catches samples that are exactly 0.
+    while best_k < n && s[best_k] <= 0.0 {
+        best_k += 1;
+    }
+    let mut best_value = (best_k as f64 / n_f) * benefit_s;
+    let mut i = best_k;
+    while i < n {
+        let tau = s[i];
+        if tau > max_ttl_s {
+            break;
+        }
+        let held_s = cost_per_s * tau;
+        // No later τ' ≥ τ can win: its value is P'·benefit − cost·τ' ≤ benefit − cost·τ, and
+        // rounding is monotone, so the float bound holds too. Stopping changes no result.
+        if benefit_s - held_s <= best_value {
+            break;
+        }
+        // P(τ) counts every sample equal to τ: jump to the end of the run of equal values.
+        while i + 1 < n && s[i + 1] == tau {
+            i += 1;
+        }
+        let k = i + 1;
+        let value = (k as f64 / n_f) * benefit_s - held_s;
+        if value > best_value {
+            best_tau = tau;
+            best_value = value;
+            best_k = k;
+        }
+        i += 1;
+    }
+    (best_tau, best_value, best_k)
+}
+
+/// `(tau_s, value)`: the TTL that maximises P(τ)·benefit_s − cost_per_s·τ, τ ≤ max_ttl_s.
+///
+/// Empty samples give `(0.0, 0.0)`. NaN, infinite or negative inputs are refused, naming
+/// the field (`samples_s[i]` for a sample).
+pub fn solve_ttl(
+    samples_s: &[f64],
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> Result<(f64, f64)> {
+    let benefit_s = non_negative("benefit_s", benefit_s)?;
+    let cost_per_s = non_negative("cost_per_s", cost_per_s)?;
+    let max_ttl_s = non_negative("max_ttl_s", max_ttl_s)?;
+    check_samples(samples_s)?;
+    let mut sorted = samples_s.to_vec();
+    // Stable, like Python's list.sort: equal values (0.0, -0.0) keep their order.
+    sorted.sort_by(|a, b| a.partial_cmp(b).expect("samples are finite"));
+    let (tau, value, _) = solve_sorted(&sorted, benefit_s, cost_per_s, max_ttl_s);
+    Ok((tau, value))
+}
+
+/// Every sample finite and non-negative; the error names the first bad index.
+pub fn check_samples(samples_s: &[f64]) -> Result<()> {
+    for (i, &x) in samples_s.iter().enumerate() {
+        if !(x.is_finite() && x >= 0.0) {
+            non_negative(&format!("samples_s[{i}]"), x)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every candidate evaluated, no shortcut: the definition itself.
+    fn brute(samples: &[f64], b: f64, c: f64, max_ttl: f64) -> (f64, f64) {
+        let n = samples.len() as f64;
+        let mut cands: Vec<f64> = samples.iter().copied().filter(|&x| x <= max_ttl).collect();
+        cands.push(0.0);
+        cands.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let mut best = (0.0, f64::NEG_INFINITY);
+        for &t in &cands {
+            let k = samples.iter().filter(|&&x| x <= t).count() as f64;
+            let v = (k / n) * b - c * t;
+            if v > best.1 {
+                best = (t, v);
+            }
+        }
+        best
+    }
+
+    /// A small deterministic generator: no dev-dependency needed.
+    fn lcg(seed: &mut u64) -> f64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (*seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    #[test]
+    fn empty_samples_give_zero() {
+        assert_eq!(solve_ttl(&[], 5.0, 1.0, 10.0).unwrap(), (0.0, 0.0));
+        assert_eq!(solve_sorted(&[], 5.0, 1.0, 10.0), (0.0, 0.0, 0));
+    }
+
+    #[test]
+    fn matches_brute_force_on_random_inputs() {
+        let mut seed = 42;
+        for round in 0..2000 {
+            let n = 1 + (lcg(&mut seed) * 40.0) as usize;
+            // Coarse values make ties and repeated samples common.
+            let samples: Vec<f64> = (0..n).map(|_| (lcg(&mut seed) * 20.0).floor()).collect();
+            let b = (lcg(&mut seed) * 30.0).floor();
+            let c = lcg(&mut seed) * 3.0;
+            let max_ttl = if round % 3 == 0 {
+                1e9
+            } else {
+                lcg(&mut seed) * 20.0
+            };
+            let got = solve_ttl(&samples, b, c, max_ttl).unwrap();
+            assert_eq!(
+                got,
+                brute(&samples, b, c, max_ttl),
+                "{samples:?} {b} {c} {max_ttl}"
+            );
+        }
+    }
+
+    #[test]
+    fn ties_go_to_the_smaller_tau() {
+        // τ=0: 0; τ=1: 0.5·4 − 2·1 = 0; τ=2: 1·4 − 2·2 = 0 → all tie, 0 wins.
+        assert_eq!(solve_ttl(&[1.0, 2.0], 4.0, 2.0, 10.0).unwrap(), (0.0, 0.0));
+    }
+
+    #[test]
+    fn zero_samples_count_at_tau_zero() {
+        let (tau, value, k) = solve_sorted(&[0.0, 0.0, 5.0, 9.0], 8.0, 1.0, 10.0);
+        assert_eq!((tau, value, k), (0.0, 4.0, 2));
+    }
+
+    #[test]
+    fn max_ttl_caps_tau() {
+        let (tau, _) = solve_ttl(&[1.0, 2.0, 50.0], 100.0, 0.0, 10.0).unwrap();
+        assert_eq!(tau, 2.0);
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let e = solve_ttl(&[1.0, f64::NAN], 1.0, 1.0, 1.0).unwrap_err();
+        assert_eq!(e.field(), Some("samples_s[1]"));
+        let e = solve_ttl(&[1.0, -2.0], 1.0, 1.0, 1.0).unwrap_err();
+        assert_eq!(e.to_string(), "samples_s[1] must be >= 0, got -2.0");
+        for (b, c, m, field) in [
+            (-1.0, 1.0, 1.0, "benefit_s"),
+            (1.0, f64::INFINITY, 1.0, "cost_per_s"),
+            (1.0, 1.0, f64::NAN, "max_ttl_s"),
+        ] {
+            let e = solve_ttl(&[1.0], b, c, m).unwrap_err();
+            assert_eq!(e.field(), Some(field));
+        }
+    }
+}
