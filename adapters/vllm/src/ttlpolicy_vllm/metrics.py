@@ -1,0 +1,53 @@
+"""Counters of what the adapter did, and its own cost per ``schedule()`` call.
+
+Logged through vLLM's logger every ``log_interval_s`` (and on demand with ``log()``); read
+programmatically with ``TTLScheduler.ttl_stats()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class AdapterMetrics:
+    pins: int = 0  # finished requests whose blocks were pinned
+    pinned_blocks_total: int = 0  # blocks pinned, summed over pins
+    expiries: int = 0  # pins released at their deadline
+    reclaims: int = 0  # pins released early because waiting requests needed memory
+    released_at_once: int = 0  # pins released by abort, last turn or end of program
+    pinned_prefix_hits: int = 0  # returning requests admitted onto their program's pin
+    pinned_prefix_hit_tokens: int = 0  # tokens those requests found cached
+    schedule_calls: int = 0
+    adapter_s: float = 0.0  # time spent in the adapter's own code, all schedule() calls
+    step_s: float = 0.0  # whole schedule() calls, adapter included
+    pinned_blocks_now: int = 0  # gauge, refreshed on each schedule()
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def adapter_us_per_schedule(self) -> float:
+        return 1e6 * self.adapter_s / self.schedule_calls if self.schedule_calls else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d.pop("extra")
+        d.update(self.extra)
+        d["adapter_us_per_schedule"] = self.adapter_us_per_schedule
+        return d
+
+    def log(self, logger: logging.Logger) -> None:
+        logger.info(
+            "ttlpolicy: pins=%d (blocks now %d) expiries=%d reclaims=%d released=%d "
+            "pinned-prefix hits=%d (%d tokens) "
+            "adapter %.1f us/schedule over %d calls",
+            self.pins,
+            self.pinned_blocks_now,
+            self.expiries,
+            self.reclaims,
+            self.released_at_once,
+            self.pinned_prefix_hits,
+            self.pinned_prefix_hit_tokens,
+            self.adapter_us_per_schedule,
+            self.schedule_calls,
+        )

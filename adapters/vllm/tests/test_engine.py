@@ -1,0 +1,182 @@
+"""TTLScheduler inside a real vLLM engine (CPU), against stock vLLM in the same run.
+
+The KV cache is made small (24 blocks of 32 tokens) so that two other requests arriving
+during a program's tool call need the memory its finished turn left behind: stock vLLM's
+prefix cache evicts those blocks, TTLScheduler keeps them pinned until the deadline.
+The adapter's clock is a FakeClock: a pin expires exactly when a test moves time past it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conftest import BLOCK, TEST_POLICY, Engine, make_engine
+
+pytestmark = pytest.mark.slow
+
+NUM_BLOCKS = 25  # 24 usable: vLLM keeps block 0 as its null block
+TTL = "ttlpolicy_vllm.TTLScheduler"
+STOCK = "vllm.v1.core.sched.scheduler.Scheduler"
+#: a program's first turn: 201 prompt + 24 output tokens → 224 tokens with KV = 7 full blocks
+TURN1_PROMPT, TURN1_OUT = 201, 24
+FILLER = 420  # tokens of each request that runs during the tool call (14 blocks)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Engine]]:
+    """(stock, ttl) engines on the same tiny model; pin budget 75% of the blocks."""
+    from conftest import build_tiny_model
+
+    model = build_tiny_model(tmp_path_factory.mktemp("tiny-llama-engine"))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTLPOLICY_POLICY", TEST_POLICY)
+    mp.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", "0.75")
+    stock = make_engine(model, STOCK, NUM_BLOCKS)
+    ttl = make_engine(model, TTL, NUM_BLOCKS)
+    mp.undo()
+    yield stock, ttl
+    for e in (stock, ttl):
+        e.llm.llm_engine.engine_core.shutdown()
+
+
+@pytest.fixture
+def ttl(pair: tuple[Engine, Engine]) -> Iterator[Engine]:
+    engine = pair[1]
+    yield engine
+    # every test leaves the engine as it found it: nothing pinned, every block free
+    assert engine.scheduler.pins.held_blocks() == 0
+    assert engine.scheduler.programs.pin_count == 0
+    assert engine.free_blocks() == NUM_BLOCKS - 1
+
+
+class Prompts:
+    def __init__(self, engine: Engine, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.vocab = len(engine.llm.get_tokenizer())
+
+    def __call__(self, n: int) -> list[int]:
+        return [self.rng.randrange(3, self.vocab) for _ in range(n)]
+
+
+def context_of(prompt: list[int], out: Any) -> list[int]:
+    return prompt + list(out.outputs[0].token_ids)
+
+
+def tool_call_under_pressure(engine: Engine, seed: int, program: str) -> tuple[int, int]:
+    """Turn 1 of ``program``, a tool call during which two filler requests need the memory,
+    then turn 2.  Returns (turn 2's prefix-cache hit, tokens of turn 1 that had KV)."""
+    p = Prompts(engine, seed)
+    a1 = p(TURN1_PROMPT)
+    out1 = engine.turn(a1, TURN1_OUT, program_id=program, tool="bash")
+    ctx = context_of(a1, out1)
+    if engine.clock is not None:
+        engine.clock.advance(1.0)
+    engine.turn(p(FILLER), 8)
+    engine.turn(p(FILLER), 8)
+    out2 = engine.turn(ctx + p(20), 4, program_id=program, tool="bash", last_turn=True)
+    # the last sampled token of turn 1 never had its KV computed
+    return out2.num_cached_tokens, len(ctx) - 1
+
+
+def test_pinned_context_survives_a_tool_call_that_stock_vllm_evicts(pair, ttl) -> None:
+    stock = pair[0]
+    stock_hit, stock_ctx = tool_call_under_pressure(stock, seed=1, program="p-stock")
+    m0 = ttl.scheduler.ttl_stats()
+    ttl_hit, ttl_ctx = tool_call_under_pressure(ttl, seed=1, program="p-ttl")
+    m1 = ttl.scheduler.ttl_stats()
+    whole = (ttl_ctx // BLOCK) * BLOCK
+    assert ttl_ctx == stock_ctx and whole == ttl_ctx  # turn 1 fills whole blocks
+    assert ttl_hit == whole, "TTLScheduler: the next turn hits the whole previous context"
+    assert stock_hit < whole, "stock vLLM evicted some of it during the tool call"
+    assert m1["pins"] - m0["pins"] == 1
+    assert m1["pinned_prefix_hits"] - m0["pinned_prefix_hits"] == 1
+    assert m1["pinned_prefix_hit_tokens"] - m0["pinned_prefix_hit_tokens"] == whole
+
+
+def test_expiry_releases_the_blocks(ttl) -> None:
+    p = Prompts(ttl, seed=2)
+    a1 = p(TURN1_PROMPT)
+    out1 = ttl.turn(a1, TURN1_OUT, program_id="p-exp", tool="grep")
+    sched = ttl.scheduler
+    held = sched.pins.held_blocks()
+    assert held == 7 and ttl.free_blocks() == NUM_BLOCKS - 1 - held
+    before = sched.ttl_stats()["expiries"]
+    ttl.clock.advance(31.0)  # past max_ttl_s of the test policy
+    ttl.turn(p(FILLER), 8)  # a schedule() call expires the pin
+    assert sched.ttl_stats()["expiries"] == before + 1
+    assert sched.pins.held_blocks() == 0 and sched.programs.pin_count == 0
+    # released into the normal free queue: still prefix-cacheable until evicted
+    out2 = ttl.turn(context_of(a1, out1) + p(5), 4, program_id="p-exp", last_turn=True)
+    assert out2.num_cached_tokens == 7 * BLOCK
+
+
+def test_abort_releases_at_once(ttl) -> None:
+    p = Prompts(ttl, seed=3)
+    a1 = p(TURN1_PROMPT)
+    out1 = ttl.turn(a1, TURN1_OUT, program_id="p-abort", tool="bash")
+    assert ttl.scheduler.pins.held_blocks() == 7
+    rid = ttl.submit(context_of(a1, out1) + p(5), 4, program_id="p-abort", tool="bash")
+    ttl.abort(rid)  # before it ever ran: no engine step in between
+    assert ttl.scheduler.pins.held_blocks() == 0
+    assert ttl.free_blocks() == NUM_BLOCKS - 1
+    ttl.run()
+
+
+def test_last_turn_releases_at_once(ttl) -> None:
+    p = Prompts(ttl, seed=5)
+    pins = ttl.scheduler.ttl_stats()["pins"]
+    ttl.turn(p(TURN1_PROMPT), TURN1_OUT, program_id="p-last", tool="bash", last_turn=True)
+    assert ttl.scheduler.ttl_stats()["pins"] == pins
+    assert ttl.free_blocks() == NUM_BLOCKS - 1
+
+
+def test_pinned_blocks_stay_within_budget(ttl) -> None:
+    sched = ttl.scheduler
+    budget = sched.pin_budget_blocks
+    assert budget == 18
+    p = Prompts(ttl, seed=6)
+    for i in range(4):  # 4 × 7 blocks would exceed the budget
+        ttl.submit(p(TURN1_PROMPT), TURN1_OUT, program_id=f"p-budget{i}", tool="bash")
+    engine = ttl.llm.llm_engine
+    while engine.has_unfinished_requests():
+        ttl.step()
+        assert sched.pins.held_blocks() <= budget
+        assert sched.programs.pinned_blocks <= budget
+    assert 7 <= sched.pins.held_blocks() <= budget  # some pinned, the rest refused
+    for i in range(4):
+        ttl.turn(p(8), 2, program_id=f"p-budget{i}", last_turn=True)
+
+
+def test_a_program_that_never_returns_cannot_starve_others(ttl) -> None:
+    sched = ttl.scheduler
+    p = Prompts(ttl, seed=7)
+    ttl.turn(p(TURN1_PROMPT), TURN1_OUT, program_id="p-gone-old", tool="bash")
+    ttl.clock.advance(0.5)  # the second program arrives later
+    ttl.turn(p(TURN1_PROMPT), TURN1_OUT, program_id="p-gone-new", tool="bash")
+    assert sched.pins.held_blocks() == 14  # 10 blocks left free: a 14-block request needs pins
+    reclaims = sched.ttl_stats()["reclaims"]
+    out = ttl.turn(p(FILLER), 8)  # no time passes: only a reclaim can make room
+    assert len(out.outputs[0].token_ids) == 8
+    assert sched.ttl_stats()["reclaims"] == reclaims + 1
+    # latest-arrived program yields first; the older pin is kept
+    assert sched.programs.pin("p-gone-new") is None
+    assert sched.programs.pin("p-gone-old") is not None
+    sched.programs.end_program("p-gone-new")
+    ttl.turn(p(8), 2, program_id="p-gone-old", last_turn=True)
+
+
+def test_anonymous_requests_run_exactly_as_stock(pair, ttl) -> None:
+    stock = pair[0]
+    outs = []
+    for engine in (stock, ttl):
+        p = Prompts(engine, seed=8)
+        shared = p(100)
+        rids = [engine.submit(shared + p(n), 6) for n in (40, 300, 10, 200, 120)]
+        engine.run()
+        outs.append([(engine.outputs[r].num_cached_tokens,
+                      list(engine.outputs[r].outputs[0].token_ids)) for r in rids])  # fmt: skip
+    assert outs[0] == outs[1]
+    assert ttl.scheduler.programs.program_count == 0
