@@ -49,7 +49,8 @@ from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
 
-logger = init_logger(__name__)
+# under "vllm." so that vLLM's logging configuration (handlers, VLLM_LOGGING_LEVEL) applies
+logger = init_logger("vllm.ttlpolicy_vllm")
 
 #: Prefix of the synthetic program id of an anonymous request (one-request program).
 ANONYMOUS = "\x00anonymous:"
