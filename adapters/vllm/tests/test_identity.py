@@ -1,0 +1,50 @@
+"""Program identity from what the client sent (no engine needed)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from ttlpolicy_vllm.identity import MAX_PROGRAM_ID_CHARS, ProgramInfo, program_of
+
+
+def request(extra: Any = None, session_id: Any = None) -> SimpleNamespace:
+    return SimpleNamespace(sampling_params=SimpleNamespace(extra_args=extra), session_id=session_id)
+
+
+def test_extra_args_name_the_program() -> None:
+    info = program_of(request({"program_id": "agent-7", "last_turn": True, "tool": "grep"}))
+    assert info == ProgramInfo("agent-7", True, "grep")
+
+
+def test_session_id_is_the_fallback_and_extra_args_win() -> None:
+    assert program_of(request(None, "sess-1")) == ProgramInfo("sess-1", False, None)
+    assert program_of(request({"program_id": "p"}, "sess-1")).program_id == "p"
+
+
+def test_http_spellings_of_last_turn() -> None:
+    # vllm_xargs carries str/int/float only
+    for v, want in ((1, True), ("true", True), ("1", True), (0, False), ("no", False)):
+        assert program_of(request({"program_id": "p", "last_turn": v})).last_turn is want
+
+
+def test_anonymous_and_malformed_requests_are_stock() -> None:
+    assert program_of(request()) is None
+    assert program_of(request({"other": 1})) is None
+    assert program_of(request({"program_id": ""})) is None
+    assert program_of(request({"program_id": ["x"]})) is None
+    assert program_of(request({"program_id": "x" * (MAX_PROGRAM_ID_CHARS + 1)})) is None
+    assert program_of(SimpleNamespace(sampling_params=None)) is None
+
+
+@given(st.dictionaries(st.sampled_from(["program_id", "last_turn", "tool"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(), st.floats(),
+                                 st.text(max_size=300), st.lists(st.integers()))),
+       st.one_of(st.none(), st.text(max_size=300)))  # fmt: skip
+def test_never_raises_on_client_input(extra: dict[str, Any], session_id: Any) -> None:
+    info = program_of(request(extra, session_id))
+    if info is not None:
+        assert 0 < len(info.program_id) <= MAX_PROGRAM_ID_CHARS
+        assert info.tool is None or len(info.tool) <= 128
