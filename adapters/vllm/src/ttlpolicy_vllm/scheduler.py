@@ -160,14 +160,18 @@ class TTLScheduler(Scheduler):
         return out
 
     def _reclaim_if_short(self, now: float) -> None:
-        """Release pins (ProgramScheduler picks which) when the waiting head cannot fit."""
-        if not self.programs.pin_count or not self.waiting:
+        """Release pins (ProgramScheduler picks which) when the next step could run short:
+        one block per running request (a decode may open a block) plus the waiting head's
+        blocks exceed the free blocks.  Pins yield before vLLM would preempt or stall."""
+        if not self.programs.pin_count:
             return
-        head = self.waiting.peek_request()
-        need = self._blocks_needed(head) + len(self.running)
-        handed = self._handover.get(head.request_id)
-        if handed is not None:
-            need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
+        need = len(self.running)
+        if self.waiting:
+            head = self.waiting.peek_request()
+            need += self._blocks_needed(head)
+            handed = self._handover.get(head.request_id)
+            if handed is not None:
+                need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
         short = need - self.kv_cache_manager.block_pool.get_num_free_blocks()
         if short <= 0:
             return
