@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
 import statistics
 import sys
@@ -30,16 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="ttlpolicy-vllm-bench-"))
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-os.environ.setdefault("TTLPOLICY_LOG_INTERVAL_S", "0")
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "adapters" / "vllm" / "tests"))
 
+# The adapter tests' engine setup: importing it sets vLLM's environment (in-process engine
+# core, offline, temp cache) before vllm is imported, and builds the same tiny model.
 from conftest import BLOCK, build_tiny_model  # noqa: E402
 
 from ttlpolicy.traces import read_agentic, sample_dir  # noqa: E402
