@@ -125,6 +125,22 @@ def test_abort_releases_at_once(ttl) -> None:
     ttl.run()
 
 
+def test_aborting_one_request_does_not_strand_its_siblings(ttl) -> None:
+    # An abort ends the whole program in the ProgramScheduler, dropping its other requests
+    # there; vLLM still runs them, so the adapter must re-admit or untrack them.
+    p = Prompts(ttl, seed=9)
+    running = ttl.submit(p(60), 16, program_id="p-sib", last_turn=True)
+    ttl.step()  # `running` is admitted
+    waiting = ttl.submit(p(60), 4, program_id="p-sib", last_turn=True)
+    doomed = ttl.submit(p(60), 4, program_id="p-sib")
+    ttl.abort(doomed)
+    ttl.run(max_steps=200)
+    assert len(ttl.outputs[running].outputs[0].token_ids) == 16
+    assert len(ttl.outputs[waiting].outputs[0].token_ids) == 4
+    assert ttl.scheduler.programs.program_count == 0
+    assert ttl.scheduler.programs.waiting_count == 0
+
+
 def test_last_turn_releases_at_once(ttl) -> None:
     p = Prompts(ttl, seed=5)
     pins = ttl.scheduler.ttl_stats()["pins"]
