@@ -58,7 +58,7 @@ def test_decide_full_window(benchmark, api: Api) -> None:
     # the window, so the scan visits nearly every sample.
     kw = dict(tool="search", request_blocks=10, mean_active_blocks=1000.0,
               cache_miss_cost_s=2.0, now=1.0)
-    d = benchmark(lambda: policy.decide(**kw))
+    d = benchmark(policy.decide, **kw)
     assert d.source == "tool_cdf" and d.p_return > 0.9
 
 
@@ -68,7 +68,7 @@ def test_decide_cold_start(benchmark, api: Api) -> None:
     policy = api.TTLPolicy()
     kw = dict(tool="search", request_blocks=10, mean_active_blocks=1000.0,
               cache_miss_cost_s=2.0, now=1.0)
-    d = benchmark(lambda: policy.decide(**kw))
+    d = benchmark(policy.decide, **kw)
     assert d.source == "exponential_prior"
 
 
