@@ -354,7 +354,10 @@ mod tests {
         h.observe(None, 1.0).unwrap();
         assert_eq!(h.fractions_for(3), None);
         h.observe(Some("b"), 1.0).unwrap();
-        assert_eq!(h.fractions_for(3), Some(&[0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0][..]));
+        assert_eq!(
+            h.fractions_for(3),
+            Some(&[0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0][..])
+        );
         assert_eq!(h.fractions_for(2), None);
     }
 
