@@ -120,14 +120,11 @@ class _Program:
 
 
 class _Request:
-    __slots__ = ("program_id", "arrival_s", "blocks", "pinned", "preempted", "running",
-                 "returning")  # fmt: skip
+    __slots__ = ("program_id", "arrival_s", "pinned", "preempted", "running", "returning")
 
-    def __init__(self, program_id: str, arrival_s: float, blocks: int, pinned: bool,
-                 returning: bool) -> None:  # fmt: skip
+    def __init__(self, program_id: str, arrival_s: float, pinned: bool, returning: bool) -> None:
         self.program_id = program_id
         self.arrival_s = arrival_s
-        self.blocks = blocks
         self.pinned = pinned  # consumed its program's pin on arrival
         self.preempted = False
         self.running = False
@@ -184,11 +181,14 @@ class ProgramScheduler:
         rid = check_id("request_id", request_id)
         pid = check_id("program_id", program_id)
         t = self._check_now(now)
-        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        # Checked (a request larger than the engine can never run), not stored: the engine
+        # allocates, the queue only orders.
+        int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
         if rid in self._requests:
             raise ValueError(f"request_id {rid!r} must be new, got one already waiting or running")
+        consumed = self._arrive(rid, pid, t)
         self._now = t
-        return self._arrive(rid, pid, t, blocks)
+        return consumed
 
     def arrive_many(self, request_ids: Any, program_ids: Any, now: Any,
                     blocks_needed: Any) -> list[Pin | None]:  # fmt: skip
@@ -210,9 +210,9 @@ class ProgramScheduler:
                 raise ValueError(f"request_ids must be new and distinct, got {rid!r} twice")
             seen.add(rid)
         self._now = t
-        return [self._arrive(r, p, t, b) for r, p, b in zip(rids, pids, blocks)]
+        return [self._arrive(r, p, t) for r, p in zip(rids, pids)]
 
-    def _arrive(self, rid: str, pid: str, t: float, blocks: int) -> Pin | None:
+    def _arrive(self, rid: str, pid: str, t: float) -> Pin | None:
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:
             # The only call that may fail comes first: nothing is changed if it does.
@@ -221,7 +221,7 @@ class ProgramScheduler:
         if prog is None:
             prog = self._programs[pid] = _Program(t)
         consumed = self._pins.remove(pid)
-        req = _Request(pid, t, blocks, consumed is not None,
+        req = _Request(pid, t, consumed is not None,
                        returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
