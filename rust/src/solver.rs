@@ -12,8 +12,26 @@ use crate::validate::non_negative;
 ///
 /// `sorted_samples_s` must be sorted ascending, finite and non-negative, and `benefit_s`,
 /// `cost_per_s` non-negative. Returns (τ, value, k) where k is the number of samples ≤ τ
-/// (so P(τ) = k / n). Ties go to the smaller τ. Never allocates.
+/// (so P(τ) = k / n). Ties go to the smaller τ. Never allocates. The result is bit for bit
+/// the reference's: [`scan_in_order`] is its loop; [`scan_lanes`] reaches the same answer
+/// without the reference's unpredictable branches, and is used whenever the inputs are
+/// finite (always, through the public entry points).
 pub fn solve_sorted(
+    sorted_samples_s: &[f64],
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    if benefit_s.is_finite() && cost_per_s.is_finite() {
+        scan_lanes(sorted_samples_s, benefit_s, cost_per_s, max_ttl_s)
+    } else {
+        scan_in_order(sorted_samples_s, benefit_s, cost_per_s, max_ttl_s)
+    }
+}
+
+/// The reference's scan, operation for operation: τ = 0 first, then each run of equal
+/// samples at its end, keeping the first strict maximum.
+pub fn scan_in_order(
     sorted_samples_s: &[f64],
     benefit_s: f64,
     cost_per_s: f64,
@@ -57,6 +75,80 @@ pub fn solve_sorted(
         i += 1;
     }
     (best_tau, best_value, best_k)
+}
+
+/// Independent lanes of the scan: no loop-carried branch, so the CPU pipelines it.
+const LANES: usize = 4;
+/// Positions scanned between two checks of the stopping bound.
+const BLOCK: usize = 64;
+
+/// The same answer as [`scan_in_order`] for finite `benefit_s` and `cost_per_s`, found by
+/// evaluating the objective at every position i with k = i + 1 — the same operations
+/// `(k / n)·benefit − cost·τ` — in [`LANES`] interleaved lanes, each keeping its first strict
+/// maximum. Why it agrees: inside a run of equal samples k only grows, so no position beats
+/// its run's end (rounding is monotone); the maximum over positions is therefore the
+/// reference's maximum over run ends, and the first position reaching it lies in the first
+/// run whose end reaches it — the reference's answer once k is moved to that run's end.
+/// With finite inputs no value is NaN, so comparisons are a total order.
+fn scan_lanes(s: &[f64], benefit_s: f64, cost_per_s: f64, max_ttl_s: f64) -> (f64, f64, usize) {
+    let n = s.len();
+    if n == 0 {
+        return (0.0, 0.0, 0);
+    }
+    let n_f = n as f64;
+    // τ = 0 catches the samples that are exactly 0; candidates are the samples in (0, max].
+    let zeros = s.partition_point(|&x| x <= 0.0);
+    let floor = (zeros as f64 / n_f) * benefit_s;
+    let end = s.partition_point(|&x| x <= max_ttl_s);
+    let mut lane_value = [floor; LANES];
+    let mut lane_at = [usize::MAX; LANES];
+    let mut i = zeros;
+    while i < end {
+        // The stopping bound of `scan_in_order`, checked once per block.
+        let best = lane_value
+            .iter()
+            .fold(floor, |m, &v| if v > m { v } else { m });
+        if benefit_s - cost_per_s * s[i] <= best {
+            break;
+        }
+        let stop = (i + BLOCK).min(end);
+        let mut quads = s[i..stop].chunks_exact(LANES);
+        for quad in &mut quads {
+            let k0 = (i + 1) as f64; // integers below 2^53: `k0 + j` is exactly `k`
+            for (j, &tau) in quad.iter().enumerate() {
+                let value = ((k0 + j as f64) / n_f) * benefit_s - cost_per_s * tau;
+                let better = value > lane_value[j];
+                lane_value[j] = if better { value } else { lane_value[j] };
+                lane_at[j] = if better { i + j } else { lane_at[j] };
+            }
+            i += LANES;
+        }
+        for &tau in quads.remainder() {
+            let value = ((i + 1) as f64 / n_f) * benefit_s - cost_per_s * tau;
+            if value > lane_value[0] {
+                lane_value[0] = value;
+                lane_at[0] = i;
+            }
+            i += 1;
+        }
+    }
+    // The overall first maximum: the largest lane value, the smallest position among ties.
+    let (mut best_value, mut at) = (floor, usize::MAX);
+    for (&v, &p) in lane_value.iter().zip(&lane_at) {
+        if v > best_value || (v == best_value && p < at) {
+            best_value = v;
+            at = p;
+        }
+    }
+    if at == usize::MAX {
+        return (0.0, floor, zeros);
+    }
+    let tau = s[at];
+    let mut k = at + 1;
+    while k < n && s[k] == tau {
+        k += 1;
+    }
+    (tau, best_value, k)
 }
 
 /// `(tau_s, value)`: the TTL that maximises P(τ)·benefit_s − cost_per_s·τ, τ ≤ max_ttl_s.
@@ -146,6 +238,53 @@ mod tests {
                 "{samples:?} {b} {c} {max_ttl}"
             );
         }
+    }
+
+    #[test]
+    fn lane_scan_equals_the_reference_scan() {
+        let mut seed = 7;
+        for round in 0..3000 {
+            let n = 1 + (lcg(&mut seed) * 300.0) as usize;
+            // Mostly coarse values (long runs of ties), sometimes fine ones.
+            let scale = if round % 2 == 0 { 8.0 } else { 1e6 };
+            let mut samples: Vec<f64> = (0..n)
+                .map(|_| (lcg(&mut seed) * scale).floor() / scale * 20.0)
+                .collect();
+            samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let b = (lcg(&mut seed) * 40.0).floor() / 4.0;
+            let c = if round % 5 == 0 {
+                0.0
+            } else {
+                (lcg(&mut seed) * 16.0).floor() / 8.0
+            };
+            let max_ttl = if round % 3 == 0 {
+                1e9
+            } else {
+                lcg(&mut seed) * 20.0
+            };
+            let fast = scan_lanes(&samples, b, c, max_ttl);
+            let slow = scan_in_order(&samples, b, c, max_ttl);
+            assert_eq!(
+                fast.0.to_bits(),
+                slow.0.to_bits(),
+                "{samples:?} {b} {c} {max_ttl}"
+            );
+            assert_eq!(
+                fast.1.to_bits(),
+                slow.1.to_bits(),
+                "{samples:?} {b} {c} {max_ttl}"
+            );
+            assert_eq!(fast.2, slow.2, "{samples:?} {b} {c} {max_ttl}");
+        }
+    }
+
+    #[test]
+    fn non_finite_benefit_follows_the_reference_scan() {
+        let s = [1.0, 2.0, 3.0];
+        let r = solve_sorted(&s, f64::INFINITY, 1.0, 10.0);
+        let expected = scan_in_order(&s, f64::INFINITY, 1.0, 10.0);
+        assert_eq!((r.0, r.2), (expected.0, expected.2));
+        assert!(r.1.is_nan() && expected.1.is_nan());
     }
 
     #[test]
