@@ -295,3 +295,13 @@ def test_untrusted_tool_names_never_crash(impl):
         s.arrive(f"q{i}", f"P{i}", float(i) + 0.5, 1)
         assert s.pop(float(i) + 0.5) == f"q{i}"
     assert policy.tool_count("x" * 128) == 1
+
+
+def test_public_names_follow_the_backend():
+    import ttlpolicy as tp
+    from ttlpolicy import _backend
+    from ttlpolicy.reference import scheduler as ref
+
+    source = _backend.native if _backend.native is not None else ref
+    for name in ("ProgramScheduler", "Pin", "Finished", "Ended"):
+        assert getattr(tp, name) is getattr(source, name)
