@@ -39,6 +39,32 @@ pub struct Priority {
     pub program_arrival_s: f64,
     pub arrival_s: f64,
     pub request_id: Arc<str>,
+    /// The id's first 8 bytes, big-endian, zero-padded: orders like the id whenever two
+    /// prefixes differ, so ties on time (a batch arriving at one `now`) rarely chase the
+    /// id's pointer.
+    id_prefix: u64,
+}
+
+impl Priority {
+    fn new(
+        preempted: bool,
+        pinned: bool,
+        program_arrival_s: f64,
+        arrival_s: f64,
+        id: &Arc<str>,
+    ) -> Self {
+        let mut head = [0u8; 8];
+        let n = id.len().min(8);
+        head[..n].copy_from_slice(&id.as_bytes()[..n]);
+        Priority {
+            not_preempted: !preempted,
+            not_pinned: !pinned,
+            program_arrival_s,
+            arrival_s,
+            request_id: id.clone(),
+            id_prefix: u64::from_be_bytes(head),
+        }
+    }
 }
 
 impl Ord for Priority {
@@ -47,6 +73,7 @@ impl Ord for Priority {
             .cmp(&(o.not_preempted, o.not_pinned))
             .then(Time(self.program_arrival_s).cmp(&Time(o.program_arrival_s)))
             .then(Time(self.arrival_s).cmp(&Time(o.arrival_s)))
+            .then(self.id_prefix.cmp(&o.id_prefix))
             .then_with(|| self.request_id.cmp(&o.request_id))
     }
 }
@@ -255,13 +282,8 @@ impl ProgramScheduler {
 
     fn key(&self, slot: usize) -> Priority {
         let r = self.requests.get(slot);
-        Priority {
-            not_preempted: !r.preempted,
-            not_pinned: !r.pinned,
-            program_arrival_s: self.programs.get(r.program).arrival_s,
-            arrival_s: r.arrival_s,
-            request_id: r.id.clone(),
-        }
+        let program_arrival_s = self.programs.get(r.program).arrival_s;
+        Priority::new(r.preempted, r.pinned, program_arrival_s, r.arrival_s, &r.id)
     }
 
     // -- arrivals ----------------------------------------------------------------------------

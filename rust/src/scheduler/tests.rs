@@ -83,3 +83,28 @@ fn errors_change_nothing() {
     assert_eq!(ended.request_ids, vec![Arc::<str>::from("a1")]);
     assert_eq!((s.waiting_count(), s.program_count()), (0, 0));
 }
+
+#[test]
+fn id_prefix_orders_like_the_id() {
+    let ids = [
+        "",
+        "a",
+        "ab",
+        "ab\0",
+        "ab\0c",
+        "abcdefgh",
+        "abcdefgh\0",
+        "abcdefghi",
+        "é",
+        "z",
+    ];
+    for a in ids {
+        for b in ids {
+            let (ka, kb) = (
+                Priority::new(false, false, 0.0, 0.0, &Arc::from(a)),
+                Priority::new(false, false, 0.0, 0.0, &Arc::from(b)),
+            );
+            assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
+        }
+    }
+}
