@@ -5,6 +5,8 @@
 //! The scheduler keeps the very `TTLPolicy` object it was given and drives its core through
 //! `borrow_mut`, so the caller sees the policy's estimators move.
 
+use std::sync::Arc;
+
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString, PyTuple};
@@ -104,8 +106,7 @@ fn pin_obj(pin: Option<Pin>) -> Option<PyPin> {
 /// dropped with it (`request_ids`, sorted).
 #[pyclass(name = "Ended", module = "ttlpolicy._native", frozen)]
 pub struct PyEnded {
-    #[pyo3(get)]
-    program_id: String,
+    program_id: Arc<str>,
     #[pyo3(get)]
     turns: i64,
     #[pyo3(get)]
@@ -116,6 +117,10 @@ pub struct PyEnded {
 
 #[pymethods]
 impl PyEnded {
+    #[getter]
+    fn program_id(&self) -> &str {
+        &self.program_id
+    }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "Ended(program_id={}, turns={}, pin={}, request_ids={})",
@@ -133,7 +138,7 @@ impl PyEnded {
 fn ended_obj(py: Python<'_>, e: Ended) -> PyResult<PyEnded> {
     let ids = PyTuple::new(py, e.request_ids.iter().map(|s| &**s))?;
     Ok(PyEnded {
-        program_id: e.program_id.to_string(),
+        program_id: e.program_id,
         turns: e.turns,
         pin: pin_obj(e.pin).map(|p| Py::new(py, p)).transpose()?,
         request_ids: ids.unbind(),
