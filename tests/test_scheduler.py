@@ -305,3 +305,39 @@ def test_public_names_follow_the_backend():
     source = _backend.native if _backend.native is not None else ref
     for name in ("ProgramScheduler", "Pin", "Finished", "Ended"):
         assert getattr(tp, name) is getattr(source, name)
+
+
+# Several bad arguments: both backends report the first one in the reference's order.
+MULTI_FAULT = [
+    lambda s: s.arrive("x" * 2000, 5, 4.0, 1),
+    lambda s: s.arrive("x", "X", math.nan, "1"),
+    lambda s: s.arrive("x", "", 4.0, 1.5),
+    lambda s: s.arrive_many(["x"], ["X"], math.nan, 5),
+    lambda s: s.arrive_many(["x"], ["X"], 4.0, 5),
+    lambda s: s.arrive_many(["x", "y"], ["X"], 4.0, [1, 1.5]),
+    lambda s: s.finish("nope", math.nan, 1, tool=3),
+    lambda s: s.finish("nope", 4.0, 1, last_turn="yes"),
+    lambda s: s.finish("b1", math.nan, -1),
+    lambda s: s.finish("b1", 4.0, 1.5, cache_miss_cost_s=-1.0),
+    lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s="x", mean_active_blocks=0.0),
+    lambda s: s.finish("c1", 1.0, 1),
+    lambda s: s.reclaim(1.5, math.nan),
+    lambda s: s.pop_many(-1, "now"),
+    lambda s: s.preempt("nope", math.nan),
+]
+
+
+@pytest.mark.parametrize("call", MULTI_FAULT)
+def test_first_bad_argument_wins_alike(backends, call):
+    errors = []
+    for b in backends:
+        policy = b.TTLPolicy(PolicyConfig())
+        s = b.ProgramScheduler(policy, 1000, 100)
+        run_one(s, "a1", "A", 0.0)
+        s.arrive("b1", "B", 2.0, 5)
+        s.pop(2.0)  # a1's program arrived first, but a1 runs: b1 is popped
+        s.arrive("c1", "C", 3.0, 5)
+        with pytest.raises((TypeError, ValueError, KeyError)) as info:
+            call(s)
+        errors.append(info.type)
+    assert errors[0] is errors[1]

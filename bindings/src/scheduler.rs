@@ -10,9 +10,11 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyString, PyTuple};
-use ttlpolicy_core::scheduler::{Ended, FinishArgs, Finished, Pin, ProgramScheduler, RequestState};
+use ttlpolicy_core::scheduler::{
+    check_id, Ended, FinishArgs, Finished, Pin, ProgramScheduler, RequestState,
+};
 
-use crate::convert::{core_err, tool_now, Arg, Args};
+use crate::convert::{core_err, tool_now, Arg, Args, Fault};
 use crate::policy::{PyPinDecision, PyTTLPolicy};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -31,13 +33,18 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// An id: a `str` (`TypeError` otherwise) of valid Unicode (`ValueError` for lone
-/// surrogates, which UTF-8 cannot hold). Borrowed, not copied; the core checks its length.
+/// surrogates, which UTF-8 cannot hold) and of a valid length — checked here, in full, so
+/// that a bad id is reported before any later argument, as the reference does. Borrowed,
+/// not copied.
 fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     let s = obj.downcast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(obj)))
     })?;
-    s.to_str()
-        .map_err(|_| PyValueError::new_err(format!("{field} must be valid Unicode, got {s}")))
+    let text = s
+        .to_str()
+        .map_err(|_| PyValueError::new_err(format!("{field} must be valid Unicode, got {s}")))?;
+    check_id(field, text).map_err(core_err)?;
+    Ok(text)
 }
 
 /// The items of a sequence (a str is refused: it would read as one id per character).
@@ -275,10 +282,25 @@ impl PyProgramScheduler {
             .collect::<PyResult<Vec<_>>>()?;
         let mut args = Args::new();
         let t = args.take("now", now);
-        let blocks = items("blocks_needed", blocks_needed)?
-            .iter()
-            .map(|o| Ok(args.take("blocks_needed", o.extract::<Arg<i64>>()?)))
-            .collect::<PyResult<Vec<i64>>>()?;
+        // A non-sequence is refused after `now`, as in the reference: its fault stands in as
+        // one always-invalid entry, which the core reports after checking `now`.
+        let blocks = match items("blocks_needed", blocks_needed) {
+            Ok(objs) => objs
+                .iter()
+                .map(|o| Ok(args.take("blocks_needed", o.extract::<Arg<i64>>()?)))
+                .collect::<PyResult<Vec<i64>>>()?,
+            Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+                args.record(
+                    "blocks_needed",
+                    Fault::WrongType {
+                        expected: "a sequence of int",
+                        got: type_name(blocks_needed),
+                    },
+                );
+                vec![i64::MIN]
+            }
+            Err(e) => return Err(e),
+        };
         let mut policy = self.policy.borrow_mut(py);
         let r = self
             .inner
@@ -336,10 +358,11 @@ impl PyProgramScheduler {
         offloaded_tokens: Arg<i64>,
         mean_active_blocks: Option<Arg<f64>>,
     ) -> PyResult<PyFinished> {
-        let rid = id_str("request_id", request_id)?;
-        // Types the core cannot be handed a failing stand-in for are refused at once.
+        // Types the core cannot be handed a failing stand-in for are refused at once (the
+        // reference checks them first too).
         let tool = tool_now(tool)?;
         let last_turn = last_turn.map_or(Ok(false), |b| bool_now("last_turn", b))?;
+        let rid = id_str("request_id", request_id)?;
         let mut args = Args::new();
         let t = args.take("now", now);
         let blocks = args.take("blocks_held", blocks_held);

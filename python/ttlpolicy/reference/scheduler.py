@@ -283,11 +283,13 @@ class ProgramScheduler:
         (None: unknown or no tool).  Unless it was the program's last turn, the policy
         decides a TTL and the blocks are pinned until ``now + ttl_s`` when ``ttl_s > 0`` and
         the pin budget has room.  A last turn ends the program (see ``end_program``)."""
+        # The types of tool and last_turn first: the native binding must refuse them before
+        # it hands anything to the core (no value of theirs is sure to fail there).
+        key = tool_key(tool)
+        last = check_bool("last_turn", last_turn)
         req = self._running(request_id)
         t = self._check_now(now)
         blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
-        key = tool_key(tool)
-        last = check_bool("last_turn", last_turn)
         if cache_miss_cost_s is not None:
             non_negative("cache_miss_cost_s", cache_miss_cost_s)
         int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
