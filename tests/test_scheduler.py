@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from scheduler_helpers import PINNING_MISS_COST_S, plain
+from scheduler_helpers import PINNING_MISS_COST_S, plain, snapshot
 
 from ttlpolicy import PolicyConfig
 
@@ -176,19 +176,6 @@ def test_policy_object_is_shared(impl):
 
 
 # -- bad input: typed error, nothing changed ------------------------------------------------
-def snapshot(s):
-    return (
-        s.pinned_blocks,
-        s.pin_count,
-        s.waiting_count,
-        s.running_count,
-        s.program_count,
-        s.next_deadline_s,
-        s.mean_active_blocks,
-        plain(s.pins()),
-        s.peek(),
-    )
-
 
 @pytest.fixture
 def busy(impl):

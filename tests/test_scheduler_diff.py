@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scheduler_helpers import plain, same
+from scheduler_helpers import plain, same, snapshot
 
 from ttlpolicy import PolicyConfig
 
@@ -102,22 +102,7 @@ def outcome(s, now, op, step):
 
 
 def views(s, policy):
-    return plain(
-        (
-            s.pinned_blocks,
-            s.pin_count,
-            s.waiting_count,
-            s.running_count,
-            s.program_count,
-            s.next_deadline_s,
-            s.mean_active_blocks,
-            s.pins(),
-            s.peek(),
-            policy.eta,
-            policy.out_of_order_cost_s,
-            policy.tool_count("bash"),
-        )
-    )
+    return snapshot(s) + (policy.eta, policy.out_of_order_cost_s, policy.tool_count("bash"))
 
 
 # `backends` only names the two backends (no state): sharing it across examples is fine.
