@@ -28,6 +28,13 @@ Choices (the same in both backends):
   (``policy.observe_queueing_delay``).
 * η: ``end_program`` and ``finish(last_turn=True)`` observe the program's finished turns;
   ``abort`` does not (a cut-short program would bias η towards memoryless).
+* A program may have several live requests (parallel calls); it holds at most one pin, and a
+  second pinned finish merges into it (blocks add up, the later deadline wins).  A last turn
+  ends the program, dropping its other live requests; ``abort`` ends the request's whole
+  program (its client went away).  Every ended program's pin and requests are returned, so
+  the engine can free their blocks.
+* A pin lasts until a call removes it: past its deadline it is still consumed by an
+  ``arrive`` if ``expire`` has not released it yet (engines call ``expire`` every step).
 * Bad input raises before any state changes: ``TypeError`` (wrong type), ``ValueError`` (bad
   value, wrong state, time going backwards), ``KeyError`` (unknown id).
 """
