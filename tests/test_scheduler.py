@@ -197,6 +197,7 @@ BAD_CALLS = [
     (TypeError, lambda s: s.finish("b1", 4.0, 1.5)),
     (TypeError, lambda s: s.finish("b1", 4.0, 1, tool=3)),
     (TypeError, lambda s: s.finish("b1", 4.0, 1, last_turn=1)),
+    (TypeError, lambda s: s.finish("b1", 4.0, 1, last_turn=None)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s=math.nan)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s=-1.0)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, mean_active_blocks=0.0)),

@@ -58,13 +58,23 @@ fn items<'py>(field: &str, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, P
     obj.try_iter()?.collect()
 }
 
-fn bool_now(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    match obj.downcast::<PyBool>() {
-        Ok(b) => Ok(b.is_true()),
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{field} must be a bool, got {}",
-            type_name(obj)
-        ))),
+/// A `bool` argument (numbers and None are refused, as in the reference); the fault is kept
+/// until the caller raises it in the reference's order.
+struct Flag(Result<bool, String>);
+
+impl<'py> FromPyObject<'py> for Flag {
+    fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(Flag(match obj.downcast::<PyBool>() {
+            Ok(b) => Ok(b.is_true()),
+            Err(_) => Err(type_name(obj)),
+        }))
+    }
+}
+
+impl Flag {
+    fn get(self, field: &str) -> PyResult<bool> {
+        self.0
+            .map_err(|got| PyTypeError::new_err(format!("{field} must be a bool, got {got}")))
     }
 }
 
@@ -341,7 +351,7 @@ impl PyProgramScheduler {
     // -- finishing and pins -----------------------------------------------------------------
 
     #[pyo3(signature = (
-        request_id, now, blocks_held, tool = None, last_turn = None, cache_miss_cost_s = None,
+        request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
         prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
     ))]
     #[allow(clippy::too_many_arguments)]
@@ -352,7 +362,7 @@ impl PyProgramScheduler {
         now: Arg<f64>,
         blocks_held: Arg<i64>,
         tool: Option<&Bound<'_, PyAny>>,
-        last_turn: Option<&Bound<'_, PyAny>>,
+        last_turn: Flag,
         cache_miss_cost_s: Option<Arg<f64>>,
         prefix_tokens: Arg<i64>,
         offloaded_tokens: Arg<i64>,
@@ -361,7 +371,7 @@ impl PyProgramScheduler {
         // Types the core cannot be handed a failing stand-in for are refused at once (the
         // reference checks them first too).
         let tool = tool_now(tool)?;
-        let last_turn = last_turn.map_or(Ok(false), |b| bool_now("last_turn", b))?;
+        let last_turn = last_turn.get("last_turn")?;
         let rid = id_str("request_id", request_id)?;
         let mut args = Args::new();
         let t = args.take("now", now);
