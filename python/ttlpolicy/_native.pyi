@@ -133,6 +133,7 @@ class PinDecision:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
+@final
 class TTLPolicy:
     """Owns the tool history and the η, T and cache-miss estimators; decides pins.  Built from
     a ``PolicyConfig`` (defaults when None); ``config`` returns that same object."""
