@@ -14,7 +14,7 @@ use ttlpolicy_core::scheduler::{
     check_id, Ended, FinishArgs, Finished, Pin, ProgramScheduler, RequestState,
 };
 
-use crate::convert::{core_err, tool_now, Arg, Args, Fault};
+use crate::convert::{call1, call2, core_err, tool_now, Arg, Args, Fault};
 use crate::policy::{PyPinDecision, PyTTLPolicy};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -237,10 +237,11 @@ impl PyProgramScheduler {
                 type_name(policy)
             ))
         })?;
-        let mut args = Args::new();
-        let total = args.take("total_blocks", total_blocks);
-        let budget = args.take("pin_budget_blocks", pin_budget_blocks);
-        let inner = args.finish(ProgramScheduler::new(total, budget))?;
+        let inner = call2(
+            ("total_blocks", total_blocks),
+            ("pin_budget_blocks", pin_budget_blocks),
+            ProgramScheduler::new,
+        )?;
         Ok(PyProgramScheduler {
             inner,
             policy: policy.clone().unbind(),
@@ -264,12 +265,11 @@ impl PyProgramScheduler {
     ) -> PyResult<Option<PyPin>> {
         let rid = id_str("request_id", request_id)?;
         let pid = id_str("program_id", program_id)?;
-        let mut args = Args::new();
-        let t = args.take("now", now);
-        let b = args.take("blocks_needed", blocks_needed);
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self.inner.arrive(policy.core_mut(), rid, pid, t, b);
-        args.finish(r).map(pin_obj)
+        let policy = &mut *self.policy.borrow_mut(py);
+        call2(("now", now), ("blocks_needed", blocks_needed), |t, b| {
+            self.inner.arrive(policy.core_mut(), rid, pid, t, b)
+        })
+        .map(pin_obj)
     }
 
     fn arrive_many(
@@ -325,27 +325,22 @@ impl PyProgramScheduler {
     }
 
     fn pop(&mut self, py: Python<'_>, now: Arg<f64>) -> PyResult<Option<Py<PyString>>> {
-        let mut args = Args::new();
-        let t = args.take("now", now);
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self.inner.pop(policy.core_mut(), t);
-        Ok(args.finish(r)?.map(|id| PyString::new(py, &id).unbind()))
+        let policy = &mut *self.policy.borrow_mut(py);
+        let popped = call1("now", now, |t| self.inner.pop(policy.core_mut(), t))?;
+        Ok(popped.map(|id| PyString::new(py, &id).unbind()))
     }
 
     fn pop_many(&mut self, py: Python<'_>, n: Arg<i64>, now: Arg<f64>) -> PyResult<Vec<String>> {
-        let mut args = Args::new();
-        let count = args.take("n", n);
-        let t = args.take("now", now);
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self.inner.pop_many(policy.core_mut(), count, t);
-        Ok(args.finish(r)?.iter().map(|s| s.to_string()).collect())
+        let policy = &mut *self.policy.borrow_mut(py);
+        let popped = call2(("n", n), ("now", now), |n, t| {
+            self.inner.pop_many(policy.core_mut(), n, t)
+        })?;
+        Ok(popped.iter().map(|s| s.to_string()).collect())
     }
 
     fn preempt(&mut self, request_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
         let rid = id_str("request_id", request_id)?;
-        let mut args = Args::new();
-        let t = args.take("now", now);
-        args.finish(self.inner.preempt(rid, t))
+        call1("now", now, |t| self.inner.preempt(rid, t))
     }
 
     // -- finishing and pins -----------------------------------------------------------------
@@ -391,23 +386,21 @@ impl PyProgramScheduler {
     }
 
     fn expire(&mut self, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
-        let mut args = Args::new();
-        let t = args.take("now", now);
-        args.finish(self.inner.expire(t)).map(pins_list)
+        call1("now", now, |t| self.inner.expire(t)).map(pins_list)
     }
 
     fn reclaim(&mut self, blocks_needed: Arg<i64>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
-        let mut args = Args::new();
-        let need = args.take("blocks_needed", blocks_needed);
-        let t = args.take("now", now);
-        args.finish(self.inner.reclaim(need, t)).map(pins_list)
+        call2(("blocks_needed", blocks_needed), ("now", now), |need, t| {
+            self.inner.reclaim(need, t)
+        })
+        .map(pins_list)
     }
 
     fn record_queueing_delay(&mut self, py: Python<'_>, delay_s: Arg<f64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let d = args.take("delay_s", delay_s);
-        let mut policy = self.policy.borrow_mut(py);
-        args.finish(self.inner.record_queueing_delay(policy.core_mut(), d))
+        let policy = &mut *self.policy.borrow_mut(py);
+        call1("delay_s", delay_s, |d| {
+            self.inner.record_queueing_delay(policy.core_mut(), d)
+        })
     }
 
     // -- ending -----------------------------------------------------------------------------
