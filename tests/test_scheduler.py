@@ -50,6 +50,16 @@ def test_pin_consumed_on_arrival_jumps_queue_and_records_tool(impl):
     assert s.peek() == "a2"
 
 
+def test_pins_compare_and_hash_by_value(impl):
+    s, _ = make(impl)
+    run_one(s, "a1", "A", 0.0)
+    pin = s.finish("a1", 1.0, 7, cache_miss_cost_s=PINNING_MISS_COST_S).pin
+    (same,) = s.pins()
+    assert same == pin and hash(same) == hash(pin) and len({pin, same}) == 1
+    assert hash(pin) == hash(("A", 7, pin.deadline_s))
+    assert repr(pin) == f"Pin(program_id='A', blocks=7, deadline_s={pin.deadline_s!r})"
+
+
 def test_preempted_first(impl):
     s, _ = make(impl)
     run_one(s, "a1", "A", 0.0)

@@ -105,6 +105,13 @@ impl PyPin {
     fn deadline_s(&self) -> f64 {
         self.inner.deadline_s
     }
+    /// As the reference's frozen dataclass: the hash of the field tuple.
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        let p = &self.inner;
+        (&*p.program_id, p.blocks, p.deadline_s)
+            .into_pyobject(py)?
+            .hash()
+    }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "Pin(program_id={}, blocks={}, deadline_s={})",
