@@ -60,6 +60,18 @@ def test_pins_compare_and_hash_by_value(impl):
     assert repr(pin) == f"Pin(program_id='A', blocks=7, deadline_s={pin.deadline_s!r})"
 
 
+def test_results_compare_and_hash_by_value(impl):
+    results = []
+    for _ in range(2):
+        s, _ = make(impl)
+        run_one(s, "a1", "A", 0.0)
+        fin = s.finish("a1", 1.0, 7, cache_miss_cost_s=PINNING_MISS_COST_S)
+        results.append((fin, s.end_program("A")))
+    (f1, e1), (f2, e2) = results
+    assert f1 == f2 and hash(f1) == hash(f2) and f1 != e1
+    assert e1 == e2 and hash(e1) == hash(e2) and e1.pin == f1.pin
+
+
 def test_preempted_first(impl):
     s, _ = make(impl)
     run_one(s, "a1", "A", 0.0)

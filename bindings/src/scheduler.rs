@@ -139,8 +139,30 @@ pub struct PyEnded {
     request_ids: Py<PyTuple>,
 }
 
+impl PyEnded {
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (
+            &*self.program_id,
+            self.turns,
+            self.pin.as_ref().map(|p| p.clone_ref(py)),
+            self.request_ids.clone_ref(py),
+        )
+            .into_pyobject(py)
+    }
+}
+
 #[pymethods]
 impl PyEnded {
+    /// Equality and hash by value, as the reference's frozen dataclass.
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match other.downcast::<PyEnded>() {
+            Ok(o) => self.fields(py)?.eq(o.get().fields(py)?),
+            Err(_) => Ok(false),
+        }
+    }
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.fields(py)?.hash()
+    }
     #[getter]
     fn program_id(&self) -> &str {
         &self.program_id
@@ -181,8 +203,29 @@ pub struct PyFinished {
     ended: Option<Py<PyEnded>>,
 }
 
+impl PyFinished {
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        (
+            self.decision.as_ref().map(|d| d.clone_ref(py)),
+            self.pin.as_ref().map(|p| p.clone_ref(py)),
+            self.ended.as_ref().map(|e| e.clone_ref(py)),
+        )
+            .into_pyobject(py)
+    }
+}
+
 #[pymethods]
 impl PyFinished {
+    /// Equality and hash by value, as the reference's frozen dataclass.
+    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match other.downcast::<PyFinished>() {
+            Ok(o) => self.fields(py)?.eq(o.get().fields(py)?),
+            Err(_) => Ok(false),
+        }
+    }
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        self.fields(py)?.hash()
+    }
     #[getter]
     fn pinned(&self) -> bool {
         self.pin.is_some()
