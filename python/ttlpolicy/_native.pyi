@@ -163,3 +163,115 @@ class TTLPolicy:
     ) -> PinDecision:
         """How long to pin the ``request_blocks`` of a request that just called ``tool``:
         benefit = miss cost + η·T, cost_per_s = request_blocks / mean_active_blocks."""
+
+# --- scheduler ---
+# ---------------------------------------------------------------------------------------------
+# Scheduling state (issue 3): ProgramScheduler and its results; twin of
+# ttlpolicy.reference.scheduler (rules in its module doc). Ids are str: non-empty, valid
+# Unicode, at most 1024 bytes of UTF-8. `now` never goes backwards (ValueError).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class Pin:
+    """``blocks`` KV blocks of ``program_id`` kept in memory until ``deadline_s``."""
+    @property
+    def program_id(self) -> str: ...
+    @property
+    def blocks(self) -> int: ...
+    @property
+    def deadline_s(self) -> float: ...
+
+@final
+class Ended:
+    """A program that ended: finished ``turns``, the ``pin`` released, the live requests
+    dropped with it (``request_ids``, sorted)."""
+    @property
+    def program_id(self) -> str: ...
+    @property
+    def turns(self) -> int: ...
+    @property
+    def pin(self) -> Pin | None: ...
+    @property
+    def request_ids(self) -> tuple[str, ...]: ...
+
+@final
+class Finished:
+    """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
+    ``pin`` if this request was pinned, ``ended`` on a last turn."""
+    @property
+    def decision(self) -> PinDecision | None: ...
+    @property
+    def pin(self) -> Pin | None: ...
+    @property
+    def ended(self) -> Ended | None: ...
+    @property
+    def pinned(self) -> bool: ...
+
+@final
+class ProgramScheduler:
+    """Waiting queue (priority tuple ``(not preempted, not pinned, program arrival,
+    request arrival, request id)``, smallest first) and pin table of CacheTTL over the given
+    ``TTLPolicy`` (used, not copied)."""
+    def __init__(
+        self, policy: TTLPolicy, total_blocks: SupportsIndex, pin_budget_blocks: SupportsIndex
+    ) -> None: ...
+    @property
+    def policy(self) -> TTLPolicy: ...
+    def arrive(
+        self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
+    ) -> Pin | None:
+        """Enqueue; returns the program's pin if this arrival consumed it."""
+    def arrive_many(
+        self, request_ids: Iterable[str], program_ids: Iterable[str], now: SupportsFloat,
+        blocks_needed: Iterable[SupportsIndex],
+    ) -> list[Pin | None]:
+        """``arrive`` for each, in order, at one ``now``; all checked first."""
+    def peek(self) -> str | None: ...
+    def pop(self, now: SupportsFloat) -> str | None: ...
+    def pop_many(self, n: SupportsIndex, now: SupportsFloat) -> list[str]: ...
+    def preempt(self, request_id: str, now: SupportsFloat) -> None: ...
+    def finish(
+        self,
+        request_id: str,
+        now: SupportsFloat,
+        blocks_held: SupportsIndex,
+        tool: str | None = None,
+        last_turn: bool = False,
+        cache_miss_cost_s: SupportsFloat | None = None,
+        prefix_tokens: SupportsIndex = 0,
+        offloaded_tokens: SupportsIndex = 0,
+        mean_active_blocks: SupportsFloat | None = None,
+    ) -> Finished:
+        """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
+        when ``ttl_s > 0`` and the pin budget has room; a last turn ends the program."""
+    def expire(self, now: SupportsFloat) -> list[Pin]:
+        """Pins with ``deadline_s <= now``, removed, by (deadline, program id)."""
+    def reclaim(self, blocks_needed: SupportsIndex, now: SupportsFloat) -> list[Pin]:
+        """Pins removed latest-arrived program first until ``blocks_needed`` are released."""
+    def record_queueing_delay(self, delay_s: SupportsFloat) -> None: ...
+    def end_program(self, program_id: str) -> Ended: ...
+    def abort(self, request_id: str) -> Ended:
+        """Ends the request's whole program, without observing η."""
+    @property
+    def total_blocks(self) -> int: ...
+    @property
+    def pin_budget_blocks(self) -> int: ...
+    @property
+    def pinned_blocks(self) -> int: ...
+    @property
+    def pin_count(self) -> int: ...
+    @property
+    def waiting_count(self) -> int: ...
+    @property
+    def running_count(self) -> int: ...
+    @property
+    def program_count(self) -> int: ...
+    @property
+    def next_deadline_s(self) -> float | None: ...
+    @property
+    def mean_active_blocks(self) -> float | None: ...
+    def pins(self) -> list[Pin]: ...
+    def pin(self, program_id: str) -> Pin | None: ...
+    def state(self, request_id: str) -> str:
+        """``"waiting"`` or ``"running"``."""
+    def priority(self, request_id: str) -> tuple[bool, bool, float, float, str]: ...
