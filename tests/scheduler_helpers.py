@@ -29,6 +29,23 @@ def plain(x: Any) -> Any:
     raise TypeError(f"no plain view of {name}")
 
 
+def snapshot(s: Any) -> tuple:
+    """Every read-only view of a scheduler, as plain values."""
+    return plain(
+        (
+            s.pinned_blocks,
+            s.pin_count,
+            s.waiting_count,
+            s.running_count,
+            s.program_count,
+            s.next_deadline_s,
+            s.mean_active_blocks,
+            s.pins(),
+            s.peek(),
+        )
+    )
+
+
 def same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)

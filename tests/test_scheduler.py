@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from scheduler_helpers import PINNING_MISS_COST_S, plain
+from scheduler_helpers import PINNING_MISS_COST_S, plain, snapshot
 
 from ttlpolicy import PolicyConfig
 
@@ -48,6 +48,28 @@ def test_pin_consumed_on_arrival_jumps_queue_and_records_tool(impl):
     assert s.priority("a2") == (True, False, 0.0, 5.0, "a2")
     assert s.priority("b1") == (True, True, 1.0, 1.0, "b1")
     assert s.peek() == "a2"
+
+
+def test_pins_compare_and_hash_by_value(impl):
+    s, _ = make(impl)
+    run_one(s, "a1", "A", 0.0)
+    pin = s.finish("a1", 1.0, 7, cache_miss_cost_s=PINNING_MISS_COST_S).pin
+    (same,) = s.pins()
+    assert same == pin and hash(same) == hash(pin) and len({pin, same}) == 1
+    assert hash(pin) == hash(("A", 7, pin.deadline_s))
+    assert repr(pin) == f"Pin(program_id='A', blocks=7, deadline_s={pin.deadline_s!r})"
+
+
+def test_results_compare_and_hash_by_value(impl):
+    results = []
+    for _ in range(2):
+        s, _ = make(impl)
+        run_one(s, "a1", "A", 0.0)
+        fin = s.finish("a1", 1.0, 7, cache_miss_cost_s=PINNING_MISS_COST_S)
+        results.append((fin, s.end_program("A")))
+    (f1, e1), (f2, e2) = results
+    assert f1 == f2 and hash(f1) == hash(f2) and f1 != e1
+    assert e1 == e2 and hash(e1) == hash(e2) and e1.pin == f1.pin
 
 
 def test_preempted_first(impl):
@@ -176,19 +198,6 @@ def test_policy_object_is_shared(impl):
 
 
 # -- bad input: typed error, nothing changed ------------------------------------------------
-def snapshot(s):
-    return (
-        s.pinned_blocks,
-        s.pin_count,
-        s.waiting_count,
-        s.running_count,
-        s.program_count,
-        s.next_deadline_s,
-        s.mean_active_blocks,
-        plain(s.pins()),
-        s.peek(),
-    )
-
 
 @pytest.fixture
 def busy(impl):
@@ -210,6 +219,7 @@ BAD_CALLS = [
     (TypeError, lambda s: s.finish("b1", 4.0, 1.5)),
     (TypeError, lambda s: s.finish("b1", 4.0, 1, tool=3)),
     (TypeError, lambda s: s.finish("b1", 4.0, 1, last_turn=1)),
+    (TypeError, lambda s: s.finish("b1", 4.0, 1, last_turn=None)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s=math.nan)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s=-1.0)),
     (ValueError, lambda s: s.finish("b1", 4.0, 1, mean_active_blocks=0.0)),
@@ -295,3 +305,49 @@ def test_untrusted_tool_names_never_crash(impl):
         s.arrive(f"q{i}", f"P{i}", float(i) + 0.5, 1)
         assert s.pop(float(i) + 0.5) == f"q{i}"
     assert policy.tool_count("x" * 128) == 1
+
+
+def test_public_names_follow_the_backend():
+    import ttlpolicy as tp
+    from ttlpolicy import _backend
+    from ttlpolicy.reference import scheduler as ref
+
+    source = _backend.native if _backend.native is not None else ref
+    for name in ("ProgramScheduler", "Pin", "Finished", "Ended"):
+        assert getattr(tp, name) is getattr(source, name)
+
+
+# Several bad arguments: both backends report the first one in the reference's order.
+MULTI_FAULT = [
+    lambda s: s.arrive("x" * 2000, 5, 4.0, 1),
+    lambda s: s.arrive("x", "X", math.nan, "1"),
+    lambda s: s.arrive("x", "", 4.0, 1.5),
+    lambda s: s.arrive_many(["x"], ["X"], math.nan, 5),
+    lambda s: s.arrive_many(["x"], ["X"], 4.0, 5),
+    lambda s: s.arrive_many(["x", "y"], ["X"], 4.0, [1, 1.5]),
+    lambda s: s.finish("nope", math.nan, 1, tool=3),
+    lambda s: s.finish("nope", 4.0, 1, last_turn="yes"),
+    lambda s: s.finish("b1", math.nan, -1),
+    lambda s: s.finish("b1", 4.0, 1.5, cache_miss_cost_s=-1.0),
+    lambda s: s.finish("b1", 4.0, 1, cache_miss_cost_s="x", mean_active_blocks=0.0),
+    lambda s: s.finish("c1", 1.0, 1),
+    lambda s: s.reclaim(1.5, math.nan),
+    lambda s: s.pop_many(-1, "now"),
+    lambda s: s.preempt("nope", math.nan),
+]
+
+
+@pytest.mark.parametrize("call", MULTI_FAULT)
+def test_first_bad_argument_wins_alike(backends, call):
+    errors = []
+    for b in backends:
+        policy = b.TTLPolicy(PolicyConfig())
+        s = b.ProgramScheduler(policy, 1000, 100)
+        run_one(s, "a1", "A", 0.0)
+        s.arrive("b1", "B", 2.0, 5)
+        s.pop(2.0)  # a1's program arrived first, but a1 runs: b1 is popped
+        s.arrive("c1", "C", 3.0, 5)
+        with pytest.raises((TypeError, ValueError, KeyError)) as info:
+            call(s)
+        errors.append(info.type)
+    assert errors[0] is errors[1]

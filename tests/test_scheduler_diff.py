@@ -3,9 +3,9 @@ and the Python reference — return values, errors (by type) and views after eve
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scheduler_helpers import plain, same
+from scheduler_helpers import plain, same, snapshot
 
 from ttlpolicy import PolicyConfig
 
@@ -43,11 +43,31 @@ ops = st.one_of(
     st.tuples(st.just("end"), st.sampled_from(PROGRAMS)),
     st.tuples(st.just("abort"), st.sampled_from(REQUESTS)),
     st.tuples(st.just("delay"), st.sampled_from([0.0, 1.5, -1.0])),
+    # a whole turn under a fresh id: arrive, run all that waits, finish — builds up pins,
+    # tool histories and η/T inputs that the single steps above rarely reach
+    *[
+        st.tuples(
+            st.just("turn"),
+            st.sampled_from(PROGRAMS),
+            st.integers(0, 40),
+            st.sampled_from(TOOLS),
+            st.sampled_from([None, 2.0, 100.0, 1000.0]),
+            st.sampled_from([False, False, False, True]),
+        )
+    ]
+    * 3,
 )
 
 
-def apply(s, now: float, op: tuple):
+def apply(s, now: float, op: tuple, step: int):
     kind = op[0]
+    if kind == "turn":
+        _, pid, blocks, tool, miss, last = op
+        rid = f"turn{step}"
+        consumed = s.arrive(rid, pid, now, blocks)
+        ran = s.pop_many(100, now)
+        fin = s.finish(rid, now, blocks, tool=tool, last_turn=last, cache_miss_cost_s=miss)
+        return (consumed, ran, fin)
     if kind == "arrive":
         return s.arrive(op[1], op[2], now, op[3])
     if kind == "arrive_many":
@@ -74,34 +94,22 @@ def apply(s, now: float, op: tuple):
     raise AssertionError(kind)
 
 
-def outcome(s, now, op):
+def outcome(s, now, op, step):
     try:
-        return ("ok", plain(apply(s, now, op)))
+        return ("ok", plain(apply(s, now, op, step)))
     except (KeyError, ValueError, TypeError) as e:
         return ("error", type(e).__name__)
 
 
 def views(s, policy):
-    return plain(
-        (
-            s.pinned_blocks,
-            s.pin_count,
-            s.waiting_count,
-            s.running_count,
-            s.program_count,
-            s.next_deadline_s,
-            s.mean_active_blocks,
-            s.pins(),
-            s.peek(),
-            policy.eta,
-            policy.out_of_order_cost_s,
-            policy.tool_count("bash"),
-        )
-    )
+    return snapshot(s) + (policy.eta, policy.out_of_order_cost_s, policy.tool_count("bash"))
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(ops, max_size=60))
+# `backends` only names the two backends (no state): sharing it across examples is fine.
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(ops, min_size=10, max_size=80))
 def test_backends_agree_on_any_sequence(backends, seq):
     config = PolicyConfig(min_tool_samples=2, min_total_samples=3, eta_min_programs=2)
     states = []
@@ -109,11 +117,11 @@ def test_backends_agree_on_any_sequence(backends, seq):
         policy = b.TTLPolicy(config)
         states.append((b.ProgramScheduler(policy, 200, 80), policy))
     now = 0.0
-    for op in seq:
+    for step, op in enumerate(seq):
         if op[0] == "tick":
             now += op[1]  # -1.0: time goes back, every timed call must fail alike
             continue
-        results = [outcome(s, now, op) for s, _ in states]
+        results = [outcome(s, now, op, step) for s, _ in states]
         assert same(results[0], results[1]), (op, results)
         v = [views(s, p) for s, p in states]
         assert same(v[0], v[1]), (op, v)

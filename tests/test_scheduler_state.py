@@ -139,7 +139,9 @@ class SchedulerModel(RuleBasedStateMachine):
 
     def _finish(self, rid: str, blocks: int, tool, last: bool, miss: float) -> None:
         pid = self.requests[rid][0]
-        fin = self.s.finish(rid, self.now, blocks, tool=tool, last_turn=last, cache_miss_cost_s=miss)
+        fin = self.s.finish(
+            rid, self.now, blocks, tool=tool, last_turn=last, cache_miss_cost_s=miss
+        )
         self._told()
         del self.requests[rid]
         self.programs[pid][1] += 1

@@ -211,6 +211,29 @@ impl Args {
     }
 }
 
+/// The core call `call` on one converted argument, with [`Args`]' error order.
+pub fn call1<A: Sentinel, T>(
+    field: &'static str,
+    arg: Arg<A>,
+    call: impl FnOnce(A) -> ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
+    let mut args = Args::new();
+    let a = args.take(field, arg);
+    args.finish(call(a))
+}
+
+/// The core call `call` on two converted arguments, with [`Args`]' error order.
+pub fn call2<A: Sentinel, B: Sentinel, T>(
+    (field_a, arg_a): (&'static str, Arg<A>),
+    (field_b, arg_b): (&'static str, Arg<B>),
+    call: impl FnOnce(A, B) -> ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
+    let mut args = Args::new();
+    let a = args.take(field_a, arg_a);
+    let b = args.take(field_b, arg_b);
+    args.finish(call(a, b))
+}
+
 /// An untrusted tool name: `str` or None. A str that is not valid UTF-8 (lone surrogates)
 /// gets U+FFFD for each, exactly like the reference's utf-16 surrogatepass/replace round
 /// trip. Valid names are borrowed, not copied. (The core cuts the name to its length cap.)

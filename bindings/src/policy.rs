@@ -13,7 +13,7 @@ use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
 use ttlpolicy_core::solver;
 
-use crate::convert::{core_err, f64_list, tool_later, tool_now, Arg, Args};
+use crate::convert::{call1, call2, core_err, f64_list, tool_later, tool_now, Arg, Args};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyToolHistory>()?;
@@ -56,10 +56,11 @@ impl PyToolHistory {
     #[new]
     #[pyo3(signature = (window = Arg::Ok(1024), max_tools = Arg::Ok(1024)))]
     fn new(window: Arg<i64>, max_tools: Arg<i64>) -> PyResult<Self> {
-        let mut args = Args::new();
-        let w = args.take("window", window);
-        let t = args.take("max_tools", max_tools);
-        let inner = args.finish(ToolHistory::new(w, t))?;
+        let inner = call2(
+            ("window", window),
+            ("max_tools", max_tools),
+            ToolHistory::new,
+        )?;
         Ok(PyToolHistory { inner })
     }
 
@@ -76,9 +77,9 @@ impl PyToolHistory {
     /// Record one duration of `tool` (None: unknown tool, global window only).
     fn observe(&mut self, tool: Option<&Bound<'_, PyAny>>, duration_s: Arg<f64>) -> PyResult<()> {
         let tool = tool_now(tool)?;
-        let mut args = Args::new();
-        let d = args.take("duration_s", duration_s);
-        args.finish(self.inner.observe(tool.as_deref(), d))
+        call1("duration_s", duration_s, |d| {
+            self.inner.observe(tool.as_deref(), d)
+        })
     }
 
     fn count(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
@@ -134,17 +135,16 @@ impl PyEtaEstimator {
     #[new]
     #[pyo3(signature = (window = Arg::Ok(256), min_programs = Arg::Ok(8)))]
     fn new(window: Arg<i64>, min_programs: Arg<i64>) -> PyResult<Self> {
-        let mut args = Args::new();
-        let w = args.take("window", window);
-        let m = args.take("min_programs", min_programs);
-        let inner = args.finish(EtaEstimator::new(w, m))?;
+        let inner = call2(
+            ("window", window),
+            ("min_programs", min_programs),
+            EtaEstimator::new,
+        )?;
         Ok(PyEtaEstimator { inner })
     }
 
     fn observe(&mut self, total_turns: Arg<i64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let n = args.take("total_turns", total_turns);
-        args.finish(self.inner.observe(n))
+        call1("total_turns", total_turns, |n| self.inner.observe(n))
     }
 
     #[getter]
@@ -178,16 +178,12 @@ impl PyOutOfOrderCost {
     #[new]
     #[pyo3(signature = (window = Arg::Ok(256)))]
     fn new(window: Arg<i64>) -> PyResult<Self> {
-        let mut args = Args::new();
-        let w = args.take("window", window);
-        let inner = args.finish(OutOfOrderCost::new(w))?;
+        let inner = call1("window", window, OutOfOrderCost::new)?;
         Ok(PyOutOfOrderCost { inner })
     }
 
     fn observe(&mut self, delay_s: Arg<f64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let d = args.take("delay_s", delay_s);
-        args.finish(self.inner.observe(d))
+        call1("delay_s", delay_s, |d| self.inner.observe(d))
     }
 
     #[getter]
@@ -248,10 +244,9 @@ impl PyCacheMissModel {
     }
 
     fn observe_prefill(&mut self, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let n = args.take("tokens", tokens);
-        let s = args.take("seconds", seconds);
-        args.finish(self.inner.observe_prefill(n, s))
+        call2(("tokens", tokens), ("seconds", seconds), |n, s| {
+            self.inner.observe_prefill(n, s)
+        })
     }
 
     #[getter]
@@ -291,23 +286,20 @@ impl PyCacheMissModel {
     }
 
     fn prefill_s(&self, tokens: Arg<i64>) -> PyResult<f64> {
-        let mut args = Args::new();
-        let n = args.take("tokens", tokens);
-        args.finish(self.inner.prefill_s(n))
+        call1("tokens", tokens, |n| self.inner.prefill_s(n))
     }
 
     fn reload_s(&self, tokens: Arg<i64>) -> PyResult<Option<f64>> {
-        let mut args = Args::new();
-        let n = args.take("tokens", tokens);
-        args.finish(self.inner.reload_s(n))
+        call1("tokens", tokens, |n| self.inner.reload_s(n))
     }
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
     fn miss_cost_s(&self, prefix_tokens: Arg<i64>, offloaded_tokens: Arg<i64>) -> PyResult<f64> {
-        let mut args = Args::new();
-        let p = args.take("prefix_tokens", prefix_tokens);
-        let o = args.take("offloaded_tokens", offloaded_tokens);
-        args.finish(self.inner.miss_cost_s(p, o))
+        call2(
+            ("prefix_tokens", prefix_tokens),
+            ("offloaded_tokens", offloaded_tokens),
+            |p, o| self.inner.miss_cost_s(p, o),
+        )
     }
 }
 
@@ -515,28 +507,25 @@ impl PyTTLPolicy {
         duration_s: Arg<f64>,
     ) -> PyResult<()> {
         let tool = tool_now(tool)?;
-        let mut args = Args::new();
-        let d = args.take("duration_s", duration_s);
-        args.finish(self.inner.observe_tool(tool.as_deref(), d))
+        call1("duration_s", duration_s, |d| {
+            self.inner.observe_tool(tool.as_deref(), d)
+        })
     }
 
     fn observe_program(&mut self, total_turns: Arg<i64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let n = args.take("total_turns", total_turns);
-        args.finish(self.inner.observe_program(n))
+        call1("total_turns", total_turns, |n| {
+            self.inner.observe_program(n)
+        })
     }
 
     fn observe_queueing_delay(&mut self, delay_s: Arg<f64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let d = args.take("delay_s", delay_s);
-        args.finish(self.inner.observe_queueing_delay(d))
+        call1("delay_s", delay_s, |d| self.inner.observe_queueing_delay(d))
     }
 
     fn observe_prefill(&mut self, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
-        let mut args = Args::new();
-        let n = args.take("tokens", tokens);
-        let s = args.take("seconds", seconds);
-        args.finish(self.inner.observe_prefill(n, s))
+        call2(("tokens", tokens), ("seconds", seconds), |n, s| {
+            self.inner.observe_prefill(n, s)
+        })
     }
 
     // -- read-only views --------------------------------------------------------------------
@@ -557,10 +546,11 @@ impl PyTTLPolicy {
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
     fn miss_cost_s(&self, prefix_tokens: Arg<i64>, offloaded_tokens: Arg<i64>) -> PyResult<f64> {
-        let mut args = Args::new();
-        let p = args.take("prefix_tokens", prefix_tokens);
-        let o = args.take("offloaded_tokens", offloaded_tokens);
-        args.finish(self.inner.miss_cost_s(p, o))
+        call2(
+            ("prefix_tokens", prefix_tokens),
+            ("offloaded_tokens", offloaded_tokens),
+            |p, o| self.inner.miss_cost_s(p, o),
+        )
     }
 
     // -- the decision -----------------------------------------------------------------------

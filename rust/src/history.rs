@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::error::{Error, Result};
+use crate::solver::fraction_table;
 use crate::validate::{int_in, non_negative, tool_key};
 
 pub const MAX_WINDOW: i64 = 1 << 20;
@@ -122,6 +123,9 @@ pub struct ToolHistory {
     head: usize,
     tail: usize,
     global: DurationWindow,
+    /// k / window for k in 0..=window, built once the first window is full: the solver reads
+    /// P(τ) of a full window from it instead of dividing.
+    fractions: Vec<f64>,
 }
 
 impl ToolHistory {
@@ -136,6 +140,7 @@ impl ToolHistory {
             head: NIL,
             tail: NIL,
             global: DurationWindow::new(window),
+            fractions: Vec::new(),
         })
     }
 
@@ -163,7 +168,16 @@ impl ToolHistory {
             self.slots[slot].window.push(d);
         }
         self.global.push(d);
+        // The global window fills first: every observation lands in it.
+        if self.fractions.is_empty() && self.global.len() == self.window {
+            self.fractions = fraction_table(self.window);
+        }
         Ok(())
+    }
+
+    /// The table of k / n for a window of `n` samples, when one is kept (full windows).
+    pub fn fractions_for(&self, n: usize) -> Option<&[f64]> {
+        (n == self.window && !self.fractions.is_empty()).then_some(&self.fractions[..])
     }
 
     /// A slot for a new tool: a fresh one, or the least recently observed tool's when full.
@@ -331,6 +345,20 @@ mod tests {
         h.observe(Some(&format!("{base}tail2")), 2.0).unwrap();
         assert_eq!(h.num_tools(), 1);
         assert_eq!(h.count(Some(&base)), 2);
+    }
+
+    #[test]
+    fn fraction_table_appears_when_a_window_is_full() {
+        let mut h = ToolHistory::new(3, 4).unwrap();
+        h.observe(Some("a"), 1.0).unwrap();
+        h.observe(None, 1.0).unwrap();
+        assert_eq!(h.fractions_for(3), None);
+        h.observe(Some("b"), 1.0).unwrap();
+        assert_eq!(
+            h.fractions_for(3),
+            Some(&[0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0][..])
+        );
+        assert_eq!(h.fractions_for(2), None);
     }
 
     #[test]

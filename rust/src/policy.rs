@@ -18,7 +18,7 @@ pub use crate::config::PolicyConfig;
 use crate::error::Result;
 use crate::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost, MAX_TOKENS};
 use crate::history::ToolHistory;
-use crate::solver::solve_sorted;
+use crate::solver::{solve_sorted, solve_sorted_with_fractions};
 use crate::validate::{finite, int_in, non_negative, positive};
 
 pub const MAX_BLOCKS: i64 = 1 << 40;
@@ -231,7 +231,12 @@ impl TTLPolicy {
             }
             _ => return Ok(self.exponential(benefit, cost)),
         };
-        let (tau, _value, k) = solve_sorted(samples, benefit, cost, cfg.max_ttl_s);
+        let (tau, _value, k) = match self.history.fractions_for(samples.len()) {
+            Some(table) => {
+                solve_sorted_with_fractions(samples, table, benefit, cost, cfg.max_ttl_s)
+            }
+            None => solve_sorted(samples, benefit, cost, cfg.max_ttl_s),
+        };
         Ok(PinDecision {
             ttl_s: tau,
             benefit_s: benefit,

@@ -12,8 +12,120 @@ use crate::validate::non_negative;
 ///
 /// `sorted_samples_s` must be sorted ascending, finite and non-negative, and `benefit_s`,
 /// `cost_per_s` non-negative. Returns (τ, value, k) where k is the number of samples ≤ τ
-/// (so P(τ) = k / n). Ties go to the smaller τ. Never allocates.
+/// (so P(τ) = k / n). Ties go to the smaller τ. Never allocates. The result is bit for bit
+/// the reference's: [`scan_in_order`] is its loop; [`scan_lanes`] reaches the same answer
+/// without the reference's unpredictable branches, and is used whenever the inputs are
+/// finite (always, through the public entry points).
 pub fn solve_sorted(
+    sorted_samples_s: &[f64],
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    let n = sorted_samples_s.len() as f64;
+    solve_with(
+        sorted_samples_s,
+        Divide(n),
+        benefit_s,
+        cost_per_s,
+        max_ttl_s,
+    )
+}
+
+/// [`solve_sorted`] with the fractions k / n read from a table instead of divided:
+/// `fractions[k]` must be `k as f64 / n as f64` for k in 0..=n (n = number of samples), as
+/// [`fraction_table`] builds it. Same result, about a third faster on a long window.
+pub fn solve_sorted_with_fractions(
+    sorted_samples_s: &[f64],
+    fractions: &[f64],
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    assert_eq!(
+        fractions.len(),
+        sorted_samples_s.len() + 1,
+        "one fraction per k in 0..=n"
+    );
+    debug_assert_eq!(fractions.last(), Some(&1.0));
+    solve_with(
+        sorted_samples_s,
+        Table(fractions),
+        benefit_s,
+        cost_per_s,
+        max_ttl_s,
+    )
+}
+
+/// k / n for k in 0..=n: the probabilities P(τ) a window of n samples can give.
+pub fn fraction_table(n: usize) -> Vec<f64> {
+    let n_f = n as f64;
+    (0..=n).map(|k| k as f64 / n_f).collect()
+}
+
+fn solve_with(
+    s: &[f64],
+    fractions: impl Fractions,
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    if benefit_s.is_finite() && cost_per_s.is_finite() {
+        scan_lanes(s, fractions, benefit_s, cost_per_s, max_ttl_s)
+    } else {
+        scan_in_order(s, benefit_s, cost_per_s, max_ttl_s)
+    }
+}
+
+/// P(τ) = k / n as the scan needs it: the very quotient the reference computes.
+trait Fractions {
+    fn one(&self, k: usize) -> f64;
+    /// k0 / n, (k0 + 1) / n, … for one quad of lanes.
+    fn quad(&self, k0: usize) -> [f64; LANES];
+}
+
+/// Divided on the fly.
+struct Divide(f64);
+
+impl Fractions for Divide {
+    #[inline(always)]
+    fn one(&self, k: usize) -> f64 {
+        // Through i64: one instruction on x86-64, and exact (k < 2^53).
+        k as i64 as f64 / self.0
+    }
+
+    #[inline(always)]
+    fn quad(&self, k0: usize) -> [f64; LANES] {
+        let k = k0 as i64 as f64;
+        [
+            k / self.0,
+            (k + 1.0) / self.0,
+            (k + 2.0) / self.0,
+            (k + 3.0) / self.0,
+        ]
+    }
+}
+
+/// Read from a table built by [`fraction_table`].
+struct Table<'a>(&'a [f64]);
+
+impl Fractions for Table<'_> {
+    #[inline(always)]
+    fn one(&self, k: usize) -> f64 {
+        self.0[k]
+    }
+
+    #[inline(always)]
+    fn quad(&self, k0: usize) -> [f64; LANES] {
+        let mut q = [0.0; LANES];
+        q.copy_from_slice(&self.0[k0..k0 + LANES]);
+        q
+    }
+}
+
+/// The reference's scan, operation for operation: τ = 0 first, then each run of equal
+/// samples at its end, keeping the first strict maximum.
+pub fn scan_in_order(
     sorted_samples_s: &[f64],
     benefit_s: f64,
     cost_per_s: f64,
@@ -59,6 +171,88 @@ pub fn solve_sorted(
     (best_tau, best_value, best_k)
 }
 
+/// Independent lanes of the scan: no loop-carried branch, so the CPU pipelines it.
+const LANES: usize = 4;
+/// Positions scanned between two checks of the stopping bound.
+const BLOCK: usize = 64;
+
+/// The same answer as [`scan_in_order`] for finite `benefit_s` and `cost_per_s`, found by
+/// evaluating the objective at every position i with k = i + 1 — the same operations
+/// `(k / n)·benefit − cost·τ` — in [`LANES`] interleaved lanes, each keeping its first strict
+/// maximum. Why it agrees: inside a run of equal samples k only grows, so no position beats
+/// its run's end (rounding is monotone); the maximum over positions is therefore the
+/// reference's maximum over run ends, and the first position reaching it lies in the first
+/// run whose end reaches it — the reference's answer once k is moved to that run's end.
+/// With finite inputs no value is NaN, so comparisons are a total order. Lanes hold k as a
+/// float (exact below 2^53) so that every lane update is a float select.
+fn scan_lanes(
+    s: &[f64],
+    fractions: impl Fractions,
+    benefit_s: f64,
+    cost_per_s: f64,
+    max_ttl_s: f64,
+) -> (f64, f64, usize) {
+    let n = s.len();
+    if n == 0 {
+        return (0.0, 0.0, 0);
+    }
+    // τ = 0 catches the samples that are exactly 0; candidates are the samples in (0, max].
+    let zeros = s.partition_point(|&x| x <= 0.0);
+    let floor = fractions.one(zeros) * benefit_s;
+    let end = s.partition_point(|&x| x <= max_ttl_s);
+    let mut lane_value = [floor; LANES];
+    let mut lane_k = [0.0f64; LANES]; // 0: the lane never beat τ = 0
+    let mut i = zeros;
+    while i < end {
+        // The stopping bound of `scan_in_order`, checked once per block.
+        let best = lane_value
+            .iter()
+            .fold(floor, |m, &v| if v > m { v } else { m });
+        if benefit_s - cost_per_s * s[i] <= best {
+            break;
+        }
+        let stop = (i + BLOCK).min(end);
+        let mut quads = s[i..stop].chunks_exact(LANES);
+        for quad in &mut quads {
+            let p = fractions.quad(i + 1);
+            let k0 = (i + 1) as i64 as f64;
+            for j in 0..LANES {
+                let value = p[j] * benefit_s - cost_per_s * quad[j];
+                let better = value > lane_value[j];
+                lane_value[j] = if better { value } else { lane_value[j] };
+                lane_k[j] = if better { k0 + j as f64 } else { lane_k[j] };
+            }
+            i += LANES;
+        }
+        for &tau in quads.remainder() {
+            let value = fractions.one(i + 1) * benefit_s - cost_per_s * tau;
+            if value > lane_value[0] {
+                lane_value[0] = value;
+                lane_k[0] = (i + 1) as f64;
+            }
+            i += 1;
+        }
+    }
+    // The overall first maximum: the largest lane value, the smallest k among ties.
+    let (mut best_value, mut best_k) = (floor, 0.0);
+    for (&v, &k) in lane_value.iter().zip(&lane_k) {
+        if v > best_value || (v == best_value && k < best_k) {
+            best_value = v;
+            best_k = k;
+        }
+    }
+    if best_k == 0.0 {
+        return (0.0, floor, zeros);
+    }
+    let at = best_k as usize - 1;
+    let tau = s[at];
+    let mut k = at + 1;
+    while k < n && s[k] == tau {
+        k += 1;
+    }
+    (tau, best_value, k)
+}
+
 /// `(tau_s, value)`: the TTL that maximises P(τ)·benefit_s − cost_per_s·τ, τ ≤ max_ttl_s.
 ///
 /// Empty samples give `(0.0, 0.0)`. NaN, infinite or negative inputs are refused, naming
@@ -73,9 +267,11 @@ pub fn solve_ttl(
     let cost_per_s = non_negative("cost_per_s", cost_per_s)?;
     let max_ttl_s = non_negative("max_ttl_s", max_ttl_s)?;
     check_samples(samples_s)?;
-    let mut sorted = samples_s.to_vec();
-    // Stable, like Python's list.sort: equal values (0.0, -0.0) keep their order.
-    sorted.sort_by(|a, b| a.partial_cmp(b).expect("samples are finite"));
+    // Finite non-negative floats order like their bit patterns once -0.0 is made +0.0 (which
+    // changes no answer: both count at τ = 0), and integer keys sort 2-3× faster.
+    let mut keys: Vec<u64> = samples_s.iter().map(|&x| (x + 0.0).to_bits()).collect();
+    keys.sort_unstable();
+    let sorted: Vec<f64> = keys.into_iter().map(f64::from_bits).collect();
     let (tau, value, _) = solve_sorted(&sorted, benefit_s, cost_per_s, max_ttl_s);
     Ok((tau, value))
 }
@@ -146,6 +342,58 @@ mod tests {
                 "{samples:?} {b} {c} {max_ttl}"
             );
         }
+    }
+
+    #[test]
+    fn lane_scan_equals_the_reference_scan() {
+        let mut seed = 7;
+        for round in 0..3000 {
+            let n = 1 + (lcg(&mut seed) * 300.0) as usize;
+            // Mostly coarse values (long runs of ties), sometimes fine ones.
+            let scale = if round % 2 == 0 { 8.0 } else { 1e6 };
+            let mut samples: Vec<f64> = (0..n)
+                .map(|_| (lcg(&mut seed) * scale).floor() / scale * 20.0)
+                .collect();
+            samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            let b = (lcg(&mut seed) * 40.0).floor() / 4.0;
+            let c = if round % 5 == 0 {
+                0.0
+            } else {
+                (lcg(&mut seed) * 16.0).floor() / 8.0
+            };
+            let max_ttl = if round % 3 == 0 {
+                1e9
+            } else {
+                lcg(&mut seed) * 20.0
+            };
+            let slow = scan_in_order(&samples, b, c, max_ttl);
+            let table = fraction_table(n);
+            for fast in [
+                solve_sorted(&samples, b, c, max_ttl),
+                solve_sorted_with_fractions(&samples, &table, b, c, max_ttl),
+            ] {
+                let same = fast.0.to_bits() == slow.0.to_bits()
+                    && fast.1.to_bits() == slow.1.to_bits()
+                    && fast.2 == slow.2;
+                assert!(same, "{fast:?} != {slow:?}: {samples:?} {b} {c} {max_ttl}");
+            }
+        }
+    }
+
+    #[test]
+    fn non_finite_benefit_follows_the_reference_scan() {
+        let s = [1.0, 2.0, 3.0];
+        let r = solve_sorted(&s, f64::INFINITY, 1.0, 10.0);
+        let expected = scan_in_order(&s, f64::INFINITY, 1.0, 10.0);
+        assert_eq!((r.0, r.2), (expected.0, expected.2));
+        assert!(r.1.is_nan() && expected.1.is_nan());
+    }
+
+    #[test]
+    fn negative_zero_samples_count_at_tau_zero() {
+        let (tau, value) = solve_ttl(&[-0.0, 3.0, 0.0, 1.0], 8.0, 0.5, 10.0).unwrap();
+        assert_eq!((tau, value), (3.0, 8.0 - 1.5));
+        assert_eq!(solve_ttl(&[-0.0], 1.0, 1.0, 1.0).unwrap(), (0.0, 1.0));
     }
 
     #[test]
