@@ -38,7 +38,6 @@ import time
 from typing import Any
 
 import ttlpolicy
-from ttlpolicy.reference.scheduler import ProgramScheduler as _ReferenceProgramScheduler
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 from vllm.logger import init_logger
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -54,8 +53,6 @@ logger = init_logger("vllm.ttlpolicy_vllm")
 
 #: Prefix of the synthetic program id of an anonymous request (one-request program).
 ANONYMOUS = "\x00anonymous:"
-#: The native ProgramScheduler when the build has one, else the reference (same API).
-ProgramScheduler = getattr(ttlpolicy, "ProgramScheduler", _ReferenceProgramScheduler)
 #: Output tokens decoded to look for a tool call when the client named none.
 TOOL_PARSE_TOKENS = 512
 #: Statuses of a request that ended on its own (a pin may pay off); others are aborts.
@@ -91,7 +88,7 @@ class TTLScheduler(Scheduler):
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
         fraction = _env_float("TTLPOLICY_PIN_BUDGET_FRACTION", 0.5, 0.0, 1.0)
         self.pin_budget_blocks = int(self.total_blocks * fraction)
-        self.programs = ProgramScheduler(
+        self.programs = ttlpolicy.ProgramScheduler(
             self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
         )
         self.pins = BlockPins(pool)
