@@ -180,18 +180,24 @@ def main() -> None:
     ap.add_argument("--max-out", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-gap-s", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat, alternating which scheduler runs first (machine noise)")
     ap.add_argument("--json", action="store_true", help="one JSON line per scheduler")
     args = ap.parse_args()
     sessions = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
                              args.time_scale, args.max_gap_s)  # fmt: skip
     with tempfile.TemporaryDirectory() as d:
         model = build_tiny_model(Path(d))
-        results = [replay(model, cls, sessions, args.blocks, 250) for cls in (STOCK, TTL)]
+        results = []
+        for rnd in range(args.rounds):
+            order = (STOCK, TTL) if rnd % 2 == 0 else (TTL, STOCK)
+            for cls in order:
+                results.append(replay(model, cls, sessions, args.blocks, 250) | {"round": rnd})
     for r in results:
         if args.json:
             print(json.dumps(r))
             continue
-        line = (f"{r['scheduler']:>13}: {r['programs']} programs, {r['requests']} requests, "
+        line = (f"round {r['round']} {r['scheduler']:>13}: {r['programs']} programs, {r['requests']} requests, "
                 f"completion mean {r['pct_mean_s']:.2f} s p90 {r['pct_p90_s']:.2f} s, "
                 f"hit rate {100 * r['hit_rate']:.1f}%, step {r['step_ms_mean']:.1f} ms")  # fmt: skip
         if "adapter_us_per_schedule" in r:

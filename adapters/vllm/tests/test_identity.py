@@ -37,6 +37,7 @@ def test_anonymous_and_malformed_requests_are_stock() -> None:
     assert program_of(request({"program_id": ["x"]})) is None
     assert program_of(request({"program_id": "x" * (MAX_PROGRAM_ID_CHARS + 1)})) is None
     assert program_of(SimpleNamespace(sampling_params=None)) is None
+    assert program_of(request({"program_id": "a\ud800b"})) is None  # lone surrogate
 
 
 @given(st.dictionaries(st.sampled_from(["program_id", "last_turn", "tool"]),

@@ -43,6 +43,10 @@ def program_of(request: Any) -> ProgramInfo | None:
         program_id = str(program_id)
     if not isinstance(program_id, str) or not program_id or len(program_id) > MAX_PROGRAM_ID_CHARS:
         return None
+    try:
+        program_id.encode("utf-8")  # JSON can carry lone surrogates; ids must be valid text
+    except UnicodeEncodeError:
+        return None
     tool = extra.get("tool")
     tool = tool_key(tool) if isinstance(tool, str) and tool else None
     return ProgramInfo(program_id, _truthy(extra.get("last_turn", False)), tool)
