@@ -16,8 +16,6 @@ os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="ttlpolicy-vllm
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TTLPOLICY_LOG_INTERVAL_S", "0")
 
-import gc  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
@@ -176,26 +174,3 @@ def make_engine(model: Path, scheduler_cls: Any, num_blocks: int, clock: bool = 
     if clock and hasattr(engine.scheduler, "clock"):
         engine.scheduler.clock = engine.clock
     return engine
-
-
-@pytest.fixture
-def engines(
-    tiny_model: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Any]:
-    """``make(scheduler_cls, num_blocks)`` -> Engine; engines are shut down after the test."""
-    monkeypatch.setenv("TTLPOLICY_POLICY", TEST_POLICY)
-    made: list[Engine] = []
-
-    def make(scheduler_cls: Any, num_blocks: int) -> Engine:
-        e = make_engine(tiny_model, scheduler_cls, num_blocks)
-        made.append(e)
-        return e
-
-    yield make
-    for e in made:
-        try:
-            e.llm.llm_engine.engine_core.shutdown()
-        except Exception:  # noqa: BLE001 - best effort on teardown
-            pass
-    made.clear()
-    gc.collect()
