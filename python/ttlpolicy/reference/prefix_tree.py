@@ -51,7 +51,7 @@ from typing import Any
 from .._validate import as_float, as_int, int_in, non_negative
 from .solver import solve_ttl
 
-MAX_NODES = 1 << 32
+MAX_NODES = 1 << 31
 MAX_GROUP_DEPTH = 64
 MAX_WINDOW = 1 << 20
 MAX_IDLE_GROUPS = 1 << 32
