@@ -12,6 +12,7 @@ from .config import PolicyConfig
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy
+from .reference import prefix_tree as _ref_prefix_tree
 from .reference import solver as _ref_solver
 
 if native is not None:
@@ -31,6 +32,14 @@ else:
     TTLPolicy = _ref_policy.TTLPolicy
     solve_ttl = _ref_solver.solve_ttl
 
+# --- prefix tree (Kareto group TTLs) ---
+if native is not None and hasattr(native, "PrefixTree"):
+    PrefixTree = native.PrefixTree
+    GroupStats = native.GroupStats
+else:
+    PrefixTree = _ref_prefix_tree.PrefixTree
+    GroupStats = _ref_prefix_tree.GroupStats
+
 __all__ = [
     "backend",
     "PolicyConfig",
@@ -41,4 +50,6 @@ __all__ = [
     "PinDecision",
     "TTLPolicy",
     "solve_ttl",
+    "PrefixTree",
+    "GroupStats",
 ]
