@@ -39,6 +39,12 @@ fn hashes(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             obj.get_type().name()?
         )));
     }
+    // Fast path: a contiguous buffer of int64 (numpy int64 arrays, array('q')).
+    if let Ok(buf) = pyo3::buffer::PyBuffer::<i64>::get(obj) {
+        if buf.dimensions() == 1 && buf.is_c_contiguous() {
+            return buf.to_vec(obj.py());
+        }
+    }
     let iter = obj.try_iter().map_err(|_| {
         let name = obj
             .get_type()
