@@ -21,9 +21,11 @@ fn py_err(e: Error) -> PyErr {
 fn int_i64(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
     match v.extract::<i64>() {
         Ok(n) => Ok(n),
-        Err(_) if v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false) => Err(
-            PyValueError::new_err(format!("{field} must fit in a signed 64-bit integer, got {v}")),
-        ),
+        Err(_) if v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false) => {
+            Err(PyValueError::new_err(format!(
+                "{field} must fit in a signed 64-bit integer, got {v}"
+            )))
+        }
         Err(_) => Err(PyTypeError::new_err(format!(
             "{field} must be an integer, got {}",
             v.repr()?
@@ -51,7 +53,9 @@ fn hashes(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             .name()
             .map(|n| n.to_string())
             .unwrap_or_default();
-        PyTypeError::new_err(format!("{field} must be a sequence of integers, got {name}"))
+        PyTypeError::new_err(format!(
+            "{field} must be a sequence of integers, got {name}"
+        ))
     })?;
     let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
     for (i, item) in iter.enumerate() {
@@ -208,7 +212,10 @@ impl PyPrefixTree {
         let mapping = ttls.downcast::<PyMapping>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "ttls must be a mapping of group key to TTL, got {}",
-                ttls.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ttls.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
             ))
         })?;
         let mut out = Vec::new();

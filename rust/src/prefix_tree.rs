@@ -504,7 +504,11 @@ impl PrefixTree {
         self.len += 1;
         let g = self.group_mut(group);
         g.blocks += 1;
-        let was_idle = if g.blocks == 1 { g.idle_since.take() } else { None };
+        let was_idle = if g.blocks == 1 {
+            g.idle_since.take()
+        } else {
+            None
+        };
         if let Some(at) = was_idle {
             self.idle.remove(&at);
         }
@@ -585,7 +589,8 @@ impl PrefixTree {
         for &n in &order {
             let node = &self.nodes[n as usize];
             let (group, parent, hash) = (node.group, node.parent, node.hash);
-            let charged = t_remove.min(node.last_access_s + self.group(group).ttl_s) - node.created_s;
+            let charged =
+                t_remove.min(node.last_access_s + self.group(group).ttl_s) - node.created_s;
             self.closed_block_s += charged;
             self.nodes[n as usize].alive = false;
             self.children.remove(&(parent, hash));
