@@ -6,7 +6,8 @@
 //! Layout: nodes live in an arena (`Vec<Node>` with a free list); one hash map indexes
 //! children by `(parent, hash)`; siblings, the LRU order and the idle groups are intrusive
 //! lists or ordered maps so that insert does O(1) work per block. Deadlines sit in a lazy
-//! min-heap: a touch pushes a new entry and stale ones are skipped when popped.
+//! min-heap with at most one live entry per block, re-pushed when popped if the block was
+//! touched since: a touch does no heap work.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
@@ -67,8 +68,10 @@ struct Node {
     group: u32,
     last_access_s: f64,
     created_s: f64,
-    /// Sequence number of the last touch: tells live heap entries from stale ones.
+    /// Sequence number of the last touch.
     seq: u64,
+    /// `seq` of this block's one live heap entry (0: none).
+    queued: u64,
     /// Id of the insert whose prefix holds this block (protected from eviction).
     mark: u64,
     alive: bool,
@@ -89,6 +92,7 @@ impl Node {
             last_access_s: now,
             created_s: now,
             seq: 0,
+            queued: 0,
             mark: 0,
             alive: true,
         }
@@ -377,6 +381,7 @@ impl PrefixTree {
         self.heap.clear();
         let mut n = self.lru_head;
         while n != NIL {
+            self.nodes[n as usize].queued = 0;
             self.push_deadline(n);
             n = self.nodes[n as usize].lru_next;
         }
@@ -522,18 +527,22 @@ impl PrefixTree {
         node.seq = self.seq;
         self.lru_unlink(n);
         self.lru_push_back(n);
-        self.push_deadline(n);
+        if self.nodes[n as usize].queued == 0 {
+            self.push_deadline(n);
+        }
     }
 
     fn push_deadline(&mut self, n: u32) {
         let node = &self.nodes[n as usize];
         let ttl = self.group(node.group).ttl_s;
         if ttl != f64::INFINITY {
-            self.heap.push(Reverse(Deadline {
+            let entry = Deadline {
                 at_s: node.last_access_s + ttl,
                 seq: node.seq,
                 node: n,
-            }));
+            };
+            self.nodes[n as usize].queued = entry.seq;
+            self.heap.push(Reverse(entry));
         }
     }
 
@@ -545,10 +554,18 @@ impl PrefixTree {
             }
             self.heap.pop();
             let node = &self.nodes[top.node as usize];
-            if node.alive && node.seq == top.seq {
-                let k = self.remove_subtree(top.node, top.at_s);
+            if !node.alive || node.queued != top.seq {
+                continue;
+            }
+            let deadline = node.last_access_s + self.group(node.group).ttl_s;
+            self.nodes[top.node as usize].queued = 0;
+            if deadline < now {
+                let k = self.remove_subtree(top.node, deadline);
                 self.expired_blocks += k as u64;
                 removed += k;
+            } else {
+                // Touched since it was queued.
+                self.push_deadline(top.node);
             }
         }
         removed

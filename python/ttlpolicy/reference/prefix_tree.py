@@ -36,7 +36,7 @@ deadline if that came first (expiry is charged at the deadline, not when ``expir
 
 Mirrored exactly by ``rust/src/prefix_tree.rs``: the orders below (path touched leaf→root,
 subtree removed in pre-order with children in insertion order, deadlines popped by
-(deadline, sequence number)) are part of the rule.
+(deadline, sequence number), one heap entry per block) are part of the rule.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ class _Group:
 
 
 class _Node:
-    __slots__ = ("hash", "parent", "children", "group", "last_access_s", "created_s", "seq", "mark", "alive")
+    __slots__ = ("hash", "parent", "children", "group", "last_access_s", "created_s", "seq", "queued", "mark", "alive")
 
     def __init__(self, h: int, parent: _Node | None, group: _Group | None, now: float) -> None:
         self.hash = h
@@ -115,7 +115,8 @@ class _Node:
         self.group = group
         self.last_access_s = now
         self.created_s = now
-        self.seq = 0  # sequence number of the last touch: tells live heap entries from stale ones
+        self.seq = 0  # sequence number of the last touch
+        self.queued = 0  # seq of this block's one live heap entry (0: none)
         self.mark = 0  # id of the insert whose prefix holds this block (protected from eviction)
         self.alive = True
 
@@ -138,7 +139,10 @@ class PrefixTree:
         self.default_ttl_s = check_ttl("default_ttl_s", default_ttl_s)
         self._root = _Node(0, None, None, 0.0)
         self._lru: OrderedDict[_Node, None] = OrderedDict()  # least recently used first
-        self._heap: list[tuple[float, int, _Node]] = []  # (deadline, seq, node); stale entries skipped
+        # (deadline, seq, node): at most one live entry per block, pushed when the block is
+        # first touched and re-pushed, when popped, if it was touched since; so a touch costs
+        # no heap work.  Entries of removed blocks are skipped when popped.
+        self._heap: list[tuple[float, int, _Node]] = []
         self._groups: dict[tuple[int, ...], _Group] = {}  # in creation order
         self._idle: OrderedDict[tuple[int, ...], _Group] = OrderedDict()  # groups without blocks
         self._seq = 0
@@ -252,6 +256,7 @@ class PrefixTree:
         # Deadlines moved: rebuild the heap from the held blocks, oldest first.
         self._heap = []
         for n in self._lru:
+            n.queued = 0
             self._push_deadline(n)
         self._trim_idle_groups()
 
@@ -293,22 +298,30 @@ class PrefixTree:
         self._seq += 1
         n.seq = self._seq
         self._lru.move_to_end(n)
-        self._push_deadline(n)
+        if n.queued == 0:
+            self._push_deadline(n)
 
     def _push_deadline(self, n: _Node) -> None:
         ttl = n.group.ttl_s
         if ttl != math.inf:
+            n.queued = n.seq
             heapq.heappush(self._heap, (n.last_access_s + ttl, n.seq, n))
 
     def _expire(self, now: float) -> int:
         removed = 0
         heap = self._heap
         while heap and heap[0][0] < now:
-            deadline, seq, n = heapq.heappop(heap)
-            if n.alive and n.seq == seq:
+            _, seq, n = heapq.heappop(heap)
+            if not n.alive or n.queued != seq:
+                continue
+            n.queued = 0
+            deadline = n.last_access_s + n.group.ttl_s
+            if deadline < now:
                 k = self._remove_subtree(n, deadline)
                 self.expired_blocks += k
                 removed += k
+            else:  # touched since it was queued
+                self._push_deadline(n)
         return removed
 
     def _make_room(self, stored: int, mark: int, now: float) -> None:
