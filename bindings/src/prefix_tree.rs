@@ -3,19 +3,13 @@
 //! integer array); a wrong type raises `TypeError`, an int outside 64 bits `ValueError`, as in
 //! the reference.
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyMapping, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyMapping, PyString, PyTuple};
 
 use ttlpolicy_core::prefix_tree as core;
-use ttlpolicy_core::Error;
 
-fn py_err(e: Error) -> PyErr {
-    match e {
-        Error::UnknownKey { .. } => PyKeyError::new_err(e.to_string()),
-        _ => PyValueError::new_err(e.to_string()),
-    }
-}
+use crate::convert::{core_err, Arg, Args};
 
 /// One 64-bit signed integer: TypeError for a non-int, ValueError when out of range.
 fn int_i64(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
@@ -114,27 +108,23 @@ pub struct PyPrefixTree(core::PrefixTree);
 #[pymethods]
 impl PyPrefixTree {
     #[new]
-    #[pyo3(signature = (max_nodes=None, group_depth=None, window=None, max_idle_groups=None, default_ttl_s=f64::INFINITY))]
+    #[pyo3(signature = (max_nodes=Arg::Ok(1 << 20), group_depth=Arg::Ok(2), window=Arg::Ok(256), max_idle_groups=Arg::Ok(1 << 16), default_ttl_s=Arg::Ok(f64::INFINITY)))]
     fn new(
-        max_nodes: Option<&Bound<'_, PyAny>>,
-        group_depth: Option<&Bound<'_, PyAny>>,
-        window: Option<&Bound<'_, PyAny>>,
-        max_idle_groups: Option<&Bound<'_, PyAny>>,
-        default_ttl_s: f64,
+        max_nodes: Arg<i64>,
+        group_depth: Arg<i64>,
+        window: Arg<i64>,
+        max_idle_groups: Arg<i64>,
+        default_ttl_s: Arg<f64>,
     ) -> PyResult<Self> {
-        let arg = |field: &str, v: Option<&Bound<'_, PyAny>>, default: i64| match v {
-            Some(v) => int_i64(field, v),
-            None => Ok(default),
-        };
-        let tree = core::PrefixTree::new(
-            arg("max_nodes", max_nodes, 1 << 20)?,
-            arg("group_depth", group_depth, 2)?,
-            arg("window", window, 256)?,
-            arg("max_idle_groups", max_idle_groups, 1 << 16)?,
-            default_ttl_s,
-        )
-        .map_err(py_err)?;
-        Ok(PyPrefixTree(tree))
+        let mut args = Args::new();
+        let n = args.take("max_nodes", max_nodes);
+        let d = args.take("group_depth", group_depth);
+        let w = args.take("window", window);
+        let i = args.take("max_idle_groups", max_idle_groups);
+        let t = args.take("default_ttl_s", default_ttl_s);
+        Ok(PyPrefixTree(
+            args.finish(core::PrefixTree::new(n, d, w, i, t))?,
+        ))
     }
 
     #[getter]
@@ -180,32 +170,40 @@ impl PyPrefixTree {
     fn group_ttls<'py>(
         &self,
         py: Python<'py>,
-        benefit_per_hit: f64,
-        price_per_block_s: f64,
-        max_ttl_s: f64,
-    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let ttls = self
-            .0
-            .group_ttls(benefit_per_hit, price_per_block_s, max_ttl_s)
-            .map_err(py_err)?;
-        let out = pyo3::types::PyDict::new(py);
+        benefit_per_hit: Arg<f64>,
+        price_per_block_s: Arg<f64>,
+        max_ttl_s: Arg<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let mut args = Args::new();
+        let b = args.take("benefit_per_hit", benefit_per_hit);
+        let p = args.take("price_per_block_s", price_per_block_s);
+        let m = args.take("max_ttl_s", max_ttl_s);
+        let ttls = args.finish(self.0.group_ttls(b, p, m))?;
+        let out = PyDict::new(py);
         for (key, ttl) in ttls {
             out.set_item(PyTuple::new(py, key)?, ttl)?;
         }
         Ok(out)
     }
 
-    fn block_seconds(&self, now: f64) -> PyResult<f64> {
-        self.0.block_seconds(now).map_err(py_err)
+    fn block_seconds(&self, now: Arg<f64>) -> PyResult<f64> {
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        args.finish(self.0.block_seconds(t))
     }
 
-    fn insert(&mut self, hash_ids: &Bound<'_, PyAny>, now: f64) -> PyResult<usize> {
+    fn insert(&mut self, hash_ids: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<usize> {
+        // The reference checks the hashes first, then the time.
         let h = hashes("hash_ids", hash_ids)?;
-        self.0.insert(&h, now).map_err(py_err)
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        args.finish(self.0.insert(&h, t))
     }
 
-    fn expire(&mut self, now: f64) -> PyResult<usize> {
-        self.0.expire(now).map_err(py_err)
+    fn expire(&mut self, now: Arg<f64>) -> PyResult<usize> {
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        args.finish(self.0.expire(t))
     }
 
     fn set_group_ttls(&mut self, ttls: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -227,7 +225,7 @@ impl PyPrefixTree {
             })?;
             out.push((key, ttl));
         }
-        self.0.set_group_ttls(&out).map_err(py_err)
+        self.0.set_group_ttls(&out).map_err(core_err)
     }
 }
 
