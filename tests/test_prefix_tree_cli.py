@@ -44,9 +44,12 @@ def test_hand_checked_trace(tmp_path, capsys):
 
 
 def test_shipped_sessions(capsys):
-    rc = main(["groups", "--trace", str(sample_dir()), "--no-progress", "--max-requests", "40", "--top", "3"])
+    rc = main(
+        ["groups", "--trace", str(sample_dir()), "--no-progress", "--max-sessions", "3", "--max-requests", "40", "--top", "3"]
+    )
     assert rc == 0
     out = capsys.readouterr().out
+    assert "requests 40," in out
     for tier in ("dram", "ssd"):
         rows = {p: _policy_row(out, tier, p) for p in ("no TTL (LRU)", "group TTLs", "ROI global TTL")}
         for ttl, hit_rate, block_h, _ in rows.values():
@@ -72,6 +75,7 @@ def test_frontier_interpolates_between_sweep_points():
         (["--max-ttl-s", "nan"], "--max-ttl-s"),
         (["--group-depth", "0"], "--group-depth"),
         (["--capacity-blocks", "0"], "--capacity-blocks"),
+        (["--max-sessions", "0"], "--max-sessions"),
     ],
 )
 def test_bad_options_give_one_clear_line(tmp_path, capsys, extra, message):

@@ -82,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-usd-per-hour", type=float, default=4.0, help="GPU price (default 4.0)")
     parser.add_argument("--top", type=int, default=10, help="groups shown (default 10)")
     parser.add_argument("--max-requests", type=int, help="replay only the first N requests (by arrival)")
+    parser.add_argument("--max-sessions", type=int, help="read only the first N session files of a directory")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -103,14 +104,22 @@ def parse_tiers(specs: Sequence[str] | None) -> dict[str, float]:
     return tiers
 
 
-def load_requests(path: str | Path, max_requests: int | None = None) -> tuple[list[Request], int]:
-    """Requests with block hashes, sorted by arrival; and the trace's block size in tokens."""
+def load_requests(
+    path: str | Path, max_requests: int | None = None, max_sessions: int | None = None
+) -> tuple[list[Request], int]:
+    """Requests with block hashes, sorted by arrival; and the trace's block size in tokens.
+    ``max_sessions``: stop reading at the first record of the (N+1)-th session file."""
     from ..traces import HashScopes, read_trace
 
     scopes = HashScopes()
     out: list[Request] = []
     block_tokens = 0
+    files: set[str] = set()
     for rec in read_trace(path):
+        # Sub-agents ("<session>/<agent>") come from their parent's file.
+        files.add(rec.session_id.split("/")[0])
+        if max_sessions is not None and len(files) > max_sessions:
+            break
         if not rec.hash_ids:
             continue
         if block_tokens and rec.block_tokens != block_tokens:
@@ -203,10 +212,12 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         v = getattr(args, name)
         if not math.isfinite(v) or v <= 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {v}")
-    if args.max_requests is not None and args.max_requests < 1:
-        raise ValueError(f"--max-requests must be >= 1, got {args.max_requests}")
+    for name in ("max_requests", "max_sessions"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
 
-    requests, block_tokens = load_requests(args.trace, args.max_requests)
+    requests, block_tokens = load_requests(args.trace, args.max_requests, args.max_sessions)
     block_gib = args.bytes_per_token * block_tokens / GIB
     benefit = block_tokens / args.prefill_tokens_per_s * args.gpu_usd_per_hour / 3600.0
     grid = sorted({t for t in GLOBAL_TTL_GRID_S if t <= args.max_ttl_s} | {args.max_ttl_s})
