@@ -12,9 +12,12 @@ from .config import PolicyConfig
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy
+from .reference import prefix_tree as _ref_prefix_tree
+from .reference import scheduler as _ref_scheduler
 from .reference import solver as _ref_solver
 
 if native is not None:
+    # decision core
     ToolHistory = native.ToolHistory
     EtaEstimator = native.EtaEstimator
     OutOfOrderCost = native.OutOfOrderCost
@@ -22,6 +25,14 @@ if native is not None:
     PinDecision = native.PinDecision
     TTLPolicy = native.TTLPolicy
     solve_ttl = native.solve_ttl
+    # scheduling state
+    ProgramScheduler = native.ProgramScheduler
+    Pin = native.Pin
+    Finished = native.Finished
+    Ended = native.Ended
+    # prefix tree (Kareto group TTLs)
+    PrefixTree = native.PrefixTree
+    GroupStats = native.GroupStats
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -30,20 +41,12 @@ else:
     PinDecision = _ref_policy.PinDecision
     TTLPolicy = _ref_policy.TTLPolicy
     solve_ttl = _ref_solver.solve_ttl
-
-# --- scheduler ---
-from .reference import scheduler as _ref_scheduler  # noqa: E402
-
-if native is not None:
-    ProgramScheduler = native.ProgramScheduler
-    Pin = native.Pin
-    Finished = native.Finished
-    Ended = native.Ended
-else:
     ProgramScheduler = _ref_scheduler.ProgramScheduler
     Pin = _ref_scheduler.Pin
     Finished = _ref_scheduler.Finished
     Ended = _ref_scheduler.Ended
+    PrefixTree = _ref_prefix_tree.PrefixTree
+    GroupStats = _ref_prefix_tree.GroupStats
 
 __all__ = [
     "backend",
@@ -55,9 +58,10 @@ __all__ = [
     "PinDecision",
     "TTLPolicy",
     "solve_ttl",
-    # scheduler
     "ProgramScheduler",
     "Pin",
     "Finished",
     "Ended",
+    "PrefixTree",
+    "GroupStats",
 ]

@@ -6,14 +6,22 @@
 * the Mooncake conversation trace (JSONL, ``timestamp`` in ms, 512-token blocks);
 * the Azure LLM inference traces (CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
-Readers are generators: JSONL and CSV are streamed line by line.  A malformed record raises
-:class:`TraceFormatError` naming the file, the record and the field.
+Readers are generators: JSONL and CSV are streamed line by line; a session file is one JSON
+document, read whole (one session), and a directory is read one file at a time.  A malformed
+record raises :class:`TraceFormatError` naming the file, the record and the field; so does a
+file that cannot be decoded (truncated gzip, bad UTF-8).
+
+Block hashes are 64-bit signed integers.  The agentic sessions number their blocks per file
+(``hash_id_scope: "local"``): equal ids in two files are different blocks.  Such records carry
+the file's session id in ``hash_scope``; :class:`HashScopes` maps their ids to ids unique
+across files before blocks of several sessions meet in one cache.
 """
 
 from __future__ import annotations
 
 import csv
 import gzip
+import zlib
 import io
 import json
 import math
@@ -24,6 +32,9 @@ from pathlib import Path
 from typing import IO, Any
 
 MOONCAKE_BLOCK_TOKENS = 512
+#: Free-text fields from a trace (stop reason, ids) are cut to this many characters.
+MAX_TEXT_CHARS = 128
+HASH_MIN, HASH_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class TraceFormatError(ValueError):
@@ -48,6 +59,7 @@ class TraceRecord:
     stop: str | None  # "tool_use", "end_turn", other, or None when not recorded
     think_time_s: float  # gap before this request: tool time after tool_use, else human time
     api_time_s: float | None  # how long the original API took to answer, when recorded
+    hash_scope: str = ""  # "": hash ids are global; else ids are unique only within this scope
 
 
 def open_text(path: str | Path) -> IO[str]:
@@ -77,16 +89,34 @@ def _int(path: Path, where: str, obj: dict[str, Any], field: str) -> int:
 
 def _hashes(path: Path, where: str, obj: dict[str, Any], field: str = "hash_ids") -> tuple[int, ...]:
     v = obj.get(field)
-    if not isinstance(v, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in v):
-        raise TraceFormatError(path, where, field, "must be a list of integers")
+    if not isinstance(v, list):
+        raise TraceFormatError(path, where, field, f"must be a list of integers, got {type(v).__name__}")
+    for i, h in enumerate(v):
+        if isinstance(h, bool) or not isinstance(h, int) or not HASH_MIN <= h <= HASH_MAX:
+            raise TraceFormatError(path, where, f"{field}[{i}]", f"must be a 64-bit integer, got {h!r}")
     return tuple(v)
 
 
+def _text(v: Any) -> str | None:
+    """An untrusted free-text field: None stays None, anything else a bounded str."""
+    return None if v is None or v == "" else str(v)[:MAX_TEXT_CHARS]
+
+
+def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
+    """Numbered lines; a file that cannot be decoded raises TraceFormatError at its line."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(f, 1):
+            yield lineno, line
+    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceFormatError(path, f"line {lineno + 1}", "(file)", f"cannot be decoded: {e}") from None
+
+
 def _agentic_requests(
-    path: Path, session_id: str, requests: Any, block_tokens: int, offset_s: float, where: str
+    path: Path, session_id: str, requests: Any, block_tokens: int, offset_s: float, where: str, scope: str
 ) -> Iterator[TraceRecord]:
     if not isinstance(requests, list):
-        raise TraceFormatError(path, where, "requests", "must be a list")
+        raise TraceFormatError(path, where.rstrip(".") or "session", "requests", "must be a list")
     index = 0
     subagents: list[tuple[str, Any, float, str]] = []
     for i, req in enumerate(requests):
@@ -94,11 +124,10 @@ def _agentic_requests(
         if not isinstance(req, dict):
             raise TraceFormatError(path, rwhere, "(record)", "must be an object")
         if req.get("type") == "subagent":
-            agent = str(req.get("agent_id", f"agent_{i}"))[:64]
+            agent = str(req.get("agent_id", f"agent_{i}"))[:MAX_TEXT_CHARS]
             t = _num(path, rwhere, req, "t")
             subagents.append((f"{session_id}/{agent}", req.get("requests"), offset_s + t, rwhere + "."))
             continue
-        stop = req.get("stop")
         yield TraceRecord(
             session_id=session_id,
             index=index,
@@ -107,13 +136,14 @@ def _agentic_requests(
             output_tokens=_int(path, rwhere, req, "out"),
             hash_ids=_hashes(path, rwhere, req),
             block_tokens=block_tokens,
-            stop=str(stop) if stop else None,
+            stop=_text(req.get("stop")),
             think_time_s=_num(path, rwhere, req, "think_time", default=0.0),
             api_time_s=_num(path, rwhere, req, "api_time", default=None),
+            hash_scope=scope,
         )
         index += 1
     for sid, reqs, t0, swhere in subagents:
-        yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere)
+        yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere, scope)
 
 
 def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
@@ -125,18 +155,22 @@ def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
             doc = json.load(f)
         except json.JSONDecodeError as e:
             raise TraceFormatError(p, f"line {e.lineno}", "(json)", e.msg) from None
+        except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
+            raise TraceFormatError(p, "session", "(file)", f"cannot be decoded: {e}") from None
     if not isinstance(doc, dict):
         raise TraceFormatError(p, "session", "(record)", "must be a JSON object")
-    session_id = str(doc.get("id", p.name.split(".")[0]))[:128]
+    session_id = str(doc.get("id", p.name.split(".")[0]))[:MAX_TEXT_CHARS]
     block_tokens = _int(p, "session", doc, "block_size")
-    yield from _agentic_requests(p, session_id, doc.get("requests"), block_tokens, 0.0, "")
+    # Only an explicit "global" scope lets ids meet across files.
+    scope = "" if doc.get("hash_id_scope") == "global" else session_id
+    yield from _agentic_requests(p, session_id, doc.get("requests"), block_tokens, 0.0, "", scope)
 
 
 def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:
     """The Mooncake JSONL trace, streamed; arrival is ``timestamp`` / 1000."""
     p = Path(path)
     with open_text(p) as f:
-        for lineno, line in enumerate(f, 1):
+        for lineno, line in _lines(p, f):
             if not line.strip():
                 continue
             where = f"line {lineno}"
@@ -165,7 +199,7 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
     p = Path(path)
     t0: datetime | None = None
     with open_text(p) as f:
-        reader = csv.reader(f)
+        reader = csv.reader(line for _, line in _lines(p, f))
         header = next(reader, None)
         want = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
         if header is None or [h.strip() for h in header] != want:
@@ -180,6 +214,8 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
             except ValueError:
                 raise TraceFormatError(p, where, "TIMESTAMP", f"not a timestamp: {row[0]!r}") from None
             t0 = ts if t0 is None else t0
+            if ts < t0:
+                raise TraceFormatError(p, where, "TIMESTAMP", f"before the first row: {row[0]!r}")
             fields = {}
             for name, text in zip(want[1:], row[1:]):
                 try:
@@ -226,6 +262,31 @@ def read_trace(path: str | Path) -> Iterator[TraceRecord]:
         return
     fmt = detect_format(p)
     yield from {"agentic": read_agentic, "mooncake": read_mooncake, "azure": read_azure}[fmt](p)
+
+
+class HashScopes:
+    """Maps block hashes to ids unique across hash scopes: a record's ids pass unchanged when
+    its ``hash_scope`` is "" (global ids), else become ``(scope number << 32) | id`` with one
+    number per scope, first come first numbered (ids of a scoped trace must be in [0, 2**32))."""
+
+    MAX_SCOPES = 1 << 31
+
+    def __init__(self) -> None:
+        self._numbers: dict[str, int] = {}
+
+    def hash_ids(self, rec: TraceRecord) -> tuple[int, ...]:
+        if not rec.hash_scope:
+            return rec.hash_ids
+        n = self._numbers.get(rec.hash_scope)
+        if n is None:
+            if len(self._numbers) >= self.MAX_SCOPES:
+                raise ValueError(f"more than {self.MAX_SCOPES} hash scopes")
+            n = self._numbers[rec.hash_scope] = len(self._numbers)
+        base = n << 32
+        for h in rec.hash_ids:
+            if not 0 <= h < 1 << 32:
+                raise ValueError(f"hash id {h!r} of scope {rec.hash_scope!r} is outside [0, 2**32)")
+        return tuple(base | h for h in rec.hash_ids)
 
 
 def sample_dir() -> Path:
