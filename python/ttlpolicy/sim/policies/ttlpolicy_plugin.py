@@ -1,0 +1,93 @@
+"""ttlpolicy: the full CacheTTL model, driven through the library — ``ttlpolicy.TTLPolicy``
+decides each pin's TTL, ``ttlpolicy.ProgramScheduler`` orders the waiting queue, keeps the
+pin table, expires and reclaims pins.  No rule of theirs is restated here: this module only
+translates engine events into their calls and their answers into engine actions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ttlpolicy as tp
+
+from .base import FREE, PIN, Policy, Release
+
+if TYPE_CHECKING:
+    from ..engine import Call, EngineView
+
+
+class TTLPolicyPlugin(Policy):
+    name = "ttlpolicy"
+
+    def __init__(self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= pin_budget_fraction <= 1.0:
+            raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
+        self.config = config
+        self.pin_budget_fraction = pin_budget_fraction
+        self.sched = None
+        self._calls: dict[int, Call] = {}
+
+    def bind(self, view: EngineView) -> None:
+        super().bind(view)
+        total = self._total_blocks(view)
+        hw = view.hardware
+        cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
+        self.sched = tp.ProgramScheduler(
+            tp.TTLPolicy(cfg), total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
+        )
+
+    @staticmethod
+    def _total_blocks(view: EngineView) -> int:
+        return view.hardware.kv_capacity_blocks(view.config.block_tokens)
+
+    # -- queue ----------------------------------------------------------------------------
+    def arrive(self, call: Call, now: float) -> bool:
+        b = self.view.config.block_tokens
+        pinned = call.program_id in self.sched.pins_by_program()
+        self.sched.arrive(call.call_id, call.program_id, now, -(-call.prompt // b))
+        self._calls[call.call_id] = call
+        return pinned
+
+    def requeue(self, call: Call, now: float) -> None:
+        self.sched.preempt(call.call_id, now)
+
+    def peek(self) -> Call | None:
+        rid = self.sched.peek()
+        return None if rid is None else self._calls[rid]
+
+    def pop(self) -> Call:
+        return self._calls[self.sched.pop()]
+
+    def waiting(self) -> int:
+        return self.sched.waiting_count()
+
+    # -- events ---------------------------------------------------------------------------
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        if cache_dropped:
+            self.sched.record_queueing_delay(now - call.issue_s)
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+        del self._calls[call.call_id]
+        tokens = chain_blocks * self.view.config.block_tokens
+        self.sched.finish(
+            call.call_id,
+            now,
+            chain_blocks,
+            tool=call.turn.tool,
+            last_turn=last_turn,
+            cache_miss_cost_s=self.view.prefill_s(tokens),
+        )
+        return PIN if call.program_id in self.sched.pins_by_program() else FREE
+
+    def expire(self, now: float) -> list[str]:
+        return [program for program, _blocks in self.sched.expire(now)]
+
+    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+        return [program for program, _blocks in self.sched.reclaim(blocks_needed, now)]
+
+    def next_deadline(self) -> float | None:
+        return self.sched.next_deadline()
+
+    def program_done(self, program_id: str, turns: int) -> None:
+        self.sched.end_program(program_id)
