@@ -1,1 +1,435 @@
-"""Program-level scheduling state (issue 3): filled in by the scheduler work."""
+"""Program-level scheduling state of CacheTTL: the waiting queue and the pin table.
+
+Engine-agnostic bookkeeping that the simulator and the engine adapters call instead of
+re-implementing it.  The engine owns the KV blocks; the scheduler says which request runs
+next, which program keeps how many blocks until when, and what to release under pressure.
+
+Life of a request: ``arrive`` (waiting) → ``pop`` (running) → ``preempt`` (waiting again,
+first in line) or ``finish``.  ``finish`` asks the policy how long to pin the blocks the
+request holds (unless it was the program's last turn) and pins them if the pin budget allows.
+A pin ends at ``expire`` (deadline passed), ``reclaim`` (memory pressure, latest-arrived
+program first), when the program's next request ``arrive``s (the pin is consumed: its blocks
+become that request's prefix and the request jumps ahead), or when the program ends.
+
+Choices (the same in both backends):
+
+* Ids are ``str`` (engines name requests with strings): non-empty, valid Unicode (no lone
+  surrogates), at most ``MAX_ID_BYTES`` bytes of UTF-8.  Request ids order ties by code point.
+* Time is an argument and never goes backwards: every call taking ``now`` refuses a ``now``
+  below the latest one seen.
+* ``mean_active_blocks`` (M̄ of the cost model) is tracked: the mean ``blocks_held`` over the
+  last ``MEAN_ACTIVE_WINDOW`` finished requests, this one included, at least 1 block.  An
+  engine that knows better passes ``mean_active_blocks=`` to ``finish``.
+* Tool durations: when a request finishes with a tool (or gets pinned), the program's next
+  arrival records ``now − finish time`` as that tool's duration (``policy.observe_tool``) —
+  for every program, pinned or not, so the CDF is not biased towards short tools.
+* Out-of-order cost T: when a request whose program had finished a turn but whose cache was
+  not kept (no pin consumed on arrival) is first popped, its wait in the queue is observed
+  (``policy.observe_queueing_delay``).
+* η: ``end_program`` and ``finish(last_turn=True)`` observe the program's finished turns;
+  ``abort`` does not (a cut-short program would bias η towards memoryless).
+* Bad input raises before any state changes: ``TypeError`` (wrong type), ``ValueError`` (bad
+  value, wrong state, time going backwards), ``KeyError`` (unknown id).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._validate import finite, int_in, non_negative, positive, tool_key
+from .pins import Pin, PinTable
+from .policy import MAX_BLOCKS, PinDecision
+from .queue import Key, WaitingQueue
+
+__all__ = ["ProgramScheduler", "Pin", "Finished", "Ended"]
+
+MAX_ID_BYTES = 1024
+MEAN_ACTIVE_WINDOW = 256
+#: η is observed on at most this many turns (the estimator's own bound).
+MAX_TURNS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A program that ended: its finished ``turns``, the ``pin`` released (if any) and the
+    live requests dropped with it (``request_ids``, sorted)."""
+
+    program_id: str
+    turns: int
+    pin: Pin | None
+    request_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
+    ``pin`` if this request was pinned (merged with a pin the program already held), and
+    ``ended`` when it was the program's last turn."""
+
+    decision: PinDecision | None
+    pin: Pin | None
+    ended: Ended | None
+
+    @property
+    def pinned(self) -> bool:
+        return self.pin is not None
+
+
+def check_id(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{field} must be valid Unicode, got {value!r}") from None
+    if not 0 < size <= MAX_ID_BYTES:
+        raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
+    return value
+
+
+def check_ids(field: str, values: Any) -> list[str]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{field} must be a sequence of str, got {type(values).__name__}")
+    return [check_id(field, v) for v in values]
+
+
+def check_bool(field: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{field} must be a bool, got {type(value).__name__}")
+    return value
+
+
+class _Program:
+    __slots__ = ("arrival_s", "turns", "live", "tool", "tool_since_s")
+
+    def __init__(self, arrival_s: float) -> None:
+        self.arrival_s = arrival_s
+        self.turns = 0  # finished requests
+        self.live: set[str] = set()  # its waiting and running requests
+        # An outstanding tool call (or pinned gap): its tool and when it started.
+        self.tool: str | None = None
+        self.tool_since_s: float | None = None
+
+
+class _Request:
+    __slots__ = ("program_id", "arrival_s", "blocks", "pinned", "preempted", "running",
+                 "returning")  # fmt: skip
+
+    def __init__(self, program_id: str, arrival_s: float, blocks: int, pinned: bool,
+                 returning: bool) -> None:  # fmt: skip
+        self.program_id = program_id
+        self.arrival_s = arrival_s
+        self.blocks = blocks
+        self.pinned = pinned  # consumed its program's pin on arrival
+        self.preempted = False
+        self.running = False
+        self.returning = returning  # came back to a dropped cache; cleared at first pop
+
+    def key(self, request_id: str, program_arrival_s: float) -> Key:
+        return (not self.preempted, not self.pinned, program_arrival_s, self.arrival_s,
+                request_id)  # fmt: skip
+
+
+class ProgramScheduler:
+    """Waiting queue and pin table of CacheTTL over a ``TTLPolicy`` (used, never copied:
+    the caller sees its estimators move)."""
+
+    def __init__(self, policy: Any, total_blocks: Any, pin_budget_blocks: Any) -> None:
+        if not callable(getattr(policy, "decide", None)):
+            raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self.pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0,
+                                        self.total_blocks)  # fmt: skip
+        self._queue = WaitingQueue()
+        self._pins = PinTable()
+        self._programs: dict[str, _Program] = {}
+        self._requests: dict[str, _Request] = {}
+        self._held: deque[int] = deque()  # blocks_held of the last finished requests
+        self._held_sum = 0
+        self._now = -math.inf
+
+    # -- checks (no state changes) ----------------------------------------------------------
+    def _check_now(self, now: Any) -> float:
+        t = finite("now", now) + 0.0  # -0.0 → 0.0: one total order in both backends
+        if t < self._now:
+            raise ValueError(f"now must be >= {self._now!r} (time never goes back), got {t!r}")
+        return t
+
+    def _request(self, request_id: Any) -> _Request:
+        rid = check_id("request_id", request_id)
+        req = self._requests.get(rid)
+        if req is None:
+            raise KeyError(f"unknown request_id: {rid!r}")
+        return req
+
+    def _running(self, request_id: Any) -> _Request:
+        req = self._request(request_id)
+        if not req.running:
+            raise ValueError(f"request_id {request_id!r} must be running, got a waiting request")
+        return req
+
+    # -- arrivals ---------------------------------------------------------------------------
+    def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
+        """A request enters the waiting queue.  Returns the program's pin if this arrival
+        consumed it (its blocks are now this request's prefix), else None."""
+        rid = check_id("request_id", request_id)
+        pid = check_id("program_id", program_id)
+        t = self._check_now(now)
+        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        if rid in self._requests:
+            raise ValueError(f"request_id {rid!r} must be new, got one already waiting or running")
+        self._now = t
+        return self._arrive(rid, pid, t, blocks)
+
+    def arrive_many(self, request_ids: Any, program_ids: Any, now: Any,
+                    blocks_needed: Any) -> list[Pin | None]:  # fmt: skip
+        """``arrive`` for many requests at one ``now``, in order (all checked first: one bad
+        entry changes nothing).  ``blocks_needed`` may be a numpy integer array."""
+        rids = check_ids("request_ids", request_ids)
+        pids = check_ids("program_ids", program_ids)
+        t = self._check_now(now)
+        if isinstance(blocks_needed, (str, bytes)) or not isinstance(blocks_needed, Iterable):
+            raise TypeError(f"blocks_needed must be a sequence of int, got "
+                            f"{type(blocks_needed).__name__}")  # fmt: skip
+        blocks = [int_in("blocks_needed", b, 0, self.total_blocks) for b in blocks_needed]
+        if not len(rids) == len(pids) == len(blocks):
+            raise ValueError(f"request_ids, program_ids and blocks_needed must have one length, "
+                             f"got {len(rids)}, {len(pids)}, {len(blocks)}")  # fmt: skip
+        seen: set[str] = set()
+        for rid in rids:
+            if rid in self._requests or rid in seen:
+                raise ValueError(f"request_ids must be new and distinct, got {rid!r} twice")
+            seen.add(rid)
+        self._now = t
+        return [self._arrive(r, p, t, b) for r, p, b in zip(rids, pids, blocks)]
+
+    def _arrive(self, rid: str, pid: str, t: float, blocks: int) -> Pin | None:
+        prog = self._programs.get(pid)
+        if prog is not None and prog.tool_since_s is not None:
+            # The only call that may fail comes first: nothing is changed if it does.
+            self.policy.observe_tool(prog.tool, t - prog.tool_since_s)
+            prog.tool, prog.tool_since_s = None, None
+        if prog is None:
+            prog = self._programs[pid] = _Program(t)
+        consumed = self._pins.remove(pid)
+        req = _Request(pid, t, blocks, consumed is not None,
+                       returning=prog.turns > 0 and consumed is None)  # fmt: skip
+        self._requests[rid] = req
+        prog.live.add(rid)
+        self._queue.push(req.key(rid, prog.arrival_s))
+        return consumed
+
+    # -- the queue --------------------------------------------------------------------------
+    def peek(self) -> str | None:
+        """The request ``pop`` would return, or None when nothing waits."""
+        return self._queue.peek()
+
+    def pop(self, now: Any) -> str | None:
+        """The waiting request with the smallest priority tuple, now running; None if none."""
+        t = self._check_now(now)
+        rid = self._queue.peek()
+        if rid is not None:
+            req = self._requests[rid]
+            if req.returning:
+                self.policy.observe_queueing_delay(t - req.arrival_s)
+                req.returning = False
+            self._queue.pop()
+            req.running = True
+        self._now = t
+        return rid
+
+    def pop_many(self, n: Any, now: Any) -> list[str]:
+        """Up to ``n`` requests, as ``pop`` would return them one by one."""
+        count = int_in("n", n, 0, MAX_BLOCKS)
+        t = self._check_now(now)
+        out = []
+        while len(out) < count and (rid := self.pop(t)) is not None:
+            out.append(rid)
+        self._now = t
+        return out
+
+    def preempt(self, request_id: Any, now: Any) -> None:
+        """A running request goes back to the queue, ahead of every request not preempted."""
+        req = self._running(request_id)
+        t = self._check_now(now)
+        self._now = t
+        req.running = False
+        req.preempted = True
+        self._queue.push(req.key(request_id, self._programs[req.program_id].arrival_s))
+
+    # -- finishing and pins -----------------------------------------------------------------
+    def finish(
+        self,
+        request_id: Any,
+        now: Any,
+        blocks_held: Any,
+        tool: Any = None,
+        last_turn: Any = False,
+        cache_miss_cost_s: Any = None,
+        prefix_tokens: Any = 0,
+        offloaded_tokens: Any = 0,
+        mean_active_blocks: Any = None,
+    ) -> Finished:
+        """A running request ended, holding ``blocks_held`` blocks, with a call to ``tool``
+        (None: unknown or no tool).  Unless it was the program's last turn, the policy
+        decides a TTL and the blocks are pinned until ``now + ttl_s`` when ``ttl_s > 0`` and
+        the pin budget has room.  A last turn ends the program (see ``end_program``)."""
+        req = self._running(request_id)
+        t = self._check_now(now)
+        blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        key = tool_key(tool)
+        last = check_bool("last_turn", last_turn)
+        if cache_miss_cost_s is not None:
+            non_negative("cache_miss_cost_s", cache_miss_cost_s)
+        int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
+        int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
+        full = len(self._held) == MEAN_ACTIVE_WINDOW
+        held_sum = self._held_sum + blocks - (self._held[0] if full else 0)
+        held_n = len(self._held) + (0 if full else 1)
+        if mean_active_blocks is None:
+            mean_active = max(float(held_sum) / float(held_n), 1.0)
+        else:
+            mean_active = positive("mean_active_blocks", mean_active_blocks)
+        decision = None
+        if not last:
+            decision = self.policy.decide(
+                tool=key,
+                request_blocks=blocks,
+                mean_active_blocks=mean_active,
+                cache_miss_cost_s=cache_miss_cost_s,
+                prefix_tokens=prefix_tokens,
+                now=t,
+                offloaded_tokens=offloaded_tokens,
+            )
+        # Commit: nothing below can fail.
+        self._now = t
+        if full:
+            self._held.popleft()
+        self._held.append(blocks)
+        self._held_sum = held_sum
+        pid = req.program_id
+        prog = self._programs[pid]
+        prog.turns += 1
+        prog.live.discard(request_id)
+        del self._requests[request_id]
+        if decision is None:
+            return Finished(None, None, self._end(pid, observe=True))
+        pin = None
+        if decision.ttl_s > 0.0 and self._pins.blocks + blocks <= self.pin_budget_blocks:
+            deadline_s = t + decision.ttl_s
+            if not math.isfinite(deadline_s):
+                deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
+            pin = self._pins.add(pid, blocks, deadline_s, prog.arrival_s)
+        if key is not None or pin is not None:
+            prog.tool, prog.tool_since_s = key, t
+        else:
+            prog.tool, prog.tool_since_s = None, None
+        return Finished(decision, pin, None)
+
+    def expire(self, now: Any) -> list[Pin]:
+        """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program)."""
+        t = self._check_now(now)
+        self._now = t
+        return self._pins.expire(t)
+
+    def reclaim(self, blocks_needed: Any, now: Any) -> list[Pin]:
+        """Releases pins, latest-arrived program first, until at least ``blocks_needed``
+        blocks are released or no pin is left; returns them in release order."""
+        need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
+        t = self._check_now(now)
+        self._now = t
+        return self._pins.reclaim(need)
+
+    def record_queueing_delay(self, delay_s: Any) -> None:
+        """A queueing delay the queue cannot see (``pop`` records its own) for the
+        out-of-order cost T."""
+        self.policy.observe_queueing_delay(delay_s)
+
+    # -- ending -----------------------------------------------------------------------------
+    def end_program(self, program_id: Any) -> Ended:
+        """The program is done: release its pin, drop its live requests, observe its turns
+        for η and forget it."""
+        pid = check_id("program_id", program_id)
+        if pid not in self._programs:
+            raise KeyError(f"unknown program_id: {pid!r}")
+        return self._end(pid, observe=True)
+
+    def abort(self, request_id: Any) -> Ended:
+        """The request was aborted (its client went away): its whole program ends, without
+        observing η."""
+        req = self._request(request_id)
+        return self._end(req.program_id, observe=False)
+
+    def _end(self, pid: str, observe: bool) -> Ended:
+        prog = self._programs[pid]
+        if observe and prog.turns > 0:
+            self.policy.observe_program(min(prog.turns, MAX_TURNS))
+        del self._programs[pid]
+        pin = self._pins.remove(pid)
+        dropped = tuple(sorted(prog.live))
+        for rid in dropped:
+            self._queue.remove(rid)
+            del self._requests[rid]
+        return Ended(pid, prog.turns, pin, dropped)
+
+    # -- read-only views --------------------------------------------------------------------
+    @property
+    def pinned_blocks(self) -> int:
+        return self._pins.blocks
+
+    @property
+    def pin_count(self) -> int:
+        return len(self._pins)
+
+    @property
+    def waiting_count(self) -> int:
+        return len(self._queue)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._requests) - len(self._queue)
+
+    @property
+    def program_count(self) -> int:
+        return len(self._programs)
+
+    @property
+    def next_deadline_s(self) -> float | None:
+        """The earliest pin deadline, None without pins."""
+        return self._pins.next_deadline_s()
+
+    @property
+    def mean_active_blocks(self) -> float | None:
+        """The tracked M̄ (see the module doc); None before any request finished."""
+        if not self._held:
+            return None
+        return max(float(self._held_sum) / float(len(self._held)), 1.0)
+
+    def pins(self) -> list[Pin]:
+        """Every pin, by (deadline, program id)."""
+        return self._pins.all()
+
+    def pin(self, program_id: Any) -> Pin | None:
+        """The program's pin, None when it holds none (or is unknown)."""
+        return self._pins.get(check_id("program_id", program_id))
+
+    def state(self, request_id: Any) -> str:
+        """``"waiting"`` or ``"running"``."""
+        return "running" if self._request(request_id).running else "waiting"
+
+    def priority(self, request_id: Any) -> Key:
+        """The priority tuple of a waiting request (smaller runs first); engines that sort
+        their own queue (SGLang) use it as the sort key."""
+        req = self._request(request_id)
+        if req.running:
+            raise ValueError(f"request_id {request_id!r} must be waiting, got a running request")
+        return self._queue.key(request_id)

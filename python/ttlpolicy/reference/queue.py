@@ -1,0 +1,57 @@
+"""The waiting queue: requests ordered by the CacheTTL priority tuple
+
+    (not preempted, not pinned, program arrival time, request arrival time, request id)
+
+smallest first — preempted requests, then requests whose program's pin they consumed, then
+program-level FCFS.  The request id makes every key unique, so the order is total and both
+backends pop the same request.  A heap with lazy deletion: ``remove`` forgets the key, and
+stale heap entries are skipped (and compacted away so the heap stays bounded).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+#: (not preempted, not pinned, program_arrival_s, arrival_s, request_id)
+Key = tuple[bool, bool, float, float, str]
+
+
+class WaitingQueue:
+    def __init__(self) -> None:
+        self._keys: dict[str, Key] = {}
+        self._heap: list[Key] = []
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, request_id: str) -> bool:
+        return request_id in self._keys
+
+    def key(self, request_id: str) -> Key:
+        return self._keys[request_id]
+
+    def push(self, key: Key) -> None:
+        self._keys[key[-1]] = key
+        heapq.heappush(self._heap, key)
+        if len(self._heap) > 2 * len(self._keys) + 64:
+            self._heap = list(self._keys.values())
+            heapq.heapify(self._heap)
+
+    def peek(self) -> str | None:
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            if self._keys.get(top[-1]) == top:
+                return top[-1]
+            heapq.heappop(heap)  # stale: removed, or re-queued with another key
+        return None
+
+    def pop(self) -> str | None:
+        request_id = self.peek()
+        if request_id is not None:
+            heapq.heappop(self._heap)
+            del self._keys[request_id]
+        return request_id
+
+    def remove(self, request_id: str) -> bool:
+        return self._keys.pop(request_id, None) is not None
