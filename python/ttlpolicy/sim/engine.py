@@ -253,7 +253,35 @@ class Engine:
 
     # -- one step, or a run of identical steps --------------------------------------------
     def _step(self, active: list[Call]) -> None:
-        cfg, hw = self.config, self.hw
+        # As vLLM: when memory runs short the step preempts, and nothing is admitted before
+        # it runs (else a just-preempted call could be readmitted and preempted forever).
+        while True:
+            plan = self._plan(active)
+            if plan is not None:
+                break
+            active = [c for c in self.running if c.ready_s <= self.now]
+            if not active:
+                return
+        dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv = plan
+        steps = self.hw.steps
+        # Stop at the next event.
+        t_next = self._next_event_s()
+        if t_next is not None and k > 1:
+            lo, hi = 1, k
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.now + steps.run_s(tokens, attn0, d_attn, kv0, d_kv, mid) >= t_next:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            k = lo
+        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+        self._advance(dt)
+        self._apply(dec, chunks, k)
+
+    def _plan(self, active: list[Call]):
+        """The next run of identical steps, or None after freeing memory (plan again)."""
+        cfg = self.config
         dec = [c for c in active if c.computed >= c.prompt]
         pre = [c for c in active if c.computed < c.prompt]
         budget = cfg.token_budget - len(dec)
@@ -278,25 +306,10 @@ class Engine:
         kv0 = ctx + sum(c.computed + n for c, n in chunks)
         d_attn = len(dec) + (chunks[0][1] ** 2 if k > 1 and chunks else 0)
         d_kv = len(dec) + (chunks[0][1] if k > 1 and chunks else 0)
-        # Memory for decode growth.
         k = self._fit_memory(dec, k)
         if k == 0:
-            return  # something was preempted or reclaimed: plan again
-        steps = hw.steps
-        # Stop at the next event.
-        t_next = self._next_event_s()
-        if t_next is not None and k > 1:
-            lo, hi = 1, k
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if self.now + steps.run_s(tokens, attn0, d_attn, kv0, d_kv, mid) >= t_next:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            k = lo
-        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
-        self._advance(dt)
-        self._apply(dec, chunks, k)
+            return None
+        return dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
         b = self.config.block_tokens

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from ..engine import Call, EngineView
 
 
+def _scheduler_class():
+    """The active backend's ProgramScheduler (the reference one until the native is exported)."""
+    cls = getattr(tp, "ProgramScheduler", None)
+    if cls is None:
+        from ttlpolicy.reference.scheduler import ProgramScheduler as cls
+    return cls
+
+
 class TTLPolicyPlugin(Policy):
     name = "ttlpolicy"
 
@@ -33,7 +41,7 @@ class TTLPolicyPlugin(Policy):
         total = self._total_blocks(view)
         hw = view.hardware
         cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
-        self.sched = tp.ProgramScheduler(
+        self.sched = _scheduler_class()(
             tp.TTLPolicy(cfg), total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
         )
 
@@ -44,50 +52,43 @@ class TTLPolicyPlugin(Policy):
     # -- queue ----------------------------------------------------------------------------
     def arrive(self, call: Call, now: float) -> bool:
         b = self.view.config.block_tokens
-        pinned = call.program_id in self.sched.pins_by_program()
-        self.sched.arrive(call.call_id, call.program_id, now, -(-call.prompt // b))
-        self._calls[call.call_id] = call
-        return pinned
+        rid = str(call.call_id)
+        self._calls[rid] = call
+        return self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self.sched.total_blocks)) is not None
 
     def requeue(self, call: Call, now: float) -> None:
-        self.sched.preempt(call.call_id, now)
+        self.sched.preempt(str(call.call_id), now)
 
     def peek(self) -> Call | None:
         rid = self.sched.peek()
         return None if rid is None else self._calls[rid]
 
     def pop(self) -> Call:
-        return self._calls[self.sched.pop()]
+        return self._calls[self.sched.pop(self.view.now)]
 
     def waiting(self) -> int:
-        return self.sched.waiting_count()
+        return self.sched.waiting_count
 
     # -- events ---------------------------------------------------------------------------
-    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
-        if cache_dropped:
-            self.sched.record_queueing_delay(now - call.issue_s)
-
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
-        del self._calls[call.call_id]
+        rid = str(call.call_id)
+        del self._calls[rid]
         tokens = chain_blocks * self.view.config.block_tokens
-        self.sched.finish(
-            call.call_id,
+        done = self.sched.finish(
+            rid,
             now,
             chain_blocks,
             tool=call.turn.tool,
             last_turn=last_turn,
             cache_miss_cost_s=self.view.prefill_s(tokens),
         )
-        return PIN if call.program_id in self.sched.pins_by_program() else FREE
+        return PIN if done.pinned else FREE
 
     def expire(self, now: float) -> list[str]:
-        return [program for program, _blocks in self.sched.expire(now)]
+        return [pin.program_id for pin in self.sched.expire(now)]
 
     def reclaim(self, blocks_needed: int, now: float) -> list[str]:
-        return [program for program, _blocks in self.sched.reclaim(blocks_needed, now)]
+        return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now)]
 
     def next_deadline(self) -> float | None:
-        return self.sched.next_deadline()
-
-    def program_done(self, program_id: str, turns: int) -> None:
-        self.sched.end_program(program_id)
+        return self.sched.next_deadline_s
