@@ -15,6 +15,7 @@ Not modelled: chunked recomputation and the per-iteration swap budget.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from .base import FREE, PIN, SWAP, PinningPolicy, Release, ToolMeans
@@ -33,7 +34,7 @@ class InferCept(PinningPolicy):
     def __init__(self, prior_tool_s: float = 10.0) -> None:
         super().__init__()
         self.means = ToolMeans(prior_s=prior_tool_s)
-        self.last_choice: str | None = None
+        self.choices: Counter[str] = Counter()
 
     def arrive(self, call: Call, now: float) -> bool:
         if call.gap_s is not None:
@@ -61,7 +62,7 @@ class InferCept(PinningPolicy):
             return FREE
         w = self.wastes(call, chain_blocks)
         choice = min(w, key=lambda k: (w[k], k))
-        self.last_choice = choice
+        self.choices[choice] += 1
         if choice == "preserve":
             self.table.pin(call.program_id, now + PRESERVE_CAP_S, chain_blocks)
             return PIN
