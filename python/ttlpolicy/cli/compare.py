@@ -2,7 +2,8 @@
 
 Each session of the trace is an agent program; programs arrive as a Poisson process
 (``--rate``, programs per second) or keep ``--concurrency`` in flight.  One table per load
-point: program completion time (mean / p50 / p95), mean time to first token, output
+point: program completion time (mean / p50 / p95; and its part not spent in the program's
+own tool and human gaps, "on engine"), mean time to first token, output
 throughput, prefix hit rate, recomputed tokens, pinned block-seconds and preemptions.
 With ``--sweep`` the load is swept (the given load × 0.5, 1, 2, 4) and ``--plot`` draws mean
 completion time against load (needs matplotlib).  Without ``--trace`` it runs on the sample
@@ -25,6 +26,7 @@ COLUMNS = (
     ("jct_mean_s", "JCT mean s", "{:.1f}"),
     ("jct_p50_s", "p50 s", "{:.1f}"),
     ("jct_p95_s", "p95 s", "{:.1f}"),
+    ("engine_mean_s", "on engine s", "{:.1f}"),
     ("ttft_mean_s", "TTFT s", "{:.3f}"),
     ("throughput_tok_s", "out tok/s", "{:.1f}"),
     ("hit_rate", "hit rate", "{:.3f}"),

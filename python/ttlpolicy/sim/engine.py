@@ -266,7 +266,8 @@ class Engine:
         steps = self.hw.steps
         # Stop at the next event.
         t_next = self._next_event_s()
-        if t_next is not None and k > 1:
+        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+        if t_next is not None and k > 1 and self.now + dt > t_next:
             lo, hi = 1, k
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -275,7 +276,7 @@ class Engine:
                 else:
                     lo = mid + 1
             k = lo
-        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+            dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
         self._advance(dt)
         self._apply(dec, chunks, k)
 
@@ -404,7 +405,7 @@ class Engine:
             self._push(self.now + nxt.think_s, _ISSUE, (run, call.turn_index + 1))
             return
         self.policy.program_done(call.program_id, len(turns))
-        self.metrics.program_finished(call.program_id, self.now)
+        self.metrics.program_finished(call.program_id, self.now, sum(t.think_s for t in turns))
         if self._arrivals is not None:
             prog = self._arrivals.replacement()
             if prog is not None:

@@ -11,6 +11,7 @@ import numpy as np
 class Metrics:
     program_start_s: dict[str, float] = field(default_factory=dict)
     program_finish_s: dict[str, float] = field(default_factory=dict)
+    program_think_s: dict[str, float] = field(default_factory=dict)  # tool + human gaps
     ttfts_s: list[float] = field(default_factory=list)
     calls_done: int = 0
     input_tokens: int = 0
@@ -34,8 +35,9 @@ class Metrics:
             raise ValueError(f"program {program_id!r} started twice: program ids must be unique")
         self.program_start_s[program_id] = now
 
-    def program_finished(self, program_id: str, now: float) -> None:
+    def program_finished(self, program_id: str, now: float, think_s: float = 0.0) -> None:
         self.program_finish_s[program_id] = now
+        self.program_think_s[program_id] = think_s
 
     def call_finished(self, program_id: str, now: float) -> None:
         self.calls_done += 1
@@ -56,6 +58,11 @@ class Metrics:
             "jct_mean_s": float(jct.mean()) if len(jct) else 0.0,
             "jct_p50_s": float(np.percentile(jct, 50)) if len(jct) else 0.0,
             "jct_p95_s": float(np.percentile(jct, 95)) if len(jct) else 0.0,
+            # completion time less the program's own tool/human gaps: time spent on the engine
+            "engine_mean_s": float(np.mean([
+                self.program_finish_s[p] - self.program_start_s[p] - self.program_think_s.get(p, 0.0)
+                for p in self.program_finish_s
+            ])) if len(jct) else 0.0,
             "ttft_mean_s": float(np.mean(self.ttfts_s)) if self.ttfts_s else 0.0,
             "throughput_tok_s": self.output_tokens / span,
             "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
