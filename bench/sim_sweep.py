@@ -55,17 +55,17 @@ def main() -> int:
     for setup in args.setups.split(","):
         model, gpu = setup.split("@")
         hw = roofline(model, gpu, cpu_tier_bytes=256e9 * hw_gpus(model))
-        for load in (int(x) for x in args.loads.split(",")):
+        for n in (int(x) for x in args.loads.split(",")):
             rows = []
             for pol in args.policies.split(","):
                 t = time.perf_counter()
-                s = simulate(hw, pol, programs, concurrency=load).summary()
+                s = simulate(hw, pol, programs, concurrency=n).summary()
                 wall = time.perf_counter() - t
                 rows.append((pol, s))
-                results.append({"model": model, "gpu": gpu, "concurrency": load, "policy": pol,
+                results.append({"model": model, "gpu": gpu, "concurrency": n, "policy": pol,
                                 "wall_s": wall, "summary": s})
-                print(f"  {model} {gpu} c={load} {pol}: {wall:.1f} s", file=sys.stderr, flush=True)
-            print(f"\n{model} on {hw.model.tp}× {gpu}, {load} programs in flight")
+                print(f"  {model} {gpu} c={n} {pol}: {wall:.1f} s", file=sys.stderr, flush=True)
+            print(f"\n{model} on {hw.model.tp}× {gpu}, {n} programs in flight")
             print(format_table(rows), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
