@@ -107,7 +107,7 @@ def small_hw(blocks: int):
     return type(base)(base.model, base.gpu, base.steps, blocks * 64 * base.kv_bytes_per_token, 1e12)
 
 
-POLICIES = ["vllm", "vllm-offload", "infercept", "autellix", "continuum", "fixed-ttl=5", "ttlpolicy"]
+POLICIES = ["vllm", "vllm-offload", "infercept", "autellix", "continuum", "fixed-ttl=5", "ttlpolicy", "ttlpolicy-offload"]
 
 
 class CheckedEngine(Engine):

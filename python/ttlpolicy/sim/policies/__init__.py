@@ -13,7 +13,7 @@ from .infercept import InferCept
 from .vllm import VLLM
 from .vllm_offload import VLLMOffload
 
-NAMES = ("vllm", "vllm-offload", "infercept", "autellix", "fixed-ttl=<s>", "continuum", "ttlpolicy")
+NAMES = ("vllm", "vllm-offload", "infercept", "autellix", "fixed-ttl=<s>", "continuum", "ttlpolicy", "ttlpolicy-offload")
 SIMPLE = {
     "vllm": VLLM,
     "vllm-offload": VLLMOffload,
@@ -32,6 +32,10 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import TTLPolicyPlugin
 
         return TTLPolicyPlugin()
+    if name == "ttlpolicy-offload":
+        from .ttlpolicy_plugin import TTLPolicyOffload
+
+        return TTLPolicyOffload()
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:

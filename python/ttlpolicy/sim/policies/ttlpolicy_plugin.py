@@ -80,9 +80,13 @@ class TTLPolicyPlugin(Policy):
             chain_blocks,
             tool=call.turn.tool,
             last_turn=last_turn,
-            cache_miss_cost_s=self.view.prefill_s(tokens),
+            cache_miss_cost_s=self.miss_cost_s(tokens),
         )
         return PIN if done.pinned else FREE
+
+    def miss_cost_s(self, tokens: int) -> float:
+        """What losing ``tokens`` of cached prefix costs on this engine: recomputing them."""
+        return self.view.prefill_s(tokens)
 
     def expire(self, now: float) -> list[str]:
         return [pin.program_id for pin in self.sched.expire(now)]
@@ -92,3 +96,15 @@ class TTLPolicyPlugin(Policy):
 
     def next_deadline(self) -> float | None:
         return self.sched.next_deadline_s
+
+
+class TTLPolicyOffload(TTLPolicyPlugin):
+    """ttlpolicy on an engine with a CPU tier (as ``vllm-offload``): blocks evicted from the
+    GPU stay reloadable, so a dropped cache costs its reload time when that is cheaper than
+    recomputing it — the miss cost the policy weighs against holding the blocks."""
+
+    name = "ttlpolicy-offload"
+    uses_cpu_tier = True
+
+    def miss_cost_s(self, tokens: int) -> float:
+        return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
