@@ -182,8 +182,10 @@ class Engine:
 
     def _handle_events(self) -> None:
         now = self.now
-        for program in self.policy.expire(now):
-            self.kv.unpin(program)
+        deadline = self.policy.next_deadline()
+        if deadline is not None and deadline <= now:
+            for program in self.policy.expire(now):
+                self.kv.unpin(program)
         while self._events and self._events[0][0] <= now:
             _, _, kind, obj = heapq.heappop(self._events)
             if kind == _PROGRAM:
