@@ -1,7 +1,7 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
 "Simulator").  Deterministic: rerun to reproduce the tables.
 
-    PYTHONPATH=python python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8,16] [--json out]
+    PYTHONPATH=python python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
 
 Parsing the 471 sessions takes a minute or two; the parsed programs are cached under
 ~/.cache/ttlpolicy/ keyed by the trace path and options.
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from ttlpolicy.cli.compare import format_table  # noqa: E402
 from ttlpolicy.sim import programs_from_trace, roofline, simulate  # noqa: E402
 
-POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy"
+POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
 SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
@@ -42,7 +42,7 @@ def load(trace: str):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default="/work/shared/traces/claude-code")
-    ap.add_argument("--loads", default="2,4,8,16", help="programs in flight")
+    ap.add_argument("--loads", default="2,4,8", help="programs in flight")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
