@@ -7,7 +7,9 @@ own tool and human gaps, "on engine"), mean time to first token, output
 throughput, prefix hit rate, recomputed tokens, pinned block-seconds and preemptions.
 With ``--sweep`` the load is swept (the given load × 0.5, 1, 2, 4) and ``--plot`` draws mean
 completion time against load (needs matplotlib).  Without ``--trace`` it runs on the sample
-sessions shipped with the package (Apache-2.0, see its LICENSE).
+sessions shipped with the package (Apache-2.0, see its LICENSE).  A Mooncake (.jsonl) or
+Azure (.csv) trace is replayed open loop, each request at its recorded time (``--rate``
+scales the arrival rate).
 """
 
 from __future__ import annotations
@@ -16,9 +18,18 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
-from ttlpolicy.sim import GPUS, MODELS, POLICY_NAMES, programs_from_trace, roofline, simulate
-from ttlpolicy.traces import sample_dir
+from ttlpolicy.sim import (
+    GPUS,
+    MODELS,
+    POLICY_NAMES,
+    open_loop_programs,
+    programs_from_trace,
+    roofline,
+    simulate,
+)
+from ttlpolicy.traces import detect_format, read_trace, sample_dir
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
@@ -123,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
         make_policy(p)  # fail on a bad name before any work
     trace = args.trace or str(sample_dir())
     think_cap = args.think_cap if args.think_cap >= 0 else None
+    if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+        return run_open_loop(args, trace, policies)
     programs = programs_from_trace(
         trace,
         max_context=args.max_context,
@@ -168,4 +181,28 @@ def run(args: argparse.Namespace) -> int:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
         plot(results, args.plot, load_name)
+    return 0
+
+
+def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> int:
+    """A request stream (Mooncake, Azure): each request a one-call program at its recorded
+    time; ``--rate`` scales the arrival rate (default 1: as recorded)."""
+    scale = args.rate if args.rate is not None else 1.0
+    programs = open_loop_programs(read_trace(trace), rate_scale=scale, max_context=args.max_context)
+    if not programs:
+        raise ValueError(f"no requests in {trace!r}")
+    hw = roofline(args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9)
+    bar = Progress(len(programs) * len(policies))
+    results, rows = [], []
+    for pol in policies:
+        s = simulate(hw, pol, programs, open_loop=True, progress=bar).summary()
+        bar.next_run(len(programs))
+        rows.append((pol, s))
+        results.append({"policy": pol, "load": scale, "summary": s})
+    bar.close()
+    print(f"\nopen loop, arrival rate × {scale:g}")
+    print(format_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"meta": {"trace": trace, "model": args.model, "gpu": args.gpu}, "results": results}, f, indent=1)
     return 0
