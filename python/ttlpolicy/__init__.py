@@ -31,6 +31,20 @@ else:
     TTLPolicy = _ref_policy.TTLPolicy
     solve_ttl = _ref_solver.solve_ttl
 
+# --- scheduler ---
+from .reference import scheduler as _ref_scheduler  # noqa: E402
+
+if native is not None:
+    ProgramScheduler = native.ProgramScheduler
+    Pin = native.Pin
+    Finished = native.Finished
+    Ended = native.Ended
+else:
+    ProgramScheduler = _ref_scheduler.ProgramScheduler
+    Pin = _ref_scheduler.Pin
+    Finished = _ref_scheduler.Finished
+    Ended = _ref_scheduler.Ended
+
 __all__ = [
     "backend",
     "PolicyConfig",
@@ -41,4 +55,9 @@ __all__ = [
     "PinDecision",
     "TTLPolicy",
     "solve_ttl",
+    # scheduler
+    "ProgramScheduler",
+    "Pin",
+    "Finished",
+    "Ended",
 ]

@@ -8,6 +8,7 @@ value out of range.  Every message names the field and the offending value.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 #: Tool names come from model output: they are cut to this many code points.
@@ -15,11 +16,19 @@ MAX_TOOL_NAME_CHARS = 128
 
 
 def as_float(field: str, value: Any) -> float:
-    """A real number (int, float, numpy scalar); str and None are refused as the native side does."""
-    if isinstance(value, (str, bytes)) or value is None:
+    """A real number through ``__float__`` or ``__index__`` (int, float, bool, numpy scalars),
+    exactly what the native side accepts.  str, bytes and None have neither: float("1.5")
+    parses text, which is not a conversion we want.  An int too large for a float is a
+    ValueError (its value is out of range), not an OverflowError."""
+    kind = type(value)
+    if kind is float:
+        return value
+    if not (hasattr(kind, "__float__") or hasattr(kind, "__index__")):
         raise TypeError(f"{field} must be a number, got {value!r}")
     try:
         return float(value)
+    except OverflowError:
+        raise ValueError(f"{field} is out of range, got an int too large for a float") from None
     except (TypeError, ValueError):
         raise TypeError(f"{field} must be a number, got {value!r}") from None
 
@@ -46,11 +55,13 @@ def positive(field: str, value: Any) -> float:
 
 
 def as_int(field: str, value: Any) -> int:
-    if isinstance(value, float) or value is None or isinstance(value, (str, bytes)):
+    """An integer through ``__index__`` (int, bool, numpy integers); floats are refused even
+    when whole."""
+    if isinstance(value, float):
         raise TypeError(f"{field} must be an integer, got {value!r}")
     try:
-        return int(value.__index__())
-    except AttributeError:
+        return int(operator.index(value))
+    except TypeError:
         raise TypeError(f"{field} must be an integer, got {value!r}") from None
 
 

@@ -4,6 +4,7 @@
 //! here mirrors the pure-Python reference in `python/ttlpolicy/reference/`; differential
 //! tests hold the two together. No function reads a clock: time is always an argument.
 
+pub mod config;
 pub mod error;
 pub mod estimators;
 pub mod history;
@@ -11,5 +12,6 @@ pub mod policy;
 pub mod prefix_tree;
 pub mod scheduler;
 pub mod solver;
+pub mod validate;
 
 pub use error::{Error, Result};

@@ -173,6 +173,10 @@ class CacheMissModel:
     def _refit(self) -> tuple[float, float, float] | None:
         if len(self._points) < self.min_samples:
             return None
+        # A quadratic needs three distinct token counts; with fewer the normal equations are
+        # singular and only rounding keeps the determinant off zero, giving wild coefficients.
+        if len({x for x, _ in self._points}) < 3:
+            return None
         s0 = s1 = s2 = s3 = s4 = y0 = y1 = y2 = 0.0
         for x, y in self._points:
             x2 = x * x

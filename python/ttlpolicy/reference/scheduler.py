@@ -28,6 +28,13 @@ Choices (the same in both backends):
   (``policy.observe_queueing_delay``).
 * η: ``end_program`` and ``finish(last_turn=True)`` observe the program's finished turns;
   ``abort`` does not (a cut-short program would bias η towards memoryless).
+* A program may have several live requests (parallel calls); it holds at most one pin, and a
+  second pinned finish merges into it (blocks add up, the later deadline wins).  A last turn
+  ends the program, dropping its other live requests; ``abort`` ends the request's whole
+  program (its client went away).  Every ended program's pin and requests are returned, so
+  the engine can free their blocks.
+* A pin lasts until a call removes it: past its deadline it is still consumed by an
+  ``arrive`` if ``expire`` has not released it yet (engines call ``expire`` every step).
 * Bad input raises before any state changes: ``TypeError`` (wrong type), ``ValueError`` (bad
   value, wrong state, time going backwards), ``KeyError`` (unknown id).
 """
@@ -120,14 +127,11 @@ class _Program:
 
 
 class _Request:
-    __slots__ = ("program_id", "arrival_s", "blocks", "pinned", "preempted", "running",
-                 "returning")  # fmt: skip
+    __slots__ = ("program_id", "arrival_s", "pinned", "preempted", "running", "returning")
 
-    def __init__(self, program_id: str, arrival_s: float, blocks: int, pinned: bool,
-                 returning: bool) -> None:  # fmt: skip
+    def __init__(self, program_id: str, arrival_s: float, pinned: bool, returning: bool) -> None:
         self.program_id = program_id
         self.arrival_s = arrival_s
-        self.blocks = blocks
         self.pinned = pinned  # consumed its program's pin on arrival
         self.preempted = False
         self.running = False
@@ -184,11 +188,14 @@ class ProgramScheduler:
         rid = check_id("request_id", request_id)
         pid = check_id("program_id", program_id)
         t = self._check_now(now)
-        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        # Checked (a request larger than the engine can never run), not stored: the engine
+        # allocates, the queue only orders.
+        int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
         if rid in self._requests:
             raise ValueError(f"request_id {rid!r} must be new, got one already waiting or running")
+        consumed = self._arrive(rid, pid, t)
         self._now = t
-        return self._arrive(rid, pid, t, blocks)
+        return consumed
 
     def arrive_many(self, request_ids: Any, program_ids: Any, now: Any,
                     blocks_needed: Any) -> list[Pin | None]:  # fmt: skip
@@ -210,9 +217,9 @@ class ProgramScheduler:
                 raise ValueError(f"request_ids must be new and distinct, got {rid!r} twice")
             seen.add(rid)
         self._now = t
-        return [self._arrive(r, p, t, b) for r, p, b in zip(rids, pids, blocks)]
+        return [self._arrive(r, p, t) for r, p in zip(rids, pids)]
 
-    def _arrive(self, rid: str, pid: str, t: float, blocks: int) -> Pin | None:
+    def _arrive(self, rid: str, pid: str, t: float) -> Pin | None:
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:
             # The only call that may fail comes first: nothing is changed if it does.
@@ -221,7 +228,7 @@ class ProgramScheduler:
         if prog is None:
             prog = self._programs[pid] = _Program(t)
         consumed = self._pins.remove(pid)
-        req = _Request(pid, t, blocks, consumed is not None,
+        req = _Request(pid, t, consumed is not None,
                        returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
@@ -283,11 +290,13 @@ class ProgramScheduler:
         (None: unknown or no tool).  Unless it was the program's last turn, the policy
         decides a TTL and the blocks are pinned until ``now + ttl_s`` when ``ttl_s > 0`` and
         the pin budget has room.  A last turn ends the program (see ``end_program``)."""
+        # The types of tool and last_turn first: the native binding must refuse them before
+        # it hands anything to the core (no value of theirs is sure to fail there).
+        key = tool_key(tool)
+        last = check_bool("last_turn", last_turn)
         req = self._running(request_id)
         t = self._check_now(now)
         blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
-        key = tool_key(tool)
-        last = check_bool("last_turn", last_turn)
         if cache_miss_cost_s is not None:
             non_negative("cache_miss_cost_s", cache_miss_cost_s)
         int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)

@@ -40,11 +40,16 @@ def solve_sorted(
         tau = sorted_samples_s[i]
         if tau > max_ttl_s:
             break
+        held = cost_per_s * tau
+        # No later τ' ≥ τ can win: its value is P'·benefit − cost·τ' ≤ benefit − cost·τ, and
+        # rounding is monotone, so the float bound holds too.  Stopping changes no result.
+        if benefit_s - held <= best_value:
+            break
         # P(τ) counts every sample equal to τ: jump to the end of the run of equal values.
         while i + 1 < n and sorted_samples_s[i + 1] == tau:
             i += 1
         k = i + 1
-        value = (k / n) * benefit_s - cost_per_s * tau
+        value = (k / n) * benefit_s - held
         if value > best_value:
             best_tau, best_value, best_k = tau, value, k
         i += 1

@@ -1,0 +1,323 @@
+//! Python ⇄ core conversions shared by the native classes.
+//!
+//! The reference checks each argument's type and value together, field by field, in the
+//! order its code reads them; the core receives typed values and checks them in that same
+//! order. To raise the very exception the reference raises when several arguments are bad,
+//! a failed conversion is not raised at once: [`Args`] records it and hands the core an
+//! always-invalid sentinel (NaN, `i64::MIN`) instead, so the core — which validates before
+//! it changes any state — reports the first bad field in the reference's order. If that
+//! field is one whose conversion failed, the conversion's error (`TypeError`, or
+//! `ValueError` for an int too large) is raised, otherwise the core's.
+
+use std::borrow::Cow;
+
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyFloat, PyList, PyString};
+use ttlpolicy_core::Error;
+
+/// A core error as the Python exception the reference raises.
+pub fn core_err(e: Error) -> PyErr {
+    match e {
+        Error::UnknownKey { .. } => PyKeyError::new_err(e.to_string()),
+        _ => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// Why a Python object could not become the Rust type.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Not a number / not an integer / not a str: `TypeError`.
+    WrongType { expected: &'static str, got: String },
+    /// An integer outside the Rust type's range: `ValueError`, as the reference's range check.
+    TooLarge { got: String },
+}
+
+impl Fault {
+    fn to_err(&self, field: &str) -> PyErr {
+        match self {
+            Fault::WrongType { expected, got } => {
+                PyTypeError::new_err(format!("{field} must be {expected}, got {got}"))
+            }
+            Fault::TooLarge { got } => {
+                PyValueError::new_err(format!("{field} is out of range, got {got}"))
+            }
+        }
+    }
+}
+
+/// `repr(obj)`, cut short: the object may come from untrusted input.
+fn short_repr(obj: &Bound<'_, PyAny>) -> String {
+    const MAX: usize = 80;
+    let r = match obj.repr() {
+        Ok(r) => r.to_string_lossy().into_owned(),
+        Err(_) => format!("<{}>", type_name(obj)),
+    };
+    match r.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}...", &r[..cut]),
+        None => r,
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "object".to_owned())
+}
+
+/// A converted argument, or why it could not be converted. Extraction never fails, so the
+/// fault can be raised later, in the core's order (see [`Args`]).
+pub enum Arg<T> {
+    Ok(T),
+    Bad(Fault),
+}
+
+impl<'py> FromPyObject<'py> for Arg<f64> {
+    fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(match to_f64(obj) {
+            Ok(x) => Arg::Ok(x),
+            Err(f) => Arg::Bad(f?),
+        })
+    }
+}
+
+impl<'py> FromPyObject<'py> for Arg<i64> {
+    fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(match to_i64(obj) {
+            Ok(x) => Arg::Ok(x),
+            Err(f) => Arg::Bad(f?),
+        })
+    }
+}
+
+/// A real number through `__float__` or `__index__` (float, int, bool, numpy scalars), as
+/// the reference's `as_float`. The outer error is an unrelated exception raised by the
+/// object itself, passed through.
+fn to_f64(obj: &Bound<'_, PyAny>) -> Result<f64, PyResult<Fault>> {
+    if let Ok(f) = obj.downcast::<PyFloat>() {
+        return Ok(f.value());
+    }
+    let py = obj.py();
+    match obj.extract::<f64>() {
+        Ok(x) => Ok(x),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => Err(Ok(Fault::TooLarge {
+            got: format!("an int too large for a float ({} bits)", int_bits(obj)),
+        })),
+        Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyValueError>(py) => {
+            Err(Ok(Fault::WrongType {
+                expected: "a number",
+                got: short_repr(obj),
+            }))
+        }
+        Err(e) => Err(Err(e)),
+    }
+}
+
+fn int_bits(obj: &Bound<'_, PyAny>) -> String {
+    obj.call_method0("bit_length")
+        .map(|b| b.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// An integer through `__index__` (int, bool, numpy integers), as the reference's `as_int`:
+/// floats are refused even when whole.
+fn to_i64(obj: &Bound<'_, PyAny>) -> Result<i64, PyResult<Fault>> {
+    let py = obj.py();
+    if !obj.is_instance_of::<PyFloat>() {
+        match obj.extract::<i64>() {
+            Ok(n) => return Ok(n),
+            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
+                return Err(Ok(Fault::TooLarge {
+                    got: format!("an int of {} bits", int_bits(obj)),
+                }))
+            }
+            Err(e) if !e.is_instance_of::<PyTypeError>(py) => return Err(Err(e)),
+            Err(_) => {}
+        }
+    }
+    Err(Ok(Fault::WrongType {
+        expected: "an integer",
+        got: short_repr(obj),
+    }))
+}
+
+/// A value that every core check refuses: stands in for an argument that failed to convert.
+pub trait Sentinel {
+    const INVALID: Self;
+}
+
+impl Sentinel for f64 {
+    const INVALID: f64 = f64::NAN;
+}
+
+impl Sentinel for i64 {
+    const INVALID: i64 = i64::MIN;
+}
+
+/// Conversion faults of one call, raised in the order the core validates.
+#[derive(Default)]
+pub struct Args {
+    faults: Vec<(Cow<'static, str>, Fault)>,
+}
+
+impl Args {
+    pub fn new() -> Self {
+        Args::default()
+    }
+
+    /// The value, or the sentinel with the fault recorded under `field`.
+    pub fn take<T: Sentinel>(&mut self, field: &'static str, arg: Arg<T>) -> T {
+        self.take_named(Cow::Borrowed(field), arg)
+    }
+
+    pub fn take_named<T: Sentinel>(&mut self, field: Cow<'static, str>, arg: Arg<T>) -> T {
+        match arg {
+            Arg::Ok(x) => x,
+            Arg::Bad(f) => {
+                self.faults.push((field, f));
+                T::INVALID
+            }
+        }
+    }
+
+    /// An optional argument: None stays None, a bad value becomes `Some(sentinel)`.
+    pub fn take_opt<T: Sentinel>(&mut self, field: &'static str, arg: Option<Arg<T>>) -> Option<T> {
+        arg.map(|a| self.take(field, a))
+    }
+
+    /// Record a fault found outside [`Arg`] (a tool name, a sequence) that the core cannot
+    /// see; it is raised unless the core reports an earlier field.
+    pub fn record(&mut self, field: impl Into<Cow<'static, str>>, fault: Fault) {
+        self.faults.push((field.into(), fault));
+    }
+
+    /// The core's answer, unless a conversion failed: then the error of the first field the
+    /// core found bad — the conversion's own error if that field failed to convert.
+    pub fn finish<T>(self, result: ttlpolicy_core::Result<T>) -> PyResult<T> {
+        let Some((field, fault)) = self.faults.first() else {
+            return result.map_err(core_err);
+        };
+        match result {
+            Err(e) => match e.field() {
+                Some(bad) => match self.faults.iter().find(|(f, _)| f == bad) {
+                    Some((f, fault)) => Err(fault.to_err(f)),
+                    None => Err(core_err(e)),
+                },
+                None => Err(core_err(e)),
+            },
+            Ok(_) => Err(fault.to_err(field)),
+        }
+    }
+}
+
+/// The core call `call` on one converted argument, with [`Args`]' error order.
+pub fn call1<A: Sentinel, T>(
+    field: &'static str,
+    arg: Arg<A>,
+    call: impl FnOnce(A) -> ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
+    let mut args = Args::new();
+    let a = args.take(field, arg);
+    args.finish(call(a))
+}
+
+/// The core call `call` on two converted arguments, with [`Args`]' error order.
+pub fn call2<A: Sentinel, B: Sentinel, T>(
+    (field_a, arg_a): (&'static str, Arg<A>),
+    (field_b, arg_b): (&'static str, Arg<B>),
+    call: impl FnOnce(A, B) -> ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
+    let mut args = Args::new();
+    let a = args.take(field_a, arg_a);
+    let b = args.take(field_b, arg_b);
+    args.finish(call(a, b))
+}
+
+/// An untrusted tool name: `str` or None. A str that is not valid UTF-8 (lone surrogates)
+/// gets U+FFFD for each, exactly like the reference's utf-16 surrogatepass/replace round
+/// trip. Valid names are borrowed, not copied. (The core cuts the name to its length cap.)
+pub fn tool_name<'a>(tool: Option<&'a Bound<'_, PyAny>>) -> Result<Option<Cow<'a, str>>, Fault> {
+    let Some(obj) = tool else { return Ok(None) };
+    let Ok(s) = obj.downcast::<PyString>() else {
+        return Err(Fault::WrongType {
+            expected: "a str or None",
+            got: type_name(obj),
+        });
+    };
+    if let Ok(text) = s.to_str() {
+        return Ok(Some(Cow::Borrowed(text)));
+    }
+    let units: Vec<u16> = s
+        .call_method1("encode", ("utf-16-le", "surrogatepass"))
+        .ok()
+        .and_then(|b| b.downcast_into::<PyBytes>().ok())
+        .map(|b| {
+            b.as_bytes()
+                .chunks_exact(2)
+                .map(|c| u16::from_le_bytes([c[0], c[1]]))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Some(Cow::Owned(String::from_utf16_lossy(&units))))
+}
+
+/// [`tool_name`] raising its `TypeError` at once: for calls where the reference reads the
+/// tool before any other argument.
+pub fn tool_now<'a>(tool: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<Cow<'a, str>>> {
+    tool_name(tool).map_err(|f| f.to_err("tool"))
+}
+
+/// [`tool_name`] with the fault recorded in `args`: for calls where the reference checks
+/// other arguments first. A bad tool reads as None meanwhile.
+pub fn tool_later<'a>(args: &mut Args, tool: Option<&'a Bound<'_, PyAny>>) -> Option<Cow<'a, str>> {
+    tool_name(tool).unwrap_or_else(|f| {
+        args.record("tool", f);
+        None
+    })
+}
+
+/// Floats of any iterable, each converted like a float argument named `{field}[i]`. Faults
+/// are recorded in `args` (a non-iterable object under `field`, with no samples).
+pub fn f64_list(
+    args: &mut Args,
+    field: &'static str,
+    obj: &Bound<'_, PyAny>,
+) -> PyResult<Vec<f64>> {
+    let mut out = Vec::new();
+    let mut push = |args: &mut Args, i: usize, item: &Bound<'_, PyAny>| -> PyResult<()> {
+        let x = match to_f64(item) {
+            Ok(x) => x,
+            Err(f) => {
+                args.record(format!("{field}[{i}]"), f?);
+                f64::NAN
+            }
+        };
+        out.push(x);
+        Ok(())
+    };
+    if let Ok(list) = obj.downcast::<PyList>() {
+        for (i, item) in list.iter().enumerate() {
+            push(args, i, &item)?;
+        }
+    } else {
+        match obj.try_iter() {
+            Ok(iter) => {
+                for (i, item) in iter.enumerate() {
+                    push(args, i, &item?)?;
+                }
+            }
+            Err(e) if e.is_instance_of::<PyTypeError>(obj.py()) => {
+                args.record(
+                    field,
+                    Fault::WrongType {
+                        expected: "an iterable of numbers",
+                        got: type_name(obj),
+                    },
+                );
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}

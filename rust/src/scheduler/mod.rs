@@ -1,0 +1,699 @@
+//! Program-level scheduling state of CacheTTL: the waiting queue and the pin table. Mirrors
+//! `python/ttlpolicy/reference/scheduler.py`, whose module doc states every rule; the
+//! differential tests hold the two together.
+//!
+//! The scheduler does not own the policy: every operation that consults or feeds it takes
+//! `&mut TTLPolicy`, so the Python bindings can keep using the very policy object the user
+//! passed (and the user sees its estimators move).
+//!
+//! Requests and programs live in slabs (a slot per live id, reused after it ends); the
+//! waiting queue and the pin orders are indexed heaps over those slots.
+
+pub mod pins;
+pub mod queue;
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
+use crate::validate::{finite, int_in, non_negative, positive, tool_key};
+pub use pins::Pin;
+use pins::PinTable;
+use queue::{IndexedHeap, Time};
+
+/// Ids are at most this many bytes of UTF-8.
+pub const MAX_ID_BYTES: usize = 1024;
+/// `mean_active_blocks` is the mean `blocks_held` over this many last finished requests.
+pub const MEAN_ACTIVE_WINDOW: usize = 256;
+/// η is observed on at most this many turns (the estimator's own bound).
+pub const MAX_TURNS: i64 = 1_000_000;
+
+/// The priority tuple of a waiting request; smaller runs first:
+/// `(not preempted, not pinned, program arrival, request arrival, request id)`.
+#[derive(Debug, Clone)]
+pub struct Priority {
+    pub not_preempted: bool,
+    pub not_pinned: bool,
+    pub program_arrival_s: f64,
+    pub arrival_s: f64,
+    pub request_id: Arc<str>,
+    /// The id's first 8 bytes, big-endian, zero-padded: orders like the id whenever two
+    /// prefixes differ, so ties on time (a batch arriving at one `now`) rarely chase the
+    /// id's pointer.
+    id_prefix: u64,
+}
+
+impl Priority {
+    fn new(
+        preempted: bool,
+        pinned: bool,
+        program_arrival_s: f64,
+        arrival_s: f64,
+        id: &Arc<str>,
+    ) -> Self {
+        let mut head = [0u8; 8];
+        let n = id.len().min(8);
+        head[..n].copy_from_slice(&id.as_bytes()[..n]);
+        Priority {
+            not_preempted: !preempted,
+            not_pinned: !pinned,
+            program_arrival_s,
+            arrival_s,
+            request_id: id.clone(),
+            id_prefix: u64::from_be_bytes(head),
+        }
+    }
+}
+
+impl Ord for Priority {
+    fn cmp(&self, o: &Self) -> Ordering {
+        (self.not_preempted, self.not_pinned)
+            .cmp(&(o.not_preempted, o.not_pinned))
+            .then(Time(self.program_arrival_s).cmp(&Time(o.program_arrival_s)))
+            .then(Time(self.arrival_s).cmp(&Time(o.arrival_s)))
+            .then(self.id_prefix.cmp(&o.id_prefix))
+            .then_with(|| self.request_id.cmp(&o.request_id))
+    }
+}
+
+impl PartialEq for Priority {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+
+impl Eq for Priority {}
+
+impl PartialOrd for Priority {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// A program that ended: its finished `turns`, the pin released (if any) and the live
+/// requests dropped with it (sorted).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    pub program_id: Arc<str>,
+    pub turns: i64,
+    pub pin: Option<Pin>,
+    pub request_ids: Vec<Arc<str>>,
+}
+
+/// What `finish` did: the policy's decision (None on a last turn), the program's pin if
+/// this request was pinned, and the ended program on a last turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub decision: Option<PinDecision>,
+    pub pin: Option<Pin>,
+    pub ended: Option<Ended>,
+}
+
+/// The optional arguments of [`ProgramScheduler::finish`] (the reference's keywords).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FinishArgs<'a> {
+    pub tool: Option<&'a str>,
+    pub last_turn: bool,
+    pub cache_miss_cost_s: Option<f64>,
+    pub prefix_tokens: i64,
+    pub offloaded_tokens: i64,
+    pub mean_active_blocks: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestState {
+    Waiting,
+    Running,
+}
+
+#[derive(Debug, Clone)]
+struct Program {
+    id: Arc<str>,
+    arrival_s: f64,
+    turns: i64,
+    /// Slots of its waiting and running requests.
+    live: Vec<usize>,
+    /// An outstanding tool call (or pinned gap): its tool and when it started.
+    tool: Option<Box<str>>,
+    tool_since_s: Option<f64>,
+}
+
+#[derive(Debug, Clone)]
+struct Request {
+    id: Arc<str>,
+    program: usize,
+    arrival_s: f64,
+    pinned: bool,
+    preempted: bool,
+    running: bool,
+    /// Came back to a dropped cache; cleared at the first pop.
+    returning: bool,
+}
+
+/// A slab: values in reusable slots, found by id.
+#[derive(Debug, Clone)]
+struct Slab<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<usize>,
+    index: HashMap<Arc<str>, usize>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    fn find(&self, id: &str) -> Option<usize> {
+        self.index.get(id).copied()
+    }
+    fn insert(&mut self, id: Arc<str>, value: T) -> usize {
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slots[s] = Some(value);
+                s
+            }
+            None => {
+                self.slots.push(Some(value));
+                self.slots.len() - 1
+            }
+        };
+        self.index.insert(id, slot);
+        slot
+    }
+    fn remove(&mut self, id: &str, slot: usize) -> T {
+        self.index.remove(id);
+        self.free.push(slot);
+        self.slots[slot].take().expect("live slot")
+    }
+    fn get(&self, slot: usize) -> &T {
+        self.slots[slot].as_ref().expect("live slot")
+    }
+    fn get_mut(&mut self, slot: usize) -> &mut T {
+        self.slots[slot].as_mut().expect("live slot")
+    }
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+/// An id: non-empty, at most [`MAX_ID_BYTES`] bytes of UTF-8.
+pub fn check_id(field: &str, id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("{} bytes", id.len()),
+            format!("1 to {MAX_ID_BYTES} bytes of UTF-8"),
+        ));
+    }
+    Ok(())
+}
+
+/// Waiting queue and pin table of CacheTTL. See the module doc.
+#[derive(Debug, Clone)]
+pub struct ProgramScheduler {
+    total_blocks: i64,
+    pin_budget_blocks: i64,
+    queue: IndexedHeap<Priority>,
+    pins: PinTable,
+    programs: Slab<Program>,
+    requests: Slab<Request>,
+    held: VecDeque<i64>,
+    held_sum: i64,
+    now: f64,
+}
+
+impl ProgramScheduler {
+    pub fn new(total_blocks: i64, pin_budget_blocks: i64) -> Result<ProgramScheduler> {
+        let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
+        let pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0, total_blocks)?;
+        Ok(ProgramScheduler {
+            total_blocks,
+            pin_budget_blocks,
+            queue: IndexedHeap::default(),
+            pins: PinTable::default(),
+            programs: Slab::default(),
+            requests: Slab::default(),
+            held: VecDeque::with_capacity(MEAN_ACTIVE_WINDOW),
+            held_sum: 0,
+            now: f64::NEG_INFINITY,
+        })
+    }
+
+    // -- checks (no state changes) -----------------------------------------------------------
+
+    fn check_now(&self, now: f64) -> Result<f64> {
+        let t = finite("now", now)? + 0.0; // -0.0 → 0.0: one total order in both backends
+        if t < self.now {
+            return Err(Error::invalid_f64(
+                "now",
+                t,
+                format!(">= {:?} (time never goes back)", self.now),
+            ));
+        }
+        Ok(t)
+    }
+
+    fn request_slot(&self, request_id: &str) -> Result<usize> {
+        check_id("request_id", request_id)?;
+        self.requests
+            .find(request_id)
+            .ok_or_else(|| Error::unknown("request_id", format!("{request_id:?}")))
+    }
+
+    fn running_slot(&self, request_id: &str) -> Result<usize> {
+        let slot = self.request_slot(request_id)?;
+        if !self.requests.get(slot).running {
+            return Err(Error::invalid(
+                format!("request_id {request_id:?}"),
+                "a waiting request",
+                "running",
+            ));
+        }
+        Ok(slot)
+    }
+
+    fn key(&self, slot: usize) -> Priority {
+        let r = self.requests.get(slot);
+        let program_arrival_s = self.programs.get(r.program).arrival_s;
+        Priority::new(r.preempted, r.pinned, program_arrival_s, r.arrival_s, &r.id)
+    }
+
+    // -- arrivals ----------------------------------------------------------------------------
+
+    /// A request enters the waiting queue. Returns the program's pin if this arrival
+    /// consumed it (its blocks are now this request's prefix).
+    pub fn arrive(
+        &mut self,
+        policy: &mut TTLPolicy,
+        request_id: &str,
+        program_id: &str,
+        now: f64,
+        blocks_needed: i64,
+    ) -> Result<Option<Pin>> {
+        check_id("request_id", request_id)?;
+        check_id("program_id", program_id)?;
+        let t = self.check_now(now)?;
+        // Checked (a request larger than the engine can never run), not stored: the engine
+        // allocates, the queue only orders.
+        int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
+        if self.requests.find(request_id).is_some() {
+            return Err(Error::invalid(
+                format!("request_id {request_id:?}"),
+                "one already waiting or running",
+                "new",
+            ));
+        }
+        self.arrive_checked(policy, request_id, program_id, t)
+            .inspect(|_| self.now = t)
+    }
+
+    /// [`arrive`](Self::arrive) for many requests at one `now`, in order; all are checked
+    /// first, so one bad entry changes nothing.
+    pub fn arrive_many<S: AsRef<str>>(
+        &mut self,
+        policy: &mut TTLPolicy,
+        request_ids: &[S],
+        program_ids: &[S],
+        now: f64,
+        blocks_needed: &[i64],
+    ) -> Result<Vec<Option<Pin>>> {
+        for r in request_ids {
+            check_id("request_ids", r.as_ref())?;
+        }
+        for p in program_ids {
+            check_id("program_ids", p.as_ref())?;
+        }
+        let t = self.check_now(now)?;
+        for &b in blocks_needed {
+            int_in("blocks_needed", b, 0, self.total_blocks)?;
+        }
+        let (nr, np, nb) = (request_ids.len(), program_ids.len(), blocks_needed.len());
+        if nr != np || np != nb {
+            return Err(Error::invalid(
+                "request_ids, program_ids and blocks_needed",
+                format!("{nr}, {np}, {nb}"),
+                "of one length",
+            ));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(nr);
+        for r in request_ids {
+            let r = r.as_ref();
+            if self.requests.find(r).is_some() || !seen.insert(r) {
+                return Err(Error::invalid(
+                    "request_ids",
+                    format!("{r:?} twice"),
+                    "new and distinct",
+                ));
+            }
+        }
+        self.now = t;
+        let mut out = Vec::with_capacity(nr);
+        for (r, p) in request_ids.iter().zip(program_ids) {
+            out.push(self.arrive_checked(policy, r.as_ref(), p.as_ref(), t)?);
+        }
+        Ok(out)
+    }
+
+    fn arrive_checked(
+        &mut self,
+        policy: &mut TTLPolicy,
+        request_id: &str,
+        program_id: &str,
+        t: f64,
+    ) -> Result<Option<Pin>> {
+        let found = self.programs.find(program_id);
+        if let Some(p) = found {
+            let prog = self.programs.get_mut(p);
+            if let Some(since) = prog.tool_since_s {
+                // The only call that may fail comes first: nothing is changed if it does.
+                policy.observe_tool(prog.tool.as_deref(), t - since)?;
+                prog.tool = None;
+                prog.tool_since_s = None;
+            }
+        }
+        let p = match found {
+            Some(p) => p,
+            None => {
+                let id: Arc<str> = Arc::from(program_id);
+                self.programs.insert(
+                    id.clone(),
+                    Program {
+                        id,
+                        arrival_s: t,
+                        turns: 0,
+                        live: Vec::new(),
+                        tool: None,
+                        tool_since_s: None,
+                    },
+                )
+            }
+        };
+        let consumed = self.pins.remove(p);
+        let prog = self.programs.get(p);
+        let id: Arc<str> = Arc::from(request_id);
+        let slot = self.requests.insert(
+            id.clone(),
+            Request {
+                id,
+                program: p,
+                arrival_s: t,
+                pinned: consumed.is_some(),
+                preempted: false,
+                running: false,
+                returning: prog.turns > 0 && consumed.is_none(),
+            },
+        );
+        self.programs.get_mut(p).live.push(slot);
+        self.queue.push(slot, self.key(slot));
+        Ok(consumed)
+    }
+
+    // -- the queue ---------------------------------------------------------------------------
+
+    /// The request `pop` would return.
+    pub fn peek(&self) -> Option<&Arc<str>> {
+        self.queue.peek().map(|(_, k)| &k.request_id)
+    }
+
+    /// The waiting request with the smallest priority tuple, now running.
+    pub fn pop(&mut self, policy: &mut TTLPolicy, now: f64) -> Result<Option<Arc<str>>> {
+        let t = self.check_now(now)?;
+        let popped = self.pop_checked(policy, t)?;
+        self.now = t;
+        Ok(popped)
+    }
+
+    /// Up to `n` requests, as `pop` would return them one by one.
+    pub fn pop_many(&mut self, policy: &mut TTLPolicy, n: i64, now: f64) -> Result<Vec<Arc<str>>> {
+        let count = int_in("n", n, 0, MAX_BLOCKS)? as usize;
+        let t = self.check_now(now)?;
+        self.now = t;
+        let mut out = Vec::with_capacity(count.min(self.queue.len()));
+        while out.len() < count {
+            match self.pop_checked(policy, t)? {
+                Some(id) => out.push(id),
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    fn pop_checked(&mut self, policy: &mut TTLPolicy, t: f64) -> Result<Option<Arc<str>>> {
+        let Some((slot, _)) = self.queue.peek() else {
+            return Ok(None);
+        };
+        let req = self.requests.get_mut(slot);
+        if req.returning {
+            policy.observe_queueing_delay(t - req.arrival_s)?;
+            req.returning = false;
+        }
+        req.running = true;
+        let id = req.id.clone();
+        self.queue.pop();
+        Ok(Some(id))
+    }
+
+    /// A running request goes back to the queue, ahead of every request not preempted.
+    pub fn preempt(&mut self, request_id: &str, now: f64) -> Result<()> {
+        let slot = self.running_slot(request_id)?;
+        let t = self.check_now(now)?;
+        self.now = t;
+        let req = self.requests.get_mut(slot);
+        req.running = false;
+        req.preempted = true;
+        self.queue.push(slot, self.key(slot));
+        Ok(())
+    }
+
+    // -- finishing and pins ------------------------------------------------------------------
+
+    /// A running request ended holding `blocks_held` blocks. Unless it was the program's last
+    /// turn, the policy decides a TTL and the blocks are pinned until `now + ttl_s` when
+    /// `ttl_s > 0` and the pin budget has room. A last turn ends the program.
+    pub fn finish(
+        &mut self,
+        policy: &mut TTLPolicy,
+        request_id: &str,
+        now: f64,
+        blocks_held: i64,
+        args: FinishArgs<'_>,
+    ) -> Result<Finished> {
+        let slot = self.running_slot(request_id)?;
+        let t = self.check_now(now)?;
+        let blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)?;
+        let key = args.tool.map(tool_key);
+        if let Some(m) = args.cache_miss_cost_s {
+            non_negative("cache_miss_cost_s", m)?;
+        }
+        int_in("prefix_tokens", args.prefix_tokens, 0, MAX_BLOCKS)?;
+        int_in("offloaded_tokens", args.offloaded_tokens, 0, MAX_BLOCKS)?;
+        let full = self.held.len() == MEAN_ACTIVE_WINDOW;
+        let held_sum = self.held_sum + blocks - if full { self.held[0] } else { 0 };
+        let held_n = self.held.len() + usize::from(!full);
+        let mean_active = match args.mean_active_blocks {
+            None => (held_sum as f64 / held_n as f64).max(1.0),
+            Some(m) => positive("mean_active_blocks", m)?,
+        };
+        let decision = if args.last_turn {
+            None
+        } else {
+            Some(policy.decide(
+                key,
+                blocks,
+                mean_active,
+                args.cache_miss_cost_s,
+                args.prefix_tokens,
+                t,
+                args.offloaded_tokens,
+            )?)
+        };
+        // Commit: nothing below can fail.
+        self.now = t;
+        if full {
+            self.held.pop_front();
+        }
+        self.held.push_back(blocks);
+        self.held_sum = held_sum;
+        let p = self.requests.get(slot).program;
+        let prog = self.programs.get_mut(p);
+        prog.turns += 1;
+        prog.live.retain(|&s| s != slot);
+        self.requests.remove(request_id, slot);
+        let Some(decision) = decision else {
+            let ended = self.end(policy, p, true)?;
+            return Ok(Finished {
+                decision: None,
+                pin: None,
+                ended: Some(ended),
+            });
+        };
+        let mut pin = None;
+        if decision.ttl_s > 0.0 && self.pins.blocks() + blocks <= self.pin_budget_blocks {
+            let mut deadline_s = t + decision.ttl_s;
+            if !deadline_s.is_finite() {
+                deadline_s = f64::MAX; // a TTL near the float limit: still finite
+            }
+            let prog = self.programs.get(p);
+            pin = Some(
+                self.pins
+                    .add(p, &prog.id, blocks, deadline_s, prog.arrival_s),
+            );
+        }
+        let prog = self.programs.get_mut(p);
+        if key.is_some() || pin.is_some() {
+            prog.tool = key.map(Box::from);
+            prog.tool_since_s = Some(t);
+        } else {
+            prog.tool = None;
+            prog.tool_since_s = None;
+        }
+        Ok(Finished {
+            decision: Some(decision),
+            pin,
+            ended: None,
+        })
+    }
+
+    /// Releases and returns the pins whose deadline is `<= now`, by (deadline, program).
+    pub fn expire(&mut self, now: f64) -> Result<Vec<Pin>> {
+        let t = self.check_now(now)?;
+        self.now = t;
+        Ok(self.pins.expire(t))
+    }
+
+    /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
+    /// are released or no pin is left.
+    pub fn reclaim(&mut self, blocks_needed: i64, now: f64) -> Result<Vec<Pin>> {
+        let need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
+        let t = self.check_now(now)?;
+        self.now = t;
+        Ok(self.pins.reclaim(need))
+    }
+
+    /// A queueing delay the queue cannot see (`pop` records its own), for T.
+    pub fn record_queueing_delay(&self, policy: &mut TTLPolicy, delay_s: f64) -> Result<()> {
+        policy.observe_queueing_delay(delay_s)
+    }
+
+    // -- ending ------------------------------------------------------------------------------
+
+    /// The program is done: release its pin, drop its live requests, observe its turns for
+    /// η and forget it.
+    pub fn end_program(&mut self, policy: &mut TTLPolicy, program_id: &str) -> Result<Ended> {
+        check_id("program_id", program_id)?;
+        let p = self
+            .programs
+            .find(program_id)
+            .ok_or_else(|| Error::unknown("program_id", format!("{program_id:?}")))?;
+        self.end(policy, p, true)
+    }
+
+    /// The request was aborted: its whole program ends, without observing η.
+    pub fn abort(&mut self, policy: &mut TTLPolicy, request_id: &str) -> Result<Ended> {
+        let slot = self.request_slot(request_id)?;
+        let p = self.requests.get(slot).program;
+        self.end(policy, p, false)
+    }
+
+    fn end(&mut self, policy: &mut TTLPolicy, p: usize, observe: bool) -> Result<Ended> {
+        let turns = self.programs.get(p).turns;
+        if observe && turns > 0 {
+            policy.observe_program(turns.min(MAX_TURNS))?;
+        }
+        let id = self.programs.get(p).id.clone();
+        let prog = self.programs.remove(&id, p);
+        let pin = self.pins.remove(p);
+        let mut dropped = Vec::with_capacity(prog.live.len());
+        for &slot in &prog.live {
+            self.queue.remove(slot);
+            let rid = self.requests.get(slot).id.clone();
+            self.requests.remove(&rid, slot);
+            dropped.push(rid);
+        }
+        dropped.sort();
+        Ok(Ended {
+            program_id: id,
+            turns: prog.turns,
+            pin,
+            request_ids: dropped,
+        })
+    }
+
+    // -- read-only views ---------------------------------------------------------------------
+
+    pub fn total_blocks(&self) -> i64 {
+        self.total_blocks
+    }
+    pub fn pin_budget_blocks(&self) -> i64 {
+        self.pin_budget_blocks
+    }
+    pub fn pinned_blocks(&self) -> i64 {
+        self.pins.blocks()
+    }
+    pub fn pin_count(&self) -> usize {
+        self.pins.len()
+    }
+    pub fn waiting_count(&self) -> usize {
+        self.queue.len()
+    }
+    pub fn running_count(&self) -> usize {
+        self.requests.len() - self.queue.len()
+    }
+    pub fn program_count(&self) -> usize {
+        self.programs.len()
+    }
+    /// The earliest pin deadline.
+    pub fn next_deadline_s(&self) -> Option<f64> {
+        self.pins.next_deadline_s()
+    }
+    /// The tracked M̄; None before any request finished.
+    pub fn mean_active_blocks(&self) -> Option<f64> {
+        if self.held.is_empty() {
+            return None;
+        }
+        Some((self.held_sum as f64 / self.held.len() as f64).max(1.0))
+    }
+    /// Every pin, by (deadline, program id).
+    pub fn pins(&self) -> Vec<Pin> {
+        self.pins.all()
+    }
+    /// The program's pin, None when it holds none (or is unknown).
+    pub fn pin(&self, program_id: &str) -> Result<Option<Pin>> {
+        check_id("program_id", program_id)?;
+        Ok(self
+            .programs
+            .find(program_id)
+            .and_then(|p| self.pins.get(p).cloned()))
+    }
+    pub fn state(&self, request_id: &str) -> Result<RequestState> {
+        let slot = self.request_slot(request_id)?;
+        Ok(if self.requests.get(slot).running {
+            RequestState::Running
+        } else {
+            RequestState::Waiting
+        })
+    }
+    /// The priority tuple of a waiting request.
+    pub fn priority(&self, request_id: &str) -> Result<Priority> {
+        let slot = self.request_slot(request_id)?;
+        match self.queue.key(slot) {
+            Some(k) => Ok(k.clone()),
+            None => Err(Error::invalid(
+                format!("request_id {request_id:?}"),
+                "a running request",
+                "waiting",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

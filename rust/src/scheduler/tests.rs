@@ -1,0 +1,110 @@
+//! Rust-side examples; the invariants under any operation sequence are tested from Python
+//! (state machine and differential tests), against the reference.
+
+use super::*;
+use crate::policy::PolicyConfig;
+
+fn setup() -> (ProgramScheduler, TTLPolicy) {
+    let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
+    (ProgramScheduler::new(1000, 100).unwrap(), policy)
+}
+
+fn pinning(tool: &str) -> FinishArgs<'_> {
+    FinishArgs {
+        tool: Some(tool),
+        cache_miss_cost_s: Some(100.0),
+        ..FinishArgs::default()
+    }
+}
+
+#[test]
+fn pin_is_consumed_by_the_next_arrival_which_jumps_the_queue() {
+    let (mut s, mut pol) = setup();
+    s.arrive(&mut pol, "a1", "A", 0.0, 10).unwrap();
+    assert_eq!(s.pop(&mut pol, 0.0).unwrap().as_deref(), Some("a1"));
+    s.arrive(&mut pol, "b1", "B", 1.0, 10).unwrap();
+    let fin = s.finish(&mut pol, "a1", 2.0, 40, pinning("grep")).unwrap();
+    let ttl = fin.decision.unwrap().ttl_s;
+    assert!(ttl > 0.0);
+    assert_eq!(fin.pin.as_ref().unwrap().deadline_s, 2.0 + ttl);
+    assert_eq!(s.pinned_blocks(), 40);
+    let consumed = s.arrive(&mut pol, "a2", "A", 5.0, 10).unwrap();
+    assert_eq!(consumed, fin.pin);
+    assert_eq!(pol.tool_count(Some("grep")), 1);
+    assert_eq!(s.pinned_blocks(), 0);
+    assert_eq!(s.peek().map(|id| &**id), Some("a2"));
+}
+
+#[test]
+fn reclaim_latest_program_first_and_expire_by_deadline() {
+    let (mut s, mut pol) = setup();
+    for (i, p) in ["A", "B", "C"].iter().enumerate() {
+        let rid = format!("{p}1");
+        s.arrive(&mut pol, &rid, p, i as f64, 1).unwrap();
+        s.pop(&mut pol, i as f64).unwrap();
+    }
+    for (p, blocks) in [("C", 10), ("A", 20), ("B", 30)] {
+        let fin = s
+            .finish(&mut pol, &format!("{p}1"), 3.0, blocks, pinning("t"))
+            .unwrap();
+        assert!(fin.pin.is_some());
+    }
+    let released: Vec<_> = s
+        .reclaim(35, 3.0)
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.program_id.to_string(), p.blocks))
+        .collect();
+    assert_eq!(released, [("C".to_owned(), 10), ("B".to_owned(), 30)]);
+    let deadline = s.next_deadline_s().unwrap();
+    assert!(s.expire(deadline - 1e-9).unwrap().is_empty());
+    assert_eq!(s.expire(deadline).unwrap().len(), 1);
+    assert_eq!(s.pin_count(), 0);
+}
+
+#[test]
+fn errors_change_nothing() {
+    let (mut s, mut pol) = setup();
+    s.arrive(&mut pol, "a1", "A", 5.0, 1).unwrap();
+    let back = s.arrive(&mut pol, "x", "X", 4.0, 1).unwrap_err();
+    assert_eq!(back.field(), Some("now"));
+    assert!(matches!(
+        s.finish(&mut pol, "zz", 6.0, 1, FinishArgs::default()),
+        Err(Error::UnknownKey { .. })
+    ));
+    assert!(s
+        .finish(&mut pol, "a1", 6.0, 1, FinishArgs::default())
+        .is_err()); // waiting
+    assert!(s.arrive(&mut pol, "a1", "A", 6.0, 1).is_err()); // duplicate
+    assert!(s.arrive(&mut pol, "", "A", 6.0, 1).is_err());
+    assert!(s.arrive(&mut pol, "y", "A", 6.0, 1001).is_err());
+    assert_eq!((s.waiting_count(), s.program_count()), (1, 1));
+    let ended = s.abort(&mut pol, "a1").unwrap();
+    assert_eq!(ended.request_ids, vec![Arc::<str>::from("a1")]);
+    assert_eq!((s.waiting_count(), s.program_count()), (0, 0));
+}
+
+#[test]
+fn id_prefix_orders_like_the_id() {
+    let ids = [
+        "",
+        "a",
+        "ab",
+        "ab\0",
+        "ab\0c",
+        "abcdefgh",
+        "abcdefgh\0",
+        "abcdefghi",
+        "é",
+        "z",
+    ];
+    for a in ids {
+        for b in ids {
+            let (ka, kb) = (
+                Priority::new(false, false, 0.0, 0.0, &Arc::from(a)),
+                Priority::new(false, false, 0.0, 0.0, &Arc::from(b)),
+            );
+            assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
+        }
+    }
+}

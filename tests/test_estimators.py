@@ -1,0 +1,175 @@
+"""η, T and the cache-miss model on both backends, against independent computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from core_helpers import fixture_ok
+
+
+def eta_by_pairs(turns: list[int]) -> float:
+    """−corr(k, N−k) over the explicit pairs, with numpy, clamped to [0, 1]."""
+    k = np.concatenate([np.arange(1, n + 1) for n in turns]).astype(float)
+    r = np.concatenate([n - np.arange(1, n + 1) for n in turns]).astype(float)
+    if k.std() == 0 or r.std() == 0:
+        return 1.0
+    return float(min(1.0, max(0.0, -np.corrcoef(k, r)[0, 1])))
+
+
+def test_eta_is_one_for_fixed_length_programs(impl) -> None:
+    e = impl.EtaEstimator(window=64, min_programs=8)
+    for _ in range(64):
+        e.observe(17)
+    assert e.eta == pytest.approx(1.0, abs=1e-12)
+
+
+def test_eta_is_near_zero_for_geometric_programs(impl) -> None:
+    # Memoryless lengths: the turns left do not depend on the turns done.
+    rng = np.random.default_rng(2511)
+    e = impl.EtaEstimator(window=4096, min_programs=8)
+    for n in rng.geometric(0.1, size=4096):
+        e.observe(int(n))
+    assert e.eta < 0.05
+
+
+def test_eta_is_one_until_enough_programs(impl) -> None:
+    e = impl.EtaEstimator(window=16, min_programs=5)
+    for n in (1, 40, 3, 90):
+        e.observe(n)
+        assert e.eta == 1.0
+    e.observe(7)
+    assert e.eta == pytest.approx(eta_by_pairs([1, 40, 3, 90, 7]), abs=1e-12)
+    assert e.eta < 1.0
+    assert e.count() == 5
+
+
+@fixture_ok
+@given(st.integers(1, 8), st.lists(st.integers(1, 200), min_size=1, max_size=30))
+def test_eta_is_the_windowed_correlation(impl, window, turns) -> None:
+    e = impl.EtaEstimator(window=window, min_programs=0)
+    for n in turns:
+        e.observe(n)
+    assert e.count() == min(window, len(turns))
+    assert e.eta == pytest.approx(eta_by_pairs(turns[-window:]), abs=1e-9)
+    assert 0.0 <= e.eta <= 1.0
+
+
+def test_eta_handles_the_largest_programs(impl) -> None:
+    e = impl.EtaEstimator(window=512, min_programs=0)
+    for i in range(512):
+        e.observe(1_000_000 if i % 2 else 1)
+    assert 0.0 <= e.eta <= 1.0
+
+
+@fixture_ok
+@given(st.integers(1, 6), st.lists(st.floats(0.0, 1e6), min_size=1, max_size=30))
+def test_out_of_order_cost_is_the_windowed_mean(impl, window, delays) -> None:
+    t = impl.OutOfOrderCost(window=window)
+    assert t.mean_s == 0.0
+    for d in delays:
+        t.observe(d)
+    kept = delays[-window:]
+    assert t.mean_s == pytest.approx(sum(kept) / len(kept), rel=1e-12)
+    assert t.count() == len(kept)
+
+
+# -- cache-miss model ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a, b, c", [(0.02, 3e-5, 2e-9), (0.0, 1e-4, 0.0), (0.5, 0.0, 1e-8), (0.005, 2e-4, 5e-10)]
+)
+def test_fit_recovers_known_quadratic_coefficients(impl, a, b, c) -> None:
+    m = impl.CacheMissModel(window=64, min_samples=8)
+    for n in range(256, 256 * 17, 256):
+        m.observe_prefill(n, a + b * n + c * n * n)
+    assert m.fitted
+    fa, fb, fc = m.coefficients
+    assert fa == pytest.approx(a, abs=1e-9)
+    assert fb == pytest.approx(b, abs=1e-12)
+    assert fc == pytest.approx(c, abs=1e-15)
+    assert m.prefill_s(10_000) == pytest.approx(a + b * 1e4 + c * 1e8, rel=1e-6)
+
+
+def test_fit_recovers_coefficients_from_noisy_measurements(impl) -> None:
+    rng = np.random.default_rng(7)
+    a, b, c = 0.03, 5e-5, 1e-9
+    m = impl.CacheMissModel(window=256, min_samples=8)
+    for n in rng.integers(100, 20_000, size=256):
+        n = int(n)
+        m.observe_prefill(n, (a + b * n + c * n * n) * (1 + rng.normal(0, 0.01)))
+    fa, fb, fc = m.coefficients
+    assert fb == pytest.approx(b, rel=0.2)
+    assert fc == pytest.approx(c, rel=0.2)
+    assert m.prefill_s(10_000) == pytest.approx(a + b * 1e4 + c * 1e8, rel=0.02)
+
+
+def test_defaults_until_fitted(impl) -> None:
+    m = impl.CacheMissModel(prefill_base_s=0.1, prefill_s_per_token=1e-3, min_samples=4)
+    assert not m.fitted
+    assert m.coefficients == m.default_coeffs == (0.1, 1e-3, 0.0)
+    assert m.prefill_s(1000) == pytest.approx(0.1 + 1.0)
+    assert m.prefill_s(0) == 0.0
+    for n in (100, 200, 300):
+        m.observe_prefill(n, 1.0)
+    assert not m.fitted  # fewer than min_samples
+
+
+def test_fewer_than_three_token_counts_do_not_fit(impl) -> None:
+    m = impl.CacheMissModel(min_samples=4)
+    for i in range(20):
+        m.observe_prefill(100 + i % 2, 1.0 + 1e-3 * i)
+    assert not m.fitted
+    m.observe_prefill(5000, 2.0)
+    assert m.fitted
+
+
+def test_reload_and_miss_cost_take_the_cheaper_path(impl) -> None:
+    m = impl.CacheMissModel(
+        prefill_base_s=0.0, prefill_s_per_token=1e-3, kv_bytes_per_token=1000,
+        offload_bandwidth_bytes_per_s=1e7,
+    )
+    assert m.reload_s(1000) == pytest.approx(0.1)
+    assert m.prefill_s(1000) == pytest.approx(1.0)
+    # All 1000 offloaded: reload 0.1 s beats recompute 1 s.
+    assert m.miss_cost_s(1000, 1000) == pytest.approx(0.1)
+    # 400 offloaded: reload 0.04 + recompute 600 (0.6) = 0.64.
+    assert m.miss_cost_s(1000, 400) == pytest.approx(0.64)
+    assert m.miss_cost_s(1000) == pytest.approx(1.0)
+    slow = impl.CacheMissModel(
+        prefill_base_s=0.0, prefill_s_per_token=1e-3, kv_bytes_per_token=1000,
+        offload_bandwidth_bytes_per_s=1e3,
+    )
+    assert slow.miss_cost_s(1000, 1000) == pytest.approx(1.0)  # reload 1000 s: recompute
+    assert impl.CacheMissModel().reload_s(1000) is None
+
+
+def test_reload_bytes_are_exact_beyond_2_63(impl) -> None:
+    m = impl.CacheMissModel(kv_bytes_per_token=1 << 40, offload_bandwidth_bytes_per_s=3.0)
+    assert m.reload_s(1 << 40) == float((1 << 40) * (1 << 40)) / 3.0
+
+
+def test_predictions_are_never_negative(impl) -> None:
+    m = impl.CacheMissModel(min_samples=3, window=3)
+    for n, s in ((1000, 3.0), (2000, 2.0), (3000, 0.0)):  # a falling curve
+        m.observe_prefill(n, s)
+    assert m.fitted
+    assert m.prefill_s(10_000) == 0.0
+    assert all(m.prefill_s(n) >= 0.0 for n in range(0, 50_000, 997))
+
+
+def test_constructor_settings_are_visible(impl) -> None:
+    m = impl.CacheMissModel(kv_bytes_per_token=7, offload_bandwidth_bytes_per_s=5.0, window=9,
+                            min_samples=4)
+    assert (m.kv_bytes_per_token, m.offload_bandwidth_bytes_per_s) == (7, 5.0)
+    assert (m.window, m.min_samples) == (9, 4)
+    e = impl.EtaEstimator()
+    assert (e.window, e.min_programs, e.eta, e.count()) == (256, 8, 1.0, 0)
+    t = impl.OutOfOrderCost()
+    assert (t.window, t.mean_s, t.count()) == (256, 0.0, 0)
+    assert math.isfinite(impl.CacheMissModel().prefill_s(1 << 40))
