@@ -176,7 +176,7 @@ def test_ttlpolicy_drives_the_library() -> None:
     cfg = tp.PolicyConfig(prior_mean_s=0.5, min_total_samples=1000, min_tool_samples=0)
     plugin = TTLPolicyPlugin(cfg, pin_budget_fraction=1.0)
     e, m = run(plugin, [(0.0, agent(0.5, turns=4))], hw_with(1000, base=slow))
-    assert plugin.sched.policy.tool_count("tool_use") == 3
+    assert plugin.ttl_policy.tool_count("tool_use") == 3
     # every non-final call pinned, each pin consumed by the return 0.5 s later
     assert m.pinned_block_s == pytest.approx((100 + 101 + 102) * 0.5, rel=1e-9)
     assert m.recomputed_tokens == 0

@@ -41,8 +41,10 @@ class TTLPolicyPlugin(Policy):
         total = self._total_blocks(view)
         hw = view.hardware
         cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
+        self.ttl_policy = tp.TTLPolicy(cfg)
+        self._total = total
         self.sched = _scheduler_class()(
-            tp.TTLPolicy(cfg), total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
+            self.ttl_policy, total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
         )
 
     @staticmethod
@@ -54,7 +56,7 @@ class TTLPolicyPlugin(Policy):
         b = self.view.config.block_tokens
         rid = str(call.call_id)
         self._calls[rid] = call
-        return self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self.sched.total_blocks)) is not None
+        return self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self._total)) is not None
 
     def requeue(self, call: Call, now: float) -> None:
         self.sched.preempt(str(call.call_id), now)
