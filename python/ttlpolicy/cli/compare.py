@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         print(f"\n{load_name} = {load:g}")
         print(format_table(rows))
-    print(f"\n({time.perf_counter() - t0:.1f} s simulated wall time)", file=sys.stderr)
+    print(f"\n(simulated in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if args.json:
         meta = {"trace": trace, "model": args.model, "gpu": args.gpu, "load": load_name, "seed": args.seed}
         with open(args.json, "w", encoding="utf-8") as f:
