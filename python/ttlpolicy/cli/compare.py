@@ -31,7 +31,7 @@ from ttlpolicy.sim import (
 )
 from ttlpolicy.traces import detect_format, read_trace, sample_dir
 
-DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy"
+DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
 COLUMNS = (
     ("jct_mean_s", "JCT mean s", "{:.1f}"),
