@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up (cached venv + build) and run ttlpolicy on the shipped sample sessions.
+# The main job: set up (cached venv + build) and compare KV-cache policies on the shipped
+# sample sessions (Llama-3.1-8B on one H100, 2 to 16 programs in flight). Under a minute.
+# Extra arguments go to `ttlpolicy compare` (e.g. --trace DIR --model llama-3.1-70b).
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
-ttlpolicy fit "$@"
+ttlpolicy compare --concurrency 4 --sweep "$@"

@@ -1,0 +1,82 @@
+"""Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
+"Simulator").  Deterministic: rerun to reproduce the tables.
+
+    PYTHONPATH=python python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
+
+Parsing the 471 sessions takes a minute or two; the parsed programs are cached under
+~/.cache/ttlpolicy/ keyed by the trace path and options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+
+from ttlpolicy.cli.compare import format_table  # noqa: E402
+from ttlpolicy.sim import programs_from_trace, roofline, simulate  # noqa: E402
+
+POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
+SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
+OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
+
+
+def load(trace: str):
+    key = hashlib.sha256(f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode()).hexdigest()[:16]
+    cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key}.pkl"
+    if cache.exists():
+        return pickle.loads(cache.read_bytes())
+    programs = programs_from_trace(trace, **OPTIONS)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(pickle.dumps(programs))
+    return programs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", default="/work/shared/traces/claude-code")
+    ap.add_argument("--loads", default="2,4,8", help="programs in flight")
+    ap.add_argument("--policies", default=POLICIES)
+    ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    programs = load(args.trace)
+    print(f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
+          f"(loaded in {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    results = []
+    for setup in args.setups.split(","):
+        model, gpu = setup.split("@")
+        hw = roofline(model, gpu, cpu_tier_bytes=256e9 * hw_gpus(model))
+        for n in (int(x) for x in args.loads.split(",")):
+            rows = []
+            for pol in args.policies.split(","):
+                t = time.perf_counter()
+                s = simulate(hw, pol, programs, concurrency=n).summary()
+                wall = time.perf_counter() - t
+                rows.append((pol, s))
+                results.append({"model": model, "gpu": gpu, "concurrency": n, "policy": pol,
+                                "wall_s": wall, "summary": s})
+                print(f"  {model} {gpu} c={n} {pol}: {wall:.1f} s", file=sys.stderr, flush=True)
+            print(f"\n{model} on {hw.model.tp}× {gpu}, {n} programs in flight")
+            print(format_table(rows), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+def hw_gpus(model: str) -> int:
+    from ttlpolicy.sim.hardware import MODELS
+
+    return MODELS[model].tp
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""A discrete-event model of one LLM engine instance serving agent programs.
+
+Continuous batching as vLLM v1 does it: each step, running calls decode one token each and
+the rest of a per-step token budget goes to prefill chunks, in admission order; waiting calls
+are admitted (by the policy's order) while a sequence slot, budget and memory are free.  A
+call's whole prompt is allocated at admission; decoding grows it a block at a time.  When
+decode growth does not fit, pins are reclaimed (the policy chooses), then the most recently
+admitted call is preempted and later recomputed.
+
+The engine jumps over runs of identical steps — a decode-only batch, or one long prefill
+chunked at the full budget — summing their step times in closed form, and stops a jump at the
+next event (a call issued, a pin deadline, a reload done, a call finishing, memory running
+short).  Results are deterministic for a given workload, policy and seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .hardware import Hardware
+from .kv_cache import KVCache
+from .metrics import Metrics
+from .policies.base import Policy
+from .workload import ConcurrencyArrivals, Program
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    block_tokens: int = 64
+    token_budget: int = 8192  # tokens per step (vLLM max_num_batched_tokens)
+    max_seqs: int = 256  # running calls (vLLM max_num_seqs)
+
+
+class Call:
+    """One LLM call of a program, from issue to finish."""
+
+    __slots__ = (
+        "call_id", "program_id", "prog", "turn_index", "turn", "issue_s", "prompt", "output",
+        "computed", "generated", "blocks", "first_token_s", "admit_s", "ready_s", "preempted",
+        "prev_tool", "gap_s", "admit_seq",
+    )
+
+    def __init__(self, call_id: int, prog: "_ProgramRun", turn_index: int, issue_s: float) -> None:
+        turn = prog.program.turns[turn_index]
+        self.call_id = call_id
+        self.program_id = prog.program.program_id
+        self.prog = prog
+        self.turn_index = turn_index
+        self.turn = turn
+        self.issue_s = issue_s
+        self.prompt = turn.input_tokens  # tokens to hold before decoding (grows on preemption)
+        self.output = turn.output_tokens
+        self.computed = 0
+        self.generated = 0
+        self.blocks = 0
+        self.first_token_s: float | None = None
+        self.admit_s: float | None = None
+        self.ready_s = 0.0
+        self.preempted = False
+        prev = prog.program.turns[turn_index - 1] if turn_index else None
+        self.prev_tool = prev.tool if prev is not None else None
+        self.gap_s = turn.think_s if turn_index else None
+        self.admit_seq = 0
+
+    @property
+    def program_arrival_s(self) -> float:
+        return self.prog.arrival_s
+
+
+class _ProgramRun:
+    __slots__ = ("program", "arrival_s", "attained_s")
+
+    def __init__(self, program: Program, arrival_s: float) -> None:
+        self.program = program
+        self.arrival_s = arrival_s
+        self.attained_s = 0.0  # service received so far (Autellix)
+
+
+class EngineView:
+    """What a policy may read from the engine: hardware, memory, the batch."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self._e = engine
+        self.hardware = engine.hw
+        self.config = engine.config
+
+    @property
+    def now(self) -> float:
+        return self._e.now
+
+    def running_blocks(self) -> int:
+        return sum(c.blocks for c in self._e.running)
+
+    def running_calls(self) -> int:
+        return len(self._e.running)
+
+    def prefill_s(self, tokens: int) -> float:
+        return self.hardware.prefill_s(tokens, self.config.token_budget)
+
+
+_PROGRAM, _ISSUE, _READY = 0, 1, 2
+
+
+class Engine:
+    def __init__(
+        self,
+        hw: Hardware,
+        policy: Policy,
+        config: EngineConfig | None = None,
+        *,
+        cpu_tier: bool | None = None,
+    ) -> None:
+        self.hw = hw
+        self.policy = policy
+        self.config = config or EngineConfig()
+        b = self.config.block_tokens
+        use_cpu = policy.uses_cpu_tier if cpu_tier is None else cpu_tier
+        self.kv = KVCache(hw.kv_capacity_blocks(b), hw.cpu_capacity_blocks(b) if use_cpu else 0)
+        self.now = 0.0
+        self.running: list[Call] = []
+        self.metrics = Metrics()
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = itertools.count()
+        self._ids = itertools.count()
+        self._admits = itertools.count()
+        self._arrivals: ConcurrencyArrivals | None = None
+        self.peak_used_blocks = 0
+        policy.bind(EngineView(self))
+
+    # -- workload -------------------------------------------------------------------------
+    def _push(self, t: float, kind: int, obj: object) -> None:
+        heapq.heappush(self._events, (t, next(self._seq), kind, obj))
+
+    def add_programs(self, arrivals: Iterable[tuple[float, Program]]) -> None:
+        for t, prog in arrivals:
+            self._push(t, _PROGRAM, prog)
+
+    def use_concurrency(self, arrivals: ConcurrencyArrivals) -> None:
+        self._arrivals = arrivals
+        for prog in arrivals.initial():
+            self._push(0.0, _PROGRAM, prog)
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self, progress=None) -> Metrics:
+        while True:
+            self._handle_events()
+            self._admit()
+            active = [c for c in self.running if c.ready_s <= self.now]
+            if not active:
+                t = self._next_event_s()
+                if t is None:
+                    break
+                self._advance(max(t, self.now) - self.now)
+                continue
+            self._step(active)
+            if progress is not None:
+                progress(self.metrics.programs_done)
+        if self.running or self.policy.waiting():
+            raise RuntimeError(
+                f"simulation stalled with {len(self.running)} running and "
+                f"{self.policy.waiting()} waiting calls"
+            )
+        self.metrics.makespan_s = self.now
+        self.metrics.evicted_blocks = self.kv.evicted_blocks
+        self.metrics.offloaded_blocks = self.kv.offloaded_blocks
+        return self.metrics
+
+    def _next_event_s(self) -> float | None:
+        times = [self._events[0][0]] if self._events else []
+        d = self.policy.next_deadline()
+        if d is not None:
+            times.append(d)
+        return min(times) if times else None
+
+    def _advance(self, dt: float) -> None:
+        self.metrics.pinned_block_s += self.kv.pinned * dt
+        self.now += dt
+
+    def _handle_events(self) -> None:
+        now = self.now
+        deadline = self.policy.next_deadline()
+        if deadline is not None and deadline <= now:
+            for program in self.policy.expire(now):
+                self.kv.unpin(program)
+        while self._events and self._events[0][0] <= now:
+            _, _, kind, obj = heapq.heappop(self._events)
+            if kind == _PROGRAM:
+                run = _ProgramRun(obj, now)  # type: ignore[arg-type]
+                self.metrics.program_started(run.program.program_id, now)
+                self._issue(run, 0)
+            elif kind == _ISSUE:
+                run, index = obj  # type: ignore[misc]
+                self._issue(run, index)
+            # _READY needs no action: the call is already in the batch, now ready.
+
+    def _issue(self, run: _ProgramRun, index: int) -> None:
+        call = Call(next(self._ids), run, index, self.now)
+        if self.policy.arrive(call, self.now):
+            self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
+
+    # -- admission ------------------------------------------------------------------------
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.config.block_tokens)
+
+    def _admit(self) -> None:
+        cfg, policy, kv = self.config, self.policy, self.kv
+        budget_free = cfg.token_budget - sum(
+            max(1, c.prompt - c.computed) for c in self.running
+        )
+        while len(self.running) < cfg.max_seqs and budget_free > 0:
+            call = policy.peek()
+            if call is None:
+                return
+            total = self._blocks_for(call.prompt)
+            if total > kv.capacity:
+                raise ValueError(
+                    f"program {call.program_id!r} call {call.turn_index} needs {total} KV blocks "
+                    f"but the engine holds {kv.capacity}: cap contexts (--max-context)"
+                )
+            b = cfg.block_tokens
+            reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
+            got = kv.acquire(call.program_id, reusable, total)
+            if got is None:
+                for program in policy.reclaim(total - kv.available(), self.now):
+                    kv.unpin(program)
+                got = kv.acquire(call.program_id, reusable, total)
+                if got is None:
+                    return  # head-of-line waits for memory
+            policy.pop()
+            gpu_hit, cpu_hit = got
+            hit_tokens = min((gpu_hit + cpu_hit) * b, call.prompt - 1)
+            call.computed = hit_tokens
+            call.blocks = total
+            call.admit_s = self.now
+            call.admit_seq = next(self._admits)
+            call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
+            if cpu_hit:
+                self._push(call.ready_s, _READY, call)
+            m = self.metrics
+            if not call.preempted:
+                m.input_tokens += call.prompt
+                m.hit_tokens += hit_tokens
+                m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
+                lost = max(0, min(reusable * b, call.prompt - 1) - hit_tokens)
+                m.recomputed_tokens += lost
+            else:
+                m.recomputed_tokens += call.prompt - hit_tokens
+            policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
+            self.running.append(call)
+            budget_free -= call.prompt - call.computed
+
+    # -- one step, or a run of identical steps --------------------------------------------
+    def _step(self, active: list[Call]) -> None:
+        # As vLLM: when memory runs short the step preempts, and nothing is admitted before
+        # it runs (else a just-preempted call could be readmitted and preempted forever).
+        while True:
+            plan = self._plan(active)
+            if plan is not None:
+                break
+            active = [c for c in self.running if c.ready_s <= self.now]
+            if not active:
+                return
+        dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv = plan
+        steps = self.hw.steps
+        # Stop at the next event.
+        t_next = self._next_event_s()
+        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+        if t_next is not None and k > 1 and self.now + dt > t_next:
+            lo, hi = 1, k
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self.now + steps.run_s(tokens, attn0, d_attn, kv0, d_kv, mid) >= t_next:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            k = lo
+            dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+        self._advance(dt)
+        self._apply(dec, chunks, k)
+
+    def _plan(self, active: list[Call]):
+        """The next run of identical steps, or None after freeing memory (plan again)."""
+        cfg = self.config
+        dec = [c for c in active if c.computed >= c.prompt]
+        pre = [c for c in active if c.computed < c.prompt]
+        budget = cfg.token_budget - len(dec)
+        chunks: list[tuple[Call, int]] = []
+        for c in pre:
+            if budget <= 0:
+                break
+            n = min(budget, c.prompt - c.computed)
+            chunks.append((c, n))
+            budget -= n
+        k = min((c.output - c.generated for c in dec), default=math.inf)
+        if len(chunks) == 1 and budget == 0:
+            c, n = chunks[0]
+            k = min(k, (c.prompt - c.computed) // n)
+        elif chunks:
+            k = 1
+        k = int(k)
+        # Step shape: tokens, attention units, KV tokens touched; and their growth per step.
+        ctx = sum(c.prompt + c.generated for c in dec)
+        tokens = len(dec) + sum(n for _, n in chunks)
+        attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
+        kv0 = ctx + sum(c.computed + n for c, n in chunks)
+        d_attn = len(dec) + (chunks[0][1] ** 2 if k > 1 and chunks else 0)
+        d_kv = len(dec) + (chunks[0][1] if k > 1 and chunks else 0)
+        k = self._fit_memory(dec, k)
+        if k == 0:
+            return None
+        return dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv
+
+    def _grow_need(self, dec: list[Call], k: int) -> int:
+        b = self.config.block_tokens
+        need = 0
+        for c in dec:
+            # after k steps the call holds prompt + generated + k − 1 tokens of KV
+            want = -(-(c.prompt + c.generated + k - 1) // b)
+            if want > c.blocks:
+                need += want - c.blocks
+        return need
+
+    def _fit_memory(self, dec: list[Call], k: int) -> int:
+        """The most steps (≤ k) whose decode growth fits; 0 after freeing memory (replan)."""
+        kv = self.kv
+        avail = kv.available()
+        if self._grow_need(dec, k) <= avail:
+            return k
+        lo, hi = 0, k
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._grow_need(dec, mid) <= avail:
+                lo = mid
+            else:
+                hi = mid - 1
+        if lo > 0:
+            return lo
+        short = self._grow_need(dec, 1) - avail
+        released = self.policy.reclaim(short, self.now)
+        for program in released:
+            kv.unpin(program)
+        if not released:
+            self._preempt()
+        return 0
+
+    def _preempt(self) -> None:
+        victim = max(self.running, key=lambda c: c.admit_seq)
+        self.running.remove(victim)
+        b = self.config.block_tokens
+        chain = min(victim.computed, victim.turn.input_tokens) // b
+        self.kv.release(victim.program_id, victim.blocks, chain, "free")
+        # Recompute: the prompt now includes what was generated.
+        victim.prompt = victim.prompt + victim.generated
+        victim.output -= victim.generated
+        victim.generated = 0
+        victim.computed = 0
+        victim.blocks = 0
+        victim.preempted = True
+        self.metrics.preemptions += 1
+        self.policy.requeue(victim, self.now)
+
+    def _apply(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> None:
+        b = self.config.block_tokens
+        kv = self.kv
+        done: list[Call] = []
+        for c in dec:
+            want = -(-(c.prompt + c.generated + k - 1) // b)
+            if want > c.blocks:
+                ok = kv.grow(want - c.blocks)
+                assert ok, "decode growth was checked against free memory"
+                c.blocks = want
+            c.generated += k
+            if c.generated >= c.output:
+                done.append(c)
+        for c, n in chunks:
+            c.computed += n * k
+            if c.computed >= c.prompt:
+                c.generated += 1
+                if c.first_token_s is None:
+                    c.first_token_s = self.now
+                    self.metrics.ttft(self.now - c.issue_s)
+                if c.generated >= c.output:
+                    done.append(c)
+        self.metrics.output_tokens += len(dec) * k + sum(1 for c, _ in chunks if c.computed >= c.prompt)
+        self.metrics.prefill_tokens += sum(n for _, n in chunks) * k
+        self.peak_used_blocks = max(self.peak_used_blocks, kv.used + kv.cached)
+        for c in done:
+            self._finish(c)
+
+    def _finish(self, call: Call) -> None:
+        self.running.remove(call)
+        run = call.prog
+        turns = run.program.turns
+        last = call.turn_index == len(turns) - 1
+        b = self.config.block_tokens
+        chain = call.turn.input_tokens // b
+        run.attained_s += self.now - (call.admit_s or self.now)
+        release = self.policy.finished(call, self.now, min(chain, call.blocks), last)
+        self.kv.release(call.program_id, call.blocks, chain, "drop" if last else release.mode)
+        self.metrics.call_finished(call.program_id, self.now)
+        if not last:
+            nxt = turns[call.turn_index + 1]
+            self._push(self.now + nxt.think_s, _ISSUE, (run, call.turn_index + 1))
+            return
+        self.policy.program_done(call.program_id, len(turns))
+        self.metrics.program_finished(call.program_id, self.now, sum(t.think_s for t in turns))
+        if self._arrivals is not None:
+            prog = self._arrivals.replacement()
+            if prog is not None:
+                self._push(self.now, _PROGRAM, prog)

@@ -1,0 +1,213 @@
+"""How long one engine step takes: a roofline over model and GPU presets, or a calibrated fit.
+
+A step processes some new tokens (decode tokens and prefill chunks) against their contexts.
+Three numbers describe it, and every step-time model here is a function of them:
+
+* ``tokens`` — new tokens in the step (each costs ``2 · params`` FLOPs in the linear layers);
+* ``attn`` — Σ over new tokens of the context each attends to (attention FLOPs
+  ``4 · layers · heads · head_dim`` per unit);
+* ``kv`` — KV tokens read or written (decode: the whole context; prefill: context + chunk).
+
+The roofline takes the slower of compute (``FLOPs / (peak · efficiency)``) and memory
+(``(weights + kv · kv_bytes) / (bandwidth · efficiency)``) plus a fixed per-step overhead.
+Both are linear in (tokens, attn, kv), so a step time is the maximum of two lines; a run of
+``k`` steps whose shape grows by the same amounts each step (a decode-only batch, or one long
+prefill chunked at a fixed size) is summed in closed form — the simulator never ticks through
+steps where nothing changes.  ``calibrate`` fits one line to measured step times instead.
+
+Figures: public spec sheets (dense BF16 tensor FLOP/s without sparsity, HBM bandwidth,
+memory), and the Llama 3.1 model cards (layers, hidden size, heads, KV heads).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    name: str
+    params: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    tp: int = 1  # GPUs the model is sharded over (tensor parallel)
+    dtype_bytes: int = 2
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V, every layer, every KV head (summed over the TP shards)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.dtype_bytes
+
+    @property
+    def flops_per_token(self) -> float:
+        return 2.0 * self.params
+
+    @property
+    def flops_per_attn_unit(self) -> float:
+        """QK^T and AV: 2 · 2 · layers · heads · head_dim per (token, context token) pair."""
+        return 4.0 * self.layers * self.heads * self.head_dim
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    name: str
+    peak_flops: float  # dense BF16, per GPU
+    hbm_bytes_per_s: float
+    memory_bytes: float
+    pcie_bytes_per_s: float  # host link, for the CPU tier
+
+
+MODELS = {
+    "llama-3.1-8b": ModelSpec("llama-3.1-8b", 8.03e9, 32, 4096, 32, 8, 128, tp=1),
+    "llama-3.1-70b": ModelSpec("llama-3.1-70b", 70.6e9, 80, 8192, 64, 8, 128, tp=4),
+}
+
+GPUS = {
+    "a100-80g": GPUSpec("a100-80g", 312e12, 2.039e12, 80e9, 32e9),
+    "h100-80g": GPUSpec("h100-80g", 989e12, 3.35e12, 80e9, 64e9),
+    "h200": GPUSpec("h200", 989e12, 4.8e12, 141e9, 64e9),
+    "b200": GPUSpec("b200", 2.25e15, 8.0e12, 180e9, 64e9),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """``c0 + c_tok · tokens + c_attn · attn + c_kv · kv`` seconds."""
+
+    c0: float
+    c_tok: float
+    c_attn: float
+    c_kv: float
+
+    def at(self, tokens: float, attn: float, kv: float) -> float:
+        return self.c0 + self.c_tok * tokens + self.c_attn * attn + self.c_kv * kv
+
+
+@dataclass(frozen=True, slots=True)
+class StepModel:
+    """Step time = max(compute line, memory line).  Equal lines give a plain linear model."""
+
+    compute: Line
+    memory: Line
+
+    def step_s(self, tokens: float, attn: float, kv: float) -> float:
+        return max(self.compute.at(tokens, attn, kv), self.memory.at(tokens, attn, kv))
+
+    def run_s(self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, k: int) -> float:
+        """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv), in closed form.
+
+        Each line is linear in j, so their difference changes sign at most once: sum the
+        larger line on each side of the crossing as an arithmetic series.
+        """
+        if k <= 0:
+            return 0.0
+        a0 = self.compute.at(tokens, attn0, kv0)
+        da = self.compute.c_attn * d_attn + self.compute.c_kv * d_kv
+        b0 = self.memory.at(tokens, attn0, kv0)
+        db = self.memory.c_attn * d_attn + self.memory.c_kv * d_kv
+        # first j in [0, k] where the order of the two lines may flip
+        diff0, ddiff = a0 - b0, da - db
+        if ddiff == 0.0:
+            split = k
+        else:
+            cross = -diff0 / ddiff
+            split = min(k, max(0, math.ceil(cross))) if cross > 0 else 0
+        total = 0.0
+        for lo, hi in ((0, split), (split, k)):
+            n = hi - lo
+            if n <= 0:
+                continue
+            mid = lo + (n - 1) / 2.0
+            va, vb = a0 + da * mid, b0 + db * mid
+            total += n * (va if va >= vb else vb)
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """One engine instance: a model on ``model.tp`` GPUs, with its step-time model and KV room."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    steps: StepModel
+    kv_capacity_bytes: float
+    cpu_tier_bytes: float = 0.0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.model.kv_bytes_per_token
+
+    def kv_capacity_blocks(self, block_tokens: int) -> int:
+        return int(self.kv_capacity_bytes // (self.kv_bytes_per_token * block_tokens))
+
+    def cpu_capacity_blocks(self, block_tokens: int) -> int:
+        return int(self.cpu_tier_bytes // (self.kv_bytes_per_token * block_tokens))
+
+    def transfer_s(self, tokens: int) -> float:
+        """Seconds to move ``tokens`` of KV over the host links (one per GPU)."""
+        return tokens * self.kv_bytes_per_token / (self.gpu.pcie_bytes_per_s * self.model.tp)
+
+    def prefill_s(self, tokens: int, budget_tokens: int, start: int = 0) -> float:
+        """Seconds to prefill ``tokens`` new tokens after ``start`` cached ones, alone in the
+        engine, in chunks of ``budget_tokens`` — what a lone request waits for its first token."""
+        total, done = 0.0, 0
+        while done < tokens:
+            c = min(budget_tokens, tokens - done)
+            s = start + done
+            total += self.steps.step_s(c, c * s + c * (c + 1) / 2.0, s + c)
+            done += c
+        return total
+
+
+def roofline(
+    model: str | ModelSpec,
+    gpu: str | GPUSpec,
+    *,
+    efficiency: float = 0.6,
+    step_overhead_s: float = 0.004,
+    memory_utilization: float = 0.9,
+    cpu_tier_bytes: float = 0.0,
+) -> Hardware:
+    """A roofline ``Hardware`` from presets (names as in ``MODELS`` and ``GPUS``)."""
+    m = MODELS[model] if isinstance(model, str) else model
+    g = GPUS[gpu] if isinstance(gpu, str) else gpu
+    if not 0.0 < efficiency <= 1.0:
+        raise ValueError(f"efficiency must be in (0, 1], got {efficiency!r}")
+    if not 0.0 < memory_utilization <= 1.0:
+        raise ValueError(f"memory_utilization must be in (0, 1], got {memory_utilization!r}")
+    flops = g.peak_flops * m.tp * efficiency
+    bw = g.hbm_bytes_per_s * m.tp * efficiency
+    compute = Line(step_overhead_s, m.flops_per_token / flops, m.flops_per_attn_unit / flops, 0.0)
+    memory = Line(step_overhead_s + m.weight_bytes / bw, 0.0, 0.0, m.kv_bytes_per_token / bw)
+    kv_bytes = g.memory_bytes * m.tp * memory_utilization - m.weight_bytes
+    if kv_bytes <= 0:
+        raise ValueError(f"{m.name} does not fit on {m.tp} × {g.name}")
+    return Hardware(m, g, StepModel(compute, memory), kv_bytes, cpu_tier_bytes)
+
+
+def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
+    """Replace ``hw``'s roofline by a least-squares line through measured steps.
+
+    ``rows``: (tokens, attn, kv, seconds) per measured step, as a real engine reports them;
+    at least four rows spanning the shapes to be simulated.
+    """
+    data = np.asarray([tuple(map(float, r)) for r in rows], dtype=float)
+    if data.ndim != 2 or data.shape[1] != 4 or data.shape[0] < 4:
+        raise ValueError(f"calibrate needs >= 4 rows of (tokens, attn, kv, seconds), got shape {data.shape}")
+    if not np.all(np.isfinite(data)) or np.any(data < 0):
+        raise ValueError("calibrate rows must be finite and >= 0")
+    x = np.column_stack([np.ones(len(data)), data[:, :3]])
+    coef, *_ = np.linalg.lstsq(x, data[:, 3], rcond=None)
+    line = Line(*(float(c) for c in coef))
+    return Hardware(hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes)

@@ -1,0 +1,181 @@
+"""Block-granular KV memory with prefix reuse, an LRU free queue and an optional CPU tier.
+
+A program runs one LLM call at a time and each call's context extends the previous one's, so
+a program's reusable KV is one *chain*: the leading full blocks of its last call's input.  A
+returning call reuses the common prefix (by block hash, computed when the workload is built)
+of its input with that chain.  The chain is in one of four states:
+
+* ``held`` — referenced by the program's running call, never evicted;
+* ``pinned`` — kept by a policy while the program is away (a TTL pin, InferCept's preserve);
+  when the program's next call arrives the pin ends and the chain joins the free queue at
+  its most-recently-used end, where admission finds it (a waiting call holds no memory);
+* ``free`` — released but still reusable, in an LRU queue as vLLM's prefix cache keeps freed
+  blocks: eviction takes the least recently freed chain first, its tail blocks first (vLLM
+  frees a request's blocks in reverse order), and a chain may be partly evicted;
+* on the CPU tier, when one is configured: blocks evicted from the GPU chain (or swapped out
+  whole) stay reloadable there, as a contiguous run after the GPU part, LRU as well.
+
+Blocks beyond the chain (the partial last block, the generated tokens) are private to the
+call and freed when it ends.  ``free_blocks + cached_blocks + used_blocks == capacity``
+always; nothing ever exceeds the capacity.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class KVCache:
+    def __init__(self, capacity_blocks: int, cpu_capacity_blocks: int = 0) -> None:
+        if capacity_blocks < 1:
+            raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks!r}")
+        self.capacity = capacity_blocks
+        self.cpu_capacity = cpu_capacity_blocks
+        self.used = 0  # held + pinned + private blocks
+        self.pinned = 0
+        self.cached = 0  # free chains
+        self._free: OrderedDict[str, int] = OrderedDict()  # program → blocks, LRU first
+        self._chain: dict[str, int] = {}  # program → GPU chain blocks, any state
+        self._pins: dict[str, int] = {}
+        self._cpu: OrderedDict[str, tuple[int, int]] = OrderedDict()  # program → [start, end)
+        self.cpu_used = 0
+        self.evicted_blocks = 0
+        self.offloaded_blocks = 0
+
+    # -- views ----------------------------------------------------------------------------
+    @property
+    def free_blocks(self) -> int:
+        return self.capacity - self.used - self.cached
+
+    def available(self) -> int:
+        """Blocks an allocation can get now, evicting free chains as needed."""
+        return self.capacity - self.used
+
+    def chain_blocks(self, program: str) -> int:
+        return self._chain.get(program, 0)
+
+    def is_pinned(self, program: str) -> bool:
+        return program in self._pins
+
+    def cpu_run(self, program: str) -> tuple[int, int] | None:
+        return self._cpu.get(program)
+
+    # -- eviction -------------------------------------------------------------------------
+    def _evict(self, need: int) -> None:
+        """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""
+        while self.free_blocks < need and self._free:
+            program, blocks = next(iter(self._free.items()))
+            take = min(blocks, need - self.free_blocks)
+            keep = blocks - take
+            if keep:
+                self._free[program] = keep
+            else:
+                del self._free[program]
+            self._chain[program] = keep
+            if not keep:
+                del self._chain[program]
+            self.cached -= take
+            self.evicted_blocks += take
+            if self.cpu_capacity:
+                self._to_cpu(program, keep, keep + take)
+
+    def _to_cpu(self, program: str, start: int, end: int) -> None:
+        old = self._cpu.pop(program, None)
+        if old is not None:
+            self.cpu_used -= old[1] - old[0]
+            if old[0] == end:  # the new run continues the old one
+                end = old[1]
+        length = end - start
+        if length > self.cpu_capacity:
+            start, length = end - self.cpu_capacity, self.cpu_capacity
+            end = start + length
+        while self.cpu_used + length > self.cpu_capacity:
+            victim, (s, e) = next(iter(self._cpu.items()))
+            cut = min(e - s, self.cpu_used + length - self.cpu_capacity)
+            self.cpu_used -= cut
+            if e - cut > s:
+                self._cpu[victim] = (s, e - cut)
+            else:
+                del self._cpu[victim]
+        if length:
+            self._cpu[program] = (start, end)
+            self.cpu_used += length
+            self.offloaded_blocks += length
+
+    # -- a call's life --------------------------------------------------------------------
+    def acquire(self, program: str, reusable_blocks: int, total_blocks: int) -> tuple[int, int] | None:
+        """Admit a call needing ``total_blocks``, whose first ``reusable_blocks`` may come from
+        the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
+        nothing — when memory cannot hold it even after evicting every free chain."""
+        chain = self._chain.get(program, 0)
+        if total_blocks > self.available():
+            return None
+        gpu_hit = min(chain, reusable_blocks, total_blocks)
+        cpu_hit = 0
+        run = self._cpu.pop(program, None)
+        if run is not None:
+            self.cpu_used -= run[1] - run[0]
+            if run[0] == chain and gpu_hit == chain:
+                cpu_hit = max(0, min(run[1], reusable_blocks, total_blocks) - chain)
+        # Take the chain out of the books; its first gpu_hit blocks become the call's, the
+        # stale tail past the reusable prefix is simply free.
+        if program in self._free:
+            self.cached -= self._free.pop(program)
+        self._chain.pop(program, None)
+        self._evict(total_blocks)
+        self.used += total_blocks
+        return gpu_hit, cpu_hit
+
+    def grow(self, blocks: int) -> bool:
+        """A running call needs ``blocks`` more (decode); False, changing nothing, if impossible."""
+        if blocks > self.available():
+            return False
+        self._evict(blocks)
+        self.used += blocks
+        return True
+
+    def release(self, program: str, held_blocks: int, chain_blocks: int, mode: str = "free") -> None:
+        """A call gives back its ``held_blocks``; its first ``chain_blocks`` stay reusable:
+        ``free`` (LRU queue), ``pin`` (kept until ``unpin``), ``swap`` (to the CPU tier, or
+        ``free`` without one) or ``drop`` (forgotten: the program has ended)."""
+        if mode not in ("free", "pin", "swap", "drop"):
+            raise ValueError(f"release mode must be free, pin, swap or drop, got {mode!r}")
+        chain = min(chain_blocks, held_blocks)
+        self.used -= held_blocks
+        if mode == "drop":
+            run = self._cpu.pop(program, None)
+            if run is not None:
+                self.cpu_used -= run[1] - run[0]
+            return
+        if chain == 0:
+            return
+        if mode == "swap" and self.cpu_capacity:
+            self._to_cpu(program, 0, chain)
+            return
+        self._chain[program] = chain
+        if mode == "pin":
+            self.used += chain
+            self.pinned += chain
+            self._pins[program] = chain
+        else:
+            self._free[program] = chain
+            self.cached += chain
+
+    def unpin(self, program: str) -> None:
+        """A pin ended: its chain joins the LRU free queue (still reusable until evicted)."""
+        blocks = self._pins.pop(program, None)
+        if blocks is None:
+            return
+        self.pinned -= blocks
+        self.used -= blocks
+        self._free[program] = blocks
+        self.cached += blocks
+
+    def check(self) -> None:
+        """The books balance and nothing exceeds a capacity (for tests)."""
+        assert 0 <= self.pinned <= self.used, (self.pinned, self.used)
+        assert self.cached == sum(self._free.values()), "cached blocks out of sync"
+        assert self.pinned == sum(self._pins.values()), "pinned blocks out of sync"
+        assert 0 <= self.free_blocks and self.used + self.cached <= self.capacity
+        assert 0 <= self.cpu_used <= max(self.cpu_capacity, 0)
+        assert self.cpu_used == sum(e - s for s, e in self._cpu.values())

@@ -1,0 +1,73 @@
+"""What a simulation run measured, and its summary row."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class Metrics:
+    program_start_s: dict[str, float] = field(default_factory=dict)
+    program_finish_s: dict[str, float] = field(default_factory=dict)
+    program_think_s: dict[str, float] = field(default_factory=dict)  # tool + human gaps
+    ttfts_s: list[float] = field(default_factory=list)
+    calls_done: int = 0
+    input_tokens: int = 0
+    hit_tokens: int = 0  # prompt tokens served from cache (GPU, or reloaded from CPU)
+    reloaded_tokens: int = 0
+    recomputed_tokens: int = 0  # computed before and computed again (cache lost, preemption)
+    prefill_tokens: int = 0
+    output_tokens: int = 0
+    preemptions: int = 0
+    pinned_block_s: float = 0.0
+    evicted_blocks: int = 0
+    offloaded_blocks: int = 0
+    makespan_s: float = 0.0
+
+    @property
+    def programs_done(self) -> int:
+        return len(self.program_finish_s)
+
+    def program_started(self, program_id: str, now: float) -> None:
+        if program_id in self.program_start_s:
+            raise ValueError(f"program {program_id!r} started twice: program ids must be unique")
+        self.program_start_s[program_id] = now
+
+    def program_finished(self, program_id: str, now: float, think_s: float = 0.0) -> None:
+        self.program_finish_s[program_id] = now
+        self.program_think_s[program_id] = think_s
+
+    def call_finished(self, program_id: str, now: float) -> None:
+        self.calls_done += 1
+
+    def ttft(self, seconds: float) -> None:
+        self.ttfts_s.append(seconds)
+
+    def completion_times_s(self) -> np.ndarray:
+        return np.array(
+            [self.program_finish_s[p] - self.program_start_s[p] for p in self.program_finish_s], dtype=float
+        )
+
+    def summary(self) -> dict[str, float]:
+        jct = self.completion_times_s()
+        span = self.makespan_s or 1.0
+        return {
+            "programs": float(len(jct)),
+            "jct_mean_s": float(jct.mean()) if len(jct) else 0.0,
+            "jct_p50_s": float(np.percentile(jct, 50)) if len(jct) else 0.0,
+            "jct_p95_s": float(np.percentile(jct, 95)) if len(jct) else 0.0,
+            # completion time less the program's own tool/human gaps: time spent on the engine
+            "engine_mean_s": float(np.mean([
+                self.program_finish_s[p] - self.program_start_s[p] - self.program_think_s.get(p, 0.0)
+                for p in self.program_finish_s
+            ])) if len(jct) else 0.0,
+            "ttft_mean_s": float(np.mean(self.ttfts_s)) if self.ttfts_s else 0.0,
+            "throughput_tok_s": self.output_tokens / span,
+            "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
+            "recomputed_tokens": float(self.recomputed_tokens),
+            "pinned_block_s": self.pinned_block_s,
+            "preemptions": float(self.preemptions),
+            "makespan_s": self.makespan_s,
+        }

@@ -1,0 +1,49 @@
+"""Simulated policies, one module each, behind one interface (``base.Policy``).
+
+``make_policy("fixed-ttl=5")`` builds one from its command-line name.
+"""
+
+from __future__ import annotations
+
+from .autellix import Autellix
+from .base import Policy
+from .continuum import Continuum
+from .fixed_ttl import FixedTTL
+from .infercept import InferCept
+from .vllm import VLLM
+from .vllm_offload import VLLMOffload
+
+NAMES = ("vllm", "vllm-offload", "infercept", "autellix", "fixed-ttl=<s>", "continuum", "ttlpolicy", "ttlpolicy-offload")
+SIMPLE = {
+    "vllm": VLLM,
+    "vllm-offload": VLLMOffload,
+    "infercept": InferCept,
+    "autellix": Autellix,
+    "continuum": Continuum,
+}
+
+
+def make_policy(name: str) -> Policy:
+    """A fresh policy from its name (policies keep state: one per run)."""
+    name = name.strip()
+    if name in SIMPLE:
+        return SIMPLE[name]()
+    if name == "ttlpolicy":
+        from .ttlpolicy_plugin import TTLPolicyPlugin
+
+        return TTLPolicyPlugin()
+    if name == "ttlpolicy-offload":
+        from .ttlpolicy_plugin import TTLPolicyOffload
+
+        return TTLPolicyOffload()
+    if name.startswith("fixed-ttl="):
+        text = name.split("=", 1)[1]
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise ValueError(f"fixed-ttl needs seconds, e.g. fixed-ttl=5, got {name!r}") from None
+        return FixedTTL(seconds)
+    raise ValueError(f"unknown policy {name[:64]!r}; known: {', '.join(NAMES)}")
+
+
+__all__ = ["NAMES", "Policy", "make_policy"]

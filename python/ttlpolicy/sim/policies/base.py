@@ -1,0 +1,189 @@
+"""The one interface every simulated policy implements, and the plumbing baselines share.
+
+The engine owns time, memory and the batch; a policy owns the waiting queue (what runs next)
+and the fate of a finished call's KV chain (free it, pin it until a deadline, swap it out).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..engine import Call, EngineView
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What happens to a finished call's reusable blocks: ``free`` (LRU cache), ``pin``
+    (kept; the policy reports when the pin ends), ``swap`` (moved to the CPU tier)."""
+
+    mode: str = "free"
+
+
+FREE = Release("free")
+PIN = Release("pin")
+SWAP = Release("swap")
+
+
+class Policy:
+    """Base: request-level FCFS, free at end of turn (stock vLLM)."""
+
+    name = "base"
+    uses_cpu_tier = False
+
+    def __init__(self) -> None:
+        self._heap: list[tuple] = []
+        self._seq = itertools.count()
+        self.view: EngineView | None = None
+
+    def bind(self, view: EngineView) -> None:
+        """Called once by the engine before the run: hardware, memory and clock views."""
+        self.view = view
+
+    # -- the waiting queue ----------------------------------------------------------------
+    def key(self, call: Call) -> tuple:
+        return (call.issue_s,)
+
+    def arrive(self, call: Call, now: float) -> bool:
+        """A call is issued; True when its program's pin was consumed (its chain is kept)."""
+        heapq.heappush(self._heap, (*self.key(call), next(self._seq), call))
+        return False
+
+    def requeue(self, call: Call, now: float) -> None:
+        """A running call was preempted: back to the queue."""
+        heapq.heappush(self._heap, (*self.key(call), next(self._seq), call))
+
+    def peek(self) -> Call | None:
+        return self._heap[0][-1] if self._heap else None
+
+    def pop(self) -> Call:
+        return heapq.heappop(self._heap)[-1]
+
+    def waiting(self) -> int:
+        return len(self._heap)
+
+    # -- events ---------------------------------------------------------------------------
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        """A call entered the batch (``cache_dropped``: it had reusable blocks and lost some)."""
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+        return FREE
+
+    def expire(self, now: float) -> list[str]:
+        """Programs whose pins end at or before ``now``."""
+        return []
+
+    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+        """Programs whose pins to give up so that ``blocks_needed`` more can be allocated."""
+        return []
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def program_done(self, program_id: str, turns: int) -> None:
+        pass
+
+
+@dataclass
+class PinTable:
+    """Pins of the baselines that pin (fixed TTL, Continuum as published, InferCept's
+    preserve): program → (deadline, blocks).  A pin ends at its deadline, when its program
+    returns, or under memory pressure, most recently pinned first."""
+
+    pins: dict[str, tuple[float, int, int]] = field(default_factory=dict)
+    _deadlines: list[tuple[float, int, str]] = field(default_factory=list)
+    _seq: itertools.count = field(default_factory=itertools.count)
+
+    def pin(self, program: str, until: float, blocks: int) -> None:
+        n = next(self._seq)
+        self.pins[program] = (until, blocks, n)
+        heapq.heappush(self._deadlines, (until, n, program))
+
+    def take(self, program: str) -> bool:
+        return self.pins.pop(program, None) is not None
+
+    def _prune(self) -> None:
+        while self._deadlines:
+            until, n, program = self._deadlines[0]
+            cur = self.pins.get(program)
+            if cur is not None and cur[2] == n:
+                return
+            heapq.heappop(self._deadlines)
+
+    def expire(self, now: float) -> list[str]:
+        out = []
+        self._prune()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, _, program = heapq.heappop(self._deadlines)
+            del self.pins[program]
+            out.append(program)
+            self._prune()
+        return out
+
+    def reclaim(self, blocks_needed: int) -> list[str]:
+        out, freed = [], 0
+        for program, (_, blocks, _) in sorted(self.pins.items(), key=lambda kv: -kv[1][2]):
+            if freed >= blocks_needed:
+                break
+            del self.pins[program]
+            out.append(program)
+            freed += blocks
+        return out
+
+    def next_deadline(self) -> float | None:
+        self._prune()
+        return self._deadlines[0][0] if self._deadlines else None
+
+
+class PinningPolicy(Policy):
+    """A baseline that pins: subclasses say for how long (``ttl_s``); a returning call takes
+    its program's pin over."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = PinTable()
+
+    def ttl_s(self, call: Call, now: float, chain_blocks: int) -> float:
+        raise NotImplementedError
+
+    def arrive(self, call: Call, now: float) -> bool:
+        super().arrive(call, now)
+        return self.table.take(call.program_id)
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+        if last_turn or chain_blocks == 0:
+            return FREE
+        ttl = self.ttl_s(call, now, chain_blocks)
+        if ttl > 0.0:
+            self.table.pin(call.program_id, now + ttl, chain_blocks)
+            return PIN
+        return FREE
+
+    def expire(self, now: float) -> list[str]:
+        return self.table.expire(now)
+
+    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+        return self.table.reclaim(blocks_needed)
+
+    def next_deadline(self) -> float | None:
+        return self.table.next_deadline()
+
+
+class ToolMeans:
+    """Running mean duration per tool (Continuum's and InferCept's duration estimate)."""
+
+    def __init__(self, prior_s: float) -> None:
+        self.prior_s = prior_s
+        self._sum: dict[str | None, float] = {}
+        self._n: dict[str | None, int] = {}
+
+    def observe(self, tool: str | None, duration_s: float) -> None:
+        self._sum[tool] = self._sum.get(tool, 0.0) + duration_s
+        self._n[tool] = self._n.get(tool, 0) + 1
+
+    def mean_s(self, tool: str | None) -> float:
+        n = self._n.get(tool, 0)
+        return self._sum[tool] / n if n else self.prior_s

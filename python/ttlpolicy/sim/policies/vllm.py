@@ -1,0 +1,11 @@
+"""Stock vLLM: request-level FCFS; a finished call's blocks go to the LRU free queue and stay
+reusable until evicted (automatic prefix caching).  Source: vLLM v1 scheduler and
+``KVCacheManager`` / ``FreeKVCacheBlockQueue`` (github.com/vllm-project/vllm)."""
+
+from __future__ import annotations
+
+from .base import Policy
+
+
+class VLLM(Policy):
+    name = "vllm"

@@ -1,0 +1,227 @@
+"""Workloads: agent programs (sequences of LLM calls separated by tool or human time) and how
+they arrive.
+
+* ``programs_from_trace`` — a session of an agentic trace is a program; turn i+1 is issued
+  when turn i finishes plus its recorded think time; the blocks a turn can reuse are the
+  common prefix of its block hashes with the previous turn's.  Options cap contexts, scale
+  and cap think times, and drop what follows the first human turn.
+* ``open_loop_programs`` — Mooncake/Azure request streams: one single-turn program a request,
+  issued at its recorded time.
+* ``swe_agent_programs`` — a synthetic SWE-agent-like generator with documented parameters.
+* ``poisson_arrivals`` / ``ConcurrencyArrivals`` — program arrival processes, seeded.
+
+Turns carry the finished call's ``stop`` reason as its tool name when the trace records no
+tool names: an engine sees the stop reason, and tool time and human time differ by minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..traces import TraceRecord, read_trace
+
+MAX_TOOL_NAME = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One LLM call of a program."""
+
+    input_tokens: int  # whole context
+    output_tokens: int
+    reusable_blocks: int  # leading full blocks identical to the previous turn's input
+    think_s: float  # gap between the previous turn's finish and this turn's issue
+    tool: str | None  # what the call ended with (tool name, or stop reason)
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    program_id: str
+    turns: tuple[Turn, ...]
+    issue_s: float = 0.0  # open-loop streams: when the (single) request is issued
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
+    n = min(len(a), len(b), limit)
+    k = 0
+    while k < n and a[k] == b[k]:
+        k += 1
+    return k
+
+
+def programs_from_records(
+    records: Iterable[TraceRecord],
+    *,
+    block_tokens: int = 64,
+    max_context: int | None = None,
+    context_mode: str = "truncate",
+    think_scale: float = 1.0,
+    think_cap_s: float | None = None,
+    human_turns: str = "keep",
+) -> list[Program]:
+    """Programs from agentic trace records (grouped by session, in order of first appearance).
+
+    ``max_context``: contexts above it are truncated to it (``context_mode="truncate"``, the
+    output kept within it too) or their whole program is skipped (``"skip"``).
+    ``human_turns="drop"`` ends a program at its first ``end_turn`` (one agentic task).
+    """
+    if context_mode not in ("truncate", "skip"):
+        raise ValueError(f"context_mode must be 'truncate' or 'skip', got {context_mode!r}")
+    if human_turns not in ("keep", "drop"):
+        raise ValueError(f"human_turns must be 'keep' or 'drop', got {human_turns!r}")
+    if not think_scale >= 0 or not math.isfinite(think_scale):
+        raise ValueError(f"think_scale must be a finite number >= 0, got {think_scale!r}")
+    if max_context is not None and max_context < 2 * block_tokens:
+        raise ValueError(f"max_context must be >= {2 * block_tokens} tokens, got {max_context!r}")
+    sessions: dict[str, list[TraceRecord]] = {}
+    for r in records:
+        sessions.setdefault(r.session_id, []).append(r)
+    out = []
+    for sid, recs in sessions.items():
+        turns: list[Turn] = []
+        prev: tuple[int, ...] = ()
+        skip = False
+        for r in recs:
+            if r.block_tokens and r.block_tokens != block_tokens:
+                raise ValueError(
+                    f"session {sid!r}: trace blocks are {r.block_tokens} tokens, simulator blocks "
+                    f"{block_tokens}; prefix reuse needs them equal"
+                )
+            inp, outp = r.input_tokens, max(1, r.output_tokens)
+            if max_context is not None and inp + outp > max_context:
+                if context_mode == "skip":
+                    skip = True
+                    break
+                outp = min(outp, max_context // 2)
+                inp = max(1, max_context - outp)
+            full = inp // block_tokens
+            hashes = r.hash_ids[:full]
+            think = r.think_time_s * think_scale
+            if think_cap_s is not None:
+                think = min(think, think_cap_s)
+            reusable = _common_prefix(prev, hashes, full) if turns else 0
+            turns.append(Turn(inp, outp, reusable, think if turns else 0.0, r.stop))
+            prev = hashes
+            if human_turns == "drop" and r.stop == "end_turn":
+                break
+        if not skip and turns:
+            out.append(Program(sid, tuple(turns)))
+    return out
+
+
+def programs_from_trace(path: str | Path, **options) -> list[Program]:
+    """Programs of an agentic trace file or folder (see ``programs_from_records``)."""
+    return programs_from_records(read_trace(path), **options)
+
+
+def open_loop_programs(
+    records: Iterable[TraceRecord], *, rate_scale: float = 1.0, max_context: int | None = None
+) -> list[Program]:
+    """A request stream (Mooncake, Azure) as single-turn programs issued at their recorded
+    time divided by ``rate_scale``.  Reuse across requests is not modelled (no program)."""
+    if not rate_scale > 0 or not math.isfinite(rate_scale):
+        raise ValueError(f"rate_scale must be a finite number > 0, got {rate_scale!r}")
+    out = []
+    for r in records:
+        inp, outp = r.input_tokens, max(1, r.output_tokens)
+        if max_context is not None and inp + outp > max_context:
+            outp = min(outp, max_context // 2)
+            inp = max(1, max_context - outp)
+        out.append(Program(f"req{r.index}", (Turn(max(1, inp), outp, 0, 0.0, None),), r.arrival_s / rate_scale))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SweAgentParams:
+    """A SWE-agent-like program: a system prompt and an issue, then turns that each append the
+    model's action and a tool observation; the program ends with a submit.
+
+    Defaults follow the shape of SWE-agent trajectories on SWE-bench (tens of turns, a ~5k-token
+    prompt growing by ~1–2k tokens per turn, short tool calls with a long tail for tests)."""
+
+    mean_turns: float = 30.0  # geometric turn count, at least 2
+    max_turns: int = 100
+    prompt_tokens: int = 5000
+    output_mean_tokens: float = 250.0  # exponential, at least 16
+    observation_mean_tokens: float = 1200.0  # exponential tool output appended per turn
+    #: tool → (median seconds, log-normal sigma, weight)
+    tools: tuple[tuple[str, float, float, float], ...] = (
+        ("open", 0.3, 0.5, 0.3),
+        ("edit", 0.5, 0.5, 0.25),
+        ("search", 1.5, 0.8, 0.2),
+        ("bash", 3.0, 1.0, 0.15),
+        ("pytest", 30.0, 0.8, 0.1),
+    )
+    max_context: int = 120_000
+
+
+def swe_agent_programs(n: int, seed: int = 0, params: SweAgentParams | None = None, block_tokens: int = 64) -> list[Program]:
+    """``n`` synthetic programs; the same seed gives the same programs."""
+    p = params or SweAgentParams()
+    rng = random.Random(seed)
+    names = [t[0] for t in p.tools]
+    weights = [t[3] for t in p.tools]
+    out = []
+    for i in range(n):
+        n_turns = 2
+        while n_turns < p.max_turns and rng.random() > 1.0 / max(p.mean_turns - 1.0, 1.0):
+            n_turns += 1
+        ctx, turns, tool = p.prompt_tokens, [], None
+        for t in range(n_turns):
+            outp = max(16, int(rng.expovariate(1.0 / p.output_mean_tokens)))
+            think = 0.0
+            if t:
+                spec = p.tools[names.index(tool)]
+                think = spec[1] * math.exp(rng.gauss(0.0, spec[2]))
+                ctx += max(1, int(rng.expovariate(1.0 / p.observation_mean_tokens)))
+            if ctx + outp > p.max_context:
+                break
+            prev_full = turns[-1].input_tokens // block_tokens if turns else 0
+            last = t == n_turns - 1
+            tool = None if last else rng.choices(names, weights)[0]
+            turns.append(Turn(ctx, outp, prev_full if t else 0, think, tool if not last else "submit"))
+            ctx += outp
+        out.append(Program(f"swe{i}", tuple(turns)))
+    return out
+
+
+def poisson_arrivals(programs: list[Program], rate_per_s: float, seed: int = 0) -> Iterator[tuple[float, Program]]:
+    """Programs in a seeded random order, arriving as a Poisson process of ``rate_per_s``."""
+    if not rate_per_s > 0 or not math.isfinite(rate_per_s):
+        raise ValueError(f"rate must be a finite number > 0, got {rate_per_s!r}")
+    rng = random.Random(seed)
+    order = list(programs)
+    rng.shuffle(order)
+    t = 0.0
+    for prog in order:
+        yield t, prog
+        t += rng.expovariate(rate_per_s)
+
+
+class ConcurrencyArrivals:
+    """``n`` programs in flight: the first ``n`` (in a seeded order) start at 0, and each time one
+    ends the next starts."""
+
+    def __init__(self, programs: list[Program], n: int, seed: int = 0) -> None:
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"concurrency must be an integer >= 1, got {n!r}")
+        rng = random.Random(seed)
+        self._order = list(programs)
+        rng.shuffle(self._order)
+        self._next = 0
+        self.n = n
+
+    def initial(self) -> list[Program]:
+        first = self._order[: self.n]
+        self._next = len(first)
+        return first
+
+    def replacement(self) -> Program | None:
+        if self._next >= len(self._order):
+            return None
+        self._next += 1
+        return self._order[self._next - 1]
