@@ -16,14 +16,6 @@ if TYPE_CHECKING:
     from ..engine import Call, EngineView
 
 
-def _scheduler_class():
-    """The active backend's ProgramScheduler (the reference one until the native is exported)."""
-    cls = getattr(tp, "ProgramScheduler", None)
-    if cls is None:
-        from ttlpolicy.reference.scheduler import ProgramScheduler as cls
-    return cls
-
-
 class TTLPolicyPlugin(Policy):
     name = "ttlpolicy"
 
@@ -43,7 +35,7 @@ class TTLPolicyPlugin(Policy):
         cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
         self.ttl_policy = tp.TTLPolicy(cfg)
         self._total = total
-        self.sched = _scheduler_class()(
+        self.sched = tp.ProgramScheduler(
             self.ttl_policy, total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
         )
 
