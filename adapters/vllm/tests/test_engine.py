@@ -196,3 +196,20 @@ def test_anonymous_requests_run_exactly_as_stock(pair, ttl) -> None:
                       list(engine.outputs[r].outputs[0].token_ids)) for r in rids])  # fmt: skip
     assert outs[0] == outs[1]
     assert ttl.scheduler.programs.program_count == 0
+
+
+def test_overlong_request_ids_are_served_not_fatal(ttl) -> None:
+    # vLLM takes request ids from clients (X-Request-Id); the ProgramScheduler bounds ids at
+    # 1024 bytes, so longer ones must be tracked under a digest, not crash the engine.
+    p = Prompts(ttl, seed=11)
+    a1 = p(TURN1_PROMPT)
+    rid1 = ttl.submit(a1, TURN1_OUT, rid="t1-" + "x" * 3000, program_id="p-long", tool="bash")
+    ttl.run()
+    assert ttl.scheduler.pins.held_blocks() == 7  # pinned like any other program request
+    ctx = context_of(a1, ttl.outputs[rid1])
+    rid2 = ttl.submit(ctx + p(5), 4, rid="t2-" + "y" * 3000, program_id="p-long", last_turn=True)
+    anon = ttl.submit(p(40), 4, rid="anon-" + "z" * 3000)  # no program: stock behaviour
+    ttl.run()
+    assert ttl.outputs[rid2].num_cached_tokens == 7 * BLOCK
+    assert len(ttl.outputs[anon].outputs[0].token_ids) == 4
+    assert ttl.scheduler.programs.program_count == 0

@@ -7,7 +7,13 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from ttlpolicy_vllm.identity import MAX_PROGRAM_ID_CHARS, ProgramInfo, program_of
+from ttlpolicy_vllm.identity import (
+    MAX_PROGRAM_ID_CHARS,
+    MAX_SCHEDULER_ID_BYTES,
+    ProgramInfo,
+    program_of,
+    scheduler_key,
+)
 
 
 def request(extra: Any = None, session_id: Any = None) -> SimpleNamespace:
@@ -49,3 +55,20 @@ def test_never_raises_on_client_input(extra: dict[str, Any], session_id: Any) ->
     if info is not None:
         assert 0 < len(info.program_id) <= MAX_PROGRAM_ID_CHARS
         assert info.tool is None or len(info.tool) <= 128
+
+
+def test_scheduler_key_keeps_short_ids_and_bounds_the_rest() -> None:
+    assert scheduler_key("cmpl-1234-0") == "cmpl-1234-0"
+    edge = "é" * (MAX_SCHEDULER_ID_BYTES // 2)  # exactly 1024 bytes of UTF-8
+    assert scheduler_key(edge) == edge
+    long_a, long_b = "a" * 5000, "a" * 4999 + "b"
+    ka, kb = scheduler_key(long_a), scheduler_key(long_b)
+    assert ka != kb and ka == scheduler_key(long_a)  # distinct, stable
+    assert len(ka.encode()) <= MAX_SCHEDULER_ID_BYTES
+    assert scheduler_key("x\ud800") != "x\ud800"  # lone surrogate: not valid text
+
+
+@given(st.text(max_size=3000))
+def test_scheduler_key_is_always_acceptable(request_id: str) -> None:
+    key = scheduler_key(request_id)
+    assert key and len(key.encode("utf-8")) <= MAX_SCHEDULER_ID_BYTES

@@ -4,7 +4,8 @@ vLLM's scheduler reads its waiting queue through the ``RequestQueue`` interface 
 head, pop it when admitted, prepend it back when preempted or skipped).  This implementation
 keeps no order of its own: every operation is forwarded to the ``ProgramScheduler``, which
 orders by ``(not preempted, not pinned, program arrival, request arrival, request id)``;
-this class only maps request ids back to vLLM ``Request`` objects.
+this class only maps request ids back to vLLM ``Request`` objects.  Requests are tracked under
+``scheduler_key(request_id)`` (the id itself unless it is too long for the ProgramScheduler).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 from vllm.v1.core.sched.request_queue import RequestQueue
 from vllm.v1.request import Request
+
+from .identity import scheduler_key
 
 
 class ProgramRequestQueue(RequestQueue):
@@ -37,14 +40,14 @@ class ProgramRequestQueue(RequestQueue):
 
     # -- vLLM's RequestQueue interface ----------------------------------------------------
     def add_request(self, request: Request) -> None:
-        rid = request.request_id
-        if rid in self._popped:
-            self._requeue(request)
+        key = scheduler_key(request.request_id)
+        if key in self._popped:
+            self._requeue(key, request)
             return
-        self.consumed[rid] = self._programs.arrive(
-            rid, self._program_id_of(request), self._clock(), self._blocks_needed(request)
+        self.consumed[request.request_id] = self._programs.arrive(
+            key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
         )
-        self._requests[rid] = request
+        self._requests[key] = request
 
     def pop_request(self) -> Request:
         rid = self._programs.pop(self._clock())
@@ -74,8 +77,9 @@ class ProgramRequestQueue(RequestQueue):
         # that stopped); TTLScheduler._free_request then settles it with the ProgramScheduler,
         # which still counts it as waiting until then.
         for request in requests:
-            if self._requests.pop(request.request_id, None) is not None:
-                self._removed.add(request.request_id)
+            key = scheduler_key(request.request_id)
+            if self._requests.pop(key, None) is not None:
+                self._removed.add(key)
 
     def __bool__(self) -> bool:
         return bool(self._requests)
@@ -88,30 +92,32 @@ class ProgramRequestQueue(RequestQueue):
         return iter(list(self._requests.values()))
 
     # -- adapter side ---------------------------------------------------------------------
-    def _requeue(self, request: Request) -> None:
+    def _requeue(self, key: str, request: Request) -> None:
         # Preempted (or popped then skipped by vLLM's scan): back into the queue, first.
-        self._programs.preempt(request.request_id, self._clock())
-        self._popped.discard(request.request_id)
-        self._requests[request.request_id] = request
+        self._programs.preempt(key, self._clock())
+        self._popped.discard(key)
+        self._requests[key] = request
 
     def forget(self, request_id: str) -> None:
         """The request finished: it will not come back."""
-        self._popped.discard(request_id)
-        self._removed.discard(request_id)
-        self._requests.pop(request_id, None)
+        key = scheduler_key(request_id)
+        self._popped.discard(key)
+        self._removed.discard(key)
+        self._requests.pop(key, None)
 
-    def readmit(self, request_ids: Iterable[str]) -> None:
+    def readmit(self, keys: Iterable[str]) -> None:
         """Requests the ProgramScheduler dropped with their program (an abort of a sibling)
         that vLLM still holds: waiting ones arrive again, as a new program; running ones
         are no longer tracked there (their finish is then skipped)."""
-        for rid in request_ids:
-            request = self._requests.pop(rid, None)
+        for key in keys:
+            request = self._requests.pop(key, None)
             if request is not None:
                 self.add_request(request)
-            self._popped.discard(rid)
+            self._popped.discard(key)
 
     def state(self, request_id: str) -> str | None:
         """``"waiting"``/``"running"`` as the ProgramScheduler tracks it, None if untracked."""
-        if request_id in self._requests or request_id in self._removed:
+        key = scheduler_key(request_id)
+        if key in self._requests or key in self._removed:
             return "waiting"
-        return "running" if request_id in self._popped else None
+        return "running" if key in self._popped else None

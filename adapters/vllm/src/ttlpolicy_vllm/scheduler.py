@@ -43,7 +43,7 @@ from vllm.logger import init_logger
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from .identity import ProgramInfo, program_of
+from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
@@ -111,7 +111,7 @@ class TTLScheduler(Scheduler):
     # -- identity ---------------------------------------------------------------------------
     def _program_id_of(self, request: Request) -> str:
         info = self._programs_of.get(request.request_id)
-        return info.program_id if info is not None else ANONYMOUS + request.request_id
+        return info.program_id if info is not None else scheduler_key(ANONYMOUS + request.request_id)
 
     def _blocks_needed(self, request: Request) -> int:
         needed = math.ceil(request.num_tokens / self.block_size)
@@ -222,17 +222,18 @@ class TTLScheduler(Scheduler):
         else:
             # An abort, an anonymous request, or one that stopped while preempted: the
             # program ends without a pin and without an η sample.
-            ended = self.programs.abort(rid)
-            self._ended(ended, rid)
+            key = scheduler_key(rid)
+            self._ended(self.programs.abort(key), key)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
     def _finish_program_request(self, request: Request, info: ProgramInfo) -> None:
         rid, pid = request.request_id, info.program_id
+        key = scheduler_key(rid)
         blocks = cached_blocks(self.kv_cache_manager, rid)
         tool = info.tool if info.tool is not None else self._parse_tool(request)
         finished = self.programs.finish(
-            rid,
+            key,
             self.clock(),
             min(len(blocks), self.total_blocks),
             tool=tool,
@@ -240,16 +241,17 @@ class TTLScheduler(Scheduler):
             cache_miss_cost_s=self.policy.miss_cost_s(len(blocks) * self.block_size),
         )
         if finished.ended is not None:
-            self._ended(finished.ended, rid)
+            self._ended(finished.ended, key)
         elif finished.pin is not None:
             self.pins.hold(pid, blocks)  # merged with a pin the program already held
             self.ttl_metrics.pins += 1
             self.ttl_metrics.pinned_blocks_total += len(blocks)
 
-    def _ended(self, ended: Any, rid: str) -> None:
-        """A program ended in the ProgramScheduler: free its pin, re-admit siblings."""
+    def _ended(self, ended: Any, key: str) -> None:
+        """A program ended in the ProgramScheduler (``key``: the request that ended it):
+        free its pin, re-admit siblings."""
         self._release(ended.program_id)
-        siblings = [r for r in ended.request_ids if r != rid]
+        siblings = [r for r in ended.request_ids if r != key]
         if siblings:
             self.waiting.readmit(siblings)
 
