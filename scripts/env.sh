@@ -3,18 +3,11 @@
 # it, a rerun reuses it), and the package built into it from this checkout.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python3.11}"
-command -v "$PY" >/dev/null || PY=python3
-key=$(cat "$ROOT/requirements/dev.txt" | sha256sum | cut -c1-16)
+source "$ROOT/scripts/venv.sh"
+key=$(sha256sum <"$ROOT/requirements/dev.txt" | cut -c1-16)
 VENV="${TTLPOLICY_VENV:-$HOME/.cache/ttlpolicy/venv-dev-$key}"
-if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
-  echo "==> creating $VENV" >&2
-  rm -rf "$VENV"
-  "$PY" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements/dev.txt"
-  touch "$VENV/.complete"
-fi
+install_dev() { "$1/bin/python" -m pip install -q -r "$ROOT/requirements/dev.txt"; }
+cached_venv "$VENV" install_dev
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
 echo "==> building ttlpolicy (Rust core + Python package) into $VENV" >&2

