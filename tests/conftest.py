@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from ttlpolicy import _backend
 
 #: reference modules searched, in order, for a public name
 REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")
@@ -75,7 +74,3 @@ def backends() -> tuple[Backend, Backend]:
     if NATIVE is None:
         pytest.skip("native module not built")
     return REFERENCE, NATIVE
-
-
-def test_backend_is_reported() -> None:
-    assert _backend.backend in ("rust", "python")

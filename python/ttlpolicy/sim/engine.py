@@ -95,9 +95,6 @@ class EngineView:
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
 
-    def running_calls(self) -> int:
-        return len(self._e.running)
-
     def prefill_s(self, tokens: int) -> float:
         return self.hardware.prefill_s(tokens, self.config.token_budget)
 

@@ -54,12 +54,6 @@ class KVCache:
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
 
-    def is_pinned(self, program: str) -> bool:
-        return program in self._pins
-
-    def cpu_run(self, program: str) -> tuple[int, int] | None:
-        return self._cpu.get(program)
-
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""

@@ -7,7 +7,7 @@ programmatically with ``TTLScheduler.ttl_stats()``.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 
 @dataclass
@@ -23,7 +23,6 @@ class AdapterMetrics:
     adapter_s: float = 0.0  # time spent in the adapter's own code, all schedule() calls
     step_s: float = 0.0  # whole schedule() calls, adapter included
     pinned_blocks_now: int = 0  # gauge, refreshed on each schedule()
-    extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def adapter_us_per_schedule(self) -> float:
@@ -31,8 +30,6 @@ class AdapterMetrics:
 
     def as_dict(self) -> dict[str, float]:
         d = asdict(self)
-        d.pop("extra")
-        d.update(self.extra)
         d["adapter_us_per_schedule"] = self.adapter_us_per_schedule
         return d
 

@@ -42,9 +42,6 @@ class BlockPins:
         self._pool.free_blocks(reversed(blocks))
         return len(blocks)
 
-    def release_all(self) -> int:
-        return sum(self.release(p) for p in list(self._held))
-
     def blocks_of(self, program_id: str) -> int:
         return len(self._held.get(program_id, ()))
 
