@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from ttlpolicy.cli.compare import format_table  # noqa: E402
-from ttlpolicy.sim import programs_from_trace, roofline, simulate  # noqa: E402
+from ttlpolicy.cli.compare import format_table
+from ttlpolicy.sim import programs_from_trace, roofline, simulate
 
 POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
 SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
@@ -29,7 +29,9 @@ OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
 def load(trace: str):
-    key = hashlib.sha256(f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode()
+    ).hexdigest()[:16]
     cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key}.pkl"
     if cache.exists():
         return pickle.loads(cache.read_bytes())
@@ -49,8 +51,11 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.perf_counter()
     programs = load(args.trace)
-    print(f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
-          f"(loaded in {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    print(
+        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
+        f"(loaded in {time.perf_counter() - t0:.0f} s)",
+        file=sys.stderr,
+    )
     results = []
     for setup in args.setups.split(","):
         model, gpu = setup.split("@")
@@ -62,8 +67,16 @@ def main() -> int:
                 s = simulate(hw, pol, programs, concurrency=n).summary()
                 wall = time.perf_counter() - t
                 rows.append((pol, s))
-                results.append({"model": model, "gpu": gpu, "concurrency": n, "policy": pol,
-                                "wall_s": wall, "summary": s})
+                results.append(
+                    {
+                        "model": model,
+                        "gpu": gpu,
+                        "concurrency": n,
+                        "policy": pol,
+                        "wall_s": wall,
+                        "summary": s,
+                    }
+                )
                 print(f"  {model} {gpu} c={n} {pol}: {wall:.1f} s", file=sys.stderr, flush=True)
             print(f"\n{model} on {hw.model.tp}× {gpu}, {n} programs in flight")
             print(format_table(rows), flush=True)

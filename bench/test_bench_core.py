@@ -56,8 +56,9 @@ def test_decide_full_window(benchmark, api: Api) -> None:
     policy = full_policy(api)
     # Cheap holding (10 of 1000 active blocks) against a 2 s miss: the optimum lies deep in
     # the window, so the scan visits nearly every sample.
-    kw = dict(tool="search", request_blocks=10, mean_active_blocks=1000.0,
-              cache_miss_cost_s=2.0, now=1.0)
+    kw = dict(
+        tool="search", request_blocks=10, mean_active_blocks=1000.0, cache_miss_cost_s=2.0, now=1.0
+    )
     d = benchmark(policy.decide, **kw)
     assert d.source == "tool_cdf" and d.p_return > 0.9
 
@@ -66,8 +67,9 @@ def test_decide_full_window(benchmark, api: Api) -> None:
 @pytest.mark.benchmark(group="decide: exponential prior (cold start)")
 def test_decide_cold_start(benchmark, api: Api) -> None:
     policy = api.TTLPolicy()
-    kw = dict(tool="search", request_blocks=10, mean_active_blocks=1000.0,
-              cache_miss_cost_s=2.0, now=1.0)
+    kw = dict(
+        tool="search", request_blocks=10, mean_active_blocks=1000.0, cache_miss_cost_s=2.0, now=1.0
+    )
     d = benchmark(policy.decide, **kw)
     assert d.source == "exponential_prior"
 

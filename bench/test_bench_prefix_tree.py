@@ -30,7 +30,11 @@ for parent in Path(__file__).resolve().parents:
 
 BACKENDS = [
     pytest.param(ReferenceTree, id="python"),
-    pytest.param(NativeTree, id="rust", marks=pytest.mark.skipif(NativeTree is None, reason="native module not built")),
+    pytest.param(
+        NativeTree,
+        id="rust",
+        marks=pytest.mark.skipif(NativeTree is None, reason="native module not built"),
+    ),
 ]
 
 

@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT / "adapters" / "vllm" / "tests"))
 # The adapter tests' engine setup: importing it sets vLLM's environment (in-process engine
 # core, offline, temp cache) before vllm is imported, and builds the same tiny model.
 from conftest import BLOCK, build_tiny_model  # noqa: E402
-
 from ttlpolicy.traces import read_agentic, sample_dir  # noqa: E402
 
 STOCK = "vllm.v1.core.sched.scheduler.Scheduler"
@@ -180,8 +179,12 @@ def main() -> None:
     ap.add_argument("--max-out", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-gap-s", type=float, default=2.0)
-    ap.add_argument("--rounds", type=int, default=1,
-                    help="repeat, alternating which scheduler runs first (machine noise)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="repeat, alternating which scheduler runs first (machine noise)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON line per scheduler")
     args = ap.parse_args()
     sessions = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
@@ -197,9 +200,11 @@ def main() -> None:
         if args.json:
             print(json.dumps(r))
             continue
-        line = (f"round {r['round']} {r['scheduler']:>13}: {r['programs']} programs, {r['requests']} requests, "
-                f"completion mean {r['pct_mean_s']:.2f} s p90 {r['pct_p90_s']:.2f} s, "
-                f"hit rate {100 * r['hit_rate']:.1f}%, step {r['step_ms_mean']:.1f} ms")  # fmt: skip
+        line = (f"round {r['round']} {r['scheduler']:>13}: {r['programs']} programs, "
+                f"{r['requests']} requests, completion mean {r['pct_mean_s']:.2f} s "
+                f"p90 {r['pct_p90_s']:.2f} s, "
+                f"hit rate {100 * r['hit_rate']:.1f}%, "
+                f"step {r['step_ms_mean']:.1f} ms")  # fmt: skip
         if "adapter_us_per_schedule" in r:
             line += (f", adapter {r['adapter_us_per_schedule']:.0f} us/schedule "
                      f"({100 * r['adapter_share_of_step']:.2f}% of step), pins {r['pins']}, "

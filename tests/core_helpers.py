@@ -44,7 +44,7 @@ def close(a: Any, b: Any) -> bool:
             return math.isnan(a) and math.isnan(b)
         return a == b or abs(a - b) <= REL * max(abs(a), abs(b))
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(close(x, y) for x, y in zip(a, b, strict=False))
     return type(a) is type(b) and a == b
 
 

@@ -50,5 +50,5 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
     if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
     return type(a) is type(b) and a == b

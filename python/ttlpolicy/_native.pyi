@@ -19,7 +19,9 @@ from ttlpolicy.config import PolicyConfig
 # ---------------------------------------------------------------------------------------------
 
 def solve_ttl(
-    samples_s: Iterable[SupportsFloat], benefit_s: SupportsFloat, cost_per_s: SupportsFloat,
+    samples_s: Iterable[SupportsFloat],
+    benefit_s: SupportsFloat,
+    cost_per_s: SupportsFloat,
     max_ttl_s: SupportsFloat,
 ) -> tuple[float, float]:
     """``(tau_s, value)``: argmax over τ ∈ {0} ∪ {samples ≤ max_ttl_s} of
@@ -107,7 +109,9 @@ class CacheMissModel:
     def min_samples(self) -> int: ...
     def prefill_s(self, tokens: SupportsIndex) -> float: ...
     def reload_s(self, tokens: SupportsIndex) -> float | None: ...
-    def miss_cost_s(self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0) -> float: ...
+    def miss_cost_s(
+        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0
+    ) -> float: ...
 
 @final
 class PinDecision:
@@ -150,7 +154,9 @@ class TTLPolicy:
     @property
     def out_of_order_cost_s(self) -> float: ...
     def tool_count(self, tool: str | None) -> int: ...
-    def miss_cost_s(self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0) -> float: ...
+    def miss_cost_s(
+        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0
+    ) -> float: ...
     def decide(
         self,
         tool: str | None = None,
@@ -222,7 +228,10 @@ class ProgramScheduler:
     ) -> Pin | None:
         """Enqueue; returns the program's pin if this arrival consumed it."""
     def arrive_many(
-        self, request_ids: Iterable[str], program_ids: Iterable[str], now: SupportsFloat,
+        self,
+        request_ids: Iterable[str],
+        program_ids: Iterable[str],
+        now: SupportsFloat,
         blocks_needed: Iterable[SupportsIndex],
     ) -> list[Pin | None]:
         """``arrive`` for each, in order, at one ``now``; all checked first."""
@@ -331,7 +340,10 @@ class PrefixTree:
     def expire(self, now: SupportsFloat) -> int: ...
     def groups(self) -> list[GroupStats]: ...
     def group_ttls(
-        self, benefit_per_hit: SupportsFloat, price_per_block_s: SupportsFloat, max_ttl_s: SupportsFloat
+        self,
+        benefit_per_hit: SupportsFloat,
+        price_per_block_s: SupportsFloat,
+        max_ttl_s: SupportsFloat,
     ) -> dict[tuple[int, ...], float]: ...
     def set_group_ttls(self, ttls: Mapping[Sequence[SupportsIndex], SupportsFloat]) -> None: ...
     def block_seconds(self, now: SupportsFloat) -> float: ...

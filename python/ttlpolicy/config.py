@@ -38,7 +38,7 @@ class PolicyConfig(BaseModel):
     offload_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
-    def _window_fits(self) -> "PolicyConfig":
+    def _window_fits(self) -> PolicyConfig:
         if self.min_tool_samples > self.window:
             raise ValueError(
                 f"min_tool_samples ({self.min_tool_samples}) can never be reached "

@@ -28,12 +28,12 @@ from ._validate import MAX_TOOL_NAME_CHARS
 #: Only the tail of the output is parsed: a tool call is the last thing a turn emits.
 MAX_OUTPUT_CHARS = 65536
 
-_NAME = re.compile(r"[\w.:/\-]{1,%d}" % MAX_TOOL_NAME_CHARS)
+_NAME = re.compile(rf"[\w.:/\-]{{1,{MAX_TOOL_NAME_CHARS}}}")
 _HERMES = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 _PYTHON_TAG = "<|python_tag|>"
 _CALL_EXPR = re.compile(r"\s*([A-Za-z_][\w.]{0,127}?)\.call\(")
-_JSON_NAME = re.compile(r'"name"\s*:\s*"([^"\\\n]{1,%d})"' % MAX_TOOL_NAME_CHARS)
-_REACT = re.compile(r"^[ \t]*Action[ \t]*:[ \t]*([^\s\[(]{1,%d})" % MAX_TOOL_NAME_CHARS, re.M)
+_JSON_NAME = re.compile(rf'"name"\s*:\s*"([^"\\\n]{{1,{MAX_TOOL_NAME_CHARS}}})"')
+_REACT = re.compile(rf"^[ \t]*Action[ \t]*:[ \t]*([^\s\[(]{{1,{MAX_TOOL_NAME_CHARS}}})", re.M)
 _BASH_FENCE = re.compile(r"```[ \t]*(?:bash|sh|shell|zsh|console)[ \t]*\n", re.IGNORECASE)
 
 
@@ -65,7 +65,8 @@ def _name_in_call(call: Any) -> str | None:
 
 
 def _name_in_json(obj: Any) -> str | None:
-    """First call name in a parsed JSON value (a call, a list of calls, ``{"tool_calls": [...]}``)."""
+    """First call name in a parsed JSON value: a call, a list of calls, or
+    ``{"tool_calls": [...]}``."""
     if isinstance(obj, dict) and isinstance(obj.get("tool_calls"), list):
         obj = obj["tool_calls"]
     if isinstance(obj, list):

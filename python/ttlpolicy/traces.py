@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import csv
 import gzip
-import zlib
 import io
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,13 +87,19 @@ def _int(path: Path, where: str, obj: dict[str, Any], field: str) -> int:
     return v
 
 
-def _hashes(path: Path, where: str, obj: dict[str, Any], field: str = "hash_ids") -> tuple[int, ...]:
+def _hashes(
+    path: Path, where: str, obj: dict[str, Any], field: str = "hash_ids"
+) -> tuple[int, ...]:
     v = obj.get(field)
     if not isinstance(v, list):
-        raise TraceFormatError(path, where, field, f"must be a list of integers, got {type(v).__name__}")
+        raise TraceFormatError(
+            path, where, field, f"must be a list of integers, got {type(v).__name__}"
+        )
     for i, h in enumerate(v):
         if isinstance(h, bool) or not isinstance(h, int) or not HASH_MIN <= h <= HASH_MAX:
-            raise TraceFormatError(path, where, f"{field}[{i}]", f"must be a 64-bit integer, got {h!r}")
+            raise TraceFormatError(
+                path, where, f"{field}[{i}]", f"must be a 64-bit integer, got {h!r}"
+            )
     return tuple(v)
 
 
@@ -109,11 +115,19 @@ def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
         for lineno, line in enumerate(f, 1):
             yield lineno, line
     except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceFormatError(path, f"line {lineno + 1}", "(file)", f"cannot be decoded: {e}") from None
+        raise TraceFormatError(
+            path, f"line {lineno + 1}", "(file)", f"cannot be decoded: {e}"
+        ) from None
 
 
 def _agentic_requests(
-    path: Path, session_id: str, requests: Any, block_tokens: int, offset_s: float, where: str, scope: str
+    path: Path,
+    session_id: str,
+    requests: Any,
+    block_tokens: int,
+    offset_s: float,
+    where: str,
+    scope: str,
 ) -> Iterator[TraceRecord]:
     if not isinstance(requests, list):
         raise TraceFormatError(path, where.rstrip(".") or "session", "requests", "must be a list")
@@ -126,7 +140,9 @@ def _agentic_requests(
         if req.get("type") == "subagent":
             agent = str(req.get("agent_id", f"agent_{i}"))[:MAX_TEXT_CHARS]
             t = _num(path, rwhere, req, "t")
-            subagents.append((f"{session_id}/{agent}", req.get("requests"), offset_s + t, rwhere + "."))
+            subagents.append(
+                (f"{session_id}/{agent}", req.get("requests"), offset_s + t, rwhere + ".")
+            )
             continue
         yield TraceRecord(
             session_id=session_id,
@@ -203,7 +219,9 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
         header = next(reader, None)
         want = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
         if header is None or [h.strip() for h in header] != want:
-            raise TraceFormatError(p, "line 1", "(header)", f"expected {','.join(want)}, got {header!r}")
+            raise TraceFormatError(
+                p, "line 1", "(header)", f"expected {','.join(want)}, got {header!r}"
+            )
         for i, row in enumerate(reader):
             where = f"line {i + 2}"
             if len(row) != 3:
@@ -212,12 +230,14 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
                 # Seven fractional digits: datetime takes six.
                 ts = datetime.fromisoformat(row[0].strip()[:26])
             except ValueError:
-                raise TraceFormatError(p, where, "TIMESTAMP", f"not a timestamp: {row[0]!r}") from None
+                raise TraceFormatError(
+                    p, where, "TIMESTAMP", f"not a timestamp: {row[0]!r}"
+                ) from None
             t0 = ts if t0 is None else t0
             if ts < t0:
                 raise TraceFormatError(p, where, "TIMESTAMP", f"before the first row: {row[0]!r}")
             fields = {}
-            for name, text in zip(want[1:], row[1:]):
+            for name, text in zip(want[1:], row[1:], strict=False):
                 try:
                     fields[name] = int(text)
                 except ValueError:
@@ -247,7 +267,10 @@ def detect_format(path: str | Path) -> str:
         return "mooncake"
     if name.endswith((".json", ".json.gz")):
         return "agentic"
-    raise ValueError(f"cannot tell the trace format of {str(path)!r}: expected .json, .jsonl or .csv (optionally .gz)")
+    raise ValueError(
+        f"cannot tell the trace format of {str(path)!r}: "
+        "expected .json, .jsonl or .csv (optionally .gz)"
+    )
 
 
 def read_trace(path: str | Path) -> Iterator[TraceRecord]:
@@ -290,5 +313,5 @@ class HashScopes:
 
 
 def sample_dir() -> Path:
-    """The small sample of agentic sessions shipped in the package (Apache-2.0, see LICENSE there)."""
+    """The small sample of agentic sessions shipped in the package (Apache-2.0, LICENSE there)."""
     return Path(__file__).parent / "data" / "sessions"

@@ -16,11 +16,11 @@ os.environ.setdefault("VLLM_CACHE_ROOT", tempfile.mkdtemp(prefix="ttlpolicy-vllm
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("TTLPOLICY_LOG_INTERVAL_S", "0")
 
-from dataclasses import dataclass, field  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-import pytest  # noqa: E402
+import pytest
 
 BLOCK = 32  # tokens per KV block (CPU attention wants a multiple of 32)
 CORPUS = [
@@ -28,7 +28,7 @@ CORPUS = [
     "bash: ls -la; cat README.md; pytest -q",
     "KV cache blocks are pinned until the tool returns",
     "program level first come first served scheduling",
-    "<tool_call> {\"name\": \"search\", \"arguments\": {}} </tool_call>",
+    '<tool_call> {"name": "search", "arguments": {}} </tool_call>',
 ] * 20
 
 
@@ -109,7 +109,9 @@ class Engine:
     def scheduler(self) -> Any:
         return self.core.scheduler
 
-    def submit(self, prompt: list[int], max_tokens: int, rid: str | None = None, **xargs: Any) -> str:
+    def submit(
+        self, prompt: list[int], max_tokens: int, rid: str | None = None, **xargs: Any
+    ) -> str:
         from vllm import SamplingParams
 
         if rid is None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from conftest import BLOCK, TEST_POLICY, Engine, make_engine
 
 pytestmark = pytest.mark.slow

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from ttlpolicy_vllm.identity import (
     MAX_PROGRAM_ID_CHARS,
     MAX_SCHEDULER_ID_BYTES,

@@ -5,6 +5,7 @@ test whatever happens."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import BLOCK
 
 pytestmark = pytest.mark.slow
@@ -59,10 +61,8 @@ def wait_ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """SIGINT to the server's process group (it shuts down cleanly), SIGKILL if it hangs."""
     for sig, wait_s in ((signal.SIGINT, 60), (signal.SIGKILL, 30)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout=wait_s)
             return

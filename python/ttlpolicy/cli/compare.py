@@ -48,24 +48,48 @@ COLUMNS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default=None, help="session file or folder (default: the shipped sample)")
-    parser.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated, from: {', '.join(POLICY_NAMES)}")
+    parser.add_argument(
+        "--trace", default=None, help="session file or folder (default: the shipped sample)"
+    )
+    parser.add_argument(
+        "--policies",
+        default=DEFAULT_POLICIES,
+        help=f"comma-separated, from: {', '.join(POLICY_NAMES)}",
+    )
     parser.add_argument("--model", default="llama-3.1-8b", choices=sorted(MODELS))
     parser.add_argument("--gpu", default="h100-80g", choices=sorted(GPUS))
     load = parser.add_mutually_exclusive_group()
-    load.add_argument("--rate", type=float, default=None, help="program arrivals per second (Poisson)")
-    load.add_argument("--concurrency", type=int, default=None, help="programs in flight (default 8)")
-    parser.add_argument("--sweep", action="store_true", help="sweep the load: × " + ", ".join(f"{f:g}" for f in SWEEP_FACTORS))
-    parser.add_argument("--max-context", type=int, default=120_000, help="token cap on a call (model limit)")
+    load.add_argument(
+        "--rate", type=float, default=None, help="program arrivals per second (Poisson)"
+    )
+    load.add_argument(
+        "--concurrency", type=int, default=None, help="programs in flight (default 8)"
+    )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="sweep the load: × " + ", ".join(f"{f:g}" for f in SWEEP_FACTORS),
+    )
+    parser.add_argument(
+        "--max-context", type=int, default=120_000, help="token cap on a call (model limit)"
+    )
     parser.add_argument("--context-mode", choices=("truncate", "skip"), default="truncate")
-    parser.add_argument("--think-cap", type=float, default=300.0, help="cap on think/tool gaps, s (<0: none)")
+    parser.add_argument(
+        "--think-cap", type=float, default=300.0, help="cap on think/tool gaps, s (<0: none)"
+    )
     parser.add_argument("--think-scale", type=float, default=1.0)
     parser.add_argument("--human-turns", choices=("keep", "drop"), default="keep")
-    parser.add_argument("--cpu-tier-gb", type=float, default=256.0, help="CPU tier for offloading policies")
-    parser.add_argument("--efficiency", type=float, default=0.6, help="fraction of peak FLOP/s and bandwidth")
+    parser.add_argument(
+        "--cpu-tier-gb", type=float, default=256.0, help="CPU tier for offloading policies"
+    )
+    parser.add_argument(
+        "--efficiency", type=float, default=0.6, help="fraction of peak FLOP/s and bandwidth"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write all results here")
-    parser.add_argument("--plot", default=None, help="write a completion-time-vs-load plot here (matplotlib)")
+    parser.add_argument(
+        "--plot", default=None, help="write a completion-time-vs-load plot here (matplotlib)"
+    )
 
 
 class Progress:
@@ -97,7 +121,13 @@ def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
     head = ["policy"] + [title for _, title, _ in COLUMNS]
     body = [[name] + [fmt.format(s[key]) for key, _, fmt in COLUMNS] for name, s in rows]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in [head, *body]]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in [head, *body]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -146,17 +176,23 @@ def run(args: argparse.Namespace) -> int:
     )
     if not programs:
         raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
-    hw = roofline(args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9)
+    hw = roofline(
+        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
+    )
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
-        load_name, base = "concurrency (programs)", args.concurrency if args.concurrency is not None else 8
+        load_name, base = (
+            "concurrency (programs)",
+            args.concurrency if args.concurrency is not None else 8,
+        )
     loads = [base * f for f in SWEEP_FACTORS] if args.sweep else [base]
     if args.rate is None:
         loads = sorted({max(1, round(x)) for x in loads})
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
-        f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, {hw.kv_capacity_blocks(64)} KV blocks of 64 tokens",
+        f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
+        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens",
         file=sys.stderr,
     )
     bar = Progress(len(programs) * len(policies) * len(loads))
@@ -176,7 +212,13 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(rows))
     print(f"\n(simulated in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     if args.json:
-        meta = {"trace": trace, "model": args.model, "gpu": args.gpu, "load": load_name, "seed": args.seed}
+        meta = {
+            "trace": trace,
+            "model": args.model,
+            "gpu": args.gpu,
+            "load": load_name,
+            "seed": args.seed,
+        }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
@@ -191,7 +233,9 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
     programs = open_loop_programs(read_trace(trace), rate_scale=scale, max_context=args.max_context)
     if not programs:
         raise ValueError(f"no requests in {trace!r}")
-    hw = roofline(args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9)
+    hw = roofline(
+        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
+    )
     bar = Progress(len(programs) * len(policies))
     results, rows = [], []
     for pol in policies:
@@ -204,5 +248,12 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
     print(format_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"meta": {"trace": trace, "model": args.model, "gpu": args.gpu}, "results": results}, f, indent=1)
+            json.dump(
+                {
+                    "meta": {"trace": trace, "model": args.model, "gpu": args.gpu},
+                    "results": results,
+                },
+                f,
+                indent=1,
+            )
     return 0

@@ -15,8 +15,12 @@ from ttlpolicy.traces import read_trace, sample_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", default=None, help="session file or folder (default: the shipped sample)")
-    parser.add_argument("--prefix-tokens", type=int, default=50_000, help="context of the request to price")
+    parser.add_argument(
+        "--trace", default=None, help="session file or folder (default: the shipped sample)"
+    )
+    parser.add_argument(
+        "--prefix-tokens", type=int, default=50_000, help="context of the request to price"
+    )
 
 
 def tool_gaps_s(path: str) -> list[float]:
@@ -46,5 +50,7 @@ def run(args: argparse.Namespace) -> int:
             prefix_tokens=args.prefix_tokens,
             now=0.0,
         )
-        print(f"{share:>16.2f} {d.benefit_s:>10.3f} {d.ttl_s:>8.1f} {d.p_return:>15.2f}  {d.source}")
+        print(
+            f"{share:>16.2f} {d.benefit_s:>10.3f} {d.ttl_s:>8.1f} {d.p_return:>15.2f}  {d.source}"
+        )
     return 0

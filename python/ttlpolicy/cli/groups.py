@@ -26,6 +26,7 @@ sessions start together at t = 0.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import statistics
 import sys
@@ -37,7 +38,22 @@ from typing import Any, TextIO
 import numpy as np
 
 DEFAULT_TIERS = {"dram": 0.0036, "ssd": 0.00011}
-GLOBAL_TTL_GRID_S = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0)
+GLOBAL_TTL_GRID_S = (
+    0.0,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+    20.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
+    3600.0,
+)
 GIB = float(1 << 30)
 
 
@@ -67,22 +83,47 @@ class Outcome:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--trace", required=True, help="trace file (.jsonl[.gz], .json[.gz]) or directory of sessions")
+    parser.add_argument(
+        "--trace",
+        required=True,
+        help="trace file (.jsonl[.gz], .json[.gz]) or directory of sessions",
+    )
     parser.add_argument(
         "--tier",
         action="append",
         metavar="NAME=USD_PER_GIB_HOUR",
         help="a tier and its price (repeatable; default: dram=0.0036 ssd=0.00011)",
     )
-    parser.add_argument("--capacity-blocks", type=int, help="tier capacity in blocks (default: 1/4 of the distinct blocks)")
-    parser.add_argument("--group-depth", type=int, default=2, help="grouping depth of the prefix tree (default 2)")
-    parser.add_argument("--max-ttl-s", type=float, default=3600.0, help="longest TTL considered (default 3600)")
-    parser.add_argument("--bytes-per-token", type=float, default=131072.0, help="KV bytes per token (default: Llama-3.1-8B, bf16)")
-    parser.add_argument("--prefill-tokens-per-s", type=float, default=20000.0, help="prefill rate (default 20000)")
-    parser.add_argument("--gpu-usd-per-hour", type=float, default=4.0, help="GPU price (default 4.0)")
+    parser.add_argument(
+        "--capacity-blocks",
+        type=int,
+        help="tier capacity in blocks (default: 1/4 of the distinct blocks)",
+    )
+    parser.add_argument(
+        "--group-depth", type=int, default=2, help="grouping depth of the prefix tree (default 2)"
+    )
+    parser.add_argument(
+        "--max-ttl-s", type=float, default=3600.0, help="longest TTL considered (default 3600)"
+    )
+    parser.add_argument(
+        "--bytes-per-token",
+        type=float,
+        default=131072.0,
+        help="KV bytes per token (default: Llama-3.1-8B, bf16)",
+    )
+    parser.add_argument(
+        "--prefill-tokens-per-s", type=float, default=20000.0, help="prefill rate (default 20000)"
+    )
+    parser.add_argument(
+        "--gpu-usd-per-hour", type=float, default=4.0, help="GPU price (default 4.0)"
+    )
     parser.add_argument("--top", type=int, default=10, help="groups shown (default 10)")
-    parser.add_argument("--max-requests", type=int, help="replay only the first N requests (by arrival)")
-    parser.add_argument("--max-sessions", type=int, help="read only the first N session files of a directory")
+    parser.add_argument(
+        "--max-requests", type=int, help="replay only the first N requests (by arrival)"
+    )
+    parser.add_argument(
+        "--max-sessions", type=int, help="read only the first N session files of a directory"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
@@ -123,7 +164,9 @@ def load_requests(
         if not rec.hash_ids:
             continue
         if block_tokens and rec.block_tokens != block_tokens:
-            raise ValueError(f"{path}: mixed block sizes ({block_tokens} and {rec.block_tokens} tokens)")
+            raise ValueError(
+                f"{path}: mixed block sizes ({block_tokens} and {rec.block_tokens} tokens)"
+            )
         block_tokens = rec.block_tokens
         out.append(Request(rec.arrival_s, np.array(scopes.hash_ids(rec), dtype=np.int64)))
     if not out:
@@ -184,7 +227,7 @@ def frontier_block_hours(points: Sequence[Outcome], hit_rate: float) -> float | 
     """Block-hours the global-TTL sweep needs for ``hit_rate``, by linear interpolation between
     its points (sorted by hit rate); None when the sweep never reaches it."""
     pts = sorted((p.hit_rate, p.block_hours) for p in points)
-    for (h0, b0), (h1, b1) in zip(pts, pts[1:]):
+    for (h0, b0), (h1, b1) in itertools.pairwise(pts):
         if h0 <= hit_rate <= h1:
             return b0 if h1 == h0 else b0 + (b1 - b0) * (hit_rate - h0) / (h1 - h0)
     if pts and hit_rate <= pts[0][0]:
@@ -227,7 +270,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     progress = Progress(total, stream)
 
     # 1. Learn: an unbounded tree, nothing expires; every group's reuse intervals.
-    unbounded = tp.PrefixTree(max_nodes=1 << 31, group_depth=args.group_depth, max_idle_groups=1 << 31)
+    unbounded = tp.PrefixTree(
+        max_nodes=1 << 31, group_depth=args.group_depth, max_idle_groups=1 << 31
+    )
     learned, *_ = replay(lambda: unbounded, requests, progress, "learning reuse intervals")
     distinct = len(learned)
     capacity = args.capacity_blocks if args.capacity_blocks is not None else max(1, distinct // 4)
@@ -237,7 +282,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     pooled = [x for g in groups for x in g.reuse_s]
 
     def bounded(**kw: Any) -> Callable[[], Any]:
-        return lambda: tp.PrefixTree(max_nodes=capacity, group_depth=args.group_depth, max_idle_groups=1 << 31, **kw)
+        return lambda: tp.PrefixTree(
+            max_nodes=capacity, group_depth=args.group_depth, max_idle_groups=1 << 31, **kw
+        )
 
     def outcome(label: str, ttl: str, factory: Callable[[], Any]) -> Outcome:
         _, hits, blocks, block_s = replay(factory, requests, progress, label)
@@ -251,7 +298,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         price_block_s = price_block_h / 3600.0
         ttls = learned.group_ttls(benefit, price_block_s, args.max_ttl_s)
         roi_global = tp.solve_ttl(pooled, benefit, price_block_s, args.max_ttl_s)[0]
-        roi = outcome(f"ROI global TTL [{name}]", f"{roi_global:g}", bounded(default_ttl_s=roi_global))
+        roi = outcome(
+            f"ROI global TTL [{name}]", f"{roi_global:g}", bounded(default_ttl_s=roi_global)
+        )
 
         def with_group_ttls(ttls: dict = ttls) -> Any:
             tree = bounded()()
@@ -270,11 +319,21 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         f"requests {len(requests)}, blocks requested {lru.blocks}, distinct blocks {distinct}, "
         f"block = {block_tokens} tokens = {block_gib * 1024:.1f} MiB, span {span_s / 3600:.2f} h"
     )
-    p(f"capacity {capacity} blocks ({capacity * block_gib:.1f} GiB); backend {tp.backend}; group depth {args.group_depth}")
-    p(f"benefit per block hit ${benefit:.3g}; prices $/GiB-h: " + ", ".join(f"{k}={v:g}" for k, v in tiers.items()))
+    p(
+        f"capacity {capacity} blocks ({capacity * block_gib:.1f} GiB); backend {tp.backend}; "
+        f"group depth {args.group_depth}"
+    )
+    p(
+        f"benefit per block hit ${benefit:.3g}; prices $/GiB-h: "
+        + ", ".join(f"{k}={v:g}" for k, v in tiers.items())
+    )
     p("")
     with_ttl = {name: sum(1 for t in v[1].values() if t > 0) for name, v in per_tier.items()}
-    p(f"groups: {len(groups)} (" + ", ".join(f"TTL > 0 on {k}: {n}" for k, n in with_ttl.items()) + ")")
+    p(
+        f"groups: {len(groups)} ("
+        + ", ".join(f"TTL > 0 on {k}: {n}" for k, n in with_ttl.items())
+        + ")"
+    )
     top = sorted(groups, key=lambda g: (-g.hits, -g.accesses))[: args.top]
     head = f"{'group':<26}{'blocks':>8}{'accesses':>9}{'hits':>9}{'median reuse s':>16}"
     p(head + "".join(f"{'TTL ' + k + ' s':>14}" for k in tiers))
@@ -289,16 +348,22 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         p(f"{'policy':<30}{'TTL s':>10}{'hit rate':>10}{'block-hours':>14}{'value $':>12}")
         for o in (lru, best, roi, grouped):
             label = "best global TTL (sweep)" if o is best else o.label.split(" [")[0]
-            p(f"{label:<30}{o.ttl:>10}{o.hit_rate:>10.4f}{_hours(o.block_hours):>14}{o.value(benefit, price_block_h):>12.4g}")
+            value = o.value(benefit, price_block_h)
+            p(f"{label:<30}{o.ttl:>10}{o.hit_rate:>10.4f}{_hours(o.block_hours):>14}{value:>12.4g}")
         need = frontier_block_hours(sweep, grouped.hit_rate)
         if need is None:
-            p(f"group TTLs reach hit rate {grouped.hit_rate:.4f}, above every global TTL of the sweep")
+            p(
+                f"group TTLs reach hit rate {grouped.hit_rate:.4f}, "
+                "above every global TTL of the sweep"
+            )
         else:
             p(
-                f"same hit rate ({grouped.hit_rate:.4f}) with one global TTL: {need:.1f} block-hours; "
+                f"same hit rate ({grouped.hit_rate:.4f}) with one global TTL: "
+                f"{need:.1f} block-hours; "
                 f"group TTLs: {grouped.block_hours:.1f} ({grouped.block_hours / need - 1:+.1%})"
                 if need > 0
-                else f"same hit rate ({grouped.hit_rate:.4f}) needs no block-hours with a global TTL"
+                else f"same hit rate ({grouped.hit_rate:.4f}) "
+                "needs no block-hours with a global TTL"
             )
     p("")
     p("global TTL sweep (capacity as above): TTL s, hit rate, block-hours")

@@ -111,7 +111,7 @@ class TTLPolicy:
         """
         history = self.history
         # Validate everything before touching any state.
-        tool_window = history._window(tool) if tool is not None else None  # noqa: SLF001
+        tool_window = history._window(tool) if tool is not None else None
         count = len(tool_window) if tool_window is not None else 0
         blocks = int_in("request_blocks", request_blocks, 0, MAX_BLOCKS)
         mean_active = positive("mean_active_blocks", mean_active_blocks)
@@ -131,14 +131,14 @@ class TTLPolicy:
         if count >= cfg.min_tool_samples and count > 0:
             samples, source = tool_window.sorted, "tool_cdf"
         elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
-            samples, source = history._global.sorted, "global_cdf"  # noqa: SLF001
+            samples, source = history._global.sorted, "global_cdf"
         else:
             return self._exponential(benefit, cost)
         tau, _value, k = solve_sorted(samples, benefit, cost, cfg.max_ttl_s)
         return PinDecision(tau, benefit, cost, k / len(samples), source)
 
     def _exponential(self, benefit: float, cost: float) -> PinDecision:
-        mean = self.history._global.mean()  # noqa: SLF001
+        mean = self.history._global.mean()
         mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
         max_ttl = self.config.max_ttl_s
         if cost == 0.0:

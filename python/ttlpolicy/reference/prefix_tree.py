@@ -93,7 +93,7 @@ def check_ttl(field: str, value: Any) -> float:
 
 
 class _Group:
-    __slots__ = ("key", "blocks", "accesses", "hits", "reuse", "ttl_s", "last_access_s")
+    __slots__ = ("accesses", "blocks", "hits", "key", "last_access_s", "reuse", "ttl_s")
 
     def __init__(self, key: tuple[int, ...], ttl_s: float, window: int) -> None:
         self.key = key
@@ -106,7 +106,18 @@ class _Group:
 
 
 class _Node:
-    __slots__ = ("hash", "parent", "children", "group", "last_access_s", "created_s", "seq", "queued", "mark", "alive")
+    __slots__ = (
+        "alive",
+        "children",
+        "created_s",
+        "group",
+        "hash",
+        "last_access_s",
+        "mark",
+        "parent",
+        "queued",
+        "seq",
+    )
 
     def __init__(self, h: int, parent: _Node | None, group: _Group | None, now: float) -> None:
         self.hash = h
@@ -171,11 +182,15 @@ class PrefixTree:
     def groups(self) -> list[GroupStats]:
         """Every remembered group, in creation order."""
         return [
-            GroupStats(g.key, g.blocks, g.accesses, g.hits, tuple(g.reuse), g.ttl_s, g.last_access_s)
+            GroupStats(
+                g.key, g.blocks, g.accesses, g.hits, tuple(g.reuse), g.ttl_s, g.last_access_s
+            )
             for g in self._groups.values()
         ]
 
-    def group_ttls(self, benefit_per_hit: Any, price_per_block_s: Any, max_ttl_s: Any) -> dict[tuple[int, ...], float]:
+    def group_ttls(
+        self, benefit_per_hit: Any, price_per_block_s: Any, max_ttl_s: Any
+    ) -> dict[tuple[int, ...], float]:
         """τ_g = solve_ttl(reuse intervals of g, benefit_per_hit, price_per_block_s, max_ttl_s)
         for every group, in creation order (a group without samples gets 0).  Benefit and price
         are per block, in one unit (e.g. dollars).  Changes nothing: apply with set_group_ttls."""
@@ -185,7 +200,8 @@ class PrefixTree:
         return {key: solve_ttl(g.reuse, benefit, price, cap)[0] for key, g in self._groups.items()}
 
     def block_seconds(self, now: Any) -> float:
-        """Block-seconds held so far: removed blocks as charged, held ones until min(now, deadline)."""
+        """Block-seconds held so far: removed blocks as charged, held ones until
+        min(now, deadline)."""
         now = self._check_now(now)
         total = self._closed_block_s
         for n in self._lru:
@@ -244,12 +260,16 @@ class PrefixTree:
     def set_group_ttls(self, ttls: Mapping[Any, Any]) -> None:
         """Set the TTL of the groups named by the keys (creating those not yet seen)."""
         if not isinstance(ttls, Mapping):
-            raise TypeError(f"ttls must be a mapping of group key to TTL, got {type(ttls).__name__}")
+            raise TypeError(
+                f"ttls must be a mapping of group key to TTL, got {type(ttls).__name__}"
+            )
         checked = []
         for key, ttl in ttls.items():
             k = tuple(check_hashes("group key", key))
             if not 1 <= len(k) <= self.group_depth:
-                raise ValueError(f"group key must hold 1 to {self.group_depth} hashes, got {len(k)}: {k!r}")
+                raise ValueError(
+                    f"group key must hold 1 to {self.group_depth} hashes, got {len(k)}: {k!r}"
+                )
             checked.append((k, check_ttl(f"ttls[{k!r}]", ttl)))
         for k, ttl in checked:
             self._group(k).ttl_s = ttl

@@ -53,7 +53,7 @@ from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision
 from .queue import Key, WaitingQueue
 
-__all__ = ["ProgramScheduler", "Pin", "Finished", "Ended"]
+__all__ = ["Ended", "Finished", "Pin", "ProgramScheduler"]
 
 MAX_ID_BYTES = 1024
 MEAN_ACTIVE_WINDOW = 256
@@ -115,7 +115,7 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "turns", "live", "tool", "tool_since_s")
+    __slots__ = ("arrival_s", "live", "tool", "tool_since_s", "turns")
 
     def __init__(self, arrival_s: float) -> None:
         self.arrival_s = arrival_s
@@ -127,7 +127,7 @@ class _Program:
 
 
 class _Request:
-    __slots__ = ("program_id", "arrival_s", "pinned", "preempted", "running", "returning")
+    __slots__ = ("arrival_s", "pinned", "preempted", "program_id", "returning", "running")
 
     def __init__(self, program_id: str, arrival_s: float, pinned: bool, returning: bool) -> None:
         self.program_id = program_id
@@ -217,7 +217,7 @@ class ProgramScheduler:
                 raise ValueError(f"request_ids must be new and distinct, got {rid!r} twice")
             seen.add(rid)
         self._now = t
-        return [self._arrive(r, p, t) for r, p in zip(rids, pids)]
+        return [self._arrive(r, p, t) for r, p in zip(rids, pids, strict=False)]
 
     def _arrive(self, rid: str, pid: str, t: float) -> Pin | None:
         prog = self._programs.get(pid)

@@ -27,8 +27,24 @@ from .workload import (
 )
 
 __all__ = [
-    "GPUS", "MODELS", "POLICY_NAMES", "ConcurrencyArrivals", "Engine", "EngineConfig", "Hardware",
-    "Metrics", "Program", "SweAgentParams", "Turn", "calibrate", "make_policy", "open_loop_programs",
-    "poisson_arrivals", "programs_from_records", "programs_from_trace", "roofline", "simulate",
+    "GPUS",
+    "MODELS",
+    "POLICY_NAMES",
+    "ConcurrencyArrivals",
+    "Engine",
+    "EngineConfig",
+    "Hardware",
+    "Metrics",
+    "Program",
+    "SweAgentParams",
+    "Turn",
+    "calibrate",
+    "make_policy",
+    "open_loop_programs",
+    "poisson_arrivals",
+    "programs_from_records",
+    "programs_from_trace",
+    "roofline",
+    "simulate",
     "swe_agent_programs",
 ]

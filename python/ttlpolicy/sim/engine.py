@@ -39,12 +39,27 @@ class Call:
     """One LLM call of a program, from issue to finish."""
 
     __slots__ = (
-        "call_id", "program_id", "prog", "turn_index", "turn", "issue_s", "prompt", "output",
-        "computed", "generated", "blocks", "first_token_s", "admit_s", "ready_s", "preempted",
-        "prev_tool", "gap_s", "admit_seq",
+        "admit_s",
+        "admit_seq",
+        "blocks",
+        "call_id",
+        "computed",
+        "first_token_s",
+        "gap_s",
+        "generated",
+        "issue_s",
+        "output",
+        "preempted",
+        "prev_tool",
+        "prog",
+        "program_id",
+        "prompt",
+        "ready_s",
+        "turn",
+        "turn_index",
     )
 
-    def __init__(self, call_id: int, prog: "_ProgramRun", turn_index: int, issue_s: float) -> None:
+    def __init__(self, call_id: int, prog: _ProgramRun, turn_index: int, issue_s: float) -> None:
         turn = prog.program.turns[turn_index]
         self.call_id = call_id
         self.program_id = prog.program.program_id
@@ -72,7 +87,7 @@ class Call:
 
 
 class _ProgramRun:
-    __slots__ = ("program", "arrival_s", "attained_s")
+    __slots__ = ("arrival_s", "attained_s", "program")
 
     def __init__(self, program: Program, arrival_s: float) -> None:
         self.program = program
@@ -83,7 +98,7 @@ class _ProgramRun:
 class EngineView:
     """What a policy may read from the engine: hardware, memory, the batch."""
 
-    def __init__(self, engine: "Engine") -> None:
+    def __init__(self, engine: Engine) -> None:
         self._e = engine
         self.hardware = engine.hw
         self.config = engine.config
@@ -205,9 +220,7 @@ class Engine:
 
     def _admit(self) -> None:
         cfg, policy, kv = self.config, self.policy, self.kv
-        budget_free = cfg.token_budget - sum(
-            max(1, c.prompt - c.computed) for c in self.running
-        )
+        budget_free = cfg.token_budget - sum(max(1, c.prompt - c.computed) for c in self.running)
         while len(self.running) < cfg.max_seqs and budget_free > 0:
             call = policy.peek()
             if call is None:
@@ -382,7 +395,9 @@ class Engine:
                     self.metrics.ttft(self.now - c.issue_s)
                 if c.generated >= c.output:
                     done.append(c)
-        self.metrics.output_tokens += len(dec) * k + sum(1 for c, _ in chunks if c.computed >= c.prompt)
+        self.metrics.output_tokens += len(dec) * k + sum(
+            1 for c, _ in chunks if c.computed >= c.prompt
+        )
         self.metrics.prefill_tokens += sum(n for _, n in chunks) * k
         self.peak_used_blocks = max(self.peak_used_blocks, kv.used + kv.cached)
         for c in done:

@@ -104,7 +104,9 @@ class StepModel:
     def step_s(self, tokens: float, attn: float, kv: float) -> float:
         return max(self.compute.at(tokens, attn, kv), self.memory.at(tokens, attn, kv))
 
-    def run_s(self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, k: int) -> float:
+    def run_s(
+        self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, k: int
+    ) -> float:
         """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv), in closed form.
 
         Each line is linear in j, so their difference changes sign at most once: sum the
@@ -204,10 +206,14 @@ def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
     """
     data = np.asarray([tuple(map(float, r)) for r in rows], dtype=float)
     if data.ndim != 2 or data.shape[1] != 4 or data.shape[0] < 4:
-        raise ValueError(f"calibrate needs >= 4 rows of (tokens, attn, kv, seconds), got shape {data.shape}")
+        raise ValueError(
+            f"calibrate needs >= 4 rows of (tokens, attn, kv, seconds), got shape {data.shape}"
+        )
     if not np.all(np.isfinite(data)) or np.any(data < 0):
         raise ValueError("calibrate rows must be finite and >= 0")
     x = np.column_stack([np.ones(len(data)), data[:, :3]])
     coef, *_ = np.linalg.lstsq(x, data[:, 3], rcond=None)
     line = Line(*(float(c) for c in coef))
-    return Hardware(hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes)
+    return Hardware(
+        hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes
+    )

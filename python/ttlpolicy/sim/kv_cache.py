@@ -97,7 +97,9 @@ class KVCache:
             self.offloaded_blocks += length
 
     # -- a call's life --------------------------------------------------------------------
-    def acquire(self, program: str, reusable_blocks: int, total_blocks: int) -> tuple[int, int] | None:
+    def acquire(
+        self, program: str, reusable_blocks: int, total_blocks: int
+    ) -> tuple[int, int] | None:
         """Admit a call needing ``total_blocks``, whose first ``reusable_blocks`` may come from
         the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
         nothing — when memory cannot hold it even after evicting every free chain."""
@@ -128,7 +130,9 @@ class KVCache:
         self.used += blocks
         return True
 
-    def release(self, program: str, held_blocks: int, chain_blocks: int, mode: str = "free") -> None:
+    def release(
+        self, program: str, held_blocks: int, chain_blocks: int, mode: str = "free"
+    ) -> None:
         """A call gives back its ``held_blocks``; its first ``chain_blocks`` stay reusable:
         ``free`` (LRU queue), ``pin`` (kept until ``unpin``), ``swap`` (to the CPU tier, or
         ``free`` without one) or ``drop`` (forgotten: the program has ended)."""
@@ -170,6 +174,6 @@ class KVCache:
         assert 0 <= self.pinned <= self.used, (self.pinned, self.used)
         assert self.cached == sum(self._free.values()), "cached blocks out of sync"
         assert self.pinned == sum(self._pins.values()), "pinned blocks out of sync"
-        assert 0 <= self.free_blocks and self.used + self.cached <= self.capacity
+        assert self.free_blocks >= 0 and self.used + self.cached <= self.capacity
         assert 0 <= self.cpu_used <= max(self.cpu_capacity, 0)
         assert self.cpu_used == sum(e - s for s, e in self._cpu.values())

@@ -47,7 +47,8 @@ class Metrics:
 
     def completion_times_s(self) -> np.ndarray:
         return np.array(
-            [self.program_finish_s[p] - self.program_start_s[p] for p in self.program_finish_s], dtype=float
+            [self.program_finish_s[p] - self.program_start_s[p] for p in self.program_finish_s],
+            dtype=float,
         )
 
     def summary(self) -> dict[str, float]:
@@ -59,10 +60,18 @@ class Metrics:
             "jct_p50_s": float(np.percentile(jct, 50)) if len(jct) else 0.0,
             "jct_p95_s": float(np.percentile(jct, 95)) if len(jct) else 0.0,
             # completion time less the program's own tool/human gaps: time spent on the engine
-            "engine_mean_s": float(np.mean([
-                self.program_finish_s[p] - self.program_start_s[p] - self.program_think_s.get(p, 0.0)
-                for p in self.program_finish_s
-            ])) if len(jct) else 0.0,
+            "engine_mean_s": float(
+                np.mean(
+                    [
+                        self.program_finish_s[p]
+                        - self.program_start_s[p]
+                        - self.program_think_s.get(p, 0.0)
+                        for p in self.program_finish_s
+                    ]
+                )
+            )
+            if len(jct)
+            else 0.0,
             "ttft_mean_s": float(np.mean(self.ttfts_s)) if self.ttfts_s else 0.0,
             "throughput_tok_s": self.output_tokens / span,
             "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,

@@ -131,7 +131,11 @@ def open_loop_programs(
         if max_context is not None and inp + outp > max_context:
             outp = min(outp, max_context // 2)
             inp = max(1, max_context - outp)
-        out.append(Program(f"req{r.index}", (Turn(max(1, inp), outp, 0, 0.0, None),), r.arrival_s / rate_scale))
+        out.append(
+            Program(
+                f"req{r.index}", (Turn(max(1, inp), outp, 0, 0.0, None),), r.arrival_s / rate_scale
+            )
+        )
     return out
 
 
@@ -159,7 +163,9 @@ class SweAgentParams:
     max_context: int = 120_000
 
 
-def swe_agent_programs(n: int, seed: int = 0, params: SweAgentParams | None = None, block_tokens: int = 64) -> list[Program]:
+def swe_agent_programs(
+    n: int, seed: int = 0, params: SweAgentParams | None = None, block_tokens: int = 64
+) -> list[Program]:
     """``n`` synthetic programs; the same seed gives the same programs."""
     p = params or SweAgentParams()
     rng = random.Random(seed)
@@ -183,13 +189,17 @@ def swe_agent_programs(n: int, seed: int = 0, params: SweAgentParams | None = No
             prev_full = turns[-1].input_tokens // block_tokens if turns else 0
             last = t == n_turns - 1
             tool = None if last else rng.choices(names, weights)[0]
-            turns.append(Turn(ctx, outp, prev_full if t else 0, think, tool if not last else "submit"))
+            turns.append(
+                Turn(ctx, outp, prev_full if t else 0, think, tool if not last else "submit")
+            )
             ctx += outp
         out.append(Program(f"swe{i}", tuple(turns)))
     return out
 
 
-def poisson_arrivals(programs: list[Program], rate_per_s: float, seed: int = 0) -> Iterator[tuple[float, Program]]:
+def poisson_arrivals(
+    programs: list[Program], rate_per_s: float, seed: int = 0
+) -> Iterator[tuple[float, Program]]:
     """Programs in a seeded random order, arriving as a Poisson process of ``rate_per_s``."""
     if not rate_per_s > 0 or not math.isfinite(rate_per_s):
         raise ValueError(f"rate must be a finite number > 0, got {rate_per_s!r}")

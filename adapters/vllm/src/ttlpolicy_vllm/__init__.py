@@ -10,4 +10,4 @@ from .metrics import AdapterMetrics
 from .queue import ProgramRequestQueue
 from .scheduler import TTLScheduler
 
-__all__ = ["TTLScheduler", "ProgramRequestQueue", "ProgramInfo", "program_of", "AdapterMetrics"]
+__all__ = ["AdapterMetrics", "ProgramInfo", "ProgramRequestQueue", "TTLScheduler", "program_of"]

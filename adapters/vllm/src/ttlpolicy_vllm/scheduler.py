@@ -37,11 +37,12 @@ import os
 import time
 from typing import Any
 
-import ttlpolicy
-from ttlpolicy.toolcalls import tool_name as parse_tool_name
 from vllm.logger import init_logger
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
+
+import ttlpolicy
+from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
@@ -111,7 +112,9 @@ class TTLScheduler(Scheduler):
     # -- identity ---------------------------------------------------------------------------
     def _program_id_of(self, request: Request) -> str:
         info = self._programs_of.get(request.request_id)
-        return info.program_id if info is not None else scheduler_key(ANONYMOUS + request.request_id)
+        return (
+            info.program_id if info is not None else scheduler_key(ANONYMOUS + request.request_id)
+        )
 
     def _blocks_needed(self, request: Request) -> int:
         needed = math.ceil(request.num_tokens / self.block_size)

@@ -13,7 +13,16 @@ from .infercept import InferCept
 from .vllm import VLLM
 from .vllm_offload import VLLMOffload
 
-NAMES = ("vllm", "vllm-offload", "infercept", "autellix", "fixed-ttl=<s>", "continuum", "ttlpolicy", "ttlpolicy-offload")
+NAMES = (
+    "vllm",
+    "vllm-offload",
+    "infercept",
+    "autellix",
+    "fixed-ttl=<s>",
+    "continuum",
+    "ttlpolicy",
+    "ttlpolicy-offload",
+)
 SIMPLE = {
     "vllm": VLLM,
     "vllm-offload": VLLMOffload,

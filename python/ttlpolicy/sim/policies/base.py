@@ -107,7 +107,7 @@ class PinTable:
 
     def _prune(self) -> None:
         while self._deadlines:
-            until, n, program = self._deadlines[0]
+            _until, n, program = self._deadlines[0]
             cur = self.pins.get(program)
             if cur is not None and cur[2] == n:
                 return

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 class TTLPolicyPlugin(Policy):
     name = "ttlpolicy"
 
-    def __init__(self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5) -> None:
+    def __init__(
+        self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5
+    ) -> None:
         super().__init__()
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
@@ -36,7 +38,9 @@ class TTLPolicyPlugin(Policy):
         self.ttl_policy = tp.TTLPolicy(cfg)
         self._total = total
         self.sched = tp.ProgramScheduler(
-            self.ttl_policy, total_blocks=total, pin_budget_blocks=int(total * self.pin_budget_fraction)
+            self.ttl_policy,
+            total_blocks=total,
+            pin_budget_blocks=int(total * self.pin_budget_fraction),
         )
 
     @staticmethod
@@ -48,7 +52,10 @@ class TTLPolicyPlugin(Policy):
         b = self.view.config.block_tokens
         rid = str(call.call_id)
         self._calls[rid] = call
-        return self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self._total)) is not None
+        return (
+            self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self._total))
+            is not None
+        )
 
     def requeue(self, call: Call, now: float) -> None:
         self.sched.preempt(str(call.call_id), now)

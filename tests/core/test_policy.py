@@ -25,8 +25,9 @@ def test_cold_start_matches_a_numeric_argmax_of_the_exponential_model(impl) -> N
     grid = np.linspace(0.0, max_ttl, 300_001)
     p = 1.0 - np.exp(-grid / mu)
     for benefit, blocks in [(5.0, 10), (20.0, 10), (2.0, 50), (0.5, 1), (100.0, 1), (1.0, 1000)]:
-        d = policy.decide(tool="t", request_blocks=blocks, mean_active_blocks=100.0,
-                          cache_miss_cost_s=benefit)
+        d = policy.decide(
+            tool="t", request_blocks=blocks, mean_active_blocks=100.0, cache_miss_cost_s=benefit
+        )
         cost = blocks / 100.0
         objective = p * benefit - cost * grid
         best = grid[int(np.argmax(objective))]
@@ -48,11 +49,11 @@ def test_exponential_prior_closed_form(impl, benefit, cost, mu) -> None:
 
 
 def test_free_holding_is_capped(impl) -> None:
-    d = impl.TTLPolicy(PolicyConfig(max_ttl_s=42.0)).decide(request_blocks=0,
-                                                            cache_miss_cost_s=1.0)
+    d = impl.TTLPolicy(PolicyConfig(max_ttl_s=42.0)).decide(request_blocks=0, cache_miss_cost_s=1.0)
     assert (d.ttl_s, d.source) == (42.0, "capped")
     d = impl.TTLPolicy(PolicyConfig(max_ttl_s=5.0, prior_mean_s=10.0)).decide(
-        request_blocks=1, mean_active_blocks=1000.0, cache_miss_cost_s=100.0)
+        request_blocks=1, mean_active_blocks=1000.0, cache_miss_cost_s=100.0
+    )
     assert (d.ttl_s, d.source) == (5.0, "capped")
 
 
@@ -71,8 +72,9 @@ def test_source_follows_the_sample_counts(impl) -> None:
     policy = impl.TTLPolicy(cfg)
 
     def source(tool: str | None) -> str:
-        return policy.decide(tool=tool, request_blocks=1, mean_active_blocks=100.0,
-                             cache_miss_cost_s=3.0).source
+        return policy.decide(
+            tool=tool, request_blocks=1, mean_active_blocks=100.0, cache_miss_cost_s=3.0
+        ).source
 
     assert source("a") == "exponential_prior"
     for i in range(6):
@@ -93,8 +95,7 @@ def test_decision_is_the_solver_on_the_tools_window(impl) -> None:
     xs = [0.5 * ((i * 37) % 23) for i in range(100)]
     for x in xs:
         policy.observe_tool("grep", x)
-    d = policy.decide(tool="grep", request_blocks=3, mean_active_blocks=40.0,
-                      cache_miss_cost_s=2.5)
+    d = policy.decide(tool="grep", request_blocks=3, mean_active_blocks=40.0, cache_miss_cost_s=2.5)
     window = xs[-64:]
     tau, _ = ref_solver.solve_ttl(window, 2.5, 3 / 40.0, 300.0)
     assert d.ttl_s == tau
@@ -116,13 +117,18 @@ def test_benefit_is_miss_cost_plus_eta_times_t(impl) -> None:
 
 
 def test_miss_cost_model_prices_prefix_tokens(impl) -> None:
-    cfg = PolicyConfig(prefill_base_s=0.0, prefill_s_per_token=1e-3, kv_bytes_per_token=1000,
-                       offload_bandwidth_bytes_per_s=1e7)
+    cfg = PolicyConfig(
+        prefill_base_s=0.0,
+        prefill_s_per_token=1e-3,
+        kv_bytes_per_token=1000,
+        offload_bandwidth_bytes_per_s=1e7,
+    )
     policy = impl.TTLPolicy(cfg)
     d = policy.decide(request_blocks=1, mean_active_blocks=10.0, prefix_tokens=2000)
     assert d.benefit_s == pytest.approx(2.0)
-    d = policy.decide(request_blocks=1, mean_active_blocks=10.0, prefix_tokens=2000,
-                      offloaded_tokens=2000)
+    d = policy.decide(
+        request_blocks=1, mean_active_blocks=10.0, prefix_tokens=2000, offloaded_tokens=2000
+    )
     assert d.benefit_s == pytest.approx(0.2)
     assert policy.miss_cost_s(2000, 2000) == pytest.approx(0.2)
     for n, s in ((1000, 0.5), (2000, 1.0), (3000, 1.5), (4000, 2.0)) * 2:
@@ -159,8 +165,9 @@ def test_pin_decision_value_semantics(impl) -> None:
     c = impl.PinDecision(0.0, 2.0, 0.1, 0.0, "no_benefit")
     assert a == b and hash(a) == hash(b) and a != c
     assert a.pin and not c.pin
-    assert repr(a) == ("PinDecision(ttl_s=1.5, benefit_s=2.0, cost_per_s=0.1, p_return=0.75, "
-                       "source='tool_cdf')")
+    assert repr(a) == (
+        "PinDecision(ttl_s=1.5, benefit_s=2.0, cost_per_s=0.1, p_return=0.75, source='tool_cdf')"
+    )
     assert pickle.loads(pickle.dumps(a)) == a
     with pytest.raises(AttributeError):
         a.ttl_s = 3.0  # type: ignore[misc]

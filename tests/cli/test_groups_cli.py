@@ -28,7 +28,18 @@ def test_hand_checked_trace(tmp_path, capsys):
     ]
     path = tmp_path / "t.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    rc = main(["groups", "--trace", str(path), "--no-progress", "--capacity-blocks", "100", "--tier", "dram=0.0036"])
+    rc = main(
+        [
+            "groups",
+            "--trace",
+            str(path),
+            "--no-progress",
+            "--capacity-blocks",
+            "100",
+            "--tier",
+            "dram=0.0036",
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "requests 3, blocks requested 8, distinct blocks 4" in out
@@ -45,14 +56,27 @@ def test_hand_checked_trace(tmp_path, capsys):
 
 def test_shipped_sessions(capsys):
     rc = main(
-        ["groups", "--trace", str(sample_dir()), "--no-progress", "--max-sessions", "3", "--max-requests", "40", "--top", "3"]
+        [
+            "groups",
+            "--trace",
+            str(sample_dir()),
+            "--no-progress",
+            "--max-sessions",
+            "3",
+            "--max-requests",
+            "40",
+            "--top",
+            "3",
+        ]
     )
     assert rc == 0
     out = capsys.readouterr().out
     assert "requests 40," in out
     for tier in ("dram", "ssd"):
-        rows = {p: _policy_row(out, tier, p) for p in ("no TTL (LRU)", "group TTLs", "ROI global TTL")}
-        for ttl, hit_rate, block_h, _ in rows.values():
+        rows = {
+            p: _policy_row(out, tier, p) for p in ("no TTL (LRU)", "group TTLs", "ROI global TTL")
+        }
+        for _ttl, hit_rate, block_h, _ in rows.values():
             assert 0.0 <= float(hit_rate) <= 1.0 and float(block_h) >= 0.0
         # With the same capacity, a TTL can only drop blocks earlier than LRU would.
         lru_hours = float(rows["no TTL (LRU)"][2])
@@ -60,7 +84,10 @@ def test_shipped_sessions(capsys):
 
 
 def test_frontier_interpolates_between_sweep_points():
-    pts = [Outcome("g", str(t), hits, 10, hours) for t, hits, hours in [(0, 1, 0.0), (10, 5, 4.0), (20, 9, 20.0)]]
+    pts = [
+        Outcome("g", str(t), hits, 10, hours)
+        for t, hits, hours in [(0, 1, 0.0), (10, 5, 4.0), (20, 9, 20.0)]
+    ]
     assert frontier_block_hours(pts, 0.5) == pytest.approx(4.0)
     assert frontier_block_hours(pts, 0.7) == pytest.approx(12.0)
     assert frontier_block_hours(pts, 0.95) is None
@@ -80,7 +107,9 @@ def test_frontier_interpolates_between_sweep_points():
 )
 def test_bad_options_give_one_clear_line(tmp_path, capsys, extra, message):
     path = tmp_path / "t.jsonl"
-    path.write_text(json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}) + "\n")
+    path.write_text(
+        json.dumps({"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}) + "\n"
+    )
     assert main(["groups", "--trace", str(path), "--no-progress", *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -13,16 +13,14 @@ import math
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    Bundle,
     RuleBasedStateMachine,
-    consumes,
     invariant,
     precondition,
     rule,
     run_state_machine_as_test,
 )
-from scheduler_helpers import plain
 
+from scheduler_helpers import plain
 from ttlpolicy import PolicyConfig
 
 TOTAL, BUDGET = 200, 60

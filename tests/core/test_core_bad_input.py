@@ -49,8 +49,16 @@ def history_state(h: Any) -> tuple:
 
 def policy_state(p: Any) -> tuple:
     d = p.decide(tool="a", request_blocks=2, mean_active_blocks=10.0, prefix_tokens=1000)
-    return (p.eta, p.out_of_order_cost_s, p.tool_count("a"), p.tool_count(None),
-            p.miss_cost_s(5000), d.ttl_s, d.benefit_s, d.source)
+    return (
+        p.eta,
+        p.out_of_order_cost_s,
+        p.tool_count("a"),
+        p.tool_count(None),
+        p.miss_cost_s(5000),
+        d.ttl_s,
+        d.benefit_s,
+        d.source,
+    )
 
 
 def primed_history(impl: Any) -> Any:
@@ -61,8 +69,15 @@ def primed_history(impl: Any) -> Any:
 
 
 def primed_policy(impl: Any) -> Any:
-    p = impl.TTLPolicy(PolicyConfig(window=8, min_tool_samples=2, min_total_samples=2,
-                                    eta_min_programs=2, min_prefill_samples=3))
+    p = impl.TTLPolicy(
+        PolicyConfig(
+            window=8,
+            min_tool_samples=2,
+            min_total_samples=2,
+            eta_min_programs=2,
+            min_prefill_samples=3,
+        )
+    )
     for i in range(6):
         p.observe_tool("a", 1.0 + i)
         p.observe_program(3 + i)
@@ -115,7 +130,7 @@ def test_solve_ttl_empty_input_is_defined(impl) -> None:
 # -- ToolHistory ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, exc", BAD_COUNT + [(0, ValueError), ((1 << 20) + 1, ValueError)])
+@pytest.mark.parametrize("bad, exc", [*BAD_COUNT, (0, ValueError), ((1 << 20) + 1, ValueError)])
 @pytest.mark.parametrize("field", ["window", "max_tools"])
 def test_history_constructor(impl, field, bad, exc) -> None:
     refuses(lambda: impl.ToolHistory(**{field: bad}), exc, field)
@@ -159,7 +174,12 @@ def test_history_quantile_above_one(impl, bad) -> None:
 def test_history_empty_names_and_windows_are_fine(impl) -> None:
     h = impl.ToolHistory()
     assert (h.count(""), h.cdf("", 1.0), h.quantile("", 0.5), h.mean(""), h.samples("")) == (
-        0, 0.0, None, None, [])
+        0,
+        0.0,
+        None,
+        None,
+        [],
+    )
     h.observe("", 0.0)
     assert h.tools() == [""]
 
@@ -167,7 +187,7 @@ def test_history_empty_names_and_windows_are_fine(impl) -> None:
 # -- estimators -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad, exc", BAD_COUNT + [(0, ValueError), (1_000_001, ValueError)])
+@pytest.mark.parametrize("bad, exc", [*BAD_COUNT, (0, ValueError), (1000001, ValueError)])
 def test_eta_observe(impl, bad, exc) -> None:
     e = impl.EtaEstimator(window=8, min_programs=2)
     for n in (3, 9, 4):
@@ -191,7 +211,7 @@ def test_out_of_order_observe(impl, bad, exc) -> None:
     assert (t.mean_s, t.count()) == (2.0, 1)
 
 
-@pytest.mark.parametrize("bad, exc", BAD_COUNT + [(0, ValueError)])
+@pytest.mark.parametrize("bad, exc", [*BAD_COUNT, (0, ValueError)])
 def test_out_of_order_constructor(impl, bad, exc) -> None:
     refuses(lambda: impl.OutOfOrderCost(window=bad), exc, "window")
 
@@ -202,8 +222,11 @@ def miss_state(m: Any) -> tuple:
 
 @pytest.mark.parametrize(
     "field, bad, exc",
-    [(f, b, e) for f in ("prefill_base_s", "prefill_s_per_token", "prefill_s_per_token2")
-     for b, e in BAD_NON_NEGATIVE]
+    [
+        (f, b, e)
+        for f in ("prefill_base_s", "prefill_s_per_token", "prefill_s_per_token2")
+        for b, e in BAD_NON_NEGATIVE
+    ]
     + [("kv_bytes_per_token", b, e) for b, e in BAD_COUNT]
     + [("offload_bandwidth_bytes_per_s", b, e) for b, e in BAD_NON_NEGATIVE if b is not None]
     + [("offload_bandwidth_bytes_per_s", 0.0, ValueError)]
@@ -214,7 +237,7 @@ def test_miss_model_constructor(impl, field, bad, exc) -> None:
     refuses(lambda: impl.CacheMissModel(**{field: bad}), exc, field)
 
 
-@pytest.mark.parametrize("bad, exc", BAD_COUNT + [((1 << 40) + 1, ValueError)])
+@pytest.mark.parametrize("bad, exc", [*BAD_COUNT, ((1 << 40) + 1, ValueError)])
 def test_miss_model_token_counts(impl, bad, exc) -> None:
     m = impl.CacheMissModel(offload_bandwidth_bytes_per_s=1e9, min_samples=3)
     for n in (1000, 2000, 3000):
@@ -274,11 +297,18 @@ def test_policy_tool_type(impl, bad) -> None:
     assert policy_state(p) == before
 
 
-DECIDE_OK = dict(tool="a", request_blocks=4, mean_active_blocks=20.0, cache_miss_cost_s=1.0,
-                 prefix_tokens=100, now=5.0, offloaded_tokens=0)
+DECIDE_OK = dict(
+    tool="a",
+    request_blocks=4,
+    mean_active_blocks=20.0,
+    cache_miss_cost_s=1.0,
+    prefix_tokens=100,
+    now=5.0,
+    offloaded_tokens=0,
+)
 DECIDE_BAD = (
-    [("request_blocks", b, e) for b, e in BAD_COUNT + [((1 << 40) + 1, ValueError)]]
-    + [("mean_active_blocks", b, e) for b, e in BAD_NON_NEGATIVE + [(0.0, ValueError)]]
+    [("request_blocks", b, e) for b, e in [*BAD_COUNT, ((1 << 40) + 1, ValueError)]]
+    + [("mean_active_blocks", b, e) for b, e in [*BAD_NON_NEGATIVE, (0.0, ValueError)]]
     + [("cache_miss_cost_s", b, e) for b, e in BAD_NON_NEGATIVE if b is not None]
     + [("prefix_tokens", b, e) for b, e in BAD_COUNT]
     + [("now", b, e) for b, e in BAD_NON_NEGATIVE if not (isinstance(b, float) and b < 0)]

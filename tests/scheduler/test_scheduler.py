@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 import pytest
-from scheduler_helpers import PINNING_MISS_COST_S, plain, snapshot
 
+from scheduler_helpers import PINNING_MISS_COST_S, plain, snapshot
 from ttlpolicy import PolicyConfig
 
 
@@ -110,9 +110,7 @@ def test_expire_and_reclaim_orders(impl):
         f = s.finish(f"{pid}1", 3.0, blocks, tool="t", cache_miss_cost_s=PINNING_MISS_COST_S)
         ttls[pid] = f.decision.ttl_s
     # the same decision inputs would give equal TTLs: expiry order is then by program id
-    assert [p.program_id for p in s.pins()] == sorted(
-        "ABC", key=lambda pid: (3.0 + ttls[pid], pid)
-    )
+    assert [p.program_id for p in s.pins()] == sorted("ABC", key=lambda pid: (3.0 + ttls[pid], pid))
     # reclaim: latest-arrived program (C, then B) first, until 35 blocks are released
     released = s.reclaim(35, 3.0)
     assert [(p.program_id, p.blocks) for p in released] == [("C", 10), ("B", 30)]
@@ -125,7 +123,7 @@ def test_expire_and_reclaim_orders(impl):
 
 
 def test_last_turn_ends_program_and_observes_eta_input(impl):
-    s, policy = make(impl)
+    s, _policy = make(impl)
     run_one(s, "a1", "A", 0.0)
     s.finish("a1", 1.0, 10, tool="t", cache_miss_cost_s=PINNING_MISS_COST_S)
     s.arrive("a2", "A", 2.0, 10)
@@ -199,9 +197,10 @@ def test_policy_object_is_shared(impl):
 
 # -- bad input: typed error, nothing changed ------------------------------------------------
 
+
 @pytest.fixture
 def busy(impl):
-    s, policy = make(impl)
+    s, _policy = make(impl)
     run_one(s, "a1", "A", 0.0)
     s.finish("a1", 1.0, 10, tool="t", cache_miss_cost_s=PINNING_MISS_COST_S)
     s.arrive("b1", "B", 2.0, 5)

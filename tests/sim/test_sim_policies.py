@@ -35,7 +35,15 @@ def agent(gap_s: float, tool: str = "tool_use", turns: int = 2, blocks: int = 10
     out = []
     for i in range(turns):
         n = (blocks + i) * 64
-        out.append(Turn(n, 8, (blocks + i - 1) if i else 0, gap_s if i else 0.0, tool if i < turns - 1 else None))
+        out.append(
+            Turn(
+                n,
+                8,
+                (blocks + i - 1) if i else 0,
+                gap_s if i else 0.0,
+                tool if i < turns - 1 else None,
+            )
+        )
     return Program("A", tuple(out))
 
 
@@ -85,30 +93,40 @@ def test_fixed_ttl_pin_protects_within_ttl_only() -> None:
 def test_continuum_pins_two_seconds_for_short_tools_only() -> None:
     # Three turns, gaps 1 s after "fast": first finish has no history (no pin); the second
     # sees mean 1 s ≤ 2 s and pins, consumed by the return 1 s later.
-    e, m = run("continuum", [(0.0, agent(1.0, "fast", turns=3))], hw_with(1000))
+    _, m = run("continuum", [(0.0, agent(1.0, "fast", turns=3))], hw_with(1000))
     assert m.pinned_block_s == pytest.approx(101 * 1.0, rel=1e-9)
     # Gaps of 3 s: mean > 2 s, never pinned.
-    e, m = run("continuum", [(0.0, agent(3.0, "slow", turns=3))], hw_with(1000))
+    _, m = run("continuum", [(0.0, agent(3.0, "slow", turns=3))], hw_with(1000))
     assert m.pinned_block_s == 0.0
     # Gaps of 2.5 s after a short-mean tool: the 2 s pin expires before the return.
-    prog = Program("A", (
-        Turn(6400, 8, 0, 0.0, "t"), Turn(6464, 8, 100, 1.0, "t"), Turn(6528, 8, 101, 1.0, "t"),
-        Turn(6592, 8, 102, 4.0, None),
-    ))  # mean after two gaps: 1 s → pins at turns 2 and 3; the last gap is 4 s
-    e, m = run("continuum", [(0.0, prog)], hw_with(1000))
+    prog = Program(
+        "A",
+        (
+            Turn(6400, 8, 0, 0.0, "t"),
+            Turn(6464, 8, 100, 1.0, "t"),
+            Turn(6528, 8, 101, 1.0, "t"),
+            Turn(6592, 8, 102, 4.0, None),
+        ),
+    )  # mean after two gaps: 1 s → pins at turns 2 and 3; the last gap is 4 s
+    _e, m = run("continuum", [(0.0, prog)], hw_with(1000))
     assert m.pinned_block_s == pytest.approx(101 * 1.0 + 102 * 2.0, rel=1e-9)
 
 
 def fake_view(running_blocks: int):
     hw = BASE
     return SimpleNamespace(
-        config=CFG, hardware=hw, running_blocks=lambda: running_blocks,
-        prefill_s=lambda tokens: hw.prefill_s(tokens, CFG.token_budget), now=0.0,
+        config=CFG,
+        hardware=hw,
+        running_blocks=lambda: running_blocks,
+        prefill_s=lambda tokens: hw.prefill_s(tokens, CFG.token_budget),
+        now=0.0,
     )
 
 
 def fake_call(tool: str, program: str = "A"):
-    return SimpleNamespace(program_id=program, turn=SimpleNamespace(tool=tool), gap_s=None, prev_tool=None)
+    return SimpleNamespace(
+        program_id=program, turn=SimpleNamespace(tool=tool), gap_s=None, prev_tool=None
+    )
 
 
 def test_infercept_wastes_follow_the_paper_formulas() -> None:
@@ -144,7 +162,7 @@ def test_infercept_swaps_to_cpu_and_reloads() -> None:
     # A tool that takes forever by estimate: InferCept does not preserve; with a CPU tier and
     # a busy GPU a swap wastes least, and the return reloads instead of recomputing.
     pol = InferCept(prior_tool_s=1e4)
-    e, m = run(pol, [(0.0, agent(5.0)), intruder(1.0, 250)], hw_with(300, cpu_blocks=1000))
+    _e, m = run(pol, [(0.0, agent(5.0)), intruder(1.0, 250)], hw_with(300, cpu_blocks=1000))
     assert sum(pol.choices.values()) == 1 and "preserve" not in pol.choices
     assert m.recomputed_tokens == 0
     assert m.reloaded_tokens == 100 * 64 or pol.choices["discard"] == 1
@@ -175,7 +193,7 @@ def test_ttlpolicy_drives_the_library() -> None:
     slow = roofline("llama-3.1-8b", "h100-80g", efficiency=0.01)  # rebuilding is expensive
     cfg = tp.PolicyConfig(prior_mean_s=0.5, min_total_samples=1000, min_tool_samples=0)
     plugin = TTLPolicyPlugin(cfg, pin_budget_fraction=1.0)
-    e, m = run(plugin, [(0.0, agent(0.5, turns=4))], hw_with(1000, base=slow))
+    _e, m = run(plugin, [(0.0, agent(0.5, turns=4))], hw_with(1000, base=slow))
     assert plugin.ttl_policy.tool_count("tool_use") == 3
     # every non-final call pinned, each pin consumed by the return 0.5 s later
     assert m.pinned_block_s == pytest.approx((100 + 101 + 102) * 0.5, rel=1e-9)

@@ -7,11 +7,24 @@ import json
 import pytest
 
 from ttlpolicy.cli import main
-from ttlpolicy.sim import ConcurrencyArrivals, poisson_arrivals, programs_from_records, swe_agent_programs
+from ttlpolicy.sim import (
+    ConcurrencyArrivals,
+    poisson_arrivals,
+    programs_from_records,
+    swe_agent_programs,
+)
 from ttlpolicy.traces import TraceRecord
 
 
-def rec(sid: str, i: int, inp: int, hashes: tuple[int, ...], think: float = 0.0, stop: str | None = "tool_use", out: int = 10) -> TraceRecord:
+def rec(
+    sid: str,
+    i: int,
+    inp: int,
+    hashes: tuple[int, ...],
+    think: float = 0.0,
+    stop: str | None = "tool_use",
+    out: int = 10,
+) -> TraceRecord:
     return TraceRecord(sid, i, 0.0, inp, out, hashes, 64, stop, think, None)
 
 
@@ -36,7 +49,10 @@ def test_context_cap_truncates_or_skips() -> None:
 
 
 def test_think_scale_cap_and_human_turns() -> None:
-    recs = [rec("s", 0, 640, tuple(range(10)), stop="end_turn"), rec("s", 1, 700, tuple(range(10)), think=900.0)]
+    recs = [
+        rec("s", 0, 640, tuple(range(10)), stop="end_turn"),
+        rec("s", 1, 700, tuple(range(10)), think=900.0),
+    ]
     (p,) = programs_from_records(recs, think_scale=0.5, think_cap_s=300.0)
     assert p.turns[1].think_s == 300.0
     (p,) = programs_from_records(recs, think_scale=0.5)
@@ -68,7 +84,7 @@ def test_arrivals_are_seeded() -> None:
 
 def test_swe_agent_programs_grow_their_context() -> None:
     for p in swe_agent_programs(20, seed=0):
-        for prev, t in zip(p.turns, p.turns[1:]):
+        for prev, t in zip(p.turns, p.turns[1:], strict=False):
             assert t.input_tokens > prev.input_tokens
             assert t.reusable_blocks == prev.input_tokens // 64
             assert t.think_s > 0
@@ -76,7 +92,9 @@ def test_swe_agent_programs_grow_their_context() -> None:
 
 def test_compare_cli_on_the_sample(tmp_path, capsys) -> None:
     out = tmp_path / "r.json"
-    rc = main(["compare", "--policies", "vllm,fixed-ttl=5", "--concurrency", "4", "--json", str(out)])
+    rc = main(
+        ["compare", "--policies", "vllm,fixed-ttl=5", "--concurrency", "4", "--json", str(out)]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "JCT mean s" in text and "fixed-ttl=5" in text

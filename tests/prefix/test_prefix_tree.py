@@ -9,10 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+
 # Small alphabets make shared prefixes, branching and re-insertion common.
 # `impl` only names a backend's classes: it holds no state, so sharing it across examples is safe.
 def props(n: int):
-    return settings(max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
 
 
 hash_seq = st.lists(st.integers(0, 3), min_size=0, max_size=12)
@@ -61,7 +64,7 @@ def test_insert_returns_the_held_prefix_it_found(impl, seqs, probe):
 
 def _common_prefix(a, b):
     n = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         n += 1
@@ -88,7 +91,9 @@ def test_node_bound_holds(impl, max_nodes, default_ttl, ops):
 @props(150)
 @given(
     ops=ops_strategy(),
-    ttls=st.dictionaries(st.lists(st.integers(0, 3), min_size=1, max_size=2).map(tuple), ttl, max_size=6),
+    ttls=st.dictionaries(
+        st.lists(st.integers(0, 3), min_size=1, max_size=2).map(tuple), ttl, max_size=6
+    ),
     default_ttl=ttl,
     later=st.floats(0.0, 30.0),
 )
@@ -201,7 +206,14 @@ def test_bad_hashes_are_refused_without_change(impl, hashes, exc):
 
 
 @pytest.mark.parametrize(
-    "now, exc", [(math.nan, ValueError), (-1.0, ValueError), (math.inf, ValueError), ("1", TypeError), (None, TypeError)]
+    "now, exc",
+    [
+        (math.nan, ValueError),
+        (-1.0, ValueError),
+        (math.inf, ValueError),
+        ("1", TypeError),
+        (None, TypeError),
+    ],
 )
 def test_bad_time_is_refused(impl, now, exc):
     tree = impl.PrefixTree()

@@ -103,7 +103,7 @@ def test_fit_recovers_coefficients_from_noisy_measurements(impl) -> None:
     for n in rng.integers(100, 20_000, size=256):
         n = int(n)
         m.observe_prefill(n, (a + b * n + c * n * n) * (1 + rng.normal(0, 0.01)))
-    fa, fb, fc = m.coefficients
+    _fa, fb, fc = m.coefficients
     assert fb == pytest.approx(b, rel=0.2)
     assert fc == pytest.approx(c, rel=0.2)
     assert m.prefill_s(10_000) == pytest.approx(a + b * 1e4 + c * 1e8, rel=0.02)
@@ -131,7 +131,9 @@ def test_fewer_than_three_token_counts_do_not_fit(impl) -> None:
 
 def test_reload_and_miss_cost_take_the_cheaper_path(impl) -> None:
     m = impl.CacheMissModel(
-        prefill_base_s=0.0, prefill_s_per_token=1e-3, kv_bytes_per_token=1000,
+        prefill_base_s=0.0,
+        prefill_s_per_token=1e-3,
+        kv_bytes_per_token=1000,
         offload_bandwidth_bytes_per_s=1e7,
     )
     assert m.reload_s(1000) == pytest.approx(0.1)
@@ -142,7 +144,9 @@ def test_reload_and_miss_cost_take_the_cheaper_path(impl) -> None:
     assert m.miss_cost_s(1000, 400) == pytest.approx(0.64)
     assert m.miss_cost_s(1000) == pytest.approx(1.0)
     slow = impl.CacheMissModel(
-        prefill_base_s=0.0, prefill_s_per_token=1e-3, kv_bytes_per_token=1000,
+        prefill_base_s=0.0,
+        prefill_s_per_token=1e-3,
+        kv_bytes_per_token=1000,
         offload_bandwidth_bytes_per_s=1e3,
     )
     assert slow.miss_cost_s(1000, 1000) == pytest.approx(1.0)  # reload 1000 s: recompute
@@ -164,8 +168,9 @@ def test_predictions_are_never_negative(impl) -> None:
 
 
 def test_constructor_settings_are_visible(impl) -> None:
-    m = impl.CacheMissModel(kv_bytes_per_token=7, offload_bandwidth_bytes_per_s=5.0, window=9,
-                            min_samples=4)
+    m = impl.CacheMissModel(
+        kv_bytes_per_token=7, offload_bandwidth_bytes_per_s=5.0, window=9, min_samples=4
+    )
     assert (m.kv_bytes_per_token, m.offload_bandwidth_bytes_per_s) == (7, 5.0)
     assert (m.window, m.min_samples) == (9, 4)
     e = impl.EtaEstimator()

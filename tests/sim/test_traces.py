@@ -6,11 +6,11 @@ import gzip
 import itertools
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
 
+from trace_files import AZURE_CONV, MOONCAKE, SESSIONS, requires_traces
 from ttlpolicy.traces import (
     MAX_TEXT_CHARS,
     HashScopes,
@@ -19,16 +19,6 @@ from ttlpolicy.traces import (
     read_trace,
     sample_dir,
 )
-
-#: The shared public traces (see their README); tests that need them skip elsewhere.
-TRACES = Path(os.environ.get("TTLPOLICY_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
-MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl.gz"
-AZURE_CONV = TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv.gz"
-SESSIONS = TRACES / "claude-code"
-requires_traces = pytest.mark.skipif(not MOONCAKE.is_file(), reason="shared traces not present")
-
 
 # ---- real files -------------------------------------------------------------------------
 
@@ -115,7 +105,9 @@ def test_jsonl_is_streamed(tmp_path):
 
 def test_csv_is_streamed(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,3,4\nbroken\n")
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,3,4\nbroken\n"
+    )
     it = read_trace(path)
     assert next(it).input_tokens == 3
     with pytest.raises(TraceFormatError, match="line 3"):
@@ -176,9 +168,19 @@ def test_malformed_mooncake_line(tmp_path, line, field):
         ({"id": "s", "requests": [_req(think_time=-1)]}, "requests[0]", "think_time"),
         ({"id": "s", "requests": ["x"]}, "requests[0]", "(record)"),
         ({"id": "s", "requests": {}}, "session", "requests"),
-        ({"id": "s", "requests": [{"type": "subagent", "t": 1, "requests": 5}]}, "requests[0]", "requests"),
         (
-            {"id": "s", "requests": [_req(), {"type": "subagent", "t": 3, "requests": [_req(), _req(out=None)]}]},
+            {"id": "s", "requests": [{"type": "subagent", "t": 1, "requests": 5}]},
+            "requests[0]",
+            "requests",
+        ),
+        (
+            {
+                "id": "s",
+                "requests": [
+                    _req(),
+                    {"type": "subagent", "t": 3, "requests": [_req(), _req(out=None)]},
+                ],
+            },
             "requests[1].requests[1]",
             "out",
         ),
@@ -204,9 +206,14 @@ def test_session_without_block_size(tmp_path):
         ("TS,Context,Gen\n", "line 1", "(header)"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1\n", "line 2", "(record)"),
         ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,2\n", "line 2", "TIMESTAMP"),
-        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,-2\n", "line 2", "GeneratedTokens"),
         (
-            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,1,-2\n",
+            "line 2",
+            "GeneratedTokens",
+        ),
+        (
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+            "2023-11-16 18:15:46,1,2\n2023-11-16 18:15:45,1,2\n",
             "line 3",
             "TIMESTAMP",
         ),

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scheduler_helpers import plain, same, snapshot
 
+from scheduler_helpers import plain, same, snapshot
 from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D"]
@@ -102,7 +102,7 @@ def outcome(s, now, op, step):
 
 
 def views(s, policy):
-    return snapshot(s) + (policy.eta, policy.out_of_order_cost_s, policy.tool_count("bash"))
+    return (*snapshot(s), policy.eta, policy.out_of_order_cost_s, policy.tool_count("bash"))
 
 
 # `backends` only names the two backends (no state): sharing it across examples is fine.

@@ -19,12 +19,17 @@ def test_kv_capacity_is_memory_left_after_weights() -> None:
     free = 4 * 80e9 * 0.9 - 70.6e9 * 2
     assert hw.kv_capacity_blocks(64) == int(free // (64 * 2 * 80 * 8 * 128 * 2))
     with pytest.raises(ValueError, match="does not fit"):
-        roofline(MODELS["llama-3.1-70b"].__class__("big", 70.6e9, 80, 8192, 64, 8, 128, tp=1), GPUS["a100-80g"])
+        roofline(
+            MODELS["llama-3.1-70b"].__class__("big", 70.6e9, 80, 8192, 64, 8, 128, tp=1),
+            GPUS["a100-80g"],
+        )
 
 
 def test_bigger_gpus_step_faster() -> None:
     shape = (4096, 4096 * 30000.0, 34096)
-    times = [roofline("llama-3.1-8b", g).steps.step_s(*shape) for g in ("a100-80g", "h100-80g", "b200")]
+    times = [
+        roofline("llama-3.1-8b", g).steps.step_s(*shape) for g in ("a100-80g", "h100-80g", "b200")
+    ]
     assert times == sorted(times, reverse=True)
 
 
@@ -32,10 +37,20 @@ def test_calibrate_recovers_a_linear_step_model() -> None:
     hw = roofline("llama-3.1-8b", "h100-80g")
     truth = (0.003, 2e-5, 1e-9, 5e-8)
     rows = []
-    for tokens, attn, kv in [(1, 1e5, 1e5), (64, 6e6, 6e5), (2048, 4e7, 3e4), (8192, 1e8, 9e4), (300, 1e6, 2e6)]:
-        rows.append((tokens, attn, kv, truth[0] + truth[1] * tokens + truth[2] * attn + truth[3] * kv))
+    for tokens, attn, kv in [
+        (1, 1e5, 1e5),
+        (64, 6e6, 6e5),
+        (2048, 4e7, 3e4),
+        (8192, 1e8, 9e4),
+        (300, 1e6, 2e6),
+    ]:
+        rows.append(
+            (tokens, attn, kv, truth[0] + truth[1] * tokens + truth[2] * attn + truth[3] * kv)
+        )
     cal = calibrate(hw, rows)
-    assert cal.steps.step_s(1000, 5e6, 1e5) == pytest.approx(truth[0] + truth[1] * 1000 + truth[2] * 5e6 + truth[3] * 1e5)
+    assert cal.steps.step_s(1000, 5e6, 1e5) == pytest.approx(
+        truth[0] + truth[1] * 1000 + truth[2] * 5e6 + truth[3] * 1e5
+    )
     with pytest.raises(ValueError, match="4 rows"):
         calibrate(hw, rows[:3])
 

@@ -9,8 +9,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline, simulate, swe_agent_programs
-from ttlpolicy.sim.hardware import MODELS, StepModel, Line
+from ttlpolicy.sim import (
+    Engine,
+    EngineConfig,
+    Program,
+    Turn,
+    roofline,
+    simulate,
+    swe_agent_programs,
+)
+from ttlpolicy.sim.hardware import MODELS, Line, StepModel
 from ttlpolicy.sim.policies import make_policy
 
 HW = roofline("llama-3.1-8b", "h100-80g")
@@ -79,7 +87,11 @@ def test_partial_reuse_recomputes_the_rest() -> None:
 
 def test_run_s_matches_step_by_step_sum() -> None:
     steps = HW.steps
-    for tokens, a0, da, k0, dk, k in [(1, 1e5, 1, 1e5, 1, 500), (8192, 3e7, 8192**2, 1e4, 8192, 30), (40, 4e6, 40, 4e6, 40, 2000)]:
+    for tokens, a0, da, k0, dk, k in [
+        (1, 1e5, 1, 1e5, 1, 500),
+        (8192, 3e7, 8192**2, 1e4, 8192, 30),
+        (40, 4e6, 40, 4e6, 40, 2000),
+    ]:
         direct = sum(steps.step_s(tokens, a0 + j * da, k0 + j * dk) for j in range(k))
         assert steps.run_s(tokens, a0, da, k0, dk, k) == pytest.approx(direct, rel=1e-9)
 
@@ -107,7 +119,16 @@ def small_hw(blocks: int):
     return type(base)(base.model, base.gpu, base.steps, blocks * 64 * base.kv_bytes_per_token, 1e12)
 
 
-POLICIES = ["vllm", "vllm-offload", "infercept", "autellix", "continuum", "fixed-ttl=5", "ttlpolicy", "ttlpolicy-offload"]
+POLICIES = [
+    "vllm",
+    "vllm-offload",
+    "infercept",
+    "autellix",
+    "continuum",
+    "fixed-ttl=5",
+    "ttlpolicy",
+    "ttlpolicy-offload",
+]
 
 
 class CheckedEngine(Engine):
@@ -138,7 +159,9 @@ def test_memory_bounded_and_every_call_finishes(policy: str) -> None:
 
 def test_pressure_causes_preemption_or_recompute() -> None:
     """The scenario above is tight enough to bite (else the previous test proves little)."""
-    m = simulate(small_hw(3000), "vllm", swe_agent_programs(30, seed=3), rate_per_s=2.0, seed=1, config=CFG)
+    m = simulate(
+        small_hw(3000), "vllm", swe_agent_programs(30, seed=3), rate_per_s=2.0, seed=1, config=CFG
+    )
     assert m.preemptions > 0 or m.recomputed_tokens > 0
 
 

@@ -8,7 +8,8 @@ import math
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_traces import MOONCAKE, requires_traces
+
+from trace_files import MOONCAKE, requires_traces
 
 hashes = st.lists(st.integers(-2, 4), max_size=10)
 ttl = st.one_of(st.just(math.inf), st.floats(0.0, 15.0))
@@ -19,7 +20,11 @@ op = st.one_of(
     st.tuples(st.just("expire"), st.none(), st.floats(0.0, 4.0)),
     st.tuples(st.just("match_len"), hashes, st.just(0.0)),
     st.tuples(st.just("set_group_ttls"), st.dictionaries(group_key, ttl, max_size=4), st.just(0.0)),
-    st.tuples(st.just("group_ttls"), st.tuples(st.floats(0, 50), st.floats(0, 5), st.floats(0, 30)), st.just(0.0)),
+    st.tuples(
+        st.just("group_ttls"),
+        st.tuples(st.floats(0, 50), st.floats(0, 5), st.floats(0, 30)),
+        st.just(0.0),
+    ),
     st.tuples(st.just("block_seconds"), st.none(), st.floats(0.0, 4.0)),
 )
 
@@ -53,11 +58,13 @@ def same(a, b):
     if isinstance(a, dict) and isinstance(b, dict):
         return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
     return a == b
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     max_nodes=st.integers(1, 20),
     group_depth=st.integers(1, 3),
@@ -66,7 +73,9 @@ def same(a, b):
     default_ttl=ttl,
     ops=st.lists(op, max_size=40),
 )
-def test_backends_agree_on_random_operations(backends, max_nodes, group_depth, window, max_idle_groups, default_ttl, ops):
+def test_backends_agree_on_random_operations(
+    backends, max_nodes, group_depth, window, max_idle_groups, default_ttl, ops
+):
     ref_cls, nat_cls = (b.PrefixTree for b in backends)
     kwargs = dict(
         max_nodes=max_nodes,
