@@ -6,13 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-
 REL = 1e-9
-
-#: `impl` and `backends` hold immutable backend descriptions, so sharing them across the
-#: examples of a hypothesis test is safe.
-fixture_ok = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 #: Fields of a PinDecision, in order.
 DECISION_FIELDS = ("ttl_s", "benefit_s", "cost_per_s", "p_return", "source")

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_helpers import fixture_ok
 from ttlpolicy import PolicyConfig
 from ttlpolicy.reference import solver as ref_solver
 
@@ -37,7 +36,6 @@ def test_cold_start_matches_a_numeric_argmax_of_the_exponential_model(impl) -> N
         assert (d.benefit_s, d.cost_per_s) == (benefit, cost)
 
 
-@fixture_ok
 @given(st.floats(0.01, 1e3), st.floats(1e-3, 10.0), st.floats(0.1, 100.0))
 def test_exponential_prior_closed_form(impl, benefit, cost, mu) -> None:
     policy = impl.TTLPolicy(PolicyConfig(prior_mean_s=mu, max_ttl_s=1e9))

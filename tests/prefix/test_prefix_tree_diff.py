@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from trace_files import MOONCAKE
@@ -62,9 +62,6 @@ def same(a, b):
     return a == b
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
 @given(
     max_nodes=st.integers(1, 20),
     group_depth=st.integers(1, 3),
