@@ -6,7 +6,13 @@ for a bad value (NaN, infinite, negative, out of range — an int too large incl
 ``KeyError`` for an unknown id.  When several arguments are bad, the error is the one the
 reference raises: the first bad argument in the order the reference checks them.
 
-Sections are per topic; append new ones below.
+Result types (``PinDecision``, ``Pin``, ``Ended``, ``Finished``, ``GroupStats``) compare,
+hash, print and pickle by value, like the reference's frozen dataclasses.  Each object may be
+shared by threads: every call is atomic (it runs under the GIL without releasing it), and an
+argument whose conversion calls back into the same object works.
+
+Checked against the module by ``python -m mypy.stubtest ttlpolicy._native``
+(``scripts/check.sh``).  Sections are per topic; append new ones below.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -15,7 +21,20 @@ from typing import SupportsFloat, SupportsIndex, final
 from ttlpolicy.config import PolicyConfig
 
 # ---------------------------------------------------------------------------------------------
-# Decision core (issue 2): solver, tool history, estimators, policy
+# The core's name tables, and the hook the package calls when it loads this module
+# ---------------------------------------------------------------------------------------------
+
+SOURCES: list[str]
+"""``PinDecision.source`` values, in the core's order."""
+POLICY_CONFIG_FIELDS: list[str]
+"""The ``PolicyConfig`` fields the native ``TTLPolicy`` reads, in order."""
+
+def set_config_class(cls: type[PolicyConfig]) -> None:
+    """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against
+    and builds its default config from (this module imports nothing from the package)."""
+
+# ---------------------------------------------------------------------------------------------
+# Decision core: solver, tool history, estimators, policy
 # ---------------------------------------------------------------------------------------------
 
 def solve_ttl(
@@ -120,7 +139,12 @@ class PinDecision:
     "no_benefit" (the constructor refuses any other with ValueError)."""
 
     def __init__(
-        self, ttl_s: float, benefit_s: float, cost_per_s: float, p_return: float, source: str
+        self,
+        ttl_s: SupportsFloat,
+        benefit_s: SupportsFloat,
+        cost_per_s: SupportsFloat,
+        p_return: SupportsFloat,
+        source: str,
     ) -> None: ...
     @property
     def ttl_s(self) -> float: ...
@@ -170,9 +194,8 @@ class TTLPolicy:
         """How long to pin the ``request_blocks`` of a request that just called ``tool``:
         benefit = miss cost + η·T, cost_per_s = request_blocks / mean_active_blocks."""
 
-# --- scheduler ---
 # ---------------------------------------------------------------------------------------------
-# Scheduling state (issue 3): ProgramScheduler and its results; twin of
+# Scheduling state: ProgramScheduler and its results; twin of
 # ttlpolicy.reference.scheduler (rules in its module doc). Ids are str: non-empty, valid
 # Unicode, at most 1024 bytes of UTF-8. `now` never goes backwards (ValueError).
 # ---------------------------------------------------------------------------------------------
@@ -180,17 +203,23 @@ class TTLPolicy:
 @final
 class Pin:
     """``blocks`` KV blocks of ``program_id`` kept in memory until ``deadline_s``."""
+    def __init__(self, program_id: str, blocks: int, deadline_s: float) -> None: ...
     @property
     def program_id(self) -> str: ...
     @property
     def blocks(self) -> int: ...
     @property
     def deadline_s(self) -> float: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class Ended:
     """A program that ended: finished ``turns``, the ``pin`` released, the live requests
     dropped with it (``request_ids``, sorted)."""
+    def __init__(
+        self, program_id: str, turns: int, pin: Pin | None, request_ids: Sequence[str]
+    ) -> None: ...
     @property
     def program_id(self) -> str: ...
     @property
@@ -199,11 +228,16 @@ class Ended:
     def pin(self) -> Pin | None: ...
     @property
     def request_ids(self) -> tuple[str, ...]: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class Finished:
     """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
     ``pin`` if this request was pinned, ``ended`` on a last turn."""
+    def __init__(
+        self, decision: PinDecision | None, pin: Pin | None, ended: Ended | None
+    ) -> None: ...
     @property
     def decision(self) -> PinDecision | None: ...
     @property
@@ -212,14 +246,22 @@ class Finished:
     def ended(self) -> Ended | None: ...
     @property
     def pinned(self) -> bool: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class ProgramScheduler:
     """Waiting queue (priority tuple ``(not preempted, not pinned, program arrival,
     request arrival, request id)``, smallest first) and pin table of CacheTTL over the given
-    ``TTLPolicy`` (used, not copied)."""
+    ``TTLPolicy`` (used, not copied; any other object is refused with TypeError).  At most
+    ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
+    longest forgotten first (counted in ``dropped_idle_programs``)."""
     def __init__(
-        self, policy: TTLPolicy, total_blocks: SupportsIndex, pin_budget_blocks: SupportsIndex
+        self,
+        policy: TTLPolicy,
+        total_blocks: SupportsIndex,
+        pin_budget_blocks: SupportsIndex,
+        max_idle_programs: SupportsIndex = 65536,
     ) -> None: ...
     @property
     def policy(self) -> TTLPolicy: ...
@@ -264,6 +306,10 @@ class ProgramScheduler:
     @property
     def total_blocks(self) -> int: ...
     @property
+    def max_idle_programs(self) -> int: ...
+    @property
+    def dropped_idle_programs(self) -> int: ...
+    @property
     def pin_budget_blocks(self) -> int: ...
     @property
     def pinned_blocks(self) -> int: ...
@@ -286,13 +332,23 @@ class ProgramScheduler:
     def priority(self, request_id: str) -> tuple[bool, bool, float, float, str]: ...
 
 # ---------------------------------------------------------------------------------------------
-# --- prefix tree --- (issue 4): block-hash prefix tree, per-group TTLs
+# Prefix tree: block-hash prefix tree, per-group TTLs
 # ---------------------------------------------------------------------------------------------
 
 @final
 class GroupStats:
     """A snapshot of one group of blocks (see ``ttlpolicy.reference.prefix_tree``)."""
 
+    def __init__(
+        self,
+        key: Sequence[int],
+        blocks: int,
+        accesses: int,
+        hits: int,
+        reuse_s: Sequence[float],
+        ttl_s: float,
+        last_access_s: float | None,
+    ) -> None: ...
     @property
     def key(self) -> tuple[int, ...]: ...
     @property
@@ -307,6 +363,8 @@ class GroupStats:
     def ttl_s(self) -> float: ...
     @property
     def last_access_s(self) -> float | None: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class PrefixTree:
