@@ -20,10 +20,10 @@ use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
 use ttlpolicy_core::solver;
 
-use crate::value::{self, Fields};
 use crate::convert::{
     call1, call2, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
 };
+use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyToolHistory>()?;

@@ -3,8 +3,8 @@
 //! through the tuple of the fields, in the dataclass's order.
 
 use pyo3::prelude::*;
-use pyo3::PyClass;
 use pyo3::types::{PyTuple, PyType};
+use pyo3::PyClass;
 
 /// A result type: its field names and values, in the reference dataclass's order.
 pub trait Fields {
