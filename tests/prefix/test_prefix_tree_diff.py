@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from parity import close, outcome
 from parity import tree_snapshot as snapshot
-from trace_files import MOONCAKE, requires_traces
+from trace_files import MOONCAKE
 
 hashes = st.lists(st.integers(-2, 4), max_size=10)
 ttl = st.one_of(st.just(math.inf), st.floats(0.0, 15.0))
@@ -80,7 +80,6 @@ def test_backends_agree_on_random_operations(
 
 
 @pytest.mark.slow
-@requires_traces
 def test_backends_agree_on_the_mooncake_trace(backends):
     """The first 2,000 requests of the real conversation trace, with a node bound and a TTL."""
     from itertools import islice
