@@ -108,6 +108,7 @@ impl<Tag> IndexList<Tag> {
         }
     }
 
+    /// Whether the list holds no element.
     pub fn is_empty(&self) -> bool {
         self.head == NIL
     }

@@ -3,13 +3,14 @@ and the same exceptions on the Python reference and the Rust core."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_helpers import assert_same, outcome, plain
+from parity import assert_same, outcome, plain
 from ttlpolicy import PolicyConfig
 
 NAN, INF = float("nan"), float("inf")
@@ -213,7 +214,7 @@ solver_values = st.one_of(st.floats(0.0, 1e3), st.sampled_from(BAD_FLOATS + ODD_
     solver_values,
 )
 def test_solver_agrees_on_any_input(backends, samples, b, c, m) -> None:
-    ref, nat = (outcome(lambda be=be: be.solve_ttl(samples, b, c, m)) for be in backends)
+    ref, nat = (outcome(partial(be.solve_ttl, samples, b, c, m)) for be in backends)
     assert_same(ref, nat, f"{samples!r} {b!r} {c!r} {m!r}")
 
 

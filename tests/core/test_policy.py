@@ -168,7 +168,7 @@ def test_pin_decision_value_semantics(impl) -> None:
     )
     assert pickle.loads(pickle.dumps(a)) == a
     with pytest.raises(AttributeError):
-        a.ttl_s = 3.0  # type: ignore[misc]
+        a.ttl_s = 3.0
     assert a != (1.5, 2.0, 0.1, 0.75, "tool_cdf")
 
 
@@ -210,8 +210,7 @@ def test_config_json_round_trip() -> None:
         ("min_prefill_samples", 2),
         ("kv_bytes_per_token", -1),
         ("offload_bandwidth_bytes_per_s", 0.0),
-        ("window", "many"),
-        ("unknown_knob", 1),
+        ("unknown_knob", 1),  # (text for a number is a TypeError: test_hostile_input.py)
     ],
 )
 def test_config_refuses_bad_values(field, value) -> None:

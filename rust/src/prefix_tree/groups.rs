@@ -19,7 +19,7 @@ pub struct GroupStats {
     pub reuse_s: Vec<f64>,
     /// `f64::INFINITY`: no TTL.
     pub ttl_s: f64,
-    /// When an insert last reached the group (None: never).
+    /// Time of the group's last access (None: never accessed).
     pub last_access_s: Option<f64>,
 }
 

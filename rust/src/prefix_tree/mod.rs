@@ -28,9 +28,13 @@ use expiry::Deadline;
 pub use groups::GroupStats;
 use groups::Groups;
 
+/// Largest `max_nodes`.
 pub const MAX_NODES: i64 = 1 << 31;
+/// Largest `group_depth`.
 pub const MAX_GROUP_DEPTH: i64 = 64;
+/// Largest `window`.
 pub const MAX_WINDOW: i64 = 1 << 20;
+/// Largest `max_idle_groups`.
 pub const MAX_IDLE_GROUPS: i64 = 1 << 32;
 
 /// Buffers reused by every insert (no allocation per call once warm).
@@ -68,6 +72,18 @@ pub struct PrefixTree {
 }
 
 impl PrefixTree {
+    /// Default `max_nodes` (blocks held; least recently used evicted beyond).
+    pub const DEFAULT_MAX_NODES: i64 = 1 << 20;
+    /// Default `group_depth` (blocks of the head path that name a group).
+    pub const DEFAULT_GROUP_DEPTH: i64 = 2;
+    /// Default `window` (reuse intervals kept per group).
+    pub const DEFAULT_WINDOW: i64 = 256;
+    /// Default `max_idle_groups` (groups holding no block kept for their statistics).
+    pub const DEFAULT_MAX_IDLE_GROUPS: i64 = 1 << 16;
+    /// Default `default_ttl_s` (infinity: no TTL until one is set).
+    pub const DEFAULT_TTL_S: f64 = f64::INFINITY;
+
+    /// An empty tree; see the module doc for the arguments.
     pub fn new(
         max_nodes: i64,
         group_depth: i64,
@@ -101,24 +117,31 @@ impl PrefixTree {
         })
     }
 
+    /// Blocks held at most.
     pub fn max_nodes(&self) -> usize {
         self.max_nodes
     }
+    /// Head-path blocks that name a group.
     pub fn group_depth(&self) -> usize {
         self.group_depth
     }
+    /// Reuse intervals kept per group.
     pub fn window(&self) -> usize {
         self.groups.window()
     }
+    /// Idle groups kept at most.
     pub fn max_idle_groups(&self) -> usize {
         self.groups.max_idle()
     }
+    /// TTL of a group with none set.
     pub fn default_ttl_s(&self) -> f64 {
         self.groups.default_ttl_s()
     }
+    /// Blocks removed by `expire` so far.
     pub fn expired_blocks(&self) -> u64 {
         self.expired_blocks
     }
+    /// Blocks evicted by the `max_nodes` cap so far.
     pub fn evicted_blocks(&self) -> u64 {
         self.evicted_blocks
     }
@@ -126,6 +149,7 @@ impl PrefixTree {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether no block is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -277,7 +301,10 @@ impl PrefixTree {
             return Err(Error::invalid_f64(
                 "now",
                 t,
-                format!("not before the last time seen, {:?}", self.now),
+                format!(
+                    "not before the last time seen, {}",
+                    crate::error::PyFloat(self.now)
+                ),
             ));
         }
         Ok(t)
