@@ -15,11 +15,11 @@ vLLM's chunks in the order that rule gives):
 * ``evict(n, protected)`` takes, among chunks with ``ref_cnt == 0`` outside ``protected``:
   first expired chunks (idle longer than their group's TTL) and chunks of programs that ended,
   oldest deadline first; then the groups of lowest ROI; least recently used within a group
-  (a request's tail before its head).  Chunks of a program known to wait on a tool
+  (a request's tail before its head); chunks of a request still running last among live ones.  Chunks of a program known to wait on a tool
   (``program_hints``, fed by ``TTLScheduler``) go last until that wait's deadline.
   All or nothing: ``None`` and no change when ``n`` such chunks do not exist.
-* Chunks stored before their request finished have no group yet: they rank with the pooled
-  TTL/ROI and their insertion time.
+* Chunks stored before their request finished have no group yet: they expire by the pooled
+  TTL from their insertion, and until then rank after every live group.
 
 Prices (``TTLPOLICY_OFFLOAD``, JSON, all optional; defaults in ``OffloadSettings``): benefit of a
 hit = prefill time saved minus reload time, priced at the GPU's $/hour; cost = the tier's
@@ -253,17 +253,20 @@ class TTLCachePolicy(CachePolicy):
     # -- eviction ---------------------------------------------------------------------------
     def rank(self, group: GroupKey, last_access_s: float, now: float) -> tuple[float, ...]:
         """Eviction order of a chunk of ``group`` last used at ``last_access_s`` (smallest
-        first): (0, deadline) expired or program ended; (1, roi, last) live; (2, roi, last)
-        its program waits on a tool until a later time."""
+        first): (0, deadline) expired or program ended; (1, roi, last) live (roi = +inf for a
+        running request's chunks); (2, roi, last) its program waits on a tool until later."""
         if group in self._ended:
             return (0.0, self._ended[group])
         model = self.model
-        key = group if group else None
-        ttl_s = model.ttl_s(key) if key else model.pooled()[0]
-        deadline = last_access_s + ttl_s
+        if group is PENDING or not group:
+            # stored by a request still running: it will most likely be reused, so it goes
+            # after every live group, unless it outlives the pooled TTL
+            deadline = last_access_s + model.pooled()[0]
+            return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
+        deadline = last_access_s + model.ttl_s(group)
         if deadline < now:
             return (0.0, deadline)
-        roi = model.roi(key) if key else model.pooled()[1]
+        roi = model.roi(group)
         if self._waiting.get(group, -math.inf) > now:
             return (2.0, roi, last_access_s)
         return (1.0, roi, last_access_s)
@@ -307,4 +310,3 @@ class TTLCachePolicy(CachePolicy):
             self._unplace(key)
         self.expired_evictions += expired
         return selected
-

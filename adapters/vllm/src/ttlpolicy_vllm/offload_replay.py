@@ -31,6 +31,10 @@ POLICIES: dict[str, tuple[str, str | None]] = {
 }
 
 
+#: chunks offered per prepare_store: one engine step of prefill (e.g. 2048 tokens / 64)
+STORE_BATCH_CHUNKS = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     t_s: float
@@ -116,6 +120,7 @@ class ReplayStats:
     store_failures: int = 0
     evicted_chunks: int = 0
     chunk_seconds: float = 0.0  # allocated chunks integrated over time
+    held_chunks_end: int = 0
     policy_calls: int = 0
     policy_seconds: float = 0.0
     hits_per_request: list[int] = field(default_factory=list, repr=False)
@@ -162,6 +167,7 @@ def replay(
         hits = run_request(manager, access, stats)
         stats.hits_per_request.append(hits)
     program_hints.clear()
+    stats.held_chunks_end = held_chunks(manager)
     stats.policy_calls, stats.policy_seconds = timed.calls, timed.seconds
     return stats
 
@@ -185,8 +191,9 @@ def run_request(manager: CPUOffloadingManager, access: Access, stats: ReplayStat
     if hits:
         manager.prepare_load(keys[:hits], ctx)
         manager.complete_load(keys[:hits], ctx)
-    out = manager.prepare_store(keys[hits:], ctx) if hits < len(keys) else None
-    if hits < len(keys):
+    # the connector offers new chunks step by step as prefill computes them
+    for start in range(hits, len(keys), STORE_BATCH_CHUNKS):
+        out = manager.prepare_store(keys[start : start + STORE_BATCH_CHUNKS], ctx)
         if out is None:
             stats.store_failures += 1
         else:
