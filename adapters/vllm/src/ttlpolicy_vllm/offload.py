@@ -15,7 +15,8 @@ vLLM's chunks in the order that rule gives):
 * ``evict(n, protected)`` takes, among chunks with ``ref_cnt == 0`` outside ``protected``:
   first expired chunks (idle longer than their group's TTL) and chunks of programs that ended,
   oldest deadline first; then the groups of lowest ROI; least recently used within a group
-  (a request's tail before its head); chunks of a request still running last among live ones.  Chunks of a program known to wait on a tool
+  (a request's tail before its head); chunks of a request still running last among live
+  ones.  Chunks of a program known to wait on a tool
   (``program_hints``, fed by ``TTLScheduler``) go last until that wait's deadline.
   All or nothing: ``None`` and no change when ``n`` such chunks do not exist.
 * Chunks stored before their request finished have no group yet: they expire by the pooled
@@ -36,7 +37,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 from typing_extensions import override
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
