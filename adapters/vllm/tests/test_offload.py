@@ -304,8 +304,9 @@ def test_settings_from_environment(monkeypatch):
     s = OffloadSettings.from_env()
     assert s.max_ttl_s == 60 and s.refit_every == 8 and s.group_depth == 2
     assert TTLCachePolicy(4).settings == s
-    # the prices give a positive benefit and price, whose ratio is the break-even TTL
-    assert s.benefit_per_hit > 0 and s.price_per_chunk_s > 0
+    # 16 tokens: prefill 0.8 ms, reload 2 MiB at 25 GB/s; DRAM 2 MiB at $0.0036/GiB-hour
+    assert s.benefit_per_hit == pytest.approx((0.8e-3 - 2**21 / 25e9) * 4.0 / 3600)
+    assert s.price_per_chunk_s == pytest.approx(0.0036 / 512 / 3600)
 
 
 @pytest.mark.parametrize(
@@ -316,7 +317,8 @@ def test_settings_from_environment(monkeypatch):
         ('{"max_ttl": 1}', "unknown fields \\['max_ttl'\\]"),
         ('{"max_ttl_s": -1}', "max_ttl_s must be finite and >= 0, got -1"),
         ('{"window": "8"}', "window must be a number"),
-        ('{"reload_bytes_per_s": 0}', "reload_bytes_per_s"),
+        ('{"reload_bytes_per_s": 0}', "reload_bytes_per_s must be > 0"),
+        ('{"chunk_tokens": true}', "chunk_tokens must be a number"),
     ],
 )
 def test_bad_settings_name_the_field(monkeypatch, raw, match):

@@ -8,6 +8,13 @@ from __future__ import annotations
 from .identity import ProgramInfo, program_of
 from .metrics import AdapterMetrics
 from .queue import ProgramRequestQueue
-from .scheduler import TTLScheduler
+from .scheduler import TTLAsyncScheduler, TTLScheduler
 
-__all__ = ["AdapterMetrics", "ProgramInfo", "ProgramRequestQueue", "TTLScheduler", "program_of"]
+__all__ = [
+    "AdapterMetrics",
+    "ProgramInfo",
+    "ProgramRequestQueue",
+    "TTLAsyncScheduler",
+    "TTLScheduler",
+    "program_of",
+]

@@ -53,15 +53,16 @@ PENDING: GroupKey = ()
 
 @dataclass(frozen=True)
 class OffloadSettings:
-    """The tier's economics and the tuner's knobs.  Default prices (documented in the README):
-    an H100/H200-class GPU at $3.00/hour; host DRAM at $0.004/GB-hour (a memory-optimised cloud
-    instance's price per GB); a Llama-3.1-8B chunk of 16 tokens × 128 KiB = 2 MiB; prefill of
-    such a chunk 2 ms at long context, reload over PCIe at 25 GB/s."""
+    """The tier's economics and the tuner's knobs.  Default prices are the ones the prefix-tree
+    comparison documents (bench/RESULTS.md): prefill at 20k tokens/s on a $4/hour GPU, host
+    DRAM at $0.0036/GiB-hour; a Llama-3.1-8B bf16 KV of 128 KiB per token; chunks of 16 tokens
+    (vLLM's block); reload over PCIe at 25 GB/s."""
 
-    gpu_price_per_hour: float = 3.0
-    tier_price_per_gb_hour: float = 0.004
-    chunk_bytes: float = 2 * 1024 * 1024
-    prefill_s_per_chunk: float = 0.002
+    gpu_price_per_hour: float = 4.0
+    tier_price_per_gib_hour: float = 0.0036
+    chunk_tokens: float = 16
+    kv_bytes_per_token: float = 131072
+    prefill_tokens_per_s: float = 20000.0
     reload_bytes_per_s: float = 25e9
     max_ttl_s: float = 3600.0
     refit_every: int = 64
@@ -75,8 +76,9 @@ class OffloadSettings:
                 raise TypeError(f"OffloadSettings.{f.name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"OffloadSettings.{f.name} must be finite and >= 0, got {value!r}")
-        if self.reload_bytes_per_s <= 0 or self.chunk_bytes <= 0:
-            raise ValueError("OffloadSettings.reload_bytes_per_s and chunk_bytes must be > 0")
+        for name in ("reload_bytes_per_s", "prefill_tokens_per_s", "chunk_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"OffloadSettings.{name} must be > 0, got {getattr(self, name)!r}")
 
     @classmethod
     def from_env(cls, name: str = "TTLPOLICY_OFFLOAD") -> OffloadSettings:
@@ -96,19 +98,24 @@ class OffloadSettings:
         return cls(**values)
 
     @property
+    def chunk_bytes(self) -> float:
+        return self.chunk_tokens * self.kv_bytes_per_token
+
+    @property
     def reload_s_per_chunk(self) -> float:
         return self.chunk_bytes / self.reload_bytes_per_s
 
     @property
     def benefit_per_hit(self) -> float:
         """Dollars a chunk hit saves: GPU time of its prefill minus its reload."""
-        saved_s = max(0.0, self.prefill_s_per_chunk - self.reload_s_per_chunk)
+        prefill_s = self.chunk_tokens / self.prefill_tokens_per_s
+        saved_s = max(0.0, prefill_s - self.reload_s_per_chunk)
         return saved_s * self.gpu_price_per_hour / 3600.0
 
     @property
     def price_per_chunk_s(self) -> float:
         """Dollars one chunk costs per second held in the tier."""
-        return self.tier_price_per_gb_hour * self.chunk_bytes / 1e9 / 3600.0
+        return self.tier_price_per_gib_hour * self.chunk_bytes / 2**30 / 3600.0
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
