@@ -98,12 +98,14 @@ def main() -> None:
     ap.add_argument("--mean-gap-s", type=float, default=60.0, help="mean gap of session starts")
     ap.add_argument("--fractions", default="0.05,0.1,0.2", help="capacities, of distinct chunks")
     ap.add_argument("--mooncake-requests", type=int, default=0)
+    ap.add_argument("--no-sample", action="store_true", help="skip the shipped sample sessions")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     fractions = [float(x) for x in args.fractions.split(",")]
     rows: list = []
-    stream = agentic_stream(iter_sessions(sample_dir()), args.mean_gap_s)
-    run("agentic sample sessions (4 files, shipped)", stream, 64, fractions, rows)
+    if not args.no_sample:
+        stream = agentic_stream(iter_sessions(sample_dir()), args.mean_gap_s)
+        run("agentic sample sessions (4 files, shipped)", stream, 64, fractions, rows)
     if args.sessions:
         folder = traces_dir() / "claude-code"
         stream = agentic_stream(iter_sessions(folder, args.sessions), args.mean_gap_s)

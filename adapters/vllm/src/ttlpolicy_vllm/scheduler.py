@@ -46,10 +46,12 @@ from vllm.v1.request import Request, RequestStatus
 import ttlpolicy
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
+from . import program_hints
 from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
+from .tier import offloaded_prefix_tokens
 
 # under "vllm." so that vLLM's logging configuration (handlers, VLLM_LOGGING_LEVEL) applies
 logger = init_logger("vllm.ttlpolicy_vllm")
@@ -257,17 +259,29 @@ class TTLScheduler(Scheduler):
         key = scheduler_key(rid)
         blocks = cached_blocks(self.kv_cache_manager, rid)
         tool = info.tool if info.tool is not None else self._parse_tool(request)
+        prefix_tokens = len(blocks) * self.block_size
+        now = self.clock()
+        # What the CPU offload tier already holds is a reload away, not a prefill: the pin
+        # is kept only when it beats that reload.
+        offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
         finished = self.programs.finish(
             key,
-            self.clock(),
+            now,
             min(len(blocks), self.total_blocks),
             tool=tool,
             last_turn=info.last_turn,
-            cache_miss_cost_s=self.policy.miss_cost_s(len(blocks) * self.block_size),
+            cache_miss_cost_s=self.policy.miss_cost_s(prefix_tokens, offloaded),
+            prefix_tokens=prefix_tokens,
+            offloaded_tokens=offloaded,
         )
+        self.ttl_metrics.offloaded_tokens_at_finish += offloaded
         if finished.ended is not None:
+            program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
-        elif finished.pin is not None:
+        elif finished.pin is None:
+            program_hints.note(rid, ended=False)
+        else:
+            program_hints.note(rid, ended=False, wait_s=max(0.0, finished.pin.deadline_s - now))
             self.pins.hold(pid, blocks)  # merged with a pin the program already held
             self.ttl_metrics.pins += 1
             self.ttl_metrics.pinned_blocks_total += len(blocks)
