@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
-from conftest import TEST_POLICY, Engine, build_tiny_model, make_engine
 from ttlpolicy_vllm import TTLAsyncScheduler, TTLScheduler
+from ttlpolicy_vllm.testing import TEST_POLICY, Engine, build_tiny_model, make_engine
 
 pytestmark = pytest.mark.slow
 

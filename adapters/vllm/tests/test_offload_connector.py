@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from conftest import BLOCK, TEST_POLICY
 from ttlpolicy_vllm import TTLScheduler, program_hints
 from ttlpolicy_vllm.offload import TTLCachePolicy
+from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY
 from ttlpolicy_vllm.tier import offloaded_prefix_tokens
 
 NUM_BLOCKS = 25
