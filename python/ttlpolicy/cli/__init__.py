@@ -1,4 +1,4 @@
-"""The ``ttlpolicy`` command: one sub-command a module (``fit``, ``groups``, ``compare``)."""
+"""The ``ttlpolicy`` command: one sub-command a module (``fit``, ``groups``, ``compare``, ``plan``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ COMMANDS = {
     "fit": "fit",
     "groups": "groups",
     "compare": "compare",
+    "plan": "plan",
 }
 
 

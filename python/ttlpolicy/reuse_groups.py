@@ -1,0 +1,102 @@
+"""A second grouping rule for group TTLs: by access pattern (reuse-interval class), not by place
+in the prefix tree.
+
+**Rule.**  A block's group is the class of its *last reuse interval*: ``new`` (seen once) or
+``⌊log2(interval_s)⌋`` clipped to [0, ``MAX_CLASS``] (interval < 1 s: class 0).  The idea: a
+block that came back after ~10 s (a tool call) will likely come back after a similar gap again,
+one that came back after 20 min (a human turn) likewise; blocks of one prefix-tree subtree mix
+both.  Each class collects the *next* reuse interval of the blocks in it (its own window of
+``window`` samples), so the TTL of a class is the solver's answer for "blocks that behaved like
+this last time": τ_c = argmax_τ P_c(next reuse ≤ τ)·benefit − price·τ (``solve_ttl``, the one
+solver of the library), refitted every ``refit_every`` requests, online: only past accesses
+count.  Before the first fit every class keeps its blocks for ``max_ttl_s``.
+
+**Bound.**  At most ``max_blocks`` blocks are remembered (the earliest first seen are forgotten
+first); classes are at most ``MAX_CLASS + 2``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Hashable, Sequence
+
+NEW = -1
+MAX_CLASS = 16  # 2**16 s ≈ 18 h
+
+
+class ReuseClassTTL:
+    """Online group TTLs with groups = reuse-interval classes (see the module doc)."""
+
+    def __init__(
+        self,
+        benefit_per_hit: float,
+        price_per_block_s: float,
+        max_ttl_s: float,
+        *,
+        window: int = 1024,
+        refit_every: int = 256,
+        max_blocks: int = 1 << 22,
+    ) -> None:
+        from . import solve_ttl  # the active backend's solver
+
+        for name, v in (
+            ("benefit_per_hit", benefit_per_hit),
+            ("price_per_block_s", price_per_block_s),
+            ("max_ttl_s", max_ttl_s),
+        ):
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        for name, n in (
+            ("window", window),
+            ("refit_every", refit_every),
+            ("max_blocks", max_blocks),
+        ):
+            if not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+        self._solve = solve_ttl
+        self.benefit, self.price, self.max_ttl_s = benefit_per_hit, price_per_block_s, max_ttl_s
+        self.max_blocks, self.refit_every = max_blocks, refit_every
+        self._last: dict[int, tuple[float, int]] = {}  # block → (last access s, class)
+        self._samples = {c: deque(maxlen=window) for c in range(NEW, MAX_CLASS + 1)}
+        self._ttl = dict.fromkeys(self._samples, float(max_ttl_s))  # until learnt: keep
+        self._since_refit = 0
+
+    @staticmethod
+    def class_of(interval_s: float) -> int:
+        if interval_s < 1.0:
+            return 0
+        return min(MAX_CLASS, int(math.log2(interval_s)))
+
+    def observe(self, keys: Sequence[int], now: float) -> None:
+        last, samples = self._last, self._samples
+        class_of = self.class_of
+        for k in keys:
+            prev = last.get(k)
+            if prev is None:
+                last[k] = (now, NEW)
+                continue
+            interval = now - prev[0]
+            samples[prev[1]].append(interval)
+            last[k] = (now, class_of(interval))
+        if len(last) > self.max_blocks:
+            for k in list(last)[: len(last) - self.max_blocks]:
+                del last[k]
+        self._since_refit += 1
+        if self._since_refit >= self.refit_every:
+            self.refit()
+
+    def refit(self) -> None:
+        self._since_refit = 0
+        for c, s in self._samples.items():
+            self._ttl[c] = self._solve(list(s), self.benefit, self.price, self.max_ttl_s)[0]
+
+    def group_of(self, keys: Sequence[int], index: int) -> Hashable:
+        entry = self._last.get(keys[index])
+        return NEW if entry is None else entry[1]
+
+    def ttl_of(self, group: Hashable) -> float:
+        return self._ttl.get(group, 0.0)  # type: ignore[arg-type]
+
+    def ttls(self) -> dict[int, float]:
+        return dict(self._ttl)
