@@ -14,3 +14,5 @@ MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl.gz"
 AZURE_CONV = TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv.gz"
 SESSIONS = TRACES / "claude-code"
 requires_traces = pytest.mark.skipif(not MOONCAKE.is_file(), reason="shared traces not present")
+#: First 400 requests of the Mooncake trace, shipped in tests/data (Apache-2.0, licence beside).
+MOONCAKE_HEAD = ROOT / "tests" / "data" / "plan_mooncake_head400.jsonl"

@@ -15,7 +15,13 @@ from collections.abc import Hashable, Sequence
 RULES = ("depth", "reuse")
 
 
-def make(rule: str, benefit_per_hit: float, price_per_block_s: float, max_ttl_s: float):
+def make(
+    rule: str,
+    benefit_per_hit: Sequence[float],
+    price_per_block_s: Sequence[float],
+    max_ttl_s: float,
+):
+    """One source serving every tier (benefit and price per tier, in one unit)."""
     if rule == "reuse":
         from .reuse_groups import ReuseClassTTL
 
@@ -26,23 +32,26 @@ def make(rule: str, benefit_per_hit: float, price_per_block_s: float, max_ttl_s:
 
 
 class DepthGroups:
-    """``OnlineGroupTTL`` (groups by prefix-tree depth) behind the simulator's source interface."""
+    """``OnlineGroupTTL`` (groups by prefix-tree depth; one tuner per tier, as each tier has its
+    own price) behind the simulator's source interface."""
 
-    def __init__(self, benefit_per_hit: float, price_per_block_s: float, max_ttl_s: float) -> None:
+    def __init__(
+        self, benefit_per_hit: Sequence[float], price_per_block_s: Sequence[float], max_ttl_s: float
+    ) -> None:
         from .group_ttl import OnlineGroupTTL
 
-        self.tuner = OnlineGroupTTL(
-            benefit_per_hit=benefit_per_hit,
-            price_per_block_s=price_per_block_s,
-            max_ttl_s=max_ttl_s,
-        )
-        self.depth = self.tuner.group_depth
+        self.tuners = [
+            OnlineGroupTTL(benefit_per_hit=b, price_per_block_s=p, max_ttl_s=max_ttl_s)
+            for b, p in zip(benefit_per_hit, price_per_block_s, strict=True)
+        ]
+        self.depth = self.tuners[0].group_depth
 
     def observe(self, keys: Sequence[int], now: float) -> None:
-        self.tuner.access(keys, now)
+        for t in self.tuners:
+            t.access(keys, now)
 
     def group_of(self, keys: Sequence[int], index: int) -> Hashable:
         return tuple(keys[: min(index + 1, self.depth)])
 
-    def ttl_of(self, group: Hashable) -> float:
-        return self.tuner.ttl_s(group)
+    def ttl_of(self, group: Hashable, tier: int) -> float:
+        return self.tuners[tier].ttl_s(group)

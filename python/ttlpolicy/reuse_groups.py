@@ -30,8 +30,8 @@ class ReuseClassTTL:
 
     def __init__(
         self,
-        benefit_per_hit: float,
-        price_per_block_s: float,
+        benefit_per_hit: Sequence[float],
+        price_per_block_s: Sequence[float],
         max_ttl_s: float,
         *,
         window: int = 1024,
@@ -40,11 +40,12 @@ class ReuseClassTTL:
     ) -> None:
         from . import solve_ttl  # the active backend's solver
 
-        for name, v in (
-            ("benefit_per_hit", benefit_per_hit),
-            ("price_per_block_s", price_per_block_s),
-            ("max_ttl_s", max_ttl_s),
-        ):
+        econ = [("max_ttl_s", max_ttl_s)]
+        if len(benefit_per_hit) != len(price_per_block_s) or not benefit_per_hit:
+            raise ValueError("benefit_per_hit and price_per_block_s: one value per tier")
+        for i, (b, p) in enumerate(zip(benefit_per_hit, price_per_block_s, strict=True)):
+            econ += [(f"benefit_per_hit[{i}]", b), (f"price_per_block_s[{i}]", p)]
+        for name, v in econ:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         for name, n in (
@@ -55,11 +56,15 @@ class ReuseClassTTL:
             if not isinstance(n, int) or n < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
         self._solve = solve_ttl
-        self.benefit, self.price, self.max_ttl_s = benefit_per_hit, price_per_block_s, max_ttl_s
+        self.benefit, self.price = list(benefit_per_hit), list(price_per_block_s)
+        self.max_ttl_s = max_ttl_s
         self.max_blocks, self.refit_every = max_blocks, refit_every
         self._last: dict[int, tuple[float, int]] = {}  # block → (last access s, class)
         self._samples = {c: deque(maxlen=window) for c in range(NEW, MAX_CLASS + 1)}
-        self._ttl = dict.fromkeys(self._samples, float(max_ttl_s))  # until learnt: keep
+        # (class, tier) → TTL; until learnt: keep
+        self._ttl = {
+            (c, t): float(max_ttl_s) for c in self._samples for t in range(len(self.price))
+        }
         self._since_refit = 0
 
     @staticmethod
@@ -89,14 +94,17 @@ class ReuseClassTTL:
     def refit(self) -> None:
         self._since_refit = 0
         for c, s in self._samples.items():
-            self._ttl[c] = self._solve(list(s), self.benefit, self.price, self.max_ttl_s)[0]
+            xs = list(s)
+            for t, (b, p) in enumerate(zip(self.benefit, self.price, strict=True)):
+                self._ttl[(c, t)] = self._solve(xs, b, p, self.max_ttl_s)[0]
 
     def group_of(self, keys: Sequence[int], index: int) -> Hashable:
         entry = self._last.get(keys[index])
         return NEW if entry is None else entry[1]
 
-    def ttl_of(self, group: Hashable) -> float:
-        return self._ttl.get(group, 0.0)  # type: ignore[arg-type]
+    def ttl_of(self, group: Hashable, tier: int) -> float:
+        return self._ttl[(group, tier)]  # type: ignore[index]
 
-    def ttls(self) -> dict[int, float]:
+    def ttls(self) -> dict[tuple[int, int], float]:
+        """(class, tier) → TTL now."""
         return dict(self._ttl)

@@ -1,4 +1,4 @@
-"""The ``ttlpolicy`` command: one sub-command a module (``fit``, ``groups``, ``compare``, ``plan``)."""
+"""The ``ttlpolicy`` command: one sub-command a module (``fit``, ``groups``, ``compare``)."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         return [out[c] for c in configs]
 
-    search = Search(grid, evaluate, cost_key)
+    search = Search(grid, evaluate, ctx.cost_usd_per_h, cost_key)
     try:
         if args.exhaustive:
             search.exhaustive()

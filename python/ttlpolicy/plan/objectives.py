@@ -171,26 +171,26 @@ class Context:
             )
         return out
 
-    def group_source(self, tier: Tier, grouping: str):
-        """The online group-TTL tuner for one tier (see the module doc for its economics)."""
+    def group_source(self, tiers: list[Tier], grouping: str):
+        """The online group-TTL tuner for the tiers (see the module doc for its economics)."""
         from .. import group_sources
 
-        p = self.prices.tiers[tier.name]
         usd_per_s = self.gpu_usd_per_h / 3600.0
         prefill_s = self.hw.steps.compute.c_tok * self.trace.block_tokens
-        load_s = self.block_bytes / min(
-            tier.read_bytes_per_s, self.hw.gpu.pcie_bytes_per_s * self.hw.model.tp
-        )
-        benefit = max(0.0, prefill_s - load_s) * usd_per_s
-        price = p.usd_per_gb_h * self.block_bytes / GB / 3600.0
-        return group_sources.make(grouping, benefit, price, self.setup.max_ttl_s)
+        link = self.hw.gpu.pcie_bytes_per_s * self.hw.model.tp
+        benefits, prices = [], []
+        for t in tiers:
+            load_s = t.latency_s + self.block_bytes / min(t.read_bytes_per_s, link)
+            benefits.append(max(0.0, prefill_s - load_s) * usd_per_s)
+            prices.append(self.prices.tiers[t.name].usd_per_gb_h * self.block_bytes / GB / 3600.0)
+        return group_sources.make(grouping, benefits, prices, self.setup.max_ttl_s)
 
     def evaluate(self, cfg: Config) -> dict[str, float]:
         tiers = self.tiers(cfg)
-        sources = None
-        if cfg.policy == "group":
-            sources = [self.group_source(t, cfg.grouping or "depth") for t in tiers]
-        store = TieredStore(self.hbm_blocks, tiers, sources)
+        groups = (
+            self.group_source(tiers, cfg.grouping or "depth") if cfg.policy == "group" else None
+        )
+        store = TieredStore(self.hbm_blocks, tiers, groups)
         m = replay(self.trace, self.hw, store, decode_batch=self.setup.decode_batch)
         s = m.summary()
         cost = self.cost_usd_per_h(cfg)

@@ -12,9 +12,11 @@ are one point whatever the policy.
    tier whose doubling gains less than ``gain_threshold`` stops growing.  Of the tiers that
    gained enough, the walk moves along the one with the largest gain per added dollar an hour
    (a tier whose gain per dollar is below the other's is not grown at that step).
-2. *Refinement*: take the non-dominated points so far; evaluate their unevaluated grid
-   neighbours (one doubling or halving of either tier, or the same capacities under another
-   policy); repeat while a round raises the hypervolume by at least ``hv_threshold`` (relative).
+2. *Refinement*: sort the non-dominated points so far by cost; between each two neighbours,
+   the unevaluated grid point inside their capacity box, under either's policy, whose cost is
+   nearest the middle of theirs is a candidate; evaluate the candidates of the widest gaps
+   (normalised objective distance), a few per round, while a round raises the hypervolume by
+   at least ``hv_threshold`` (relative).
 
 **Exhaustive** evaluates every point.  Both return every evaluated point; the front is taken
 over them.
@@ -23,10 +25,11 @@ over them.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .front import as_min, front_indices, hypervolume
+from .front import as_min, front_indices, hypervolume, normaliser
 from .objectives import Config
 
 Evaluate = Callable[[list[Config]], list[dict[str, float]]]
@@ -83,8 +86,16 @@ def _gain(a: dict[str, float], b: dict[str, float]) -> float:
 class Search:
     """Holds the evaluated points; ``evaluate`` is called with batches (run in parallel)."""
 
-    def __init__(self, grid: Grid, evaluate: Evaluate, cost_key: str = "cost_usd_per_h") -> None:
+    def __init__(
+        self,
+        grid: Grid,
+        evaluate: Evaluate,
+        cost_of: Callable[[Config], float],
+        cost_key: str = "cost_usd_per_h",
+    ) -> None:
+        """``cost_of``: the provisioned $/h of a configuration (known without simulating)."""
         self.grid = grid
+        self._cost = cost_of
         self._evaluate = evaluate
         self.cost_key = cost_key
         self.results: dict[Config, dict[str, float]] = {}
@@ -146,27 +157,46 @@ class Search:
             walks = nxt
         self.refine(hv_threshold)
 
-    def refine(self, hv_threshold: float) -> None:
-        g = self.grid
-        nd, ns = len(g.dram_gb), len(g.ssd_gb)
+    def refine(self, hv_threshold: float, per_round: int = 4) -> None:
+        """Evaluate points between neighbouring front points (in cost order), the widest gaps
+        first, ``per_round`` at a time, until a round adds less than ``hv_threshold`` of
+        hypervolume."""
         while True:
-            bounds = self.objectives()
-            hv0 = hypervolume([bounds[i] for i in front_indices(bounds)], bounds)
-            cands = []
-            for c in self.front():
-                d, s = g.index(c)
-                here = Config(0, 0, c.policy, c.ttl_s, c.grouping)
-                for dd, ds in ((1, 0), (-1, 0), (0, 1), (0, -1)):
-                    if 0 <= d + dd < nd and 0 <= s + ds < ns:
-                        cands.append(g.config(d + dd, s + ds, here))
-                cands += [g.config(d, s, p) for p in g.policies]
-            cands = [c for c in dict.fromkeys(cands) if c not in self.results]
-            if not cands:
+            configs = list(self.results)
+            objs = self.objectives()
+            norm = normaliser(objs)
+            fr = sorted(front_indices(objs), key=lambda i: objs[i])
+            gaps = []
+            for a, b in itertools.pairwise(fr):
+                c = self._between(configs[a], configs[b], objs[a][0], objs[b][0])
+                if c is not None:
+                    na, nb = norm(objs[a]), norm(objs[b])
+                    gaps.append((math.dist(na, nb), c))
+            todo = [c for _, c in sorted(gaps, key=lambda x: -x[0])][:per_round]
+            if not todo:
                 return
-            self.run_batch(cands)
+            self.run_batch(todo)
             allp = self.objectives()
-            # the gain is measured on the old bounds widened by the new points
+            # both fronts on the new bounds
+            hv0 = hypervolume([objs[i] for i in fr], allp)
             hv1 = hypervolume([allp[i] for i in front_indices(allp)], allp)
-            hv0 = hypervolume([bounds[i] for i in front_indices(bounds)], allp)
             if hv0 > 0 and (hv1 - hv0) / hv0 < hv_threshold:
                 return
+
+    def _between(self, a: Config, b: Config, cost_a: float, cost_b: float) -> Config | None:
+        """The unevaluated grid point within a's and b's capacity box, under a's or b's policy,
+        whose cost is nearest the middle of theirs (strictly between them)."""
+        g = self.grid
+        (da, sa), (db, sb) = g.index(a), g.index(b)
+        mid = (cost_a + cost_b) / 2
+        best, best_d = None, math.inf
+        for tmpl in {Config(0, 0, x.policy, x.ttl_s, x.grouping) for x in (a, b)}:
+            for d in range(min(da, db), max(da, db) + 1):
+                for s in range(min(sa, sb), max(sa, sb) + 1):
+                    c = g.config(d, s, tmpl)
+                    if c in self.results or c in (a, b):
+                        continue
+                    cost = self._cost(c)
+                    if cost_a < cost < cost_b and abs(cost - mid) < best_d:
+                        best, best_d = c, abs(cost - mid)
+        return best

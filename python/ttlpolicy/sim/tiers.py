@@ -48,13 +48,14 @@ POLICIES = ("lru", "ttl", "group")
 
 class GroupTTLSource(Protocol):
     """An online group-TTL tuner, as the store needs it: it sees each request's keys as it is
-    served and answers, for a block, its group and that group's current TTL."""
+    served and answers, for a block, its group and that group's current TTL on a tier (index
+    into the store's ``tiers``: each tier has its own price, hence its own TTLs)."""
 
     def observe(self, keys: Sequence[int], now: float) -> None: ...
 
     def group_of(self, keys: Sequence[int], index: int) -> Hashable: ...
 
-    def ttl_of(self, group: Hashable) -> float: ...
+    def ttl_of(self, group: Hashable, tier: int) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +97,15 @@ class TieredStore:
         self,
         hbm_blocks: int,
         tiers: Sequence[Tier],
-        group_sources: Sequence[GroupTTLSource | None] | None = None,
+        groups: GroupTTLSource | None = None,
     ) -> None:
         if not isinstance(hbm_blocks, int) or hbm_blocks < 1:
             raise ValueError(f"hbm_blocks must be an integer >= 1, got {hbm_blocks!r}")
         self.tiers = list(tiers)
-        sources = list(group_sources) if group_sources is not None else [None] * len(self.tiers)
-        if len(sources) != len(self.tiers):
-            raise ValueError("group_sources: one entry per tier")
-        for t, s in zip(self.tiers, sources, strict=True):
-            if t.policy == "group" and s is None:
+        for t in self.tiers:
+            if t.policy == "group" and groups is None:
                 raise ValueError(f"tier {t.name}: policy 'group' needs a group TTL source")
-        self._sources: list[GroupTTLSource | None] = [None, *sources]
+        self._groups_src = groups
         self.capacity = [hbm_blocks] + [t.capacity_blocks for t in self.tiers]
         self.policy = ["lru"] + [t.policy for t in self.tiers]
         self.ttl_s = [math.inf] + [t.ttl_s if t.policy == "ttl" else math.inf for t in self.tiers]
@@ -119,7 +117,6 @@ class TieredStore:
         self._stamp: dict[int, int] = {}
         self._seq = 0
         self._group: dict[int, Hashable] = {}  # key → group, for tiers with policy "group"
-        self._uses_groups = any(s is not None for s in sources)
         self.block_s = [0.0] * n
         self._t = 0.0
         self.demoted = [0] * n  # blocks pushed out of each tier
@@ -169,8 +166,7 @@ class TieredStore:
         if pol == "ttl":
             return at + self.ttl_s[t]
         if pol == "group":
-            src = self._sources[t]
-            ttl = src.ttl_of(self._group[key])  # type: ignore[union-attr]
+            ttl = self._groups_src.ttl_of(self._group[key], t - 1)  # type: ignore[union-attr]
             d = at + ttl
             if d != math.inf:
                 self._seq += 1
@@ -214,14 +210,13 @@ class TieredStore:
     def admit(self, keys: Sequence[int], matched: int, now: float) -> None:
         """After a request's prefill: every key in HBM; ``matched`` leading keys were hits."""
         where, order, hbm = self.where, self.order, self.order[0]
-        for src in self._sources:
-            if src is not None:
-                src.observe(keys, now)
-        if self._uses_groups:
+        src = self._groups_src
+        if src is not None:
+            src.observe(keys, now)
             groups = self._group
             for i in range(len(keys)):
                 if i >= matched or keys[i] not in groups:
-                    groups[keys[i]] = self._group_key(keys, i)
+                    groups[keys[i]] = src.group_of(keys, i)
         for i in range(len(keys) - 1, -1, -1):
             k = keys[i]
             t = where.get(k)
@@ -237,13 +232,6 @@ class TieredStore:
             k, _ = hbm.popitem(last=False)
             self.demoted[0] += 1
             self._place(k, 1, now)
-
-    def _group_key(self, keys: Sequence[int], i: int) -> Hashable:
-        # Sources of one store share one grouping rule (one tuner per tier, one rule).
-        for src in self._sources:
-            if src is not None:
-                return src.group_of(keys, i)
-        return None
 
     def check(self) -> None:
         """Books balance and no tier exceeds its capacity (for tests)."""
@@ -322,12 +310,15 @@ def replay(
         hit_blocks = sum(counts)
         hit = min(hit_blocks * bt, inp - 1) if inp > 0 else 0
         load = 0.0
-        for tier in range(1, n_tiers):
+        over = hit_blocks * bt - hit  # the last token is always computed
+        for tier in range(n_tiers - 1, -1, -1):
             c = counts[tier]
             if c:
-                load += latency[tier] + c * load_per_block[tier]
-                m.hit_tokens[tier] += c * bt
-        m.hit_tokens[0] += counts[0] * bt
+                if tier:
+                    load += latency[tier] + c * load_per_block[tier]
+                cut = min(over, c * bt)
+                m.hit_tokens[tier] += c * bt - cut
+                over -= cut
         miss = inp - hit
         pk = (miss, hit)
         pre = prefill_cache.get(pk)
@@ -351,8 +342,6 @@ def replay(
     if n:
         store.advance(max(free, store._t))
         m.makespan_s = free - arrival[0]
-    # hits per tier were counted as tokens of full blocks; cap at the input (the last token
-    # is always computed)
     m.ttfts_s = ttft
     m.load_s = load_total
     m.block_s = list(store.block_s)
