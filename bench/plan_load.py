@@ -1,0 +1,68 @@
+"""Workload loading, parsed vs from the trace cache, and the simulator loop's speed
+(bench/RESULTS.md, "Tier planner").
+
+    PYTHONPATH=python python bench/plan_load.py [--trace DIR] [--policies vllm,ttlpolicy]
+
+Parse: ``programs_from_records(read_trace(...))`` as ``compare`` did before the cache; cached:
+``programs_from_trace`` (``ttlpolicy.trace_cache``) once its entry exists; block form: the
+tiered simulator's ``load_block_trace``.  The cache goes to a fresh temporary folder, so the
+first load builds it.  Then each policy's engine loop runs on the loaded programs (8 in
+flight, as ``compare``'s default), reported as LLM calls per second of wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate  # noqa: E402
+from ttlpolicy.trace_cache import load_block_trace  # noqa: E402
+from ttlpolicy.traces import read_trace  # noqa: E402
+
+OPTIONS = {"max_context": 120_000, "context_mode": "truncate", "think_cap_s": 300.0}
+
+
+def timed(f):
+    t = time.perf_counter()
+    out = f()
+    return out, time.perf_counter() - t
+
+
+def main() -> int:
+    traces = Path(os.environ.get("TTLPOLICY_TRACES", ROOT.parent / "shared" / "traces"))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trace", default=str(traces / "claude-code"))
+    ap.add_argument("--policies", default="vllm,ttlpolicy")
+    ap.add_argument("--concurrency", type=int, default=8)
+    args = ap.parse_args()
+    os.environ["TTLPOLICY_CACHE"] = tempfile.mkdtemp(prefix="ttlpolicy-bench-")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine)")
+    parsed, t_parse = timed(lambda: programs_from_records(read_trace(args.trace), **OPTIONS))
+    _, t_build = timed(lambda: programs_from_trace(args.trace, **OPTIONS))
+    cached, t_cached = timed(lambda: programs_from_trace(args.trace, **OPTIONS))
+    assert cached == parsed, "cached programs differ from the parse"
+    _, t_blocks_build = timed(lambda: load_block_trace(args.trace))
+    blocks, t_blocks = timed(lambda: load_block_trace(args.trace))
+    calls = sum(len(p.turns) for p in parsed)
+    print(f"{len(parsed)} programs, {calls} calls; {len(blocks)} requests in the block form")
+    print(f"parse (no cache)          {t_parse:8.2f} s")
+    print(f"first cached load (build) {t_build:8.2f} s")
+    print(f"cached programs           {t_cached:8.2f} s   ({t_parse / t_cached:.0f}x faster)")
+    print(f"block form, build / cached {t_blocks_build:7.2f} s / {t_blocks:.2f} s")
+    hw = roofline("llama-3.1-8b", "h100-80g", cpu_tier_bytes=256e9)
+    for pol in args.policies.split(","):
+        m, t = timed(lambda pol=pol: simulate(hw, pol, cached, concurrency=args.concurrency))
+        print(f"simulator loop {pol:<12} {m.calls_done / t:10.0f} calls/s ({t:.1f} s)")
+    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
