@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from ttlpolicy.plan.front import as_min, front_indices, hypervolume  # noqa: E402
+from ttlpolicy.plan.front import as_min, front_indices, hypervolume
 
 
 def main(ex_path: str, ad_path: str) -> int:
