@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 RULES = ("depth", "reuse")
+#: Requests between refits of the depth tuner (a refit solves every remembered group; at
+#: OnlineGroupTTL's default of 64 a Mooncake replay spends most of its time refitting).
+REFIT_EVERY = 256
 
 
 def make(
@@ -41,17 +44,35 @@ class DepthGroups:
         from .group_ttl import OnlineGroupTTL
 
         self.tuners = [
-            OnlineGroupTTL(benefit_per_hit=b, price_per_block_s=p, max_ttl_s=max_ttl_s)
+            OnlineGroupTTL(b, p, max_ttl_s, refit_every=REFIT_EVERY)
             for b, p in zip(benefit_per_hit, price_per_block_s, strict=True)
         ]
         self.depth = self.tuners[0].group_depth
+        self._head: tuple[Sequence[int], Hashable] | None = None
+        self._ttls: list[tuple[int, dict]] = [(-1, {}) for _ in self.tuners]
 
     def observe(self, keys: Sequence[int], now: float) -> None:
         for t in self.tuners:
             t.access(keys, now)
+        self._head = None
 
     def group_of(self, keys: Sequence[int], index: int) -> Hashable:
-        return tuple(keys[: min(index + 1, self.depth)])
+        # The group of block ``index`` is that of the sequence ending there, and only its first
+        # ``group_depth`` hashes matter (OnlineGroupTTL's rule): blocks past the depth share the
+        # group of the block at the depth, asked once per request.
+        if index + 1 < self.depth:
+            return self.tuners[0].group_key(keys[: index + 1])
+        if self._head is None or self._head[0] is not keys:
+            self._head = (keys, self.tuners[0].group_key(keys[: self.depth]))
+        return self._head[1]
 
     def ttl_of(self, group: Hashable, tier: int) -> float:
-        return self.tuners[tier].ttl_s(group)
+        # TTLs change only at a refit: remember them until the tuner refits
+        tuner = self.tuners[tier]
+        cache = self._ttls[tier]
+        if cache[0] != tuner.refits:
+            cache = self._ttls[tier] = (tuner.refits, {})
+        ttl = cache[1].get(group)
+        if ttl is None:
+            ttl = cache[1][group] = tuner.ttl_s(group)
+        return ttl

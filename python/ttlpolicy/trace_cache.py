@@ -37,7 +37,7 @@ import numpy as np
 
 from .traces import HashScopes, TraceRecord, read_trace
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 #: Agentic sessions are replayed at this granularity by default (32 blocks of 64 tokens): the
 #: 471 sessions hold 61 M trace blocks, too many for a per-block replay inside a search.
 DEFAULT_COARSE_TOKENS = 2048
@@ -128,10 +128,13 @@ class BlockTrace:
 
 
 def _block_arrays(
-    records: Iterable[TraceRecord], block_tokens: int | None, session_rate_per_s: float | None
+    records: Iterable[TraceRecord], block_tokens: int | None
 ) -> dict[str, np.ndarray]:
+    """Requests in record order; agentic ones with their session's number and in-session time."""
     scopes = HashScopes()
-    rows: list[tuple[float, int, int, int, int]] = []  # arrival, in, out, key start, key end
+    arrival: list[float] = []
+    sizes: list[tuple[int, int]] = []
+    lengths: list[int] = []
     keys: list[int] = []
     session_of: list[str] = []
     trace_bt = coarse = 0
@@ -151,42 +154,24 @@ def _block_arrays(
         elif r.block_tokens != trace_bt:
             raise ValueError(f"mixed block sizes ({trace_bt} and {r.block_tokens} tokens)")
         f = coarse // trace_bt
-        ids = scopes.hash_ids(r)
-        start = len(keys)
-        keys.extend(ids[f - 1 :: f])
-        rows.append((r.arrival_s, r.input_tokens, max(1, r.output_tokens), start, len(keys)))
-        session_of.append(r.session_id.split("/")[0])
-    if not rows:
+        ids = scopes.hash_ids(r)[f - 1 :: f]
+        keys.extend(ids)
+        lengths.append(len(ids))
+        arrival.append(r.arrival_s)
+        sizes.append((r.input_tokens, max(1, r.output_tokens)))
+        session_of.append(r.session_id.split("/")[0])  # sub-agents start with their parent
+    if not arrival:
         raise ValueError("no request carries block hashes (hash_ids): nothing to replay")
-    arrival = np.array([x[0] for x in rows], dtype=np.float64)
-    if any(session_of):
-        # Agentic sessions: each file starts at a seeded Poisson time (sub-agents with it).
-        names = list(dict.fromkeys(session_of))
-        rate = session_rate_per_s or len(names) / 3600.0
-        rng = random.Random(0)
-        t, start_of = 0.0, {}
-        for name in names:
-            start_of[name] = t
-            t += rng.expovariate(rate)
-        arrival = arrival + np.array([start_of[s] for s in session_of])
-    order = np.argsort(arrival, kind="stable")
-    starts = np.array([x[3] for x in rows], dtype=np.int64)[order]
-    ends = np.array([x[4] for x in rows], dtype=np.int64)[order]
-    all_keys = np.array(keys, dtype=np.int64)
-    lengths = ends - starts
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    numbers = {name: i for i, name in enumerate(dict.fromkeys(session_of))}
+    offsets = np.zeros(len(arrival) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = (
-        np.concatenate([all_keys[s:e] for s, e in zip(starts, ends, strict=True)])
-        if len(all_keys)
-        else all_keys
-    )
     return {
-        "arrival_s": arrival[order],
-        "input_tokens": np.array([x[1] for x in rows], dtype=np.int64)[order],
-        "output_tokens": np.array([x[2] for x in rows], dtype=np.int64)[order],
+        "arrival_s": np.array(arrival, dtype=np.float64),
+        "session": np.array([numbers[s] if s else -1 for s in session_of], dtype=np.int64),
+        "input_tokens": np.array([x[0] for x in sizes], dtype=np.int64),
+        "output_tokens": np.array([x[1] for x in sizes], dtype=np.int64),
         "offsets": offsets,
-        "keys": flat,
+        "keys": np.array(keys, dtype=np.int64),
         "block_tokens": np.array([coarse], dtype=np.int64),
     }
 
@@ -198,8 +183,9 @@ def load_block_trace(
     session_rate_per_s: float | None = None,
     max_requests: int | None = None,
 ) -> BlockTrace:
-    """The block form of a trace file or session folder (cached; see the module doc).
-    ``session_rate_per_s``: agentic session starts per second (default: all within an hour)."""
+    """The block form of a trace file or session folder (cached; see the module doc), in
+    arrival order.  ``session_rate_per_s``: agentic session starts per second (Poisson, seed 0;
+    default: all within an hour); ``max_requests``: the first N arrivals only."""
     if block_tokens is not None and block_tokens < 1:
         raise ValueError(f"block_tokens must be >= 1, got {block_tokens!r}")
     if session_rate_per_s is not None and not (
@@ -210,27 +196,39 @@ def load_block_trace(
         )
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests must be >= 1, got {max_requests!r}")
-    options = {"block_tokens": block_tokens, "session_rate_per_s": session_rate_per_s}
     files_digest = trace_digest(path)
-    arrays = _cached(
+    a = _cached(
         "blocks",
         files_digest,
-        options,
-        lambda: _block_arrays(read_trace(path), block_tokens, session_rate_per_s),
+        {"block_tokens": block_tokens},
+        lambda: _block_arrays(read_trace(path), block_tokens),
     )
-    total = len(arrays["arrival_s"])
-    n = total if max_requests is None else min(max_requests, total)
-    offsets = arrays["offsets"][: n + 1]
+    arrival, session = a["arrival_s"], a["session"]
+    n_sessions = int(session.max()) + 1
+    if n_sessions > 0:
+        rate = session_rate_per_s or n_sessions / 3600.0
+        rng = random.Random(0)
+        starts = np.zeros(n_sessions)
+        for i in range(1, n_sessions):
+            starts[i] = starts[i - 1] + rng.expovariate(rate)
+        arrival = arrival + np.where(session >= 0, starts[np.maximum(session, 0)], 0.0)
+    order = np.argsort(arrival, kind="stable")[:max_requests]
+    lengths = np.diff(a["offsets"])[order]
+    offsets = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    # key positions of the reordered requests, request after request
+    take = np.repeat(a["offsets"][:-1][order] - offsets[:-1], lengths) + np.arange(offsets[-1])
+    options = {"block_tokens": block_tokens, "session_rate_per_s": session_rate_per_s}
     digest = hashlib.sha256(
-        json.dumps([files_digest, options, n], sort_keys=True).encode()
+        json.dumps([files_digest, options, len(order)], sort_keys=True).encode()
     ).hexdigest()[:24]
     return BlockTrace(
-        arrays["arrival_s"][:n],
-        arrays["input_tokens"][:n],
-        arrays["output_tokens"][:n],
+        arrival[order],
+        a["input_tokens"][order],
+        a["output_tokens"][order],
         offsets,
-        arrays["keys"][: int(offsets[-1])],
-        int(arrays["block_tokens"][0]),
+        a["keys"][take],
+        int(a["block_tokens"][0]),
         digest,
     )
 

@@ -64,7 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--dram-gb", default="64:8192", help="DRAM grid START:MAX, doubling (0 always in)")
     a("--ssd-gb", default="512:32768", help="SSD grid START:MAX, doubling (0 always in)")
     a("--ttls", default="60,600", help="global TTLs (s) searched as policies ('' for none)")
-    a("--groupings", default="reuse", help="group-TTL rules searched: depth,reuse ('' for none)")
+    a(
+        "--groupings",
+        default="depth,reuse",
+        help="group-TTL rules searched: depth,reuse ('' for none)",
+    )
     a("--billing", choices=("provisioned", "held"), default="provisioned")
     a("--gain-threshold", type=float, default=0.02, help="stop growing a tier below this gain")
     a("--hv-threshold", type=float, default=0.002, help="stop refining below this HV gain")
