@@ -275,7 +275,11 @@ def run(args: argparse.Namespace) -> int:
     for c in configs:
         cj = c.to_json()
         cj["label"] = c.policy_label
-        points.append({"config": cj, **search.results[c]})
+        r = dict(search.results[c])
+        # $ per million output tokens at the billed cost
+        thr = r["throughput_tok_s"]
+        r["usd_per_m_tok"] = r[cost_key] / (thr * 3600.0) * 1e6 if thr > 0 else math.inf
+        points.append({"config": cj, **r})
     objs = [as_min(p, cost_key) for p in points]
     front = front_indices(objs)
     base = points[configs.index(baseline)]

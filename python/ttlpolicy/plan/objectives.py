@@ -4,7 +4,8 @@ Objectives: output tokens/s (max), mean and p99 TTFT (min), dollars per hour (mi
 per million output tokens.  ``cost_usd_per_h`` is the GPUs plus the *provisioned* DRAM and SSD
 (a static configuration); ``cost_held_usd_per_h`` charges the tiers for the GB-hours actually
 held instead (a pooled memory tier billed by use — the setting where a TTL saves money).
-``billing`` chooses which one the search optimises.
+``billing`` chooses which one the search optimises (and ``ttlpolicy plan`` reports $ per
+million tokens at that cost).
 
 Group-TTL economics per tier (the tuner's benefit and price, per block): a hit saves the block's
 prefill (its tokens × the compute line's cost per token, ``Hardware.steps``) less its load from
