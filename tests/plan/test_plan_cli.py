@@ -66,6 +66,8 @@ def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys):
         (["--baseline", "dram=-1"], "--baseline dram"),
         (["--baseline", "hbm=1"], "--baseline"),
         (["--ttls", "abc"], "--ttls"),
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--hbm-fraction", "0"], "--hbm-fraction"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, args, message):

@@ -198,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
         v = getattr(args, name)
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.decode_batch < 1:
         raise ValueError(f"--decode-batch must be >= 1, got {args.decode_batch}")
     for out in (args.json, args.plot):
