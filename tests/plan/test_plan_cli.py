@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from trace_files import MOONCAKE_HEAD
+from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.cli import main
 from ttlpolicy.plan.front import as_min, dominates
 

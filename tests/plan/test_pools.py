@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from trace_files import MOONCAKE_HEAD
+from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.plan.objectives import Config, Setup
 from ttlpolicy.plan.pool import LocalPool, RayPool
 

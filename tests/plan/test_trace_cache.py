@@ -6,7 +6,7 @@ import shutil
 
 import numpy as np
 
-from trace_files import MOONCAKE_HEAD
+from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.sim.workload import programs_from_records
 from ttlpolicy.trace_cache import cache_dir, cached_programs, load_block_trace
 from ttlpolicy.traces import read_trace, sample_dir
