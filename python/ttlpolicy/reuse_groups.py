@@ -60,7 +60,9 @@ class ReuseClassTTL:
         self.max_ttl_s = max_ttl_s
         self.max_blocks, self.refit_every = max_blocks, refit_every
         self._last: dict[int, tuple[float, int]] = {}  # block → (last access s, class)
-        self._samples = {c: deque(maxlen=window) for c in range(NEW, MAX_CLASS + 1)}
+        self._samples: dict[int, deque[float]] = {
+            c: deque(maxlen=window) for c in range(NEW, MAX_CLASS + 1)
+        }
         # (class, tier) → TTL; until learnt: keep
         self._ttl = {
             (c, t): float(max_ttl_s) for c in self._samples for t in range(len(self.price))

@@ -98,7 +98,7 @@ def _cached(
         fd, tmp = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
+                np.savez(f, **arrays)  # type: ignore[arg-type]
             os.replace(tmp, entry)
         finally:
             if os.path.exists(tmp):

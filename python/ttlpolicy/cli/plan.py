@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ..sim.hardware import GPUS, MODELS
 from ..traces import sample_dir
@@ -273,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
 
     # ---- report ---------------------------------------------------------------------------
     configs = list(search.results)
-    points = []
+    points: list[dict[str, Any]] = []
     for c in configs:
         cj = c.to_json()
         cj["label"] = c.policy_label
@@ -294,7 +295,8 @@ def run(args: argparse.Namespace) -> int:
     rows = [("baseline", base)]
     for key, name, pick in OBJECTIVES:
         k = cost_key if key == "cost_usd_per_h" else key
-        best = pick(range(len(points)), key=lambda i, k=k: points[i][k])
+        values = [float(p[k]) for p in points]
+        best = values.index(pick(values))
         change = (points[best][k] - base[k]) / base[k] if base[k] else math.nan
         rows.append((f"best {name} ({change:+.1%})", points[best]))
     print(format_front(rows, cost_key))

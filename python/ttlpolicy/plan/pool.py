@@ -83,7 +83,7 @@ class RayPool:
             def evaluate(self, cfg: Config) -> dict[str, float]:
                 return self.ctx.evaluate(cfg)
 
-        self._actors = [Worker.remote(setup) for _ in range(self.workers)]
+        self._actors = [Worker.remote(setup) for _ in range(self.workers)]  # type: ignore[attr-defined]
 
     def imap(self, configs: Sequence[Config]) -> Iterator[dict[str, float]]:
         refs = [

@@ -10,6 +10,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TextIO
 
 from ..trace_cache import cache_root
 from .objectives import Config, Context
@@ -38,7 +39,7 @@ class ResultCache:
                     self._done[Config.from_json(row["config"])] = row["result"]
                 except (ValueError, KeyError, TypeError):
                     continue
-        self._fh = None
+        self._fh: TextIO | None = None
 
     def __len__(self) -> int:
         return len(self._done)
