@@ -114,8 +114,13 @@ def programs_from_records(
 
 
 def programs_from_trace(path: str | Path, **options) -> list[Program]:
-    """Programs of an agentic trace file or folder (see ``programs_from_records``)."""
-    return programs_from_records(read_trace(path), **options)
+    """Programs of an agentic trace file or folder (see ``programs_from_records``); parsed once
+    per trace content and options, then loaded from ``trace_cache``."""
+    from ..trace_cache import cached_programs
+
+    return cached_programs(
+        path, options, lambda: programs_from_records(read_trace(path), **options)
+    )
 
 
 def open_loop_programs(
