@@ -16,16 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from functools import partial
 from pathlib import Path
+from typing import Any
 
 from ttlpolicy.plan.front import as_min, front_indices, hypervolume
 from ttlpolicy.plan.objectives import Config
 from ttlpolicy.plan.search import Grid, Search
-
-
-def cost_of(table: dict, config: Config) -> float:
-    return table[config]["cost_usd_per_h"]
 
 
 def main() -> int:
@@ -55,7 +51,10 @@ def main() -> int:
             asked.extend(configs)
             return [table[c] for c in configs]
 
-        s = Search(grid, evaluate, partial(cost_of, table), key)
+        def config_cost(c: Any, table: Any = table) -> float:
+            return float(table[c]["cost_usd_per_h"])
+
+        s = Search(grid, evaluate, config_cost, key)
         s.adaptive(args.gain_threshold, args.hv_threshold)
         bounds = [as_min(p, key) for p in ex["points"]]
         mine = [as_min(table[c], key) for c in s.results]

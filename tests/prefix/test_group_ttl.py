@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from ttlpolicy.group_ttl import OnlineGroupTTL
 from ttlpolicy.reference.solver import solve_ttl
 
-# Not `from conftest import NATIVE`: with tests/plan/conftest.py beside it, "conftest" names
+# Not `from conftest import NATIVE`: with several conftest.py in tests/, "conftest" names
 # whichever was imported last.
 NATIVE = importlib.util.find_spec("ttlpolicy._native")
 
