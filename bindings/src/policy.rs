@@ -4,10 +4,11 @@
 
 use std::borrow::Cow;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyString, PyTuple, PyType};
 use pyo3::{intern, IntoPyObjectExt};
+use ttlpolicy_core::config::PinHandover;
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
@@ -133,12 +134,12 @@ pub struct PyEtaEstimator {
 #[pymethods]
 impl PyEtaEstimator {
     #[new]
-    #[pyo3(signature = (window = Arg::Ok(256), min_programs = Arg::Ok(8)))]
-    fn new(window: Arg<i64>, min_programs: Arg<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (window = Arg::Ok(256), min_programs = Arg::Ok(8), clip = true))]
+    fn new(window: Arg<i64>, min_programs: Arg<i64>, clip: bool) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
             ("min_programs", min_programs),
-            EtaEstimator::new,
+            |w, m| EtaEstimator::with_clip(w, m, clip),
         )?;
         Ok(PyEtaEstimator { inner })
     }
@@ -164,6 +165,11 @@ impl PyEtaEstimator {
     #[getter]
     fn min_programs(&self) -> usize {
         self.inner.min_programs()
+    }
+
+    #[getter]
+    fn clip(&self) -> bool {
+        self.inner.clip()
     }
 }
 
@@ -468,6 +474,18 @@ fn read_config(cfg: &Bound<'_, PyAny>) -> PyResult<PolicyConfig> {
         prefill_s_per_token2: float("prefill_s_per_token2")?,
         kv_bytes_per_token: int("kv_bytes_per_token")?,
         offload_bandwidth_bytes_per_s: cfg.getattr("offload_bandwidth_bytes_per_s")?.extract()?,
+        scale_cost_by_memory: cfg.getattr("scale_cost_by_memory")?.extract()?,
+        prior_mean_from_history: cfg.getattr("prior_mean_from_history")?.extract()?,
+        cold_start_eta: cfg.getattr("cold_start_eta")?.extract()?,
+        clip_eta: cfg.getattr("clip_eta")?.extract()?,
+        pin_handover: {
+            let name: String = cfg.getattr("pin_handover")?.extract()?;
+            PinHandover::parse(&name).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "pin_handover must be 'arrival' or 'schedule', got {name:?}"
+                ))
+            })?
+        },
     })
 }
 

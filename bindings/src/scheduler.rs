@@ -287,10 +287,13 @@ impl PyProgramScheduler {
                 type_name(policy)
             ))
         })?;
+        // The pin handover is part of the policy's model: read from its config, as the
+        // reference does.
+        let handover = policy.borrow().core().config().pin_handover;
         let inner = call2(
             ("total_blocks", total_blocks),
             ("pin_budget_blocks", pin_budget_blocks),
-            ProgramScheduler::new,
+            |t, b| ProgramScheduler::with_handover(t, b, handover),
         )?;
         Ok(PyProgramScheduler {
             inner,
@@ -301,6 +304,12 @@ impl PyProgramScheduler {
     #[getter]
     fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
         self.policy.clone_ref(py)
+    }
+
+    /// When a pin passes to the program's next request: `"arrival"` or `"schedule"`.
+    #[getter]
+    fn pin_handover(&self) -> &'static str {
+        self.inner.pin_handover().as_str()
     }
 
     // -- arrivals ---------------------------------------------------------------------------

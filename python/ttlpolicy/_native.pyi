@@ -55,7 +55,9 @@ class EtaEstimator:
     """η = −corr(k, N−k) over the last ``window`` finished programs, clamped to [0, 1];
     1.0 until ``min_programs`` are seen."""
 
-    def __init__(self, window: SupportsIndex = 256, min_programs: SupportsIndex = 8) -> None: ...
+    def __init__(
+        self, window: SupportsIndex = 256, min_programs: SupportsIndex = 8, clip: bool = True
+    ) -> None: ...
     def observe(self, total_turns: SupportsIndex) -> None: ...
     @property
     def eta(self) -> float: ...
@@ -64,6 +66,9 @@ class EtaEstimator:
     def window(self) -> int: ...
     @property
     def min_programs(self) -> int: ...
+    @property
+    def clip(self) -> bool:
+        """False: η = −corr unclipped, in [−1, 1] (the paper's)."""
 
 @final
 class OutOfOrderCost:
@@ -223,6 +228,9 @@ class ProgramScheduler:
     ) -> None: ...
     @property
     def policy(self) -> TTLPolicy: ...
+    @property
+    def pin_handover(self) -> str:
+        """``policy.config.pin_handover`` at construction: ``"arrival"`` or ``"schedule"``."""
     def arrive(
         self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
     ) -> Pin | None:

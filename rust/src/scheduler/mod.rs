@@ -6,6 +6,11 @@
 //! `&mut TTLPolicy`, so the Python bindings can keep using the very policy object the user
 //! passed (and the user sees its estimators move).
 //!
+//! `PinHandover::Schedule` (the paper's rule, [`ProgramScheduler::with_handover`]): a pin
+//! passes to the program's next request when it is popped, not when it arrives; until then
+//! the program's waiting requests rank as pinned, and `expire` keeps a pin whose program has
+//! a waiting request (and releases only pins with `deadline < now`).
+//!
 //! Requests and programs live in slabs (a slot per live id, reused after it ends); the
 //! waiting queue and the pin orders are indexed heaps over those slots.
 
@@ -16,6 +21,7 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::config::PinHandover;
 use crate::error::{Error, Result};
 use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
@@ -228,10 +234,21 @@ pub struct ProgramScheduler {
     held: VecDeque<i64>,
     held_sum: i64,
     now: f64,
+    handover: PinHandover,
 }
 
 impl ProgramScheduler {
     pub fn new(total_blocks: i64, pin_budget_blocks: i64) -> Result<ProgramScheduler> {
+        Self::with_handover(total_blocks, pin_budget_blocks, PinHandover::Arrival)
+    }
+
+    /// A scheduler whose pins pass to the program's next request at `handover` (the
+    /// reference reads it from the policy's config: `pin_handover`).
+    pub fn with_handover(
+        total_blocks: i64,
+        pin_budget_blocks: i64,
+        handover: PinHandover,
+    ) -> Result<ProgramScheduler> {
         let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
         let pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0, total_blocks)?;
         Ok(ProgramScheduler {
@@ -244,7 +261,16 @@ impl ProgramScheduler {
             held: VecDeque::with_capacity(MEAN_ACTIVE_WINDOW),
             held_sum: 0,
             now: f64::NEG_INFINITY,
+            handover,
         })
+    }
+
+    fn at_schedule(&self) -> bool {
+        self.handover == PinHandover::Schedule
+    }
+
+    pub fn pin_handover(&self) -> PinHandover {
+        self.handover
     }
 
     // -- checks (no state changes) -----------------------------------------------------------
@@ -396,7 +422,14 @@ impl ProgramScheduler {
                 )
             }
         };
-        let consumed = self.pins.remove(p);
+        // At schedule, whether the cache was kept is known only when the request is popped.
+        let (consumed, pinned, kept) = if self.at_schedule() {
+            (None, self.pins.get(p).is_some(), false)
+        } else {
+            let consumed = self.pins.remove(p);
+            let pinned = consumed.is_some();
+            (consumed, pinned, pinned)
+        };
         let prog = self.programs.get(p);
         let id: Arc<str> = Arc::from(request_id);
         let slot = self.requests.insert(
@@ -405,10 +438,10 @@ impl ProgramScheduler {
                 id,
                 program: p,
                 arrival_s: t,
-                pinned: consumed.is_some(),
+                pinned,
                 preempted: false,
                 running: false,
-                returning: prog.turns > 0 && consumed.is_none(),
+                returning: prog.turns > 0 && !kept,
             },
         );
         self.programs.get_mut(p).live.push(slot);
@@ -450,14 +483,21 @@ impl ProgramScheduler {
         let Some((slot, _)) = self.queue.peek() else {
             return Ok(None);
         };
+        let program = self.requests.get(slot).program;
+        let handover = self.at_schedule() && self.pins.get(program).is_some();
         let req = self.requests.get_mut(slot);
-        if req.returning {
+        if req.returning && !handover {
             policy.observe_queueing_delay(t - req.arrival_s)?;
-            req.returning = false;
         }
+        req.returning = false;
         req.running = true;
         let id = req.id.clone();
         self.queue.pop();
+        if handover {
+            // The pin passes to this request: its blocks are its prefix now.
+            self.pins.remove(program);
+            self.rekey_waiting(program);
+        }
         Ok(Some(id))
     }
 
@@ -546,6 +586,9 @@ impl ProgramScheduler {
                 self.pins
                     .add(p, &prog.id, blocks, deadline_s, prog.arrival_s),
             );
+            if self.at_schedule() {
+                self.rekey_waiting(p);
+            }
         }
         let prog = self.programs.get_mut(p);
         if key.is_some() || pin.is_some() {
@@ -566,7 +609,46 @@ impl ProgramScheduler {
     pub fn expire(&mut self, now: f64) -> Result<Vec<Pin>> {
         let t = self.check_now(now)?;
         self.now = t;
-        Ok(self.pins.expire(t))
+        if !self.at_schedule() {
+            return Ok(self.pins.expire(t));
+        }
+        let mut out = Vec::new();
+        let mut held = Vec::new();
+        for (slot, pin) in self.pins.expire_before(t) {
+            if self.has_waiting(slot) {
+                held.push((slot, pin));
+            } else {
+                out.push(pin);
+            }
+        }
+        for (slot, pin) in held {
+            // A request of the program waits: the pin stays, unchanged.
+            let prog = self.programs.get(slot);
+            self.pins
+                .add(slot, &prog.id, pin.blocks, pin.deadline_s, prog.arrival_s);
+        }
+        Ok(out)
+    }
+
+    fn has_waiting(&self, p: usize) -> bool {
+        self.programs
+            .get(p)
+            .live
+            .iter()
+            .any(|&slot| self.queue.contains(slot))
+    }
+
+    /// Handover at schedule: the program's waiting requests rank as pinned exactly while it
+    /// holds a pin.
+    fn rekey_waiting(&mut self, p: usize) {
+        let pinned = self.pins.get(p).is_some();
+        for i in 0..self.programs.get(p).live.len() {
+            let slot = self.programs.get(p).live[i];
+            if self.queue.contains(slot) && self.requests.get(slot).pinned != pinned {
+                self.requests.get_mut(slot).pinned = pinned;
+                self.queue.push(slot, self.key(slot));
+            }
+        }
     }
 
     /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
@@ -575,7 +657,15 @@ impl ProgramScheduler {
         let need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
         let t = self.check_now(now)?;
         self.now = t;
-        Ok(self.pins.reclaim(need))
+        let released = self.pins.reclaim_slots(need);
+        let mut out = Vec::with_capacity(released.len());
+        for (slot, pin) in released {
+            if self.at_schedule() {
+                self.rekey_waiting(slot);
+            }
+            out.push(pin);
+        }
+        Ok(out)
     }
 
     /// A queueing delay the queue cannot see (`pop` records its own), for T.
