@@ -127,3 +127,14 @@ def test_no_pin_budget_means_every_positive_ttl_pins(impl) -> None:
     assert s.pinned_blocks == 100 and s.pin_count == 10
     # Latest program arrival first under pressure.
     assert [p.program_id for p in s.reclaim(15, 0.2)] == ["J", "I"]
+
+
+def test_next_deadline_skips_pins_held_for_a_waiting_request(impl) -> None:
+    s, _ = scheduler(impl)
+    a = pinned_program(s, "A", now=0.0)
+    b = pinned_program(s, "B", now=1.0)
+    assert s.next_deadline_s == a.deadline_s
+    s.arrive("A1", "A", 1.0, 10)  # A's pin cannot expire now: B's deadline is the next
+    assert s.next_deadline_s == b.deadline_s
+    assert s.expire(b.deadline_s + 1.0) == [b]
+    assert s.next_deadline_s is None and s.pin("A") == a

@@ -460,8 +460,12 @@ class ProgramScheduler:
 
     @property
     def next_deadline_s(self) -> float | None:
-        """The earliest pin deadline, None without pins."""
-        return self._pins.next_deadline_s()
+        """The earliest pin deadline, None without pins.  At schedule (``pin_handover``): of
+        the pins ``expire`` may release, those whose program has no request waiting."""
+        if not self._at_schedule:
+            return self._pins.next_deadline_s()
+        free = [p.deadline_s for p in self._pins.all() if not self._has_waiting(p.program_id)]
+        return min(free) if free else None
 
     @property
     def mean_active_blocks(self) -> float | None:

@@ -740,9 +740,17 @@ impl ProgramScheduler {
     pub fn program_count(&self) -> usize {
         self.programs.len()
     }
-    /// The earliest pin deadline.
+    /// The earliest pin deadline. At schedule ([`PinHandover::Schedule`]): of the pins
+    /// `expire` may release, those whose program has no request waiting.
     pub fn next_deadline_s(&self) -> Option<f64> {
-        self.pins.next_deadline_s()
+        if !self.at_schedule() {
+            return self.pins.next_deadline_s();
+        }
+        self.pins
+            .slots()
+            .filter(|&(slot, _)| !self.has_waiting(slot))
+            .map(|(_, deadline_s)| deadline_s)
+            .min_by(f64::total_cmp)
     }
     /// The tracked M̄; None before any request finished.
     pub fn mean_active_blocks(&self) -> Option<f64> {
