@@ -15,14 +15,12 @@ isolated prefills gives), or its reload time when the engine has a CPU tier.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 import ttlpolicy as tp
 
+from ..interface import EngineView
 from .ttlpolicy_plugin import TTLPolicyPlugin
-
-if TYPE_CHECKING:
-    from ..engine import EngineView
 
 #: ``static-ttl``: a cold start that never ends (the history's largest window).
 NEVER_WARM = 1 << 20
@@ -30,7 +28,8 @@ NEVER_WARM = 1 << 20
 
 class CacheTTL(TTLPolicyPlugin):
     name = "cachettl"
-    overrides: dict[str, Any] = {}
+    #: ``PolicyConfig.published`` fields this variant changes
+    overrides: ClassVar[dict[str, Any]] = {}
 
     def __init__(self) -> None:
         super().__init__(pin_budget_fraction=1.0)  # the paper has no pin budget
@@ -55,9 +54,12 @@ class CacheTTL(TTLPolicyPlugin):
 
 class StaticTTL(CacheTTL):
     name = "static-ttl"
-    overrides = {"min_tool_samples": NEVER_WARM, "min_total_samples": NEVER_WARM}
+    overrides: ClassVar[dict[str, Any]] = {
+        "min_tool_samples": NEVER_WARM,
+        "min_total_samples": NEVER_WARM,
+    }
 
 
 class ProgramFCFS(CacheTTL):
     name = "program-fcfs"
-    overrides = {"max_ttl_s": 0.0}
+    overrides: ClassVar[dict[str, Any]] = {"max_ttl_s": 0.0}

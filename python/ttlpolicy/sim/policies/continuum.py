@@ -9,17 +9,14 @@ when at most one call runs, the pin with the latest end time first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import FREE, PIN, Policy, Release, ToolMeans
-
-if TYPE_CHECKING:
-    from ..engine import Call
+from ..call import Call
+from ..interface import Verdict
+from .base import QueuePolicy, ToolMeans
 
 PIN_S = 2.0
 
 
-class Continuum(Policy):
+class Continuum(QueuePolicy):
     name = "continuum"
 
     def __init__(self) -> None:
@@ -66,13 +63,13 @@ class Continuum(Policy):
         return len(self._waiting)
 
     # -- pins -----------------------------------------------------------------------------
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         if last_turn or chain_blocks == 0:
-            return FREE
+            return Verdict.FREE
         if self.means.mean_s(call.turn.tool) <= PIN_S:
             self._pins[call.program_id] = (now + PIN_S, chain_blocks)
-            return PIN
-        return FREE
+            return Verdict.PIN
+        return Verdict.FREE
 
     def _expirable(self) -> list[tuple[float, str]]:
         return sorted(
