@@ -15,7 +15,11 @@ paper's Fig. 14): same tokens in all, K times the turns and tool calls.
 
 Output lengths are not in Table 2 (GPT-5's completion tokens include hidden reasoning);
 ``output_mean_tokens`` is the one parameter set from the paper's load regime, not its
-table — see bench/RESULTS.md ("CacheTTL paper reproduction") for how it was chosen.
+table: the value at which stock vLLM's mean JCT at the paper's highest load comes near the
+paper's (8B on one B200; measured in bench/RESULTS.md, "CacheTTL paper reproduction").  Of
+each output only the visible action (``action_mean_tokens``) stays in the next prompt, as
+with a reasoning model, which keeps contexts at Table 2's size.  With a few hundred output
+tokens, as a non-reasoning model writes, the engine is idle at the paper's rates.
 """
 
 from __future__ import annotations
@@ -24,7 +28,12 @@ import math
 import random
 from dataclasses import dataclass
 
+from .interface import EngineConfig
 from .workload import Program, Turn
+
+#: The paper's engine (§6): vLLM 0.10.2 defaults (16-token blocks, 256 sequences) with
+#: chunked prefill at a 2048-token budget per step.
+PAPER_ENGINE = EngineConfig(block_tokens=16, token_budget=2048, max_seqs=256)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,8 @@ class PaperWorkload:
     first_prompt_tokens: int  # system prompt + task
     observation_mean_tokens: float  # tool output appended per turn (exponential)
     observation_sigma: float  # log-normal sigma of a tool output's size
-    output_mean_tokens: float  # per call (exponential, at least MIN_OUTPUT_TOKENS)
+    output_mean_tokens: float  # generated per call (exponential, at least MIN_OUTPUT_TOKENS)
+    action_mean_tokens: float  # of them, kept in the context (the visible action; exponential)
     #: tool → (median seconds, log-normal sigma, weight)
     tools: tuple[tuple[str, float, float, float], ...]
     token_scale: float = 1.0
@@ -56,9 +66,10 @@ SWE_BENCH = PaperWorkload(
     turns_sd=2.1,
     min_turns=2,
     first_prompt_tokens=1500,
-    observation_mean_tokens=700.0,
+    observation_mean_tokens=750.0,
     observation_sigma=1.0,
-    output_mean_tokens=300.0,
+    output_mean_tokens=6000.0,
+    action_mean_tokens=250.0,
     tools=(
         ("cat", 0.03, 0.6, 0.22),
         ("sed", 0.03, 0.5, 0.16),
@@ -84,7 +95,8 @@ BFCL = PaperWorkload(
     first_prompt_tokens=2000,
     observation_mean_tokens=1000.0,
     observation_sigma=1.0,
-    output_mean_tokens=300.0,
+    output_mean_tokens=2300.0,
+    action_mean_tokens=150.0,
     tools=(
         ("search", 1.0, 0.5, 0.4),
         ("fetch_url", 1.7, 0.85, 0.6),
@@ -92,6 +104,8 @@ BFCL = PaperWorkload(
 )
 
 WORKLOADS = {w.name: w for w in (SWE_BENCH, BFCL)}
+#: The paper's highest job-arrival rate per workload (Fig. 8, 16).
+PAPER_RATE_PER_S = {"swe-bench": 0.13, "bfcl": 5.0}
 
 
 def _lognormal(rng: random.Random, mean: float, sigma: float) -> float:
@@ -107,9 +121,12 @@ def paper_programs(
     turn_scale: int = 1,
     block_tokens: int = 16,
     output_mean_tokens: float | None = None,
+    keep_whole_output: bool = False,
 ) -> list[Program]:
     """``n`` programs of ``workload`` (``"swe-bench"`` or ``"bfcl"``); the same arguments give
-    the same programs.  ``output_mean_tokens`` overrides the workload's output length."""
+    the same programs.  ``output_mean_tokens`` overrides the workload's output length;
+    ``keep_whole_output`` keeps every generated token in the next prompt (reasoning included:
+    contexts then outgrow Table 2's)."""
     w = WORKLOADS.get(workload) if isinstance(workload, str) else workload
     if w is None:
         raise ValueError(f"workload must be one of {sorted(WORKLOADS)}, got {workload!r}")
@@ -136,13 +153,18 @@ def paper_programs(
         outputs = [
             max(MIN_OUTPUT_TOKENS, int(rng.expovariate(1.0 / out_mean))) for _ in range(n_turns)
         ]
+        # What the next prompt keeps of an output: the visible action (hidden reasoning is
+        # not sent back), never more than was generated.
+        kept = [min(o, max(1, int(rng.expovariate(1.0 / w.action_mean_tokens)))) for o in outputs]
+        if keep_whole_output:
+            kept = outputs
         calls = []
         for _ in range(n_turns):
             tool = rng.choices(names, weights)[0]
             _, median_s, sigma, _ = w.tools[names.index(tool)]
             calls.append((tool, median_s * math.exp(rng.gauss(0.0, sigma))))
         programs.append(
-            Program(f"{w.name}-{i}", _turns(grow, outputs, calls, turn_scale, block_tokens))
+            Program(f"{w.name}-{i}", _turns(grow, outputs, kept, calls, turn_scale, block_tokens))
         )
     return programs
 
@@ -150,6 +172,7 @@ def paper_programs(
 def _turns(
     grow: list[int],
     outputs: list[int],
+    kept: list[int],
     calls: list[tuple[str, float]],
     k: int,
     block_tokens: int,
@@ -171,7 +194,7 @@ def _turns(
             tool = None if last else calls[j if j < n - 1 else 0][0]
             reusable = 0 if first else turns[-1].input_tokens // block_tokens
             turns.append(Turn(ctx, out, reusable, prev_tool_s, tool))
-            ctx += out
+            ctx += max(1, kept[j] // k)
     return tuple(turns)
 
 
