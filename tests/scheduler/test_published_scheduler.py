@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ttlpolicy import PolicyConfig
 
@@ -138,3 +140,50 @@ def test_next_deadline_skips_pins_held_for_a_waiting_request(impl) -> None:
     assert s.next_deadline_s == b.deadline_s
     assert s.expire(b.deadline_s + 1.0) == [b]
     assert s.next_deadline_s is None and s.pin("A") == a
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["arrive", "pop", "finish", "expire", "reclaim", "tick"]),
+            st.sampled_from("ABC"),
+            st.integers(1, 40),
+        ),
+        max_size=60,
+    )
+)
+def test_published_pins_never_leak_and_expire_only_when_no_request_waits(impl, ops) -> None:
+    s, _ = scheduler(impl, total=100)
+    now, n = 0.0, 0
+    waiting: dict[str, str] = {}  # rid -> program
+    running: dict[str, str] = {}
+    for op, pid, x in ops:
+        if op == "tick":
+            now += x / 10.0
+        elif op == "arrive" and pid not in waiting.values() and pid not in running.values():
+            n += 1
+            s.arrive(f"r{n}", pid, now, x)
+            waiting[f"r{n}"] = pid
+        elif op == "pop" and waiting:
+            rid = s.pop(now)
+            assert s.pin(waiting[rid]) is None  # handed over to the popped request
+            running[rid] = waiting.pop(rid)
+        elif op == "finish" and running:
+            rid = sorted(running)[0]
+            s.finish(rid, now, x, tool="ls", cache_miss_cost_s=float(x))
+            running.pop(rid)
+        elif op == "expire":
+            for pin in s.expire(now):
+                assert pin.deadline_s < now and pin.program_id not in waiting.values()
+            for pin in s.pins():
+                assert pin.deadline_s >= now or pin.program_id in waiting.values()
+        elif op == "reclaim":
+            s.reclaim(x, now)
+        pins = s.pins()
+        assert s.pinned_blocks == sum(p.blocks for p in pins) <= 100
+        assert s.waiting_count == len(waiting)
+        for rid, p in waiting.items():  # pinned rank exactly while the program holds a pin
+            assert s.priority(rid)[1] == (s.pin(p) is None)
