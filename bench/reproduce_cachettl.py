@@ -144,7 +144,7 @@ def bars(path: Path, title: str, groups: dict[str, tuple[dict, dict]]) -> None:
         ax.set_xticks(list(xs), pols, rotation=20)
         ax.set_ylabel("mean JCT (s)")
         ax.set_title(name)
-        ax.legend()
+        ax.legend(loc="lower left", fontsize=8, framealpha=0.9)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
