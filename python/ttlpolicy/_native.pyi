@@ -262,7 +262,8 @@ class ProgramScheduler:
         """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
         when ``ttl_s > 0`` and the pin budget has room; a last turn ends the program."""
     def expire(self, now: SupportsFloat) -> list[Pin]:
-        """Pins with ``deadline_s <= now``, removed, by (deadline, program id)."""
+        """Pins with ``deadline_s <= now``, removed, by (deadline, program id); with
+        ``pin_handover == "schedule"``: ``deadline_s < now`` and no request of theirs waiting."""
     def reclaim(self, blocks_needed: SupportsIndex, now: SupportsFloat) -> list[Pin]:
         """Pins removed latest-arrived program first until ``blocks_needed`` are released."""
     def record_queueing_delay(self, delay_s: SupportsFloat) -> None: ...

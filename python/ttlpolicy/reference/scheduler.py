@@ -366,7 +366,9 @@ class ProgramScheduler:
         return Finished(decision, pin, None)
 
     def expire(self, now: Any) -> list[Pin]:
-        """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program)."""
+        """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program);
+        at schedule (``pin_handover``), those with deadline ``< now`` whose program has no
+        request waiting."""
         t = self._check_now(now)
         self._now = t
         if not self._at_schedule:

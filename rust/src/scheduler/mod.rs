@@ -605,7 +605,9 @@ impl ProgramScheduler {
         })
     }
 
-    /// Releases and returns the pins whose deadline is `<= now`, by (deadline, program).
+    /// Releases and returns the pins whose deadline is `<= now`, by (deadline, program); at
+    /// schedule ([`PinHandover::Schedule`]), those with deadline `< now` whose program has no
+    /// request waiting.
     pub fn expire(&mut self, now: f64) -> Result<Vec<Pin>> {
         let t = self.check_now(now)?;
         self.now = t;
