@@ -187,3 +187,18 @@ def test_published_pins_never_leak_and_expire_only_when_no_request_waits(impl, o
         assert s.waiting_count == len(waiting)
         for rid, p in waiting.items():  # pinned rank exactly while the program holds a pin
             assert s.priority(rid)[1] == (s.pin(p) is None)
+
+
+def test_a_preempted_request_holds_its_programs_pin(impl) -> None:
+    """Parallel requests: A1 finishes pinned while A2 runs; A2 preempted waits again, so A's
+    pin can no longer expire (and the next deadline is not A's)."""
+    s, _ = scheduler(impl)
+    s.arrive("A1", "A", 0.0, 10)
+    s.arrive("A2", "A", 0.0, 10)
+    assert s.pop_many(2, 0.0) == ["A1", "A2"]
+    pin = s.finish("A1", 0.5, 10, tool="bash", cache_miss_cost_s=MISS_S).pin
+    assert s.next_deadline_s == pin.deadline_s
+    s.preempt("A2", 1.0)
+    assert s.next_deadline_s is None
+    assert s.expire(pin.deadline_s + 1.0) == [] and s.pin("A") == pin
+    assert s.pop(pin.deadline_s + 1.0) == "A2" and s.pin("A") is None

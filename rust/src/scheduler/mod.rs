@@ -235,6 +235,9 @@ pub struct ProgramScheduler {
     held_sum: i64,
     now: f64,
     handover: PinHandover,
+    /// At schedule: the pins `expire` may release (their program has no request waiting),
+    /// by (deadline, program id) — what `next_deadline_s` reads. The reference scans.
+    expirable: IndexedHeap<(Time, Arc<str>)>,
 }
 
 impl ProgramScheduler {
@@ -262,6 +265,7 @@ impl ProgramScheduler {
             held_sum: 0,
             now: f64::NEG_INFINITY,
             handover,
+            expirable: IndexedHeap::default(),
         })
     }
 
@@ -446,6 +450,7 @@ impl ProgramScheduler {
         );
         self.programs.get_mut(p).live.push(slot);
         self.queue.push(slot, self.key(slot));
+        self.sync_expirable(p);
         Ok(consumed)
     }
 
@@ -498,6 +503,7 @@ impl ProgramScheduler {
             self.pins.remove(program);
             self.rekey_waiting(program);
         }
+        self.sync_expirable(program);
         Ok(Some(id))
     }
 
@@ -509,7 +515,9 @@ impl ProgramScheduler {
         let req = self.requests.get_mut(slot);
         req.running = false;
         req.preempted = true;
+        let program = req.program;
         self.queue.push(slot, self.key(slot));
+        self.sync_expirable(program);
         Ok(())
     }
 
@@ -588,6 +596,7 @@ impl ProgramScheduler {
             );
             if self.at_schedule() {
                 self.rekey_waiting(p);
+                self.sync_expirable(p);
             }
         }
         let prog = self.programs.get_mut(p);
@@ -620,6 +629,7 @@ impl ProgramScheduler {
             if self.has_waiting(slot) {
                 held.push((slot, pin));
             } else {
+                self.expirable.remove(slot);
                 out.push(pin);
             }
         }
@@ -630,6 +640,22 @@ impl ProgramScheduler {
                 .add(slot, &prog.id, pin.blocks, pin.deadline_s, prog.arrival_s);
         }
         Ok(out)
+    }
+
+    /// Keeps `expirable` exact for program `p` (at schedule only).
+    fn sync_expirable(&mut self, p: usize) {
+        if !self.at_schedule() {
+            return;
+        }
+        match self.pins.get(p) {
+            Some(pin) if !self.has_waiting(p) => {
+                let key = (Time(pin.deadline_s), pin.program_id.clone());
+                self.expirable.push(p, key);
+            }
+            _ => {
+                self.expirable.remove(p);
+            }
+        }
     }
 
     fn has_waiting(&self, p: usize) -> bool {
@@ -664,6 +690,7 @@ impl ProgramScheduler {
         for (slot, pin) in released {
             if self.at_schedule() {
                 self.rekey_waiting(slot);
+                self.expirable.remove(slot);
             }
             out.push(pin);
         }
@@ -703,6 +730,7 @@ impl ProgramScheduler {
         let id = self.programs.get(p).id.clone();
         let prog = self.programs.remove(&id, p);
         let pin = self.pins.remove(p);
+        self.expirable.remove(p);
         let mut dropped = Vec::with_capacity(prog.live.len());
         for &slot in &prog.live {
             self.queue.remove(slot);
@@ -748,11 +776,7 @@ impl ProgramScheduler {
         if !self.at_schedule() {
             return self.pins.next_deadline_s();
         }
-        self.pins
-            .slots()
-            .filter(|&(slot, _)| !self.has_waiting(slot))
-            .map(|(_, deadline_s)| deadline_s)
-            .min_by(f64::total_cmp)
+        self.expirable.peek().map(|(_, (t, _))| t.0)
     }
     /// The tracked M̄; None before any request finished.
     pub fn mean_active_blocks(&self) -> Option<f64> {

@@ -88,11 +88,6 @@ impl PinTable {
         Some(pin)
     }
 
-    /// Every pin's program slot and deadline, in no particular order.
-    pub fn slots(&self) -> impl Iterator<Item = (usize, f64)> + '_ {
-        self.by_deadline.iter().map(|(slot, (t, _))| (slot, t.0))
-    }
-
     pub fn next_deadline_s(&self) -> Option<f64> {
         self.by_deadline.peek().map(|(_, (t, _))| t.0)
     }
