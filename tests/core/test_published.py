@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_helpers import fixture_ok
+from parity import fixture_ok
 from ttlpolicy import PolicyConfig
 
 K = 100  # the paper's cold-start history size

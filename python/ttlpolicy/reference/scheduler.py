@@ -43,6 +43,13 @@ Choices (the same in both backends):
   a pin only when ``now > deadline`` and no request of its program waits; the popped request
   is a returning one (T is observed) exactly when its program held no pin.  An engine learns
   of the handover from ``pin(program_id)`` before ``pop`` (the blocks stay where they are).
+* Bounded state: a program that is idle (no live request, no pin) is kept so that its next
+  request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
+  forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
+  in ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
+* Threads: each call is atomic (see ``_sync``).  ``policy`` must be a ``TTLPolicy`` of the
+  same backend (not any object with a ``decide``): the native scheduler drives its policy's
+  core directly, so both backends refuse other objects alike.
 * Bad input raises before any state changes: ``TypeError`` (wrong type), ``ValueError`` (bad
   value, wrong state, time going backwards), ``KeyError`` (unknown id).
 """
@@ -51,14 +58,15 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, positive, tool_key
+from ._sync import synchronized
 from .pins import Pin, PinTable
-from .policy import MAX_BLOCKS, PinDecision
+from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
 
 __all__ = ["Ended", "Finished", "Pin", "ProgramScheduler"]
@@ -67,6 +75,8 @@ MAX_ID_BYTES = 1024
 MEAN_ACTIVE_WINDOW = 256
 #: η is observed on at most this many turns (the estimator's own bound).
 MAX_TURNS = 1_000_000
+DEFAULT_MAX_IDLE_PROGRAMS = 1 << 16
+MAX_IDLE_PROGRAMS = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,17 +160,30 @@ class _Request:
                 request_id)  # fmt: skip
 
 
+@synchronized
 class ProgramScheduler:
     """Waiting queue and pin table of CacheTTL over a ``TTLPolicy`` (used, never copied:
     the caller sees its estimators move)."""
 
-    def __init__(self, policy: Any, total_blocks: Any, pin_budget_blocks: Any) -> None:
-        if not callable(getattr(policy, "decide", None)):
+    def __init__(
+        self,
+        policy: Any,
+        total_blocks: Any,
+        pin_budget_blocks: Any,
+        max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+    ) -> None:
+        # A TTLPolicy of this backend, not any object with a `decide`: the native scheduler
+        # drives its own policy's core directly, and both backends refuse alike.
+        if not isinstance(policy, TTLPolicy):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
         self.pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0,
                                         self.total_blocks)  # fmt: skip
+        self.max_idle_programs = int_in("max_idle_programs", max_idle_programs, 0,
+                                        MAX_IDLE_PROGRAMS)  # fmt: skip
+        self.dropped_idle_programs = 0
+        self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
         self._queue = WaitingQueue()
         self._pins = PinTable()
         self._programs: dict[str, _Program] = {}
@@ -168,8 +191,7 @@ class ProgramScheduler:
         self._held: deque[int] = deque()  # blocks_held of the last finished requests
         self._held_sum = 0
         self._now = -math.inf
-        config = getattr(policy, "config", None)
-        self.pin_handover = getattr(config, "pin_handover", "arrival")
+        self.pin_handover = policy.config.pin_handover
         self._at_schedule = self.pin_handover == "schedule"
 
     # -- checks (no state changes) ----------------------------------------------------------
@@ -220,7 +242,7 @@ class ProgramScheduler:
                             f"{type(blocks_needed).__name__}")  # fmt: skip
         blocks = [int_in("blocks_needed", b, 0, self.total_blocks) for b in blocks_needed]
         if not len(rids) == len(pids) == len(blocks):
-            raise ValueError(f"request_ids, program_ids and blocks_needed must have one length, "
+            raise ValueError(f"request_ids, program_ids and blocks_needed must be of one length, "
                              f"got {len(rids)}, {len(pids)}, {len(blocks)}")  # fmt: skip
         seen: set[str] = set()
         for rid in rids:
@@ -238,6 +260,7 @@ class ProgramScheduler:
             prog.tool, prog.tool_since_s = None, None
         if prog is None:
             prog = self._programs[pid] = _Program(t)
+        self._idle.pop(pid, None)
         if self._at_schedule:
             consumed = None
             req = _Request(pid, t, self._pins.get(pid) is not None, returning=prog.turns > 0)
@@ -277,7 +300,7 @@ class ProgramScheduler:
         """Up to ``n`` requests, as ``pop`` would return them one by one."""
         count = int_in("n", n, 0, MAX_BLOCKS)
         t = self._check_now(now)
-        out = []
+        out: list[str] = []
         while len(out) < count and (rid := self.pop(t)) is not None:
             out.append(rid)
         self._now = t
@@ -363,6 +386,7 @@ class ProgramScheduler:
             prog.tool, prog.tool_since_s = key, t
         else:
             prog.tool, prog.tool_since_s = None, None
+        self._note_idle(pid)
         return Finished(decision, pin, None)
 
     def expire(self, now: Any) -> list[Pin]:
@@ -372,14 +396,15 @@ class ProgramScheduler:
         t = self._check_now(now)
         self._now = t
         if not self._at_schedule:
-            return self._pins.expire(t)
-        out, held = [], []
+            return self._note_unpinned(self._pins.expire(t))
+        out: list[Pin] = []
+        held: list[Pin] = []
         for pin in self._pins.expire_before(t):
             (held if self._has_waiting(pin.program_id) else out).append(pin)
         for pin in held:  # a request of the program waits: the pin stays, unchanged
             self._pins.add(pin.program_id, pin.blocks, pin.deadline_s,
                            self._programs[pin.program_id].arrival_s)  # fmt: skip
-        return out
+        return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any) -> list[Pin]:
         """Releases pins, latest-arrived program first, until at least ``blocks_needed``
@@ -391,7 +416,7 @@ class ProgramScheduler:
         if self._at_schedule:
             for pin in released:
                 self._rekey_waiting(pin.program_id)
-        return released
+        return self._note_unpinned(released)
 
     def _has_waiting(self, pid: str) -> bool:
         return any(rid in self._queue for rid in self._programs[pid].live)
@@ -406,6 +431,24 @@ class ProgramScheduler:
             if rid in self._queue and req.pinned != pinned:
                 req.pinned = pinned
                 self._queue.push(req.key(rid, prog.arrival_s))
+
+    def _note_unpinned(self, released: list[Pin]) -> list[Pin]:
+        for pin in released:
+            if pin.program_id in self._programs:
+                self._note_idle(pin.program_id)
+        return released
+
+    def _note_idle(self, pid: str) -> None:
+        """Marks the program idle if it has no live request and no pin, then forgets the
+        programs idle longest beyond the cap."""
+        if self._programs[pid].live or self._pins.get(pid) is not None:
+            return
+        self._idle[pid] = None
+        self._idle.move_to_end(pid)
+        while len(self._idle) > self.max_idle_programs:
+            oldest, _ = self._idle.popitem(last=False)
+            del self._programs[oldest]
+            self.dropped_idle_programs += 1
 
     def record_queueing_delay(self, delay_s: Any) -> None:
         """A queueing delay the queue cannot see (``pop`` records its own) for the
@@ -432,6 +475,7 @@ class ProgramScheduler:
         if observe and prog.turns > 0:
             self.policy.observe_program(min(prog.turns, MAX_TURNS))
         del self._programs[pid]
+        self._idle.pop(pid, None)
         pin = self._pins.remove(pid)
         dropped = tuple(sorted(prog.live))
         for rid in dropped:

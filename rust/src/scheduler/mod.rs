@@ -22,7 +22,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::config::PinHandover;
-use crate::error::{Error, Result};
+use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
@@ -35,15 +35,24 @@ pub const MAX_ID_BYTES: usize = 1024;
 pub const MEAN_ACTIVE_WINDOW: usize = 256;
 /// η is observed on at most this many turns (the estimator's own bound).
 pub const MAX_TURNS: i64 = 1_000_000;
+/// Default cap on idle programs (no live request, no pin) kept; see [`ProgramScheduler`].
+pub const DEFAULT_MAX_IDLE_PROGRAMS: i64 = 1 << 16;
+/// The largest `max_idle_programs` accepted.
+pub const MAX_IDLE_PROGRAMS: i64 = 1 << 32;
 
 /// The priority tuple of a waiting request; smaller runs first:
 /// `(not preempted, not pinned, program arrival, request arrival, request id)`.
 #[derive(Debug, Clone)]
 pub struct Priority {
+    /// False once preempted: preempted requests run first.
     pub not_preempted: bool,
+    /// False when the request consumed its program's pin.
     pub not_pinned: bool,
+    /// When the request's program first arrived.
     pub program_arrival_s: f64,
+    /// When the request arrived.
     pub arrival_s: f64,
+    /// The request id (last tie-breaker).
     pub request_id: Arc<str>,
     /// The id's first 8 bytes, big-endian, zero-padded: orders like the id whenever two
     /// prefixes differ, so ties on time (a batch arriving at one `now`) rarely chase the
@@ -102,9 +111,13 @@ impl PartialOrd for Priority {
 /// requests dropped with it (sorted).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ended {
+    /// The program.
     pub program_id: Arc<str>,
+    /// Its finished requests.
     pub turns: i64,
+    /// The pin released with it.
     pub pin: Option<Pin>,
+    /// Its waiting and running requests, dropped with it (sorted).
     pub request_ids: Vec<Arc<str>>,
 }
 
@@ -112,25 +125,37 @@ pub struct Ended {
 /// this request was pinned, and the ended program on a last turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
+    /// The policy's decision (None on a last turn).
     pub decision: Option<PinDecision>,
+    /// The program's pin, if this request was pinned.
     pub pin: Option<Pin>,
+    /// The program, when this was its last turn.
     pub ended: Option<Ended>,
 }
 
 /// The optional arguments of [`ProgramScheduler::finish`] (the reference's keywords).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FinishArgs<'a> {
+    /// The tool the request called (None: unknown or none).
     pub tool: Option<&'a str>,
+    /// Whether this was the program's last turn (it ends the program).
     pub last_turn: bool,
+    /// Seconds a miss would cost, if the engine knows (else the model's).
     pub cache_miss_cost_s: Option<f64>,
+    /// Tokens of the request's prefix (for the model's miss cost).
     pub prefix_tokens: i64,
+    /// Of those, tokens an offload tier holds.
     pub offloaded_tokens: i64,
+    /// M̄ of the cost model, if the engine knows (else the tracked one).
     pub mean_active_blocks: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a live request is.
 pub enum RequestState {
+    /// In the waiting queue.
     Waiting,
+    /// Popped, not finished.
     Running,
 }
 
@@ -223,6 +248,11 @@ pub fn check_id(field: &str, id: &str) -> Result<()> {
 }
 
 /// Waiting queue and pin table of CacheTTL. See the module doc.
+///
+/// Bounded state: a program that is idle (no live request, no pin) is kept so that its next
+/// request is known as a return; at most `max_idle_programs` are kept, the one idle longest
+/// forgotten first (as if aborted: no η observation), counted in `dropped_idle_programs`.
+/// So an engine that never ends its programs holds bounded memory.
 #[derive(Debug, Clone)]
 pub struct ProgramScheduler {
     total_blocks: i64,
@@ -238,23 +268,35 @@ pub struct ProgramScheduler {
     /// At schedule: the pins `expire` may release (their program has no request waiting),
     /// by (deadline, program id) — what `next_deadline_s` reads. The reference scans.
     expirable: IndexedHeap<(Time, Arc<str>)>,
+    /// Idle programs by slot, keyed by when they became idle (a sequence number).
+    idle: IndexedHeap<u64>,
+    idle_seq: u64,
+    max_idle_programs: usize,
+    dropped_idle_programs: u64,
 }
 
 impl ProgramScheduler {
+    /// A scheduler of `total_blocks` KV blocks, at most `pin_budget_blocks` of them pinned,
+    /// keeping at most [`DEFAULT_MAX_IDLE_PROGRAMS`] idle programs.
     pub fn new(total_blocks: i64, pin_budget_blocks: i64) -> Result<ProgramScheduler> {
-        Self::with_handover(total_blocks, pin_budget_blocks, PinHandover::Arrival)
+        Self::with_max_idle_programs(total_blocks, pin_budget_blocks, DEFAULT_MAX_IDLE_PROGRAMS)
     }
 
-    /// A scheduler whose pins pass to the program's next request at `handover` (the
-    /// reference reads it from the policy's config: `pin_handover`).
-    pub fn with_handover(
+    /// [`new`](Self::new) with a cap of `max_idle_programs` idle programs.
+    pub fn with_max_idle_programs(
         total_blocks: i64,
         pin_budget_blocks: i64,
-        handover: PinHandover,
+        max_idle_programs: i64,
     ) -> Result<ProgramScheduler> {
         let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
         let pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0, total_blocks)?;
+        let max_idle_programs =
+            int_in("max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS)? as usize;
         Ok(ProgramScheduler {
+            idle: IndexedHeap::default(),
+            idle_seq: 0,
+            max_idle_programs,
+            dropped_idle_programs: 0,
             total_blocks,
             pin_budget_blocks,
             queue: IndexedHeap::default(),
@@ -264,15 +306,23 @@ impl ProgramScheduler {
             held: VecDeque::with_capacity(MEAN_ACTIVE_WINDOW),
             held_sum: 0,
             now: f64::NEG_INFINITY,
-            handover,
+            handover: PinHandover::Arrival,
             expirable: IndexedHeap::default(),
         })
+    }
+
+    /// The same scheduler with its pins passing to the program's next request at `handover`
+    /// (the reference reads it from the policy's config: `pin_handover`). Set it before use.
+    pub fn with_pin_handover(mut self, handover: PinHandover) -> ProgramScheduler {
+        self.handover = handover;
+        self
     }
 
     fn at_schedule(&self) -> bool {
         self.handover == PinHandover::Schedule
     }
 
+    /// When a pin passes to the program's next request.
     pub fn pin_handover(&self) -> PinHandover {
         self.handover
     }
@@ -285,7 +335,7 @@ impl ProgramScheduler {
             return Err(Error::invalid_f64(
                 "now",
                 t,
-                format!(">= {:?} (time never goes back)", self.now),
+                format!(">= {} (time never goes back)", PyFloat(self.now)),
             ));
         }
         Ok(t)
@@ -295,14 +345,14 @@ impl ProgramScheduler {
         check_id("request_id", request_id)?;
         self.requests
             .find(request_id)
-            .ok_or_else(|| Error::unknown("request_id", format!("{request_id:?}")))
+            .ok_or_else(|| Error::unknown("request_id", PyStr(request_id)))
     }
 
     fn running_slot(&self, request_id: &str) -> Result<usize> {
         let slot = self.request_slot(request_id)?;
         if !self.requests.get(slot).running {
             return Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "a waiting request",
                 "running",
             ));
@@ -336,7 +386,7 @@ impl ProgramScheduler {
         int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
         if self.requests.find(request_id).is_some() {
             return Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "one already waiting or running",
                 "new",
             ));
@@ -379,7 +429,7 @@ impl ProgramScheduler {
             if self.requests.find(r).is_some() || !seen.insert(r) {
                 return Err(Error::invalid(
                     "request_ids",
-                    format!("{r:?} twice"),
+                    format!("{} twice", PyStr(r)),
                     "new and distinct",
                 ));
             }
@@ -401,6 +451,7 @@ impl ProgramScheduler {
     ) -> Result<Option<Pin>> {
         let found = self.programs.find(program_id);
         if let Some(p) = found {
+            self.idle.remove(p);
             let prog = self.programs.get_mut(p);
             if let Some(since) = prog.tool_since_s {
                 // The only call that may fail comes first: nothing is changed if it does.
@@ -607,6 +658,7 @@ impl ProgramScheduler {
             prog.tool = None;
             prog.tool_since_s = None;
         }
+        self.note_idle(p);
         Ok(Finished {
             decision: Some(decision),
             pin,
@@ -621,7 +673,9 @@ impl ProgramScheduler {
         let t = self.check_now(now)?;
         self.now = t;
         if !self.at_schedule() {
-            return Ok(self.pins.expire(t));
+            let released = self.pins.expire(t);
+            self.note_unpinned(&released);
+            return Ok(released);
         }
         let mut out = Vec::new();
         let mut held = Vec::new();
@@ -639,6 +693,7 @@ impl ProgramScheduler {
             self.pins
                 .add(slot, &prog.id, pin.blocks, pin.deadline_s, prog.arrival_s);
         }
+        self.note_unpinned(&out);
         Ok(out)
     }
 
@@ -694,7 +749,33 @@ impl ProgramScheduler {
             }
             out.push(pin);
         }
+        self.note_unpinned(&out);
         Ok(out)
+    }
+
+    /// Programs whose pin was released may now be idle.
+    fn note_unpinned(&mut self, released: &[Pin]) {
+        for pin in released {
+            if let Some(p) = self.programs.find(&pin.program_id) {
+                self.note_idle(p);
+            }
+        }
+    }
+
+    /// Marks program `p` idle if it has no live request and no pin, then forgets the
+    /// programs idle longest beyond the cap.
+    fn note_idle(&mut self, p: usize) {
+        if !self.programs.get(p).live.is_empty() || self.pins.get(p).is_some() {
+            return;
+        }
+        self.idle.push(p, self.idle_seq);
+        self.idle_seq += 1;
+        while self.idle.len() > self.max_idle_programs {
+            let Some((q, _)) = self.idle.pop() else { break };
+            let id = self.programs.get(q).id.clone();
+            self.programs.remove(&id, q);
+            self.dropped_idle_programs += 1;
+        }
     }
 
     /// A queueing delay the queue cannot see (`pop` records its own), for T.
@@ -711,7 +792,7 @@ impl ProgramScheduler {
         let p = self
             .programs
             .find(program_id)
-            .ok_or_else(|| Error::unknown("program_id", format!("{program_id:?}")))?;
+            .ok_or_else(|| Error::unknown("program_id", PyStr(program_id)))?;
         self.end(policy, p, true)
     }
 
@@ -728,6 +809,7 @@ impl ProgramScheduler {
             policy.observe_program(turns.min(MAX_TURNS))?;
         }
         let id = self.programs.get(p).id.clone();
+        self.idle.remove(p);
         let prog = self.programs.remove(&id, p);
         let pin = self.pins.remove(p);
         self.expirable.remove(p);
@@ -749,24 +831,39 @@ impl ProgramScheduler {
 
     // -- read-only views ---------------------------------------------------------------------
 
+    /// KV blocks of the engine.
     pub fn total_blocks(&self) -> i64 {
         self.total_blocks
     }
+    /// The cap on idle programs kept.
+    pub fn max_idle_programs(&self) -> usize {
+        self.max_idle_programs
+    }
+    /// Idle programs forgotten because of the cap, since construction.
+    pub fn dropped_idle_programs(&self) -> u64 {
+        self.dropped_idle_programs
+    }
+    /// Blocks that may be pinned at once.
     pub fn pin_budget_blocks(&self) -> i64 {
         self.pin_budget_blocks
     }
+    /// Blocks pinned now.
     pub fn pinned_blocks(&self) -> i64 {
         self.pins.blocks()
     }
+    /// Pins held now.
     pub fn pin_count(&self) -> usize {
         self.pins.len()
     }
+    /// Requests waiting.
     pub fn waiting_count(&self) -> usize {
         self.queue.len()
     }
+    /// Requests running.
     pub fn running_count(&self) -> usize {
         self.requests.len() - self.queue.len()
     }
+    /// Programs tracked (live, pinned or idle).
     pub fn program_count(&self) -> usize {
         self.programs.len()
     }
@@ -797,6 +894,7 @@ impl ProgramScheduler {
             .find(program_id)
             .and_then(|p| self.pins.get(p).cloned()))
     }
+    /// Whether a live request waits or runs.
     pub fn state(&self, request_id: &str) -> Result<RequestState> {
         let slot = self.request_slot(request_id)?;
         Ok(if self.requests.get(slot).running {
@@ -811,7 +909,7 @@ impl ProgramScheduler {
         match self.queue.key(slot) {
             Some(k) => Ok(k.clone()),
             None => Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "a running request",
                 "waiting",
             )),

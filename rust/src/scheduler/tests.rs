@@ -113,7 +113,9 @@ fn id_prefix_orders_like_the_id() {
 #[test]
 fn published_rule_hands_the_pin_over_at_schedule() {
     let mut pol = TTLPolicy::new(PolicyConfig::published()).unwrap();
-    let mut s = ProgramScheduler::with_handover(1000, 1000, PinHandover::Schedule).unwrap();
+    let mut s = ProgramScheduler::new(1000, 1000)
+        .unwrap()
+        .with_pin_handover(PinHandover::Schedule);
     s.arrive(&mut pol, "a1", "A", 0.0, 10).unwrap();
     s.pop(&mut pol, 0.0).unwrap();
     let fin = s.finish(&mut pol, "a1", 1.0, 40, pinning("ls")).unwrap();
@@ -129,4 +131,36 @@ fn published_rule_hands_the_pin_over_at_schedule() {
         Some("a2")
     );
     assert_eq!((s.pinned_blocks(), pol.out_of_order_cost_s()), (0, 0.0));
+}
+
+#[test]
+fn idle_programs_are_capped_oldest_idle_first() {
+    let mut pol = TTLPolicy::new(PolicyConfig::default()).unwrap();
+    let mut s = ProgramScheduler::with_max_idle_programs(1000, 0, 2).unwrap();
+    for (i, p) in ["A", "B", "C"].iter().enumerate() {
+        let r = format!("{p}1");
+        let t = i as f64;
+        s.arrive(&mut pol, &r, p, t, 1).unwrap();
+        s.pop(&mut pol, t).unwrap();
+        s.finish(&mut pol, &r, t, 1, FinishArgs::default()).unwrap();
+    }
+    // A went idle first: forgotten; B and C are kept.
+    assert_eq!(s.program_count(), 2);
+    assert_eq!(s.dropped_idle_programs(), 1);
+    assert!(matches!(
+        s.end_program(&mut pol, "A"),
+        Err(Error::UnknownKey { .. })
+    ));
+    // B returns (no longer idle), then goes idle again: now C is the oldest idle.
+    s.arrive(&mut pol, "B2", "B", 3.0, 1).unwrap();
+    s.pop(&mut pol, 3.0).unwrap();
+    s.finish(&mut pol, "B2", 3.0, 1, FinishArgs::default())
+        .unwrap();
+    s.arrive(&mut pol, "D1", "D", 4.0, 1).unwrap();
+    s.pop(&mut pol, 4.0).unwrap();
+    s.finish(&mut pol, "D1", 4.0, 1, FinishArgs::default())
+        .unwrap();
+    assert_eq!(s.dropped_idle_programs(), 2);
+    assert!(s.end_program(&mut pol, "C").is_err());
+    assert_eq!(s.end_program(&mut pol, "B").unwrap().turns, 2);
 }

@@ -48,7 +48,7 @@ class CacheTTL(TTLPolicyPlugin):
 
     def next_deadline(self) -> float | None:
         # The published pin expires only once now > deadline: wake just after it.
-        d = self.sched.next_deadline_s
+        d = super().next_deadline()
         return None if d is None else math.nextafter(d, math.inf)
 
 

@@ -87,6 +87,7 @@ class Continuum(QueuePolicy):
         return ends[0][0] if ends else None
 
     def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+        assert self.view is not None, "bind() first"
         if self.view.running_count > 1:
             return []
         out, freed = [], 0
