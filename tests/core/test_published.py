@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import fixture_ok
 from ttlpolicy import PolicyConfig
 
 K = 100  # the paper's cold-start history size
@@ -39,7 +38,6 @@ def test_preset_round_trips_and_keeps_defaults_elsewhere() -> None:
         PolicyConfig(cold_start_eta=float("nan"))
 
 
-@fixture_ok
 @given(st.floats(0.0, 1e4))
 def test_cold_start_exp1_prior_gives_ln_b(impl, benefit) -> None:
     """Exp(1 s) durations, c = 1: P(τ)·B − τ = (1 − e^−τ)·B − τ peaks at τ = ln B (B > 1)."""
@@ -100,7 +98,6 @@ def test_k_100_thresholds(impl) -> None:
     assert (d.source, d.ttl_s, d.p_return) == ("tool_cdf", 0.1, 1.0)
 
 
-@fixture_ok
 @given(st.integers(1, 10_000), st.floats(1.0, 1e5), st.floats(0.5, 50.0))
 def test_memory_share_cancels(impl, blocks, mean_active, benefit) -> None:
     """Eq. 2: the request's size changes nothing but through its miss cost."""
