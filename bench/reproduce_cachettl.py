@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ttlpolicy.sim import simulate
 from ttlpolicy.sim.hardware import paper_hardware
@@ -41,7 +42,7 @@ SWEEP_POLICIES = ("vllm", "autellix", "continuum", "cachettl")
 ABLATION = ("vllm", "program-fcfs", "static-ttl", "cachettl", "continuum")
 #: One simulator assumption changed at a time, SWE at 0.13 jobs/s, no offload: why our
 #: numbers differ from the paper's (see bench/RESULTS.md).
-SENSITIVITY = (
+SENSITIVITY: tuple[tuple[str, dict[str, Any]], ...] = (
     ("as reproduced (8B on B200, 6,000 generated / 250 kept per call)", {}),
     ("output 300 tokens (a non-reasoning model's)", {"output_mean_tokens": 300.0}),
     (
@@ -101,6 +102,12 @@ class Runner:
                   f"out={output_mean_tokens} {engine}: JCT {s['jct_mean_s']:.1f} s",
                   file=sys.stderr)  # fmt: skip
         return self._cache[key]["jct_mean_s"]
+
+
+def sweep_rates(workload: str, quick: bool) -> list[float]:
+    """The sweep's job-arrival rates (``--quick``: the lowest and the highest)."""
+    rates = list(SWEEP_RATES[workload])
+    return [rates[0], rates[-1]] if quick else rates
 
 
 def fmt(x: float | None, spec: str = "{:,.0f}") -> str:
@@ -235,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # Job-arrival sweeps.
     sweeps = {}
-    for wl, rates in SWEEP_RATES.items():
-        rates = (rates[0], rates[-1]) if args.quick else rates
+    for wl in SWEEP_RATES:
+        rates = sweep_rates(wl, args.quick)
         sweeps[wl] = {p: [r.jct(wl, p, x) for x in rates] for p in SWEEP_POLICIES}
         md += [
             f"**Job-arrival sweep — {wl} (mean JCT s; paper at the highest rate in brackets)**",
@@ -247,8 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         for i, x in enumerate(rates):
             cells = []
             for p in SWEEP_POLICIES:
-                paper = FIG8[wl].get(p) if i == len(rates) - 1 else None
-                cells.append(f"{sweeps[wl][p][i]:,.0f}" + (f" ({paper:,.0f})" if paper else ""))
+                at_top = FIG8[wl].get(p) if i == len(rates) - 1 else None
+                cells.append(f"{sweeps[wl][p][i]:,.0f}" + (f" ({at_top:,.0f})" if at_top else ""))
             q = sweeps[wl]["vllm"][i] / sweeps[wl]["cachettl"][i]
             md.append(f"| {x:g} | " + " | ".join(cells) + f" | {q:.2f}× |")
         md.append("")
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                    ratio14.values()])}, FIG14)  # fmt: skip
         bars(out / "fig16.png", "Fig. 16: ablation", {w: v for w, v in fig16.items()})
         for wl, series in sweeps.items():
-            rates = (SWEEP_RATES[wl][0], SWEEP_RATES[wl][-1]) if args.quick else SWEEP_RATES[wl]
+            rates = sweep_rates(wl, args.quick)
             lines_plot(out / f"sweep_{wl}.png", f"Job-arrival sweep: {wl}", "jobs/s",
                        "mean JCT (s)", {p: (list(rates), ys) for p, ys in series.items()},
                        {rates[-1]: FIG8[wl]["cachettl"]})  # fmt: skip

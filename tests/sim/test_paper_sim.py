@@ -15,7 +15,7 @@ from ttlpolicy.sim.call import Call, ProgramRun
 from ttlpolicy.sim.hardware import paper_hardware
 from ttlpolicy.sim.interface import EngineConfig
 from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, describe, paper_programs
-from ttlpolicy.sim.policies import make_policy
+from ttlpolicy.sim.policies.cachettl import CacheTTL, StaticTTL
 from ttlpolicy.sim.policies.continuum import Continuum
 
 # -- workloads --------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def test_program_fcfs_never_pins_and_cachettl_pins_through_the_library() -> None
     hw = roofline("llama-3.1-8b", "h100-80g")
     m = simulate(hw, "program-fcfs", progs, rate_per_s=1.0, config=PAPER_ENGINE)
     assert m.pinned_block_s == 0.0
-    pol = make_policy("cachettl")
+    pol = CacheTTL()
     simulate(hw, pol, progs, rate_per_s=1.0, config=PAPER_ENGINE)
     assert pol.ttl_policy.config.pin_handover == "schedule"
     assert pol.sched.pin_handover == "schedule"
@@ -170,7 +170,7 @@ def test_program_fcfs_never_pins_and_cachettl_pins_through_the_library() -> None
 
 
 def test_static_ttl_pins_the_cold_start_value() -> None:
-    pol = make_policy("static-ttl")
+    pol = StaticTTL()
     hw = roofline("llama-3.1-8b", "h100-80g")
     simulate(hw, pol, [short_tool_program("p")], rate_per_s=1.0, config=PAPER_ENGINE)
     policy = pol.ttl_policy
@@ -199,6 +199,7 @@ def test_reproduction_script_writes_a_table_per_figure(tmp_path) -> None:
 
     path = Path(__file__).resolve().parents[2] / "bench" / "reproduce_cachettl.py"
     spec = importlib.util.spec_from_file_location("reproduce_cachettl", path)
+    assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--out", str(tmp_path), "--programs", "3", "--quick", "--no-plots"]) == 0
