@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "adapters" / "sglang" / "tests"))
 
+import ttlpolicy_sglang  # noqa: E402
+
 from conftest import TEST_POLICY, FakeClock, make_scheduler  # noqa: E402
 
 
@@ -110,6 +112,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     os.environ.setdefault("TTLPOLICY_POLICY", TEST_POLICY)
+    ttlpolicy_sglang.register()  # the plug-in's entry point (its hook is not applied here:
+    # the replay calls the hook function itself, as the tests do)
     rows = []
     for _ in range(args.repeat):
         for backend in (None, "ttlpolicy"):

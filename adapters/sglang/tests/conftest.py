@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+import ttlpolicy_sglang
 from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_MATCHED_TOKEN, Req
 from sglang.srt.managers.schedule_policy import SchedulePolicy
 from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
@@ -45,8 +46,6 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
-import ttlpolicy_sglang
 from ttlpolicy_sglang.ordering import calc_priority_by_program
 
 #: A policy that pins whenever the budget allows: an expensive cache miss, short tool calls.
@@ -252,15 +251,9 @@ def make_scheduler(kv_tokens: int, backend: str | None, clock: FakeClock | None)
 
 @pytest.fixture(scope="session", autouse=True)
 def registered() -> None:
-    """The backend registered as the plug-in's entry point does it (without the hook: hooks
-    patch the whole process; tests call the hook function instead)."""
-    from sglang.srt.mem_cache.registry import (
-        get_radix_cache_factory,
-        register_radix_cache_backend,
-    )
-
-    if get_radix_cache_factory(ttlpolicy_sglang.BACKEND) is None:
-        register_radix_cache_backend(ttlpolicy_sglang.BACKEND, ttlpolicy_sglang.plugin.build_cache)
+    """The plug-in's entry point, as SGLang's ``load_plugins`` runs it; only the hook is not
+    applied (hooks patch the whole process): tests call the hook function instead."""
+    ttlpolicy_sglang.register()
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-
 from ttlpolicy_sglang import TTLRadixCache
+
+from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
 
 KV = 512
 TURN1 = 200  # prompt tokens of a program's first turn

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sglang.srt.managers.schedule_batch import Req
 from sglang.srt.sampling.sampling_params import SamplingParams
+from ttlpolicy_sglang.identity import MAX_SCHEDULER_ID_BYTES, program_of, request_key
 
 from ttlpolicy._validate import MAX_TOOL_NAME_CHARS
-from ttlpolicy_sglang.identity import MAX_SCHEDULER_ID_BYTES, program_of, request_key
 
 
 def req(custom: Any = None, rid: str = "r", **fields: Any) -> Req:

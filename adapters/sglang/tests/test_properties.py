@@ -3,38 +3,18 @@ pins never exceed the budget, never leak, and the tree's own sizes always add up
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from unittest import mock
 
-import pytest
-from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
 
 KV = 256
 MAX_HISTORY = 120  # a program whose context passes this ends with its next turn
-
-last_turn = st.integers(0, 4).map(lambda x: x == 0)
-turn = st.tuples(st.just("turn"), st.integers(0, 3), st.integers(1, 60), last_turn)
-# An engine step: a scheduling pass, then up to k running requests finish.
-step = st.tuples(st.just("step"), st.integers(1, 4), st.integers(1, 10))
-ops = st.lists(
-    st.one_of(
-        turn,
-        turn,
-        step,
-        step,
-        st.tuples(st.just("anon"), st.integers(1, 120)),
-        st.tuples(st.just("schedule")),
-        st.tuples(st.just("pass")),
-        st.tuples(st.just("finish"), st.integers(0, 7), st.integers(1, 10)),
-        st.tuples(st.just("decode"), st.integers(0, 7), st.integers(1, 80)),
-        st.tuples(st.just("abort_waiting"), st.integers(0, 7)),
-        st.tuples(st.just("abort_running"), st.integers(0, 7)),
-        st.tuples(st.just("tick"), st.floats(0.0, 40.0)),
-    ),
-    min_size=5,
-    max_size=60,
-)
 
 
 @dataclass
@@ -62,6 +42,16 @@ class Programs:
 
     def program_of(self, req: object) -> int | None:
         return next((p for p, r in self.live.items() if r is req), None)
+
+
+def submit(s: MiniScheduler, c: Programs, p: int, n: int, last: bool) -> None:
+    """Program ``p`` sends its next turn (``n`` new tokens), unless one is in flight."""
+    if p in c.live:
+        return
+    prompt = c.history.get(p, []) + c.fresh(n)
+    last = last or len(prompt) > MAX_HISTORY
+    c.live[p] = s.submit(prompt, program=c.name(p), tool="bash", last_turn=last)
+    c.last[p] = last
 
 
 def finish(s: MiniScheduler, c: Programs, req: object, n_out: int) -> None:
@@ -92,80 +82,119 @@ def check(s: MiniScheduler) -> None:
     assert cache.protected_size() + cache.evictable_size() + available + own == KV
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=ops)
-def test_pins_never_exceed_the_budget_nor_leak(monkeypatch: pytest.MonkeyPatch, ops) -> None:
-    monkeypatch.setenv("TTLPOLICY_POLICY", TEST_POLICY)
-    monkeypatch.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", "0.5")
-    clock = FakeClock()
-    s = make_scheduler(KV, "ttlpolicy", clock)
-    c = Programs()
-    for op in ops:
-        kind = op[0]
-        if kind == "turn":
-            _, p, n, last = op
-            if p in c.live:
-                continue
-            prompt = c.history.get(p, []) + c.fresh(n)
-            last = last or len(prompt) > MAX_HISTORY
-            c.live[p] = s.submit(prompt, program=c.name(p), tool="bash", last_turn=last)
-            c.last[p] = last
-        elif kind == "anon":
-            s.submit(c.fresh(op[1]))
-        elif kind == "schedule":
-            s.schedule()
-        elif kind == "step":
-            s.schedule()
-            for req in list(s.running.values())[: op[1]]:
-                finish(s, c, req, op[2])
-        elif kind == "pass":
-            # A pass with nothing admitted: the adapter has caught up with SGLang's queue.
-            s.order()
-            assert s.ttl.programs.waiting_count == len(s.waiting)
-            assert s.ttl.programs.running_count == len(s.running)
-        elif kind in ("finish", "decode", "abort_running") and s.running:
-            req = list(s.running.values())[op[1] % len(s.running)]
-            p = c.program_of(req)
-            if kind == "decode":
-                # May need more than free + evictable: eviction reclaims pins, and when even
-                # that is not enough SGLang's allocation fails with nothing allocated.
-                try:
-                    s.decode(req, c.fresh(op[2]))
-                except RuntimeError as e:
-                    assert "Out of memory" in str(e)
-            elif kind == "finish":
-                finish(s, c, req, op[2])
-            else:
-                s.abort_running(req)
-                if p is not None:
-                    c.end(p)
-        elif kind == "abort_waiting" and s.waiting:
-            req = s.waiting[op[1] % len(s.waiting)]
-            p = c.program_of(req)
+class Interleavings(RuleBasedStateMachine):
+    """Programs, anonymous requests, engine steps, aborts, decode pressure and time, in any
+    order; after every rule the tree and the pins must add up (``check``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        knobs = {"TTLPOLICY_POLICY": TEST_POLICY, "TTLPOLICY_PIN_BUDGET_FRACTION": "0.5"}
+        with mock.patch.dict(os.environ, knobs):  # read when the cache is built
+            self.s = make_scheduler(KV, "ttlpolicy", self.clock)
+        self.c = Programs()
+        self.seen: set[str] = set()
+
+    def _pick(self, reqs: list, i: int) -> object:
+        return reqs[i % len(reqs)]
+
+    @rule(p=st.integers(0, 3), n=st.integers(1, 30), last=st.integers(0, 4))
+    def turn(self, p: int, n: int, last: int) -> None:
+        submit(self.s, self.c, p, n, last == 0)
+
+    @rule(n=st.integers(1, 30))
+    def every_idle_program_sends_a_turn(self, n: int) -> None:
+        for p in range(4):
+            submit(self.s, self.c, p, n, False)
+
+    @rule(n=st.integers(1, 100))
+    def anonymous(self, n: int) -> None:
+        self.s.submit(self.c.fresh(n))
+
+    @rule()
+    def schedule(self) -> None:
+        self.s.schedule()
+
+    @rule(k=st.integers(1, 4), n_out=st.integers(1, 6))
+    def engine_step(self, k: int, n_out: int) -> None:
+        self.s.schedule()
+        for req in list(self.s.running.values())[:k]:
+            finish(self.s, self.c, req, n_out)
+
+    @rule()
+    def a_pass_that_admits_nothing(self) -> None:
+        self.s.order()  # the adapter has caught up with SGLang's queue
+        assert self.s.ttl.programs.waiting_count == len(self.s.waiting)
+        assert self.s.ttl.programs.running_count == len(self.s.running)
+
+    @precondition(lambda self: self.s.running)
+    @rule(i=st.integers(0, 7), n_out=st.integers(1, 6))
+    def finish_one(self, i: int, n_out: int) -> None:
+        finish(self.s, self.c, self._pick(list(self.s.running.values()), i), n_out)
+
+    @precondition(lambda self: self.s.running)
+    @rule(i=st.integers(0, 7), n=st.integers(1, 80))
+    def decode(self, i: int, n: int) -> None:
+        # May need more than free + evictable: eviction reclaims pins, and when even that
+        # is not enough SGLang's allocation fails with nothing allocated.
+        try:
+            self.s.decode(self._pick(list(self.s.running.values()), i), self.c.fresh(n))
+        except RuntimeError as e:
+            assert "Out of memory" in str(e)
+
+    @precondition(lambda self: self.s.waiting)
+    @rule(i=st.integers(0, 7))
+    def abort_waiting(self, i: int) -> None:
+        req = self._pick(self.s.waiting, i)
+        p = self.c.program_of(req)
+        self.s.abort_waiting(req)
+        if p is not None:
+            self.c.end(p)
+
+    @precondition(lambda self: self.s.running)
+    @rule(i=st.integers(0, 7))
+    def abort_running(self, i: int) -> None:
+        req = self._pick(list(self.s.running.values()), i)
+        p = self.c.program_of(req)
+        self.s.abort_running(req)
+        if p is not None:
+            self.c.end(p)
+
+    @rule(seconds=st.floats(0.0, 40.0))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @invariant()
+    def the_tree_and_the_pins_add_up(self) -> None:
+        check(self.s)
+        m = self.s.ttl.metrics
+        for name in ("pins", "expiries", "reclaims", "released_at_once", "pinned_prefix_hits"):
+            if getattr(m, name) and name not in self.seen:
+                self.seen.add(name)
+                event(f"{name} > 0")
+
+    def teardown(self) -> None:
+        # The end: every client goes away, time passes every deadline: nothing is left.
+        s = self.s
+        for req in list(s.waiting):
             s.abort_waiting(req)
-            if p is not None:
-                c.end(p)
-        elif kind == "tick":
-            clock.advance(op[1])
+        for req in list(s.running.values()):
+            s.abort_running(req)
         check(s)
-    m = s.ttl.metrics
-    for name in ("pins", "expiries", "reclaims", "released_at_once", "pinned_prefix_hits"):
-        event(f"{name} > 0" if getattr(m, name) else f"{name} == 0")
-    # The end: every client goes away, time passes every deadline.
-    for req in list(s.waiting):
-        s.abort_waiting(req)
-    for req in list(s.running.values()):
-        s.abort_running(req)
-    check(s)
-    clock.advance(1000.0)
-    s.order()
-    assert s.ttl.live_requests() == 0
-    assert s.ttl.programs.pin_count == 0 and not s.ttl.pins.programs()
-    assert s.ttl.handover.held_tokens() == 0
-    assert s.cache.protected_size() == 0, "no lock is left on the tree"
-    available = s.cache.token_to_kv_pool_allocator.available_size()
-    assert s.cache.evictable_size() + available == KV
+        self.clock.advance(1000.0)
+        s.order()
+        assert s.ttl.live_requests() == 0
+        assert s.ttl.programs.pin_count == 0 and not s.ttl.pins.programs()
+        assert s.ttl.handover.held_tokens() == 0
+        assert s.cache.protected_size() == 0, "no lock is left on the tree"
+        available = s.cache.token_to_kv_pool_allocator.available_size()
+        assert s.cache.evictable_size() + available == KV
+
+
+Interleavings.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_pins_never_exceed_the_budget_nor_leak = Interleavings.TestCase

@@ -166,8 +166,7 @@ class ProgramTracker:
         if running_batch is not None:
             need += self.page_size * len(running_batch.reqs)
         available = (
-            self._cache.token_to_kv_pool_allocator.available_size()
-            + self._cache.evictable_size()
+            self._cache.token_to_kv_pool_allocator.available_size() + self._cache.evictable_size()
         )
         self.reclaim(need - available)
 
