@@ -163,30 +163,29 @@ class MiniScheduler:
         installs it): stock order when the cache is not the adapter's."""
         calc_priority_by_program(SchedulePolicy.calc_priority, self.policy, self.waiting, None)
 
-    def fits(self, req: Any) -> bool:
-        match = match_kv_cache(req, self.cache)
-        need = len(req.origin_input_ids) + len(req.output_ids) - match.device_prefix_len
-        allocator = self.cache.token_to_kv_pool_allocator
-        return need <= allocator.available_size() + self.cache.evictable_size()
-
     def schedule(self) -> list[Any]:
         """Order the queue, then admit from its head while requests fit (PrefillAdder stops
         at the first that does not).  Returns the admitted requests."""
         self.order()
         admitted = []
-        while self.waiting and self.fits(self.waiting[0]):
-            req = self.waiting.pop(0)
-            self._admit(req)
-            admitted.append(req)
+        while self.waiting and self._admit(self.waiting[0]):
+            admitted.append(self.waiting.pop(0))
         return admitted
 
-    def _admit(self, req: Any) -> None:
-        # What PrefillAdder and alloc_for_extend do for one request (page size 1).
+    def _admit(self, req: Any) -> bool:
+        # What PrefillAdder and alloc_for_extend do for one request (page size 1): match and
+        # lock the prefix, then the uncached tokens must fit into free plus evictable tokens
+        # (the locked prefix no longer counts as evictable).
         req.init_next_round_input(self.cache)
         req.lock = self.cache.lock(req.last_node)
+        fill = len(req.full_untruncated_fill_ids)
+        allocator = self.cache.token_to_kv_pool_allocator
+        if fill - req.prefix_len > allocator.available_size() + self.cache.evictable_size():
+            self.cache.unlock(req.lock)
+            req.lock = None
+            return False
         prefix = self.cache.prefix_device_indices(req) if req.prefix_len else None
         alloc_req_slots(self.cache.req_to_token_pool, [req], self.cache)
-        fill = len(req.full_untruncated_fill_ids)
         new = alloc_token_slots(self.cache, fill - req.prefix_len)
         row = req.kv.req_pool_idx
         if prefix is not None:
@@ -196,6 +195,7 @@ class MiniScheduler:
         req.kv.kv_committed_len = req.kv.kv_allocated_len = fill
         req.extend_end = fill
         self.running[req.rid] = req
+        return True
 
     def decode(self, req: Any, tokens: list[int]) -> None:
         """The model emits ``tokens`` (their KV slots are allocated as a decode step would)."""

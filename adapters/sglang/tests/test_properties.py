@@ -57,7 +57,11 @@ def submit(s: MiniScheduler, c: Programs, p: int, n: int, last: bool) -> None:
 def finish(s: MiniScheduler, c: Programs, req: object, n_out: int) -> None:
     """The request's turn ends after ``n_out`` tokens (in a tool call, or the program ends)."""
     p = c.program_of(req)
-    s.finish(req, c.fresh(n_out))
+    try:
+        s.finish(req, c.fresh(n_out))
+    except RuntimeError as e:  # no room for its last tokens: nothing allocated, still running
+        assert "Out of memory" in str(e)
+        return
     if p is None:
         return
     if c.last[p]:
@@ -192,8 +196,8 @@ class Interleavings(RuleBasedStateMachine):
 
 
 Interleavings.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=100,
+    stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

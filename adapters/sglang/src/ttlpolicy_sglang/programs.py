@@ -165,9 +165,12 @@ class ProgramTracker:
         need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
         if running_batch is not None:
             need += self.page_size * len(running_batch.reqs)
+        # Admission locks the matched prefix, which then no longer counts as evictable.
+        lock = self._cache.lock(match.last_device_node)
         available = (
             self._cache.token_to_kv_pool_allocator.available_size() + self._cache.evictable_size()
         )
+        self._cache.unlock(lock)
         self.reclaim(need - available)
 
     # -- pins ----------------------------------------------------------------------------------
