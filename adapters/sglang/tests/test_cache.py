@@ -157,3 +157,34 @@ def test_a_bad_knob_names_itself(policy_env, fraction: str) -> None:
     policy_env.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", fraction)
     with pytest.raises(ValueError, match="TTLPOLICY_PIN_BUDGET_FRACTION"):
         make_scheduler(KV, "ttlpolicy", None)
+
+
+class TextTokenizer:
+    """SGLang sets ``req.tokenizer`` to the server's tokenizer; here ids are code points."""
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(map(chr, ids))
+
+
+class BrokenTokenizer:
+    def decode(self, ids: list[int]) -> str:
+        raise ValueError("cannot decode")
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "output", "expected"),
+    [
+        (TextTokenizer(), 'ok <tool_call>{"name": "search", "arguments": {}}</tool_call>', "search"),
+        (TextTokenizer(), "no call here", None),
+        (BrokenTokenizer(), "<tool_call>{}", None),
+        (None, "<tool_call>{}", None),
+    ],
+)
+def test_the_tool_is_read_from_the_output_when_the_client_names_none(
+    policy_env, tokenizer, output: str, expected: str | None
+) -> None:
+    s = make_scheduler(KV, "ttlpolicy", FakeClock())
+    req = s.submit(tokens(10, 20), program="agent-t")
+    req.tokenizer = tokenizer
+    req.output_ids.extend(ord(ch) for ch in output)
+    assert s.ttl._parse_tool(req) == expected
