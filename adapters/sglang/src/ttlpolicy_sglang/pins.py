@@ -44,9 +44,6 @@ class TreeLockPins:
         to._held.setdefault(to_key, []).extend(held)
         return sum(tokens for _, tokens in held)
 
-    def tokens_of(self, program_id: str) -> int:
-        return sum(tokens for _, tokens in self._held.get(program_id, ()))
-
     def held_tokens(self) -> int:
         """Tokens on the locked paths, summed over locks (shared prefixes count twice)."""
         return sum(tokens for held in self._held.values() for _, tokens in held)
