@@ -9,7 +9,7 @@
 # shared/notes/sglang-on-cpu.md.
 # Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package
 # (editable, which also registers its sglang.srt.plugins entry point) are installed into it;
-# the Rust build shares target/ with scripts/env.sh.
+# the Rust build has its own folder, target/venvs/<venv name> (as scripts/env.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
@@ -26,6 +26,7 @@ echo "==> installing ttlpolicy and ttlpolicy-sglang into $SGLANG_VENV" >&2
 (
   export VIRTUAL_ENV="$SGLANG_VENV" PATH="$SGLANG_VENV/bin:$PATH"
   cd "$ROOT"
-  maturin develop --release --quiet >/dev/null
+  CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$SGLANG_VENV")" \
+    maturin develop --release --quiet >/dev/null
   python -m pip install -q --no-deps --no-build-isolation -e adapters/sglang
 )

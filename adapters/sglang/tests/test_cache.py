@@ -174,7 +174,11 @@ class BrokenTokenizer:
 @pytest.mark.parametrize(
     ("tokenizer", "output", "expected"),
     [
-        (TextTokenizer(), 'ok <tool_call>{"name": "search", "arguments": {}}</tool_call>', "search"),
+        (
+            TextTokenizer(),
+            'ok <tool_call>{"name": "search", "arguments": {}}</tool_call>',
+            "search",
+        ),
         (TextTokenizer(), "no call here", None),
         (BrokenTokenizer(), "<tool_call>{}", None),
         (None, "<tool_call>{}", None),

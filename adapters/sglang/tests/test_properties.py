@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, event, settings
@@ -54,7 +55,7 @@ def submit(s: MiniScheduler, c: Programs, p: int, n: int, last: bool) -> None:
     c.last[p] = last
 
 
-def finish(s: MiniScheduler, c: Programs, req: object, n_out: int) -> None:
+def finish(s: MiniScheduler, c: Programs, req: Any, n_out: int) -> None:
     """The request's turn ends after ``n_out`` tokens (in a tool call, or the program ends)."""
     p = c.program_of(req)
     try:
