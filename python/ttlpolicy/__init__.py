@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._backend import backend, native
 from .config import PolicyConfig
+from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy
@@ -48,7 +49,11 @@ else:
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
 
+# Program-level admission and eviction order (issue 10): native when the core has it.
+AdmissionControl = getattr(native, "AdmissionControl", None) or _ref_admission.AdmissionControl
+
 __all__ = [
+    "AdmissionControl",
     "CacheMissModel",
     "Ended",
     "EtaEstimator",

@@ -36,6 +36,10 @@ class PolicyConfig(BaseModel):
     prefill_s_per_token2: float = Field(0.0, ge=0)
     kv_bytes_per_token: int = Field(131072, ge=0, le=1 << 40)
     offload_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
+    # Program-level load control (``AdmissionControl``; read by engines and the simulator,
+    # not by ``TTLPolicy.decide``).  Off by default: today's behaviour.
+    admission: bool = Field(False, description="admit programs by working set (Denning)")
+    evict_by_next_use: bool = Field(False, description="evict the latest-needed cache first")
 
     @model_validator(mode="after")
     def _window_fits(self) -> PolicyConfig:

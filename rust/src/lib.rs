@@ -4,6 +4,7 @@
 //! here mirrors the pure-Python reference in `python/ttlpolicy/reference/`; differential
 //! tests hold the two together. No function reads a clock: time is always an argument.
 
+pub mod admission;
 pub mod config;
 pub mod error;
 pub mod estimators;

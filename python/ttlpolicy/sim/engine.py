@@ -142,6 +142,7 @@ class Engine:
         self._arrivals: ConcurrencyArrivals | None = None
         self.peak_used_blocks = 0
         policy.bind(EngineView(self))
+        self.kv.eviction_order = policy.eviction_order()
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:

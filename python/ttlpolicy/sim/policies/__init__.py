@@ -22,6 +22,7 @@ NAMES = (
     "continuum",
     "ttlpolicy",
     "ttlpolicy-offload",
+    "ttlpolicy[-offload]:<off>+... (off: admission, evict, pins; or classic)",
 )
 SIMPLE = {
     "vllm": VLLM,
@@ -37,14 +38,11 @@ def make_policy(name: str) -> Policy:
     name = name.strip()
     if name in SIMPLE:
         return SIMPLE[name]()
-    if name == "ttlpolicy":
-        from .ttlpolicy_plugin import TTLPolicyPlugin
+    base, _, variant = name.partition(":")
+    if base in ("ttlpolicy", "ttlpolicy-offload"):
+        from .ttlpolicy_plugin import make_ttlpolicy
 
-        return TTLPolicyPlugin()
-    if name == "ttlpolicy-offload":
-        from .ttlpolicy_plugin import TTLPolicyOffload
-
-        return TTLPolicyOffload()
+        return make_ttlpolicy(base, variant)
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:

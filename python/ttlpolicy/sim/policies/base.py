@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,11 @@ class Policy:
 
     def program_done(self, program_id: str, turns: int) -> None:
         pass
+
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        """The order in which free cached chains are evicted (programs, first to go first),
+        or None for the engine's LRU (vLLM's prefix cache)."""
+        return None
 
 
 @dataclass
