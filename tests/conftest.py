@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 #: reference modules searched, in order, for a public name
-REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")
+REFERENCE_MODULES = (
+    "solver",
+    "history",
+    "estimators",
+    "policy",
+    "scheduler",
+    "prefix_tree",
+    "admission",
+)
 
 
 class Backend:

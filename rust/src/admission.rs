@@ -6,7 +6,7 @@
 //! `&TTLPolicy`, so the Python bindings keep using the very policy object the user holds.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use crate::error::{Error, Result};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
@@ -53,7 +53,8 @@ pub struct AdmissionControl {
     total_blocks: i64,
     programs: HashMap<String, Program>,
     pending: BinaryHeap<Reverse<Pending>>,
-    admitted: usize,
+    /// Ids of the admitted programs (the working set is summed over them only).
+    admitted: HashSet<String>,
     now: f64,
 }
 
@@ -63,7 +64,7 @@ impl AdmissionControl {
             total_blocks: int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?,
             programs: HashMap::new(),
             pending: BinaryHeap::new(),
-            admitted: 0,
+            admitted: HashSet::new(),
             now: f64::NEG_INFINITY,
         })
     }
@@ -177,7 +178,7 @@ impl AdmissionControl {
     fn end_known(&mut self, program_id: &str) {
         if let Some(prog) = self.programs.remove(program_id) {
             if prog.admitted {
-                self.admitted -= 1;
+                self.admitted.remove(program_id);
             }
         }
     }
@@ -222,10 +223,11 @@ impl AdmissionControl {
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
-        let sharers = self.admitted as f64;
-        self.programs
-            .values()
-            .filter(|p| p.admitted && Self::next_use(p, policy, t) <= p.rebuild_s * sharers)
+        let sharers = self.admitted.len() as f64;
+        self.admitted
+            .iter()
+            .map(|id| &self.programs[id.as_str()])
+            .filter(|p| Self::next_use(p, policy, t) <= p.rebuild_s * sharers)
             .map(|p| p.blocks)
             .sum()
     }
@@ -264,14 +266,14 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        if self.admitted > 0 && self.working_set(policy, t) + blocks > self.total_blocks {
+        if !self.admitted.is_empty() && self.working_set(policy, t) + blocks > self.total_blocks {
             return Ok(false);
         }
         self.programs
             .get_mut(program_id)
             .expect("checked above")
             .admitted = true;
-        self.admitted += 1;
+        self.admitted.insert(program_id.to_owned());
         Ok(true)
     }
 
@@ -318,7 +320,7 @@ impl AdmissionControl {
     }
 
     pub fn admitted_count(&self) -> usize {
-        self.admitted
+        self.admitted.len()
     }
 
     pub fn program_count(&self) -> usize {
@@ -327,7 +329,7 @@ impl AdmissionControl {
 
     /// Programs known and not yet admitted.
     pub fn waiting_count(&self) -> usize {
-        self.programs.len() - self.admitted
+        self.programs.len() - self.admitted.len()
     }
 }
 

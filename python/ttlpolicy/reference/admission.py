@@ -91,7 +91,7 @@ class AdmissionControl:
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
         self._programs: dict[str, _Program] = {}
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
-        self._admitted = 0
+        self._admitted: set[str] = set()  # the working set is summed over these only
         self._now = -math.inf
 
     # -- checks ---------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class AdmissionControl:
 
     def _end(self, pid: str, prog: _Program) -> None:
         if prog.admitted:
-            self._admitted -= 1
+            self._admitted.discard(pid)
         del self._programs[pid]  # its _pending entry, if any, is skipped lazily
 
     # -- the rules ------------------------------------------------------------------------
@@ -197,9 +197,10 @@ class AdmissionControl:
 
     def _working_set(self, t: float) -> int:
         total = 0
-        sharers = float(self._admitted)
-        for prog in self._programs.values():
-            if prog.admitted and self._next_use(prog, t) <= prog.rebuild_s * sharers:
+        sharers = float(len(self._admitted))
+        for pid in self._admitted:
+            prog = self._programs[pid]
+            if self._next_use(prog, t) <= prog.rebuild_s * sharers:
                 total += prog.blocks
         return total
 
@@ -221,7 +222,7 @@ class AdmissionControl:
         """May a request of the program be scheduled now?  True for an admitted program;
         for the oldest program not yet admitted, admits it (and says True) when the rule
         allows; False otherwise."""
-        _, prog = self._program(program_id)
+        pid, prog = self._program(program_id)
         t = self._check_now(now)
         self._now = t
         if prog.admitted:
@@ -229,10 +230,10 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if self._admitted > 0 and self._working_set(t) + prog.blocks > self.total_blocks:
+        if self._admitted and self._working_set(t) + prog.blocks > self.total_blocks:
             return False
         prog.admitted = True  # its _pending entry is skipped lazily
-        self._admitted += 1
+        self._admitted.add(pid)
         return True
 
     def eviction_order(self, program_ids: Any, now: Any) -> list[str]:
@@ -258,7 +259,7 @@ class AdmissionControl:
 
     @property
     def admitted_count(self) -> int:
-        return self._admitted
+        return len(self._admitted)
 
     @property
     def program_count(self) -> int:
@@ -267,4 +268,4 @@ class AdmissionControl:
     @property
     def waiting_count(self) -> int:
         """Programs known and not yet admitted."""
-        return len(self._programs) - self._admitted
+        return len(self._programs) - len(self._admitted)
