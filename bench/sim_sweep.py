@@ -1,7 +1,7 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
 "Simulator").  Deterministic: rerun to reproduce the tables.
 
-    PYTHONPATH=python python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
+    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
 
 Parsing the 471 sessions takes a minute or two; the parsed programs are cached under
 ~/.cache/ttlpolicy/ keyed by the trace path and options.
@@ -18,10 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
-from ttlpolicy.cli.compare import format_table
 from ttlpolicy.sim import programs_from_trace, roofline, simulate
+from ttlpolicy.sim.report import format_table
 
 POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
 SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))

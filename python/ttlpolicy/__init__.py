@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._backend import backend, native
 from .config import PolicyConfig
+from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
 from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history

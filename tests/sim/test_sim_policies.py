@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 import ttlpolicy as tp
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.autellix import Autellix
@@ -148,10 +148,12 @@ def test_infercept_picks_min_waste(tool_s: float, expected: str | None) -> None:
     pol = InferCept(prior_tool_s=tool_s)
     pol.bind(fake_view(running_blocks=1000))
     w = pol.wastes(fake_call("x"), 200)
-    release = pol.finished(fake_call("x"), 0.0, 200, last_turn=False)
+    verdict = pol.finished(fake_call("x"), 0.0, 200, last_turn=False)
     choice = min(w, key=w.get)
     assert pol.choices == {choice: 1}
-    assert release.mode == {"preserve": "pin", "swap": "swap", "discard": "free"}[choice]
+    assert (
+        verdict is {"preserve": Verdict.PIN, "swap": Verdict.SWAP, "discard": Verdict.FREE}[choice]
+    )
     if expected:
         assert choice == expected
     else:

@@ -1,12 +1,12 @@
-"""Simulated policies, one module each, behind one interface (``base.Policy``).
+"""Simulated policies, one module each, behind one interface (``sim.interface.Policy``).
 
 ``make_policy("fixed-ttl=5")`` builds one from its command-line name.
 """
 
 from __future__ import annotations
 
+from ..interface import Policy
 from .autellix import Autellix
-from .base import Policy
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept
@@ -22,7 +22,11 @@ NAMES = (
     "continuum",
     "ttlpolicy",
     "ttlpolicy-offload",
-    "ttlpolicy[-offload]:<off>+... (off: admission, evict, pins; or classic)",
+    # ablations (also on ttlpolicy-offload, and '+'-joined): the named mechanism switched off
+    "ttlpolicy:admission",
+    "ttlpolicy:evict",
+    "ttlpolicy:pins",
+    "ttlpolicy:classic",  # the model before load control
 )
 SIMPLE = {
     "vllm": VLLM,

@@ -6,18 +6,19 @@ translates engine events into their calls and their answers into engine actions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import ttlpolicy as tp
 
-from .base import FREE, PIN, Policy, Release
-
-if TYPE_CHECKING:
-    from ..engine import Call, EngineView
+from ..call import Call
+from ..interface import EngineView, Verdict
 
 
-class TTLPolicyPlugin(Policy):
+class TTLPolicyPlugin:
+    """Implements ``sim.interface.Policy`` on ``ttlpolicy.ProgramScheduler``."""
+
     name = "ttlpolicy"
+    uses_cpu_tier = False
 
     def __init__(
         self,
@@ -28,7 +29,6 @@ class TTLPolicyPlugin(Policy):
         evict_by_next_use: bool = True,
         classic: bool = False,
     ) -> None:
-        super().__init__()
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
         self.config = config
@@ -39,10 +39,10 @@ class TTLPolicyPlugin(Policy):
         }
         self.pin_budget_fraction = pin_budget_fraction
         self.sched = None
-        self._calls: dict[int, Call] = {}
+        self._calls: dict[str, Call] = {}
 
     def bind(self, view: EngineView) -> None:
-        super().bind(view)
+        self.view = view
         total = self._total_blocks(view)
         hw = view.hardware
         cfg = self.config or tp.PolicyConfig(
@@ -92,7 +92,10 @@ class TTLPolicyPlugin(Policy):
         return self.sched.waiting_count
 
     # -- events ---------------------------------------------------------------------------
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        pass  # the scheduler learns of admission through ``pop``
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
         del self._calls[rid]
         tokens = chain_blocks * self.view.config.block_tokens
@@ -109,7 +112,7 @@ class TTLPolicyPlugin(Policy):
             self.admission.finish(
                 call.program_id, now, chain_blocks, call.turn.tool, miss_s, last_turn
             )
-        return PIN if done.pinned else FREE
+        return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
         """What losing ``tokens`` of cached prefix costs on this engine: recomputing them."""
@@ -124,11 +127,16 @@ class TTLPolicyPlugin(Policy):
     def next_deadline(self) -> float | None:
         return self.sched.next_deadline_s
 
+    def program_done(self, program_id: str, turns: int) -> None:
+        pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
+
     @property
     def config_admission(self) -> bool:
         return self.ttl_policy.config.admission
 
-    def eviction_order(self):
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        """An optional hook of the engine: the order in which free cached chains are evicted
+        (programs, first to go first), or None for LRU."""
         if self.admission is None or not self.ttl_policy.config.evict_by_next_use:
             return None
         ac, view = self.admission, self.view
@@ -158,7 +166,9 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     off = {v.strip() for v in variant.split("+") if v.strip()}
     if off == {"classic"}:
-        return cls(classic=True)
+        plugin = cls(classic=True)
+        plugin.name = f"{base}:classic"
+        return plugin
     unknown = off - set(MECHANISMS)
     if unknown:
         raise ValueError(
