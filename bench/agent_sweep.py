@@ -1,7 +1,7 @@
 """Load sweep on the agentic sessions cut to one task each (issue 10, bench/RESULTS.md,
 "Beyond the paper").  Programs arrive as a Poisson process; one table per load point.
 
-    PYTHONPATH=python python bench/agent_sweep.py --rates 0.003,0.005,0.01 \
+    python bench/agent_sweep.py --rates 0.003,0.005,0.01 \
         [--programs N] [--setups llama-3.1-8b@h100-80g] [--policies vllm,ttlpolicy] [--json F]
 
 ``--programs N`` keeps the first N programs of the seeded arrival order (a shorter run on a
@@ -12,20 +12,17 @@ cached under ~/.cache/ttlpolicy/ keyed by the trace path and options.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import pickle
 import random
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
-from ttlpolicy.cli.compare import format_table
-from ttlpolicy.sim import programs_from_trace, roofline, simulate
+import sim_sweep  # bench/, beside this script: the parsed-trace cache
+from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.hardware import MODELS
+from ttlpolicy.sim.report import format_table
 
 POLICIES = "vllm,continuum,ttlpolicy,vllm-offload,infercept,ttlpolicy-offload"
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0, "human_turns": "drop"}
@@ -38,14 +35,7 @@ def default_trace() -> str:
 
 
 def load(trace: str, seed: int, limit: int | None):
-    key = hashlib.sha256(f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode())
-    cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key.hexdigest()[:16]}.pkl"
-    if cache.exists():
-        programs = pickle.loads(cache.read_bytes())
-    else:
-        programs = programs_from_trace(trace, **OPTIONS)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_bytes(pickle.dumps(programs))
+    programs = sim_sweep.load(trace, OPTIONS)
     if limit is not None:
         # The same seeded order as the arrival process, cut after `limit` programs; the
         # arrival process shuffles again (with the same seed) — a subset, not a prefix of time.

@@ -26,14 +26,16 @@ SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
-def load(trace: str):
+def load(trace: str, options: dict | None = None):
+    """The programs of ``trace`` parsed with ``options`` (default ``OPTIONS``), cached."""
+    options = OPTIONS if options is None else options
     key = hashlib.sha256(
-        f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode()
+        f"{os.path.abspath(trace)}|{sorted(options.items())}".encode()
     ).hexdigest()[:16]
     cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key}.pkl"
     if cache.exists():
         return pickle.loads(cache.read_bytes())
-    programs = programs_from_trace(trace, **OPTIONS)
+    programs = programs_from_trace(trace, **options)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_bytes(pickle.dumps(programs))
     return programs
