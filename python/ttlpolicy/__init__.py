@@ -35,6 +35,8 @@ if native is not None:
     # prefix tree (Kareto group TTLs)
     PrefixTree = native.PrefixTree
     GroupStats = native.GroupStats
+    # program-level load control (admission, eviction order)
+    AdmissionControl = native.AdmissionControl
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -49,9 +51,7 @@ else:
     Ended = _ref_scheduler.Ended
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
-
-# Program-level admission and eviction order (issue 10): native when the core has it.
-AdmissionControl = getattr(native, "AdmissionControl", None) or _ref_admission.AdmissionControl
+    AdmissionControl = _ref_admission.AdmissionControl
 
 __all__ = [
     "AdmissionControl",
