@@ -22,20 +22,17 @@ import gc
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "adapters" / "vllm" / "tests"))
+from ttlpolicy.traces import read_agentic, sample_dir
 
 # The adapter tests' engine setup: importing it sets vLLM's environment (in-process engine
 # core, offline, temp cache) before vllm is imported, and builds the same tiny model.
-from conftest import BLOCK, build_tiny_model  # noqa: E402
-from ttlpolicy.traces import read_agentic, sample_dir  # noqa: E402
+from ttlpolicy_vllm.testing import BLOCK, build_tiny_model
 
 STOCK = "vllm.v1.core.sched.scheduler.Scheduler"
 TTL = "ttlpolicy_vllm.TTLScheduler"

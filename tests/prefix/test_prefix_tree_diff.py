@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trace_files import MOONCAKE, requires_traces
+from trace_files import MOONCAKE
 
 hashes = st.lists(st.integers(-2, 4), max_size=10)
 ttl = st.one_of(st.just(math.inf), st.floats(0.0, 15.0))
@@ -94,7 +94,6 @@ def test_backends_agree_on_random_operations(
 
 
 @pytest.mark.slow
-@requires_traces
 def test_backends_agree_on_the_mooncake_trace(backends):
     """The first 2,000 requests of the real conversation trace, with a node bound and a TTL."""
     from itertools import islice

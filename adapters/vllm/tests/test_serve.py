@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BLOCK
+from ttlpolicy_vllm.testing import BLOCK
 
 pytestmark = pytest.mark.slow
 
