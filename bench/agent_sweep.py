@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
 import sim_sweep  # bench/, beside this script: the parsed-trace cache
+from trace_paths import missing_message, traces_dir
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.report import format_table
 
 POLICIES = "vllm,continuum,ttlpolicy,vllm-offload,infercept,ttlpolicy-offload"
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0, "human_turns": "drop"}
-
-
-def default_trace() -> str:
-    root = Path(__file__).resolve().parents[1]
-    base = os.environ.get("TTLPOLICY_TRACES", str(root / ".." / "shared" / "traces"))
-    return str(Path(base) / "claude-code")
 
 
 def load(trace: str, seed: int, limit: int | None):
@@ -47,7 +41,7 @@ def load(trace: str, seed: int, limit: int | None):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", default=default_trace())
+    ap.add_argument("--trace", default=None, help="session folder (default: see sim_sweep)")
     ap.add_argument("--rates", default="0.003,0.004,0.005,0.01", help="programs per second")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--setups", default="llama-3.1-8b@h100-80g")
@@ -55,8 +49,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
+    if not trace.exists():
+        print(missing_message(trace), file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
-    programs = load(args.trace, args.seed, args.programs)
+    programs = load(str(trace), args.seed, args.programs)
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
         f"(loaded in {time.perf_counter() - t0:.0f} s)",
