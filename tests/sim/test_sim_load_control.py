@@ -96,3 +96,30 @@ def test_without_admission_the_scenario_thrashes() -> None:
     # the same scenario bites without admission (else the test above proves little)
     assert run("ttlpolicy:admission+pins").recomputed_tokens > 0
     assert run("vllm").recomputed_tokens > 0
+
+
+def test_both_backends_drive_the_simulation_alike(monkeypatch) -> None:
+    """End to end: the plug-in on the Rust classes and on the Python reference gives the same
+    run (admission, eviction order, pins and queue all agree on a workload under pressure)."""
+    import types
+
+    import ttlpolicy as tp
+    from ttlpolicy.reference import admission, policy, scheduler
+    from ttlpolicy.sim import simulate, swe_agent_programs
+    from ttlpolicy.sim.policies import ttlpolicy_plugin
+
+    if tp.backend != "rust":
+        pytest.skip("native module not built")
+    programs = swe_agent_programs(16, seed=4)
+    hw = hw_with(3000, base=roofline("llama-3.1-8b", "h100-80g"))
+    native = simulate(hw, "ttlpolicy", programs, rate_per_s=2.0, seed=1, config=CFG).summary()
+    reference = types.SimpleNamespace(
+        PolicyConfig=tp.PolicyConfig,
+        TTLPolicy=policy.TTLPolicy,
+        ProgramScheduler=scheduler.ProgramScheduler,
+        AdmissionControl=admission.AdmissionControl,
+    )
+    monkeypatch.setattr(ttlpolicy_plugin, "tp", reference)
+    python = simulate(hw, "ttlpolicy", programs, rate_per_s=2.0, seed=1, config=CFG).summary()
+    assert python == native
+    assert native["recomputed_tokens"] > 0 or native["preemptions"] > 0  # under pressure
