@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import sim_sweep  # bench/, beside this script: the parsed-trace cache
-from trace_paths import missing_message, traces_dir
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.report import format_table
@@ -28,15 +27,14 @@ POLICIES = "vllm,continuum,ttlpolicy,vllm-offload,infercept,ttlpolicy-offload"
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0, "human_turns": "drop"}
 
 
-def load(trace: str, seed: int, limit: int | None):
-    programs = sim_sweep.load(trace, OPTIONS)
-    if limit is not None:
-        # The same seeded order as the arrival process, cut after `limit` programs; the
-        # arrival process shuffles again (with the same seed) — a subset, not a prefix of time.
-        order = list(programs)
-        random.Random(seed).shuffle(order)
-        programs = order[:limit]
-    return programs
+def subset(programs: list, seed: int, limit: int | None) -> list:
+    """The first ``limit`` programs of the seeded arrival order (all when None); the arrival
+    process shuffles again with the same seed: a subset, not a prefix of time."""
+    if limit is None:
+        return programs
+    order = list(programs)
+    random.Random(seed).shuffle(order)
+    return order[:limit]
 
 
 def main() -> int:
@@ -49,17 +47,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
-    if not trace.exists():
-        print(missing_message(trace), file=sys.stderr)
+    programs = sim_sweep.load_sessions(args.trace, OPTIONS)
+    if programs is None:
         return 2
-    t0 = time.perf_counter()
-    programs = load(str(trace), args.seed, args.programs)
-    print(
-        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
-        f"(loaded in {time.perf_counter() - t0:.0f} s)",
-        file=sys.stderr,
-    )
+    programs = subset(programs, args.seed, args.programs)
     results = []
     for setup in args.setups.split(","):
         model, gpu = setup.split("@")

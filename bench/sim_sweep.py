@@ -45,6 +45,23 @@ def load(trace: str, options: dict | None = None):
     return programs
 
 
+def load_sessions(trace_arg: str | None, options: dict | None = None):
+    """The agentic sessions (``--trace``, else ``claude-code/`` under ``TTLPOLICY_TRACES``),
+    loaded with a line on stderr; None, after saying why, when the folder is missing."""
+    trace = Path(trace_arg) if trace_arg else traces_dir() / "claude-code"
+    if not trace.exists():
+        print(missing_message(trace), file=sys.stderr)
+        return None
+    t0 = time.perf_counter()
+    programs = load(str(trace), options)
+    print(
+        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
+        f"(loaded in {time.perf_counter() - t0:.0f} s)",
+        file=sys.stderr,
+    )
+    return programs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=None, help="session folder (default: see above)")
@@ -53,17 +70,9 @@ def main() -> int:
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
-    if not trace.exists():
-        print(missing_message(trace), file=sys.stderr)
+    programs = load_sessions(args.trace)
+    if programs is None:
         return 2
-    t0 = time.perf_counter()
-    programs = load(str(trace))
-    print(
-        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
-        f"(loaded in {time.perf_counter() - t0:.0f} s)",
-        file=sys.stderr,
-    )
     results = []
     for setup in args.setups.split(","):
         model, gpu = setup.split("@")
