@@ -238,6 +238,17 @@ impl AdmissionControl {
         Ok(self.working_set(policy, t))
     }
 
+    /// A waiting program's footprint once under way: its own (`blocks`), or the mean
+    /// footprint of the admitted programs when larger (at least one is admitted).
+    fn expected_blocks(&self, blocks: i64) -> i64 {
+        let total: i64 = self
+            .admitted
+            .iter()
+            .map(|id| self.programs[id.as_str()].blocks)
+            .sum();
+        blocks.max(total / self.admitted.len() as i64)
+    }
+
     /// The oldest program not yet admitted (dropping stale heap entries).
     fn head(&mut self) -> Option<f64> {
         while let Some(Reverse(Pending(arrival, pid))) = self.pending.peek() {
@@ -266,7 +277,9 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        if !self.admitted.is_empty() && self.working_set(policy, t) + blocks > self.total_blocks {
+        if !self.admitted.is_empty()
+            && self.working_set(policy, t) + self.expected_blocks(blocks) > self.total_blocks
+        {
             return Ok(false);
         }
         self.programs

@@ -17,16 +17,28 @@ def make(impl, total_blocks=100, **cfg):
 
 def test_programs_start_in_arrival_order_while_the_working_set_fits(impl):
     ac, _ = make(impl)
-    ac.arrive("a", 0.0, 60)
-    ac.arrive("b", 1.0, 30)
-    ac.arrive("c", 2.0, 30)
-    assert not ac.may_run("b", 2.0)  # a is older and not admitted yet
-    assert ac.may_run("a", 2.0)
-    assert ac.may_run("b", 2.0)  # 60 + 30 <= 100
-    assert not ac.may_run("c", 2.0)  # 60 + 30 + 30 > 100
-    assert (ac.admitted_count, ac.waiting_count, ac.program_count) == (2, 1, 3)
-    ac.finish("b", 3.0, 30, last_turn=True)  # b ends: its blocks leave the working set
-    assert ac.may_run("c", 3.0)
+    for pid, t in (("a", 0.0), ("b", 1.0), ("c", 2.0)):
+        ac.arrive(pid, t, 30)
+    ac.arrive("d", 3.0, 10)
+    assert not ac.may_run("b", 3.0)  # a is older and not admitted yet
+    assert ac.may_run("a", 3.0)
+    assert ac.may_run("b", 3.0)  # 30 + 30 <= 100
+    assert ac.may_run("c", 3.0)  # 60 + 30 <= 100
+    # d needs 10 blocks now, but is expected to grow to the admitted mean, 30: 90 + 30 > 100
+    assert not ac.may_run("d", 3.0)
+    assert (ac.admitted_count, ac.waiting_count, ac.program_count) == (3, 1, 4)
+    ac.finish("b", 4.0, 30, last_turn=True)  # b ends: its blocks leave the working set
+    assert ac.may_run("d", 4.0)  # 60 + 30 <= 100
+
+
+def test_a_new_program_is_expected_to_grow_as_the_admitted_did(impl):
+    ac, _ = make(impl)
+    ac.arrive("big", 0.0, 60)
+    ac.arrive("small", 1.0, 30)
+    assert ac.may_run("big", 1.0)
+    assert not ac.may_run("small", 1.0)  # 60 + max(30, 60) > 100, though 60 + 30 fits
+    ac.arrive("big", 2.0, 40)  # footprints only grow: big stays at 60
+    assert not ac.may_run("small", 2.0)
 
 
 def test_the_oldest_waiting_program_is_admitted_when_nobody_is(impl):

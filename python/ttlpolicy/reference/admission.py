@@ -32,8 +32,9 @@ Rules (the same in both backends):
   the reload time, the working set shrinks, and admission rarely holds anyone back.
 * **Admission** (load control): programs are admitted first-come-first-served by their
   first arrival.  The oldest program not yet admitted (any of them on a tie) is admitted
-  when no program is admitted, or when the working set plus its footprint fits
-  ``total_blocks``.  An admitted
+  when no program is admitted, or when the working set plus its expected footprint fits
+  ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
+  that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
   program stays admitted until it ends.  No other program may start before it.
 * **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
   the latest goes first (ties: the latest-arrived program first); unknown or ended
@@ -208,6 +209,15 @@ class AdmissionControl:
         """The working set at ``now`` (see the module doc)."""
         return self._working_set(self._check_now(now))
 
+    def _expected_blocks(self, prog: _Program) -> int:
+        """A waiting program's footprint once under way: its own, or the mean footprint of
+        the admitted programs when larger (contexts grow; it will grow as theirs did)."""
+        admitted = self._admitted
+        total = 0
+        for pid in admitted:
+            total += self._programs[pid].blocks
+        return max(prog.blocks, total // len(admitted))
+
     def _head(self) -> str | None:
         pending = self._pending
         while pending:
@@ -230,7 +240,10 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if self._admitted and self._working_set(t) + prog.blocks > self.total_blocks:
+        if (
+            self._admitted
+            and self._working_set(t) + self._expected_blocks(prog) > self.total_blocks
+        ):
             return False
         prog.admitted = True  # its _pending entry is skipped lazily
         self._admitted.add(pid)
