@@ -223,13 +223,21 @@ impl AdmissionControl {
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
+        self.load(policy, t).0
+    }
+
+    /// (working set, summed footprint) of the admitted programs, in one pass.
+    fn load(&self, policy: &TTLPolicy, t: f64) -> (i64, i64) {
         let sharers = self.admitted.len() as f64;
-        self.admitted
-            .iter()
-            .map(|id| &self.programs[id.as_str()])
-            .filter(|p| Self::next_use(p, policy, t) <= p.rebuild_s * sharers)
-            .map(|p| p.blocks)
-            .sum()
+        let (mut working, mut total) = (0i64, 0i64);
+        for id in &self.admitted {
+            let p = &self.programs[id.as_str()];
+            total += p.blocks;
+            if Self::next_use(p, policy, t) <= p.rebuild_s * sharers {
+                working += p.blocks;
+            }
+        }
+        (working, total)
     }
 
     /// The working set at `now` (see the module doc).
@@ -238,21 +246,11 @@ impl AdmissionControl {
         Ok(self.working_set(policy, t))
     }
 
-    /// A waiting program's footprint once under way: its own (`blocks`), or the mean
-    /// footprint of the admitted programs when larger (at least one is admitted).
-    fn expected_blocks(&self, blocks: i64) -> i64 {
-        let total: i64 = self
-            .admitted
-            .iter()
-            .map(|id| self.programs[id.as_str()].blocks)
-            .sum();
-        blocks.max(total / self.admitted.len() as i64)
-    }
-
     /// The oldest program not yet admitted (dropping stale heap entries).
     fn head(&mut self) -> Option<f64> {
         while let Some(Reverse(Pending(arrival, pid))) = self.pending.peek() {
-            if matches!(self.programs.get(pid), Some(p) if !p.admitted) {
+            // stale: admitted since, ended, or ended and back as a new program
+            if matches!(self.programs.get(pid), Some(p) if !p.admitted && p.arrival_s == *arrival) {
                 return Some(*arrival);
             }
             self.pending.pop();
@@ -277,10 +275,13 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        if !self.admitted.is_empty()
-            && self.working_set(policy, t) + self.expected_blocks(blocks) > self.total_blocks
-        {
-            return Ok(false);
+        if !self.admitted.is_empty() {
+            // Expected footprint: its own, or the admitted programs' mean when larger.
+            let (working, total) = self.load(policy, t);
+            let expected = blocks.max(total / self.admitted.len() as i64);
+            if working + expected > self.total_blocks {
+                return Ok(false);
+            }
         }
         self.programs
             .get_mut(program_id)

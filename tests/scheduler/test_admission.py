@@ -166,3 +166,15 @@ def test_policy_must_be_a_ttlpolicy(impl):
         impl.AdmissionControl(object(), 10)
     with pytest.raises(ValueError, match="total_blocks"):
         impl.AdmissionControl(impl.TTLPolicy(), 0)
+
+
+def test_a_program_that_ends_and_comes_back_is_a_new_arrival(impl):
+    # found by the differential test: a stale queue entry of the ended program must not
+    # stand for the new one
+    ac, _ = make(impl)
+    ac.arrive("A", 0.0, 10)
+    ac.end("A")
+    ac.arrive("B", 0.25, 10)
+    ac.arrive("A", 0.5, 10)
+    assert not ac.may_run("A", 0.5)  # B arrived first this time
+    assert ac.may_run("B", 0.5) and ac.may_run("A", 0.5)

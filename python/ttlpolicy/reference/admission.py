@@ -197,33 +197,30 @@ class AdmissionControl:
         return math.inf if prog is None else self._next_use(prog, t)
 
     def _working_set(self, t: float) -> int:
-        total = 0
+        return self._load(t)[0]
+
+    def _load(self, t: float) -> tuple[int, int]:
+        """(working set, summed footprint) of the admitted programs, in one pass."""
+        working = total = 0
         sharers = float(len(self._admitted))
         for pid in self._admitted:
             prog = self._programs[pid]
+            total += prog.blocks
             if self._next_use(prog, t) <= prog.rebuild_s * sharers:
-                total += prog.blocks
-        return total
+                working += prog.blocks
+        return working, total
 
     def working_set_blocks(self, now: Any) -> int:
         """The working set at ``now`` (see the module doc)."""
         return self._working_set(self._check_now(now))
 
-    def _expected_blocks(self, prog: _Program) -> int:
-        """A waiting program's footprint once under way: its own, or the mean footprint of
-        the admitted programs when larger (contexts grow; it will grow as theirs did)."""
-        admitted = self._admitted
-        total = 0
-        for pid in admitted:
-            total += self._programs[pid].blocks
-        return max(prog.blocks, total // len(admitted))
-
     def _head(self) -> str | None:
         pending = self._pending
         while pending:
-            _, pid = pending[0]
+            arrival, pid = pending[0]
             prog = self._programs.get(pid)
-            if prog is not None and not prog.admitted:
+            # stale: admitted since, ended, or ended and back as a new program
+            if prog is not None and not prog.admitted and prog.arrival_s == arrival:
                 return pid
             heapq.heappop(pending)
         return None
@@ -240,11 +237,11 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if (
-            self._admitted
-            and self._working_set(t) + self._expected_blocks(prog) > self.total_blocks
-        ):
-            return False
+        if self._admitted:
+            # Expected footprint: its own, or the admitted programs' mean when larger.
+            working, total = self._load(t)
+            if working + max(prog.blocks, total // len(self._admitted)) > self.total_blocks:
+                return False
         prog.admitted = True  # its _pending entry is skipped lazily
         self._admitted.add(pid)
         return True
