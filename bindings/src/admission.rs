@@ -5,12 +5,11 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
 use ttlpolicy_core::admission::AdmissionControl;
 
-use crate::convert::{call1, tool_now, Arg, Args};
+use crate::convert::{call1, tool_now, type_name, Arg, Args};
 use crate::policy::PyTTLPolicy;
-use crate::scheduler::{id_str, type_name, Flag};
+use crate::scheduler::{id_str, items, Flag};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmissionControl>()
@@ -125,13 +124,8 @@ impl PyAdmissionControl {
         program_ids: &Bound<'_, PyAny>,
         now: Arg<f64>,
     ) -> PyResult<Vec<String>> {
-        if program_ids.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(
-                "program_ids must be a sequence of str, got str",
-            ));
-        }
         let mut ids: Vec<&str> = Vec::new();
-        let items: Vec<Bound<'_, PyAny>> = program_ids.try_iter()?.collect::<PyResult<_>>()?;
+        let items = items("program_ids", "str", program_ids)?;
         for item in &items {
             ids.push(id_str("program_ids", item)?);
         }

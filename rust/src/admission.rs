@@ -8,7 +8,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PyStr, Result};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::check_id;
 use crate::validate::{finite, int_in, non_negative, tool_key};
@@ -59,6 +59,7 @@ pub struct AdmissionControl {
 }
 
 impl AdmissionControl {
+    /// A controller for an engine of `total_blocks` KV blocks (1 to `MAX_BLOCKS`).
     pub fn new(total_blocks: i64) -> Result<Self> {
         Ok(AdmissionControl {
             total_blocks: int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?,
@@ -69,6 +70,7 @@ impl AdmissionControl {
         })
     }
 
+    /// The engine's KV blocks.
     pub fn total_blocks(&self) -> i64 {
         self.total_blocks
     }
@@ -90,7 +92,7 @@ impl AdmissionControl {
         if self.programs.contains_key(program_id) {
             Ok(())
         } else {
-            Err(Error::unknown("program_id", format!("{program_id:?}")))
+            Err(Error::unknown("program_id", PyStr(program_id)))
         }
     }
 
@@ -103,9 +105,11 @@ impl AdmissionControl {
         let blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
         if !self.programs.contains_key(program_id) {
             if self.programs.len() >= MAX_PROGRAMS {
-                return Err(Error::InvalidState {
-                    reason: format!("programs tracked must stay <= {MAX_PROGRAMS}; end some first"),
-                });
+                return Err(Error::invalid(
+                    "program_id",
+                    format!("{} (a new program)", PyStr(program_id)),
+                    format!("one of at most {MAX_PROGRAMS} tracked programs; end some first"),
+                ));
             }
             self.programs.insert(
                 program_id.to_owned(),
@@ -148,7 +152,7 @@ impl AdmissionControl {
         if self.programs[program_id].live == 0 {
             return Err(Error::invalid(
                 "program_id",
-                format!("{program_id:?}"),
+                PyStr(program_id),
                 "a program with a live request",
             ));
         }
@@ -333,10 +337,12 @@ impl AdmissionControl {
         Ok(self.programs.get(program_id).is_some_and(|p| p.admitted))
     }
 
+    /// Programs admitted and not ended.
     pub fn admitted_count(&self) -> usize {
         self.admitted.len()
     }
 
+    /// Programs known (admitted or waiting).
     pub fn program_count(&self) -> usize {
         self.programs.len()
     }

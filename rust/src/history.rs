@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::solver::fraction_table;
 use crate::validate::{int_in, non_negative, tool_key};
 
+/// Largest `window`.
 pub const MAX_WINDOW: i64 = 1 << 20;
+/// Largest `max_tools`.
 pub const MAX_TOOLS: i64 = 1 << 20;
 
 /// The last `capacity` durations, in arrival order and sorted.
@@ -24,6 +26,7 @@ pub struct DurationWindow {
 }
 
 impl DurationWindow {
+    /// An empty window of `capacity` durations.
     pub fn new(capacity: usize) -> Self {
         DurationWindow {
             capacity,
@@ -47,10 +50,12 @@ impl DurationWindow {
         self.sorted.insert(at, x);
     }
 
+    /// Durations held.
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
+    /// Whether no duration is held.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
@@ -129,6 +134,12 @@ pub struct ToolHistory {
 }
 
 impl ToolHistory {
+    /// Default `window` (durations kept per tool and globally).
+    pub const DEFAULT_WINDOW: i64 = 1024;
+    /// Default `max_tools` (tools tracked; least recently observed dropped beyond).
+    pub const DEFAULT_MAX_TOOLS: i64 = 1024;
+
+    /// Windows of `window` durations for at most `max_tools` tools.
     pub fn new(window: i64, max_tools: i64) -> Result<Self> {
         let window = int_in("window", window, 1, MAX_WINDOW)? as usize;
         let max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)? as usize;
@@ -144,10 +155,12 @@ impl ToolHistory {
         })
     }
 
+    /// Durations kept per tool and globally.
     pub fn window(&self) -> usize {
         self.window
     }
 
+    /// Tools tracked at most.
     pub fn max_tools(&self) -> usize {
         self.max_tools
     }
@@ -246,10 +259,12 @@ impl ToolHistory {
         self.window_of(tool).map_or(0, DurationWindow::len)
     }
 
+    /// Durations in the global window.
     pub fn total_count(&self) -> usize {
         self.global.len()
     }
 
+    /// Tools tracked now.
     pub fn num_tools(&self) -> usize {
         self.index.len()
     }
@@ -280,6 +295,7 @@ impl ToolHistory {
         Ok(self.window_of(tool).and_then(|w| w.quantile(q)))
     }
 
+    /// Mean duration of `tool` (None: the global window); None when empty.
     pub fn mean(&self, tool: Option<&str>) -> Option<f64> {
         self.window_of(tool).and_then(DurationWindow::mean)
     }

@@ -16,9 +16,13 @@ use crate::error::{Error, Result};
 use crate::solver::solve_ttl;
 use crate::validate::{int_in, non_negative};
 
+/// Largest `max_nodes`.
 pub const MAX_NODES: i64 = 1 << 31;
+/// Largest `group_depth`.
 pub const MAX_GROUP_DEPTH: i64 = 64;
+/// Largest `window`.
 pub const MAX_WINDOW: i64 = 1 << 20;
+/// Largest `max_idle_groups`.
 pub const MAX_IDLE_GROUPS: i64 = 1 << 32;
 
 const NIL: u32 = u32::MAX;
@@ -39,6 +43,7 @@ pub struct GroupStats {
     pub reuse_s: Vec<f64>,
     /// `f64::INFINITY`: no TTL.
     pub ttl_s: f64,
+    /// Time of the group's last access (None: never accessed).
     pub last_access_s: Option<f64>,
 }
 
@@ -169,6 +174,18 @@ pub struct PrefixTree {
 }
 
 impl PrefixTree {
+    /// Default `max_nodes` (blocks held; least recently used evicted beyond).
+    pub const DEFAULT_MAX_NODES: i64 = 1 << 20;
+    /// Default `group_depth` (blocks of the head path that name a group).
+    pub const DEFAULT_GROUP_DEPTH: i64 = 2;
+    /// Default `window` (reuse intervals kept per group).
+    pub const DEFAULT_WINDOW: i64 = 256;
+    /// Default `max_idle_groups` (groups holding no block kept for their statistics).
+    pub const DEFAULT_MAX_IDLE_GROUPS: i64 = 1 << 16;
+    /// Default `default_ttl_s` (infinity: no TTL until one is set).
+    pub const DEFAULT_TTL_S: f64 = f64::INFINITY;
+
+    /// An empty tree; see the module doc for the arguments.
     pub fn new(
         max_nodes: i64,
         group_depth: i64,
@@ -214,24 +231,31 @@ impl PrefixTree {
         })
     }
 
+    /// Blocks held at most.
     pub fn max_nodes(&self) -> usize {
         self.max_nodes
     }
+    /// Head-path blocks that name a group.
     pub fn group_depth(&self) -> usize {
         self.group_depth
     }
+    /// Reuse intervals kept per group.
     pub fn window(&self) -> usize {
         self.window
     }
+    /// Idle groups kept at most.
     pub fn max_idle_groups(&self) -> usize {
         self.max_idle_groups
     }
+    /// TTL of a group with none set.
     pub fn default_ttl_s(&self) -> f64 {
         self.default_ttl_s
     }
+    /// Blocks removed by `expire` so far.
     pub fn expired_blocks(&self) -> u64 {
         self.expired_blocks
     }
+    /// Blocks evicted by the `max_nodes` cap so far.
     pub fn evicted_blocks(&self) -> u64 {
         self.evicted_blocks
     }
@@ -239,6 +263,7 @@ impl PrefixTree {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether no block is held.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -397,7 +422,10 @@ impl PrefixTree {
             return Err(Error::invalid_f64(
                 "now",
                 t,
-                format!("not before the last time seen, {:?}", self.now),
+                format!(
+                    "not before the last time seen, {}",
+                    crate::error::PyFloat(self.now)
+                ),
             ));
         }
         Ok(t)

@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core_helpers import assert_same, fixture_ok, outcome, plain
+from parity import assert_same, fixture_ok, outcome, plain
 from ttlpolicy import PolicyConfig
 
 NAN, INF = float("nan"), float("inf")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_helpers import fixture_ok
+from parity import fixture_ok
 
 
 def eta_by_pairs(turns: list[int]) -> float:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core_helpers import fixture_ok
+from parity import fixture_ok
 
 durations = st.floats(0.0, 1e4, allow_nan=False, allow_infinity=False)
 # Coarse values make ties between samples and between objective values common.

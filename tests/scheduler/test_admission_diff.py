@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REFERENCE, both_backends
-from scheduler_helpers import same
+from parity import close as same
 from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D", "E"]

@@ -20,7 +20,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from scheduler_helpers import plain
+from parity import plain
 from ttlpolicy import PolicyConfig
 
 TOTAL, BUDGET = 200, 60

@@ -20,7 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     modules = {}
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"ttlpolicy.cli.{module}")
-        p = sub.add_parser(name, help=mod.__doc__.strip().splitlines()[0], description=mod.__doc__)
+        p = sub.add_parser(
+            name, help=(mod.__doc__ or name).strip().splitlines()[0], description=mod.__doc__
+        )
         mod.add_arguments(p)
         modules[name] = mod
     args = parser.parse_args(argv)

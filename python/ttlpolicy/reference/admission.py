@@ -59,7 +59,7 @@ from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from .policy import MAX_BLOCKS
-from .scheduler import check_bool, check_id
+from .scheduler import check_bool, check_id, check_ids
 
 __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
 
@@ -85,7 +85,7 @@ class AdmissionControl:
     statistics (read, never copied)."""
 
     def __init__(self, policy: Any, total_blocks: Any) -> None:
-        history = getattr(policy, "history", None)
+        history = getattr(policy, "_history", None)
         if history is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
@@ -118,7 +118,10 @@ class AdmissionControl:
         prog = self._programs.get(pid)
         if prog is None:
             if len(self._programs) >= MAX_PROGRAMS:
-                raise ValueError(f"programs tracked must stay <= {MAX_PROGRAMS}; end some first")
+                raise ValueError(
+                    f"program_id must be one of at most {MAX_PROGRAMS} tracked programs; end "
+                    f"some first, got {pid!r} (a new program)"
+                )
             prog = self._programs[pid] = _Program(t, blocks)
             heapq.heappush(self._pending, (t, pid))
         prog.blocks = max(prog.blocks, blocks)
@@ -145,7 +148,7 @@ class AdmissionControl:
         blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
         rebuild = non_negative("rebuild_s", rebuild_s)
         if prog.live == 0:
-            raise ValueError(f"program_id {pid!r} must have a live request, got none")
+            raise ValueError(f"program_id must be a program with a live request, got {pid!r}")
         self._now = t
         if last:
             self._end(pid, prog)
@@ -173,7 +176,7 @@ class AdmissionControl:
         if prog.tool is None or prog.away_since_s is None:
             return math.inf
         elapsed = t - prog.away_since_s
-        history = self.policy.history
+        history = self.policy._history
         cfg = self.policy.config
         window = history._window(prog.tool)
         if window is None or len(window) < max(cfg.min_tool_samples, 1):
@@ -250,9 +253,7 @@ class AdmissionControl:
         """``program_ids`` (programs whose cached contexts may be evicted) sorted so that the
         first should go first: latest next use first, then latest-arrived program first;
         unknown programs first of all, in the order given."""
-        if isinstance(program_ids, (str, bytes)):
-            raise TypeError("program_ids must be a sequence of str, got str")
-        ids = [check_id("program_ids", p) for p in program_ids]
+        ids = check_ids("program_ids", program_ids)
         t = self._check_now(now)
         self._now = t
         unknown = [p for p in ids if p not in self._programs]
