@@ -25,6 +25,7 @@ from ttlpolicy.config import PolicyConfig
 __all__ = [
     "POLICY_CONFIG_FIELDS",
     "SOURCES",
+    "AdmissionControl",
     "CacheMissModel",
     "Ended",
     "EtaEstimator",
@@ -438,7 +439,7 @@ class PrefixTree:
 
 @final
 class AdmissionControl:
-    def __init__(self, policy: TTLPolicy, total_blocks: SupportsIndex) -> None: ...
+    def __new__(cls, policy: TTLPolicy, total_blocks: SupportsIndex) -> AdmissionControl: ...
     @property
     def policy(self) -> TTLPolicy: ...
     @property
@@ -450,8 +451,8 @@ class AdmissionControl:
         now: SupportsFloat,
         blocks_held: SupportsIndex,
         tool: str | None = None,
-        rebuild_s: SupportsFloat = 0.0,
-        last_turn: bool = False,
+        rebuild_s: SupportsFloat = ...,
+        last_turn: bool = ...,
     ) -> None: ...
     def end(self, program_id: str) -> None: ...
     def next_use_s(self, program_id: str, now: SupportsFloat) -> float: ...

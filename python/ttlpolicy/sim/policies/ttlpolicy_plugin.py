@@ -81,7 +81,12 @@ class TTLPolicyPlugin:
         if rid is None:
             return None
         call = self._calls[rid]
-        if self.config_admission and not self.admission.may_run(call.program_id, self.view.now):
+        ac = self.admission
+        if (
+            ac is not None
+            and self.config_admission
+            and not ac.may_run(call.program_id, self.view.now)
+        ):
             return None  # the head waits for admission (FCFS: nobody younger may pass)
         return call
 
