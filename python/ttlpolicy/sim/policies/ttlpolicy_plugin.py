@@ -19,6 +19,10 @@ class TTLPolicyPlugin:
 
     name = "ttlpolicy"
     uses_cpu_tier = False
+    # set by ``bind``, before the engine calls anything else
+    view: EngineView
+    ttl_policy: tp.TTLPolicy
+    sched: tp.ProgramScheduler
 
     def __init__(
         self,
@@ -38,7 +42,6 @@ class TTLPolicyPlugin:
             "evict_by_next_use": evict_by_next_use and not classic,
         }
         self.pin_budget_fraction = pin_budget_fraction
-        self.sched = None
         self._calls: dict[str, Call] = {}
 
     def bind(self, view: EngineView) -> None:
