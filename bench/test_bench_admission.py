@@ -10,6 +10,7 @@ round runs the operation ``OPS`` times; figures are per call.
 from __future__ import annotations
 
 import random
+from types import ModuleType
 
 import pytest
 
@@ -17,6 +18,7 @@ from ttlpolicy import PolicyConfig
 from ttlpolicy.reference import admission as ref_admission
 from ttlpolicy.reference import policy as ref_policy
 
+_native: ModuleType | None
 try:
     from ttlpolicy import _native
 except ImportError:

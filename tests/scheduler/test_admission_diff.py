@@ -111,7 +111,9 @@ def test_no_starvation_and_fcfs_admission(programs, backend):
     order = sorted(range(len(programs)), key=lambda i: (programs[i][0], names[i]))
     next_turn = [0] * len(programs)
     ready_at = [programs[i][0] for i in range(len(programs))]
-    known, done, admitted_order = set(), set(), []
+    known: set[int] = set()
+    done: set[int] = set()
+    admitted_order: list[int] = []
     now = 0.0
     # A bound on the time this can take when nothing starves: every gap and turn serially.
     horizon = 60.0 + sum(len(t) * 31.0 for _, t in programs)

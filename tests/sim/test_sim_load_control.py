@@ -10,6 +10,7 @@ from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.kv_cache import KVCache
 from ttlpolicy.sim.policies import make_policy
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 
 CFG = EngineConfig(block_tokens=64, token_budget=8192, max_seqs=64)
 #: 1 % of peak: a 200-block context takes ~20 s to rebuild, far more than a 2 s tool gap
@@ -45,6 +46,7 @@ def test_kv_cache_evicts_in_the_policys_order() -> None:
 )
 def test_variant_names_switch_mechanisms_off(name, admission, evict, pin_fraction) -> None:
     pol = make_policy(name)
+    assert isinstance(pol, TTLPolicyPlugin)
     Engine(hw_with(100), pol, CFG)  # binds the policy
     cfg = pol.ttl_policy.config
     assert (cfg.admission, cfg.evict_by_next_use) == (admission, evict)
