@@ -22,6 +22,9 @@ NAMES = (
     "continuum",
     "ttlpolicy",
     "ttlpolicy-offload",
+    "cachettl",
+    "static-ttl",
+    "program-fcfs",
     # ablations (also on ttlpolicy-offload, and '+'-joined): the named mechanism switched off
     "ttlpolicy:admission",
     "ttlpolicy:evict",
@@ -47,6 +50,10 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import make_ttlpolicy
 
         return make_ttlpolicy(base, variant)
+    if name in ("cachettl", "static-ttl", "program-fcfs"):
+        from .cachettl import CacheTTL, ProgramFCFS, StaticTTL
+
+        return {"cachettl": CacheTTL, "static-ttl": StaticTTL, "program-fcfs": ProgramFCFS}[name]()
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:
