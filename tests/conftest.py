@@ -24,7 +24,15 @@ settings.register_profile("ci-long", _SHARED, max_examples=250)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 #: reference modules searched, in order, for a public name
-REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")
+REFERENCE_MODULES = (
+    "solver",
+    "history",
+    "estimators",
+    "policy",
+    "scheduler",
+    "prefix_tree",
+    "admission",
+)
 
 
 class Backend:
