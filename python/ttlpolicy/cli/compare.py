@@ -31,8 +31,13 @@ from ttlpolicy.sim import (
 )
 from ttlpolicy.traces import detect_format, read_trace, sample_dir
 
+from ._args import finite_float, float_in, int_in, writable_file
+
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
+MAX_CONCURRENCY = 1_000_000
+MAX_RATE_PER_S = 1e6
+MAX_CONTEXT_TOKENS = 10_000_000
 COLUMNS = (
     ("jct_mean_s", "JCT mean s", "{:.1f}"),
     ("jct_p50_s", "p50 s", "{:.1f}"),
@@ -49,46 +54,93 @@ COLUMNS = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--trace", default=None, help="session file or folder (default: the shipped sample)"
+        "--trace",
+        default=None,
+        help="session file or folder, or a Mooncake .jsonl / Azure .csv trace "
+        "(default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
         "--policies",
         default=DEFAULT_POLICIES,
         help=f"comma-separated, from: {', '.join(POLICY_NAMES)}",
     )
-    parser.add_argument("--model", default="llama-3.1-8b", choices=sorted(MODELS))
-    parser.add_argument("--gpu", default="h100-80g", choices=sorted(GPUS))
+    parser.add_argument(
+        "--model", default="llama-3.1-8b", choices=sorted(MODELS), help="simulated model"
+    )
+    parser.add_argument("--gpu", default="h100-80g", choices=sorted(GPUS), help="simulated GPU")
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
-        "--rate", type=float, default=None, help="program arrivals per second (Poisson)"
+        "--rate",
+        type=float_in(0.0, MAX_RATE_PER_S, low_open=True),
+        default=None,
+        help="program arrivals per second (Poisson); open-loop traces: arrival-rate scale",
     )
     load.add_argument(
-        "--concurrency", type=int, default=None, help="programs in flight (default 8)"
+        "--concurrency",
+        type=int_in(1, MAX_CONCURRENCY),
+        default=None,
+        help="programs in flight (closed loop); default 8",
     )
     parser.add_argument(
         "--sweep",
         action="store_true",
-        help="sweep the load: × " + ", ".join(f"{f:g}" for f in SWEEP_FACTORS),
+        help="sweep the load: × "
+        + ", ".join(f"{f:g}" for f in SWEEP_FACTORS)
+        + " (concurrency capped at the trace's number of programs)",
     )
     parser.add_argument(
-        "--max-context", type=int, default=120_000, help="token cap on a call (model limit)"
-    )
-    parser.add_argument("--context-mode", choices=("truncate", "skip"), default="truncate")
-    parser.add_argument(
-        "--think-cap", type=float, default=300.0, help="cap on think/tool gaps, s (<0: none)"
-    )
-    parser.add_argument("--think-scale", type=float, default=1.0)
-    parser.add_argument("--human-turns", choices=("keep", "drop"), default="keep")
-    parser.add_argument(
-        "--cpu-tier-gb", type=float, default=256.0, help="CPU tier for offloading policies"
+        "--max-context",
+        type=int_in(1, MAX_CONTEXT_TOKENS),
+        default=120_000,
+        help="token cap on a call (model limit)",
     )
     parser.add_argument(
-        "--efficiency", type=float, default=0.6, help="fraction of peak FLOP/s and bandwidth"
+        "--context-mode",
+        choices=("truncate", "skip"),
+        default="truncate",
+        help="a call over --max-context: cut its context, or drop the session",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument(
-        "--plot", default=None, help="write a completion-time-vs-load plot here (matplotlib)"
+        "--think-cap",
+        type=finite_float,
+        default=300.0,
+        help="cap on think/tool gaps, s (negative: no cap)",
+    )
+    parser.add_argument(
+        "--think-scale",
+        type=float_in(0.0, 1e6),
+        default=1.0,
+        help="multiply every think/tool gap by this",
+    )
+    parser.add_argument(
+        "--human-turns",
+        choices=("keep", "drop"),
+        default="keep",
+        help="keep or drop the gaps before human (non-tool) turns",
+    )
+    parser.add_argument(
+        "--cpu-tier-gb",
+        type=float_in(0.0, 1e6),
+        default=256.0,
+        help="CPU (DRAM) tier of the offloading policies, GB (0: none)",
+    )
+    parser.add_argument(
+        "--efficiency",
+        type=float_in(0.0, 1.0, low_open=True),
+        default=0.6,
+        help="fraction of peak FLOP/s and bandwidth reached",
+    )
+    parser.add_argument(
+        "--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the arrival process"
+    )
+    parser.add_argument(
+        "--json", type=writable_file, default=None, help="write all results here (JSON)"
+    )
+    parser.add_argument(
+        "--plot",
+        type=writable_file,
+        default=None,
+        help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",
     )
 
 
@@ -132,7 +184,7 @@ def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], path: str, load_name: str) -> None:
+def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
     try:
         import matplotlib
 
@@ -140,14 +192,26 @@ def plot(results: list[dict], path: str, load_name: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
     policies = list(dict.fromkeys(r["policy"] for r in results))
-    for pol in policies:
+    markers, styles = "osD^vP*Xh<>", ("-", "--", "-.", ":")
+    for i, pol in enumerate(policies):
         pts = sorted((r["load"], r["summary"]["jct_mean_s"]) for r in results if r["policy"] == pol)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
+        # Policies often tie: a marker, a line style and a size each, so that curves drawn
+        # on top of each other stay visible.
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=markers[i % len(markers)],
+            linestyle=styles[i % len(styles)],
+            markersize=9 - 0.8 * (i % 5),
+            markerfacecolor="none",
+            label=pol,
+        )
+    ax.set_title(title)
     ax.set_xlabel(load_name)
     ax.set_ylabel("mean program completion time (s)")
-    ax.legend()
+    ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -163,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
     trace = args.trace or str(sample_dir())
-    think_cap = args.think_cap if args.think_cap >= 0 else None
+    think_cap = args.think_cap if args.think_cap >= 0 else None  # negative: no cap
     if not Path(trace).is_dir() and detect_format(trace) != "agentic":
         return run_open_loop(args, trace, policies)
     programs = programs_from_trace(
@@ -186,9 +250,13 @@ def run(args: argparse.Namespace) -> int:
             "concurrency (programs)",
             args.concurrency if args.concurrency is not None else 8,
         )
-    loads = [base * f for f in SWEEP_FACTORS] if args.sweep else [base]
+    asked = [base * f for f in SWEEP_FACTORS] if args.sweep else [base]
+    loads = asked
     if args.rate is None:
-        loads = sorted({max(1, round(x)) for x in loads})
+        # More programs in flight than the trace has would only repeat the last point.
+        loads = sorted({min(max(1, round(x)), len(programs)) for x in asked})
+        if max(asked) > len(programs):
+            print(f"(concurrency capped at the trace's {len(programs)} programs)", file=sys.stderr)
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
         f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
@@ -222,7 +290,10 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
-        plot(results, args.plot, load_name)
+        title = (
+            f"{len(programs)} programs from {Path(trace).name}: {hw.model.name} on {hw.gpu.name}"
+        )
+        plot(results, args.plot, load_name, title)
     return 0
 
 
