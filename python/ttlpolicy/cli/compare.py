@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ttlpolicy.sim import (
     GPUS,
@@ -184,7 +185,7 @@ def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -192,7 +193,12 @@ def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    return plt
+
+
+def figure(results: list[dict], load_name: str, title: str) -> Any:
+    """Mean completion time against load, one curve per policy (a matplotlib Figure)."""
+    fig, ax = _pyplot().subplots(figsize=(7, 4.5))
     policies = list(dict.fromkeys(r["policy"] for r in results))
     markers, styles = "osD^vP*Xh<>", ("-", "--", "-.", ":")
     for i, pol in enumerate(policies):
@@ -208,14 +214,24 @@ def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
             markerfacecolor="none",
             label=pol,
         )
-    ax.set_title(title)
+    loads = sorted({r["load"] for r in results})
+    if len(loads) > 1 and loads[0] > 0:
+        ax.set_xscale("log", base=2)  # sweep points are load × 0.5, 1, 2, 4: evenly spaced
+        ax.set_xticks(loads, [f"{x:g}" for x in loads])
+        ax.minorticks_off()
+    ax.set_title(title, fontsize="medium")
     ax.set_xlabel(load_name)
     ax.set_ylabel("mean program completion time (s)")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
+    fig = figure(results, load_name, title)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -226,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
+    if args.plot:
+        _pyplot()  # and on a missing matplotlib
     trace = args.trace or str(sample_dir())
     think_cap = args.think_cap if args.think_cap >= 0 else None  # negative: no cap
     if not Path(trace).is_dir() and detect_format(trace) != "agentic":
@@ -290,8 +308,10 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
+        source = "the shipped sample sessions" if args.trace is None else Path(trace).name
         title = (
-            f"{len(programs)} programs from {Path(trace).name}: {hw.model.name} on {hw.gpu.name}"
+            f"{len(programs)} programs from {source}, {hw.model.name} on {hw.gpu.name}\n"
+            "(curves drawn on top of each other: policies that tie)"
         )
         plot(results, args.plot, load_name, title)
     return 0
