@@ -1,10 +1,5 @@
 """ttlpolicy: how long should an LLM engine keep an agent program's KV cache?
 
-commands:
-  compare   simulate KV-cache policies side by side on agentic sessions (the demo)
-  fit       fit pin TTLs from the tool gaps of agentic sessions
-  groups    per-group TTLs of a DRAM/SSD tier by return on investment
-
 Without --trace, compare and fit use the 16 sample sessions shipped with the package.
 `ttlpolicy COMMAND --help` says more.
 
@@ -25,9 +20,9 @@ from ._args import HelpFormatter
 
 #: sub-command name → module under ttlpolicy.cli exposing add_arguments(parser) and run(args)
 COMMANDS = {
+    "compare": "compare",  # the demo's command first
     "fit": "fit",
     "groups": "groups",
-    "compare": "compare",
 }
 
 
@@ -38,14 +33,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
         prog="ttlpolicy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"ttlpolicy {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     modules = {}
     for name, module in COMMANDS.items():
         mod = importlib.import_module(f"ttlpolicy.cli.{module}")
         p = sub.add_parser(
             name,
             help=mod.__doc__.strip().splitlines()[0],
-            description=mod.__doc__,
+            description=mod.__doc__.replace("``", "`"),  # docstrings are reST
             formatter_class=HelpFormatter,
         )
         mod.add_arguments(p)

@@ -56,6 +56,7 @@ COLUMNS = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace",
+        metavar="PATH",
         default=None,
         help="session file or folder, or a Mooncake .jsonl / Azure .csv trace "
         "(default: the 16 shipped sample sessions)",
@@ -72,15 +73,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
         "--rate",
+        metavar="PER_S",
         type=float_in(0.0, MAX_RATE_PER_S, low_open=True),
         default=None,
         help="program arrivals per second (Poisson); open-loop traces: arrival-rate scale",
     )
     load.add_argument(
         "--concurrency",
+        metavar="N",
         type=int_in(1, MAX_CONCURRENCY),
         default=None,
-        help="programs in flight (closed loop); default 8",
+        help="programs in flight (closed loop; default 8)",
     )
     parser.add_argument(
         "--sweep",
@@ -91,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-context",
+        metavar="TOKENS",
         type=int_in(1, MAX_CONTEXT_TOKENS),
         default=120_000,
         help="token cap on a call (model limit)",
@@ -103,12 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--think-cap",
+        metavar="S",
         type=finite_float,
         default=300.0,
         help="cap on think/tool gaps, s (negative: no cap)",
     )
     parser.add_argument(
         "--think-scale",
+        metavar="X",
         type=float_in(0.0, 1e6),
         default=1.0,
         help="multiply every think/tool gap by this",
@@ -121,24 +127,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cpu-tier-gb",
+        metavar="GB",
         type=float_in(0.0, 1e6),
         default=256.0,
         help="CPU (DRAM) tier of the offloading policies, GB (0: none)",
     )
     parser.add_argument(
         "--efficiency",
+        metavar="FRACTION",
         type=float_in(0.0, 1.0, low_open=True),
         default=0.6,
         help="fraction of peak FLOP/s and bandwidth reached",
     )
     parser.add_argument(
-        "--seed", type=int_in(0, 2**32 - 1), default=0, help="seed of the arrival process"
+        "--seed",
+        metavar="N",
+        type=int_in(0, 2**32 - 1),
+        default=0,
+        help="seed of the arrival process",
     )
     parser.add_argument(
-        "--json", type=writable_file, default=None, help="write all results here (JSON)"
+        "--json",
+        metavar="PATH",
+        type=writable_file,
+        default=None,
+        help="write all results here (JSON)",
     )
     parser.add_argument(
         "--plot",
+        metavar="PATH",
         type=writable_file,
         default=None,
         help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",

@@ -21,12 +21,14 @@ MAX_PREFIX_TOKENS = 1 << 40  # what the cache-miss model accepts
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace",
+        metavar="PATH",
         default=None,
         help="agentic session file or folder with stop reasons "
         "(default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
         "--prefix-tokens",
+        metavar="TOKENS",
         type=int_in(0, MAX_PREFIX_TOKENS),
         default=50_000,
         help="context of the request to price, tokens",

@@ -91,6 +91,7 @@ class Outcome:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace",
+        metavar="PATH",
         required=True,
         help="trace with block hashes: agentic session file (.json[.gz]) or folder of them, "
         "or a Mooncake trace (.jsonl[.gz])",
@@ -103,49 +104,61 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--capacity-blocks",
+        metavar="BLOCKS",
         type=int_in(1, MAX_BLOCKS),
         help="tier capacity in blocks (default: 1/4 of the distinct blocks)",
     )
     parser.add_argument(
         "--group-depth",
+        metavar="BLOCKS",
         type=int_in(1, MAX_GROUP_DEPTH),
         default=2,
         help="blocks of prefix that name a group in the prefix tree",
     )
     parser.add_argument(
         "--max-ttl-s",
+        metavar="S",
         type=float_in(0.0, MAX_TTL_S, low_open=True),
         default=3600.0,
         help="longest TTL considered, s",
     )
     parser.add_argument(
         "--bytes-per-token",
+        metavar="BYTES",
         type=float_in(0.0, 1e9, low_open=True),
         default=131072.0,
         help="KV bytes per token (default: Llama-3.1-8B, bf16)",
     )
     parser.add_argument(
         "--prefill-tokens-per-s",
+        metavar="PER_S",
         type=float_in(0.0, 1e12, low_open=True),
         default=20000.0,
         help="prefill rate of the GPU, tokens/s",
     )
     parser.add_argument(
         "--gpu-usd-per-hour",
+        metavar="USD",
         type=float_in(0.0, 1e6, low_open=True),
         default=4.0,
         help="GPU price, $ per GPU-hour",
     )
     parser.add_argument(
-        "--top", type=int_in(0, MAX_BLOCKS), default=10, help="largest groups shown (0: none)"
+        "--top",
+        metavar="N",
+        type=int_in(0, MAX_BLOCKS),
+        default=10,
+        help="largest groups shown (0: none)",
     )
     parser.add_argument(
         "--max-requests",
+        metavar="N",
         type=int_in(1, MAX_BLOCKS),
         help="replay only the first N requests (by arrival)",
     )
     parser.add_argument(
         "--max-sessions",
+        metavar="N",
         type=int_in(1, MAX_BLOCKS),
         help="read only the first N session files of a directory",
     )
