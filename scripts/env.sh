@@ -15,5 +15,5 @@ cached_venv "$VENV" install_dev
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
 echo "==> building ttlpolicy (Rust core + Python package) into $VENV" \
-  "(first build: 1-3 min compiling the Rust core; then seconds)" >&2
+  "(first build: 2-5 min compiling the Rust core; then seconds)" >&2
 (cd "$ROOT" && maturin develop --release --quiet >/dev/null)

@@ -222,3 +222,10 @@ def test_python_dash_m_ttlpolicy_runs_the_command():
     )
     assert proc.returncode == 0, proc.stderr
     assert "compare" in proc.stdout and "usage: ttlpolicy" in proc.stdout
+
+
+@pytest.mark.parametrize("flags", [["--concurrency", "4"], ["--sweep"], ["--plot", "x.png"]])
+def test_open_loop_trace_refuses_flags_it_would_ignore(tmp_path, capsys, no_simulation, flags):
+    path = _write_mooncake(tmp_path / "m.jsonl")
+    err = _refused(capsys, ["compare", "--trace", str(path), *flags])
+    assert f"{flags[0]} applies to agentic sessions" in err

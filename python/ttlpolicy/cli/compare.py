@@ -264,6 +264,18 @@ def run(args: argparse.Namespace) -> int:
     trace = args.trace or str(sample_dir())
     think_cap = args.think_cap if args.think_cap >= 0 else None  # negative: no cap
     if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+        # Open loop: these flags would be silently ignored, so refuse them.
+        ignored = {
+            "--concurrency": args.concurrency is not None,
+            "--sweep": args.sweep,
+            "--plot": args.plot is not None,
+        }
+        for flag, given in ignored.items():
+            if given:
+                raise ValueError(
+                    f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
+                    "replayed open loop at its recorded times (--rate scales them)"
+                )
         return run_open_loop(args, trace, policies)
     programs = programs_from_trace(
         trace,
