@@ -15,6 +15,7 @@ import pytest
 import ttlpolicy
 from ttlpolicy.cli import compare as compare_cli
 from ttlpolicy.cli import main
+from ttlpolicy.traces import sample_dir
 
 
 @pytest.fixture
@@ -149,9 +150,7 @@ def test_groups_refuses_zero_token_blocks(tmp_path, capsys):
 
 
 def test_groups_top_zero_shows_no_group_and_top_n_shows_n(capsys):
-    from ttlpolicy.traces import sample_dir
-
-    argv = ["groups", "--trace", str(sample_dir()), "--no-progress", "--max-sessions", "2"]
+    argv = ["groups", "--no-progress", "--max-sessions", "2"]  # default trace: the sample
     assert main([*argv, "--max-requests", "30", "--top", "0"]) == 0
     out0 = capsys.readouterr().out
     assert main([*argv, "--max-requests", "30", "--top", "2"]) == 0
@@ -162,6 +161,7 @@ def test_groups_top_zero_shows_no_group_and_top_n_shows_n(capsys):
         return table.splitlines()[1:]
 
     assert rows(out0) == [] and len(rows(out2)) == 2
+    assert f"trace: {sample_dir()}" in out2
     # groups are named by session and the block ids the session file recorded, not by the
     # 64-bit ids made unique across files
     for row in rows(out2):

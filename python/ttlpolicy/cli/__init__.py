@@ -1,12 +1,12 @@
 """ttlpolicy: how long should an LLM engine keep an agent program's KV cache?
 
-Without --trace, compare and fit use the 16 sample sessions shipped with the package.
+Without --trace, every command uses the 16 sample sessions shipped with the package.
 `ttlpolicy COMMAND --help` says more.
 
 examples:
   ttlpolicy compare --concurrency 4 --sweep --plot sweep.png
   ttlpolicy fit
-  ttlpolicy groups --trace path/to/sessions --top 5
+  ttlpolicy groups --top 5 --trace path/to/sessions
 """
 
 from __future__ import annotations

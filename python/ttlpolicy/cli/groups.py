@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from ..traces import HashScopes, read_trace
+from ..traces import HashScopes, read_trace, sample_dir
 from ._args import float_in, int_in
 
 DEFAULT_TIERS = {"dram": 0.0036, "ssd": 0.00011}
@@ -92,9 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace",
         metavar="PATH",
-        required=True,
+        default=None,
         help="trace with block hashes: agentic session file (.json[.gz]) or folder of them, "
-        "or a Mooncake trace (.jsonl[.gz])",
+        "or a Mooncake trace (.jsonl[.gz]) (default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
         "--tier",
@@ -299,7 +299,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     tiers = parse_tiers(args.tier)  # numbers were checked by their argparse types
 
-    requests, block_tokens, scopes = load_requests(args.trace, args.max_requests, args.max_sessions)
+    trace = args.trace or str(sample_dir())
+    requests, block_tokens, scopes = load_requests(trace, args.max_requests, args.max_sessions)
     block_gib = args.bytes_per_token * block_tokens / GIB
     benefit = block_tokens / args.prefill_tokens_per_s * args.gpu_usd_per_hour / 3600.0
     grid = sorted({t for t in GLOBAL_TTL_GRID_S if t <= args.max_ttl_s} | {args.max_ttl_s})
@@ -351,7 +352,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     # ---- report --------------------------------------------------------------------------
     p = lambda *a: print(*a, file=out)  # noqa: E731
     span_s = requests[-1].arrival_s - requests[0].arrival_s
-    p(f"trace: {args.trace}")
+    p(f"trace: {trace}")
     p(
         f"requests {len(requests)}, blocks requested {lru.blocks}, distinct blocks {distinct}, "
         f"block = {block_tokens} tokens = {block_gib * 1024:.1f} MiB, span {span_s / 3600:.2f} h"
