@@ -1,7 +1,10 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
 "Simulator").  Deterministic: rerun to reproduce the tables.
 
-    PYTHONPATH=python python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
+    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
+
+``--trace`` defaults to ``claude-code/`` under ``TTLPOLICY_TRACES`` (default ``../shared/traces``
+beside the repository).
 
 Parsing the 471 sessions takes a minute or two; the parsed programs are cached under
 ~/.cache/ttlpolicy/ keyed by the trace path and options.
@@ -18,10 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
-from ttlpolicy.cli.compare import format_table
+from trace_paths import missing_message, traces_dir
 from ttlpolicy.sim import programs_from_trace, roofline, simulate
+from ttlpolicy.sim.report import format_table
 
 POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
 SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
@@ -43,14 +45,18 @@ def load(trace: str):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trace", default="/work/shared/traces/claude-code")
+    ap.add_argument("--trace", default=None, help="session folder (default: see above)")
     ap.add_argument("--loads", default="2,4,8", help="programs in flight")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
+    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
+    if not trace.exists():
+        print(missing_message(trace), file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
-    programs = load(args.trace)
+    programs = load(str(trace))
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
         f"(loaded in {time.perf_counter() - t0:.0f} s)",

@@ -1,16 +1,41 @@
-"""Where the tests find the full public traces: ``TTLPOLICY_TRACES``, default ``../shared/traces``
-beside the repository.  Tests that need them skip elsewhere."""
+"""Where the tests find real traces.
+
+The full public traces are found through ``TTLPOLICY_TRACES`` (default ``../shared/traces``
+beside the repository).  Without them the tests use the small excerpts shipped in
+``tests/data/`` (licences and sources in ``tests/data/NOTICE``), so every test runs on a bare
+clone; a ``TTLPOLICY_TRACES`` that is set but lacks the files is an error, not a fallback.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("TTLPOLICY_TRACES", ROOT.parent / "shared" / "traces"))
-MOONCAKE = TRACES / "mooncake" / "conversation_trace.jsonl.gz"
-AZURE_CONV = TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv.gz"
-SESSIONS = TRACES / "claude-code"
-requires_traces = pytest.mark.skipif(not MOONCAKE.is_file(), reason="shared traces not present")
+DATA = Path(__file__).resolve().parent / "data"
+_SET = os.environ.get("TTLPOLICY_TRACES")
+TRACES = Path(_SET) if _SET else ROOT.parent / "shared" / "traces"
+
+_FULL = {
+    "mooncake": TRACES / "mooncake" / "conversation_trace.jsonl.gz",
+    "azure": TRACES / "azure" / "AzureLLMInferenceTrace_conv.csv.gz",
+    "sessions": TRACES / "claude-code",
+}
+FULL = all(p.exists() for p in _FULL.values())
+if _SET and not FULL:
+    missing = ", ".join(str(p) for p in _FULL.values() if not p.exists())
+    raise RuntimeError(f"TTLPOLICY_TRACES={_SET!r} lacks {missing} (unset it to use tests/data)")
+
+if FULL:
+    MOONCAKE = _FULL["mooncake"]
+    AZURE_CONV = _FULL["azure"]
+    SESSIONS = _FULL["sessions"]
+    MOONCAKE_REQUESTS = 12_031  # the traces' README
+else:
+    MOONCAKE = DATA / "mooncake" / "conversation_trace_head2000.jsonl.gz"
+    AZURE_CONV = DATA / "azure" / "AzureLLMInferenceTrace_conv_head1000.csv.gz"
+    SESSIONS = DATA / "sessions"
+    MOONCAKE_REQUESTS = 2_000  # tests/data/NOTICE
+
+#: First 400 requests of the Mooncake trace (tests/data/plan_README.md; Apache-2.0, licence beside).
+PLAN_MOONCAKE_HEAD = DATA / "plan_mooncake_head400.jsonl"

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyFloat, PyList, PyString};
+use pyo3::types::{PyBytes, PyFloat, PyInt, PyList, PyString};
 use ttlpolicy_core::Error;
 
 /// A core error as the Python exception the reference raises.
@@ -29,26 +29,51 @@ pub fn core_err(e: Error) -> PyErr {
 pub enum Fault {
     /// Not a number / not an integer / not a str: `TypeError`.
     WrongType { expected: &'static str, got: String },
-    /// An integer outside the Rust type's range: `ValueError`, as the reference's range check.
-    TooLarge { got: String },
+    /// An int outside i64 (`got`: its value as the reference prints it): `ValueError`, worded
+    /// as the core's range check of that field, so the message states the allowed range.
+    IntOutOfRange { got: String },
+    /// An int too large for a float: `ValueError`, as the reference's `as_float`.
+    FloatOverflow,
 }
 
 impl Fault {
-    fn to_err(&self, field: &str) -> PyErr {
+    pub fn to_err(&self, field: &str) -> PyErr {
         match self {
             Fault::WrongType { expected, got } => {
                 PyTypeError::new_err(format!("{field} must be {expected}, got {got}"))
             }
-            Fault::TooLarge { got } => {
-                PyValueError::new_err(format!("{field} is out of range, got {got}"))
+            Fault::IntOutOfRange { got } => PyValueError::new_err(format!(
+                "{field} must be in [{}, {}], got {got}",
+                i64::MIN,
+                i64::MAX
+            )),
+            Fault::FloatOverflow => PyValueError::new_err(format!(
+                "{field} is out of range, got an int too large for a float"
+            )),
+        }
+    }
+
+    /// The error when the core refused this field with `e`: an out-of-range int keeps the
+    /// core's wording (its allowed range) with the real value instead of the stand-in.
+    fn to_core_err(&self, field: &str, e: &Error) -> PyErr {
+        match (self, e.reason()) {
+            (Fault::IntOutOfRange { got }, Some(reason)) => {
+                PyValueError::new_err(format!("{field} must be {reason}, got {got}"))
             }
+            _ => self.to_err(field),
         }
     }
 }
 
-/// `repr(obj)`, cut short: the object may come from untrusted input.
-fn short_repr(obj: &Bound<'_, PyAny>) -> String {
+/// `repr(obj)`, cut short: the object may come from untrusted input. Mirrors `_validate.py`'s
+/// `short_repr` (same cut, same marker).
+pub fn short_repr(obj: &Bound<'_, PyAny>) -> String {
     const MAX: usize = 80;
+    if let Ok(int) = obj.downcast::<PyInt>() {
+        if !obj.is_instance_of::<pyo3::types::PyBool>() {
+            return int_text(int);
+        }
+    }
     let r = match obj.repr() {
         Ok(r) => r.to_string_lossy().into_owned(),
         Err(_) => format!("<{}>", type_name(obj)),
@@ -59,7 +84,25 @@ fn short_repr(obj: &Bound<'_, PyAny>) -> String {
     }
 }
 
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
+/// An int as the reference prints it: its digits, or its size when it is huge (printing a
+/// 10⁶-digit int is slow, and Python refuses beyond 4300 digits).
+fn int_text(int: &Bound<'_, PyInt>) -> String {
+    let bits = int
+        .call_method0("bit_length")
+        .and_then(|b| b.extract::<u64>())
+        .unwrap_or(u64::MAX);
+    if bits <= MAX_PRINTED_INT_BITS {
+        if let Ok(r) = int.repr() {
+            return r.to_string_lossy().into_owned();
+        }
+    }
+    format!("an int of {bits} bits")
+}
+
+/// Larger ints are printed as their size (as the reference's `_validate.short_repr`).
+const MAX_PRINTED_INT_BITS: u64 = 256;
+
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type()
         .name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -101,9 +144,7 @@ fn to_f64(obj: &Bound<'_, PyAny>) -> Result<f64, PyResult<Fault>> {
     let py = obj.py();
     match obj.extract::<f64>() {
         Ok(x) => Ok(x),
-        Err(e) if e.is_instance_of::<PyOverflowError>(py) => Err(Ok(Fault::TooLarge {
-            got: format!("an int too large for a float ({} bits)", int_bits(obj)),
-        })),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => Err(Ok(Fault::FloatOverflow)),
         Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyValueError>(py) => {
             Err(Ok(Fault::WrongType {
                 expected: "a number",
@@ -114,23 +155,21 @@ fn to_f64(obj: &Bound<'_, PyAny>) -> Result<f64, PyResult<Fault>> {
     }
 }
 
-fn int_bits(obj: &Bound<'_, PyAny>) -> String {
-    obj.call_method0("bit_length")
-        .map(|b| b.to_string())
-        .unwrap_or_else(|_| "?".to_owned())
-}
-
 /// An integer through `__index__` (int, bool, numpy integers), as the reference's `as_int`:
 /// floats are refused even when whole.
-fn to_i64(obj: &Bound<'_, PyAny>) -> Result<i64, PyResult<Fault>> {
+pub fn to_i64(obj: &Bound<'_, PyAny>) -> Result<i64, PyResult<Fault>> {
     let py = obj.py();
     if !obj.is_instance_of::<PyFloat>() {
         match obj.extract::<i64>() {
             Ok(n) => return Ok(n),
             Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
-                return Err(Ok(Fault::TooLarge {
-                    got: format!("an int of {} bits", int_bits(obj)),
-                }))
+                // `__index__` gave an int (an int subclass, or numpy's uint64): print that.
+                let got = obj
+                    .call_method0("__index__")
+                    .ok()
+                    .and_then(|i| i.downcast_into::<PyInt>().ok())
+                    .map_or_else(|| short_repr(obj), |i| int_text(&i));
+                return Err(Ok(Fault::IntOutOfRange { got }));
             }
             Err(e) if !e.is_instance_of::<PyTypeError>(py) => return Err(Err(e)),
             Err(_) => {}
@@ -201,7 +240,7 @@ impl Args {
         match result {
             Err(e) => match e.field() {
                 Some(bad) => match self.faults.iter().find(|(f, _)| f == bad) {
-                    Some((f, fault)) => Err(fault.to_err(f)),
+                    Some((f, fault)) => Err(fault.to_core_err(f, &e)),
                     None => Err(core_err(e)),
                 },
                 None => Err(core_err(e)),

@@ -7,6 +7,7 @@ mod convert;
 mod policy;
 mod prefix_tree;
 mod scheduler;
+mod value;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -1,19 +1,29 @@
 //! Native twins of the decision core's Python classes: same names, signatures, defaults,
 //! results and exceptions as `ttlpolicy.reference.{solver,history,estimators,policy}`.
 //! Conversions only; every rule lives in `ttlpolicy-core`.
+//!
+//! Re-entrancy and threads: every method converts its arguments (which may run Python code:
+//! `__float__`, `__index__`) before it borrows the object, and holds the borrow only while
+//! the core runs (pure Rust, the GIL held). So an argument that calls back into the same
+//! object works as in the reference, and each call is atomic for other threads.
 
 use std::borrow::Cow;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyString, PyTuple, PyType};
-use pyo3::{intern, IntoPyObjectExt};
+use pyo3::sync::GILOnceCell;
+use pyo3::types::{PyString, PyTuple, PyType};
+use pyo3::IntoPyObjectExt;
+use ttlpolicy_core::config::FieldMut;
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
 use ttlpolicy_core::solver;
 
-use crate::convert::{call1, call2, core_err, f64_list, tool_later, tool_now, Arg, Args};
+use crate::convert::{
+    call1, call2, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
+};
+use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyToolHistory>()?;
@@ -23,7 +33,17 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPinDecision>()?;
     m.add_class::<PyTTLPolicy>()?;
     m.add_function(wrap_pyfunction!(solve_ttl, m)?)?;
+    m.add_function(wrap_pyfunction!(set_config_class, m)?)?;
+    m.add("SOURCES", Source::ALL.map(Source::as_str))?;
+    m.add("POLICY_CONFIG_FIELDS", config_field_names())?;
     Ok(())
+}
+
+/// The core's config field names, in order (the parity test compares them with the Python
+/// `PolicyConfig`).
+fn config_field_names() -> Vec<&'static str> {
+    let mut cfg = PolicyConfig::default();
+    cfg.fields_mut().into_iter().map(|(name, _)| name).collect()
 }
 
 /// `(tau_s, value)`: the TTL that maximises P(τ)·benefit_s − cost_per_s·τ, τ ≤ max_ttl_s.
@@ -54,7 +74,10 @@ pub struct PyToolHistory {
 #[pymethods]
 impl PyToolHistory {
     #[new]
-    #[pyo3(signature = (window = Arg::Ok(1024), max_tools = Arg::Ok(1024)))]
+    #[pyo3(signature = (
+        window = Arg::Ok(ToolHistory::DEFAULT_WINDOW),
+        max_tools = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS),
+    ))]
     fn new(window: Arg<i64>, max_tools: Arg<i64>) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
@@ -75,10 +98,14 @@ impl PyToolHistory {
     }
 
     /// Record one duration of `tool` (None: unknown tool, global window only).
-    fn observe(&mut self, tool: Option<&Bound<'_, PyAny>>, duration_s: Arg<f64>) -> PyResult<()> {
+    fn observe(
+        slf: &Bound<'_, Self>,
+        tool: Option<&Bound<'_, PyAny>>,
+        duration_s: Arg<f64>,
+    ) -> PyResult<()> {
         let tool = tool_now(tool)?;
         call1("duration_s", duration_s, |d| {
-            self.inner.observe(tool.as_deref(), d)
+            slf.borrow_mut().inner.observe(tool.as_deref(), d)
         })
     }
 
@@ -98,19 +125,25 @@ impl PyToolHistory {
         self.inner.tools().into_iter().map(str::to_owned).collect()
     }
 
-    fn cdf(&self, tool: Option<&Bound<'_, PyAny>>, t_s: Arg<f64>) -> PyResult<f64> {
+    fn cdf(slf: &Bound<'_, Self>, tool: Option<&Bound<'_, PyAny>>, t_s: Arg<f64>) -> PyResult<f64> {
         // The reference checks t_s before the tool.
         let mut args = Args::new();
         let t = args.take("t_s", t_s);
         let tool = tool_later(&mut args, tool);
-        args.finish(self.inner.cdf(tool.as_deref(), t))
+        let r = slf.borrow().inner.cdf(tool.as_deref(), t);
+        args.finish(r)
     }
 
-    fn quantile(&self, tool: Option<&Bound<'_, PyAny>>, q: Arg<f64>) -> PyResult<Option<f64>> {
+    fn quantile(
+        slf: &Bound<'_, Self>,
+        tool: Option<&Bound<'_, PyAny>>,
+        q: Arg<f64>,
+    ) -> PyResult<Option<f64>> {
         let mut args = Args::new();
         let q = args.take("q", q);
         let tool = tool_later(&mut args, tool);
-        args.finish(self.inner.quantile(tool.as_deref(), q))
+        let r = slf.borrow().inner.quantile(tool.as_deref(), q);
+        args.finish(r)
     }
 
     fn mean(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
@@ -133,7 +166,10 @@ pub struct PyEtaEstimator {
 #[pymethods]
 impl PyEtaEstimator {
     #[new]
-    #[pyo3(signature = (window = Arg::Ok(256), min_programs = Arg::Ok(8)))]
+    #[pyo3(signature = (
+        window = Arg::Ok(EtaEstimator::DEFAULT_WINDOW),
+        min_programs = Arg::Ok(EtaEstimator::DEFAULT_MIN_PROGRAMS),
+    ))]
     fn new(window: Arg<i64>, min_programs: Arg<i64>) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
@@ -143,8 +179,10 @@ impl PyEtaEstimator {
         Ok(PyEtaEstimator { inner })
     }
 
-    fn observe(&mut self, total_turns: Arg<i64>) -> PyResult<()> {
-        call1("total_turns", total_turns, |n| self.inner.observe(n))
+    fn observe(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
+        call1("total_turns", total_turns, |n| {
+            slf.borrow_mut().inner.observe(n)
+        })
     }
 
     #[getter]
@@ -176,14 +214,14 @@ pub struct PyOutOfOrderCost {
 #[pymethods]
 impl PyOutOfOrderCost {
     #[new]
-    #[pyo3(signature = (window = Arg::Ok(256)))]
+    #[pyo3(signature = (window = Arg::Ok(OutOfOrderCost::DEFAULT_WINDOW)))]
     fn new(window: Arg<i64>) -> PyResult<Self> {
         let inner = call1("window", window, OutOfOrderCost::new)?;
         Ok(PyOutOfOrderCost { inner })
     }
 
-    fn observe(&mut self, delay_s: Arg<f64>) -> PyResult<()> {
-        call1("delay_s", delay_s, |d| self.inner.observe(d))
+    fn observe(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
+        call1("delay_s", delay_s, |d| slf.borrow_mut().inner.observe(d))
     }
 
     #[getter]
@@ -211,13 +249,13 @@ pub struct PyCacheMissModel {
 impl PyCacheMissModel {
     #[new]
     #[pyo3(signature = (
-        prefill_base_s = Arg::Ok(0.01),
-        prefill_s_per_token = Arg::Ok(1e-4),
-        prefill_s_per_token2 = Arg::Ok(0.0),
-        kv_bytes_per_token = Arg::Ok(131072),
+        prefill_base_s = Arg::Ok(CacheMissModel::DEFAULT_PREFILL_BASE_S),
+        prefill_s_per_token = Arg::Ok(CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN),
+        prefill_s_per_token2 = Arg::Ok(CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN2),
+        kv_bytes_per_token = Arg::Ok(CacheMissModel::DEFAULT_KV_BYTES_PER_TOKEN),
         offload_bandwidth_bytes_per_s = None,
-        window = Arg::Ok(256),
-        min_samples = Arg::Ok(8),
+        window = Arg::Ok(CacheMissModel::DEFAULT_WINDOW),
+        min_samples = Arg::Ok(CacheMissModel::DEFAULT_MIN_SAMPLES),
     ))]
     fn new(
         prefill_base_s: Arg<f64>,
@@ -243,9 +281,9 @@ impl PyCacheMissModel {
         Ok(PyCacheMissModel { inner })
     }
 
-    fn observe_prefill(&mut self, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
+    fn observe_prefill(slf: &Bound<'_, Self>, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
         call2(("tokens", tokens), ("seconds", seconds), |n, s| {
-            self.inner.observe_prefill(n, s)
+            slf.borrow_mut().inner.observe_prefill(n, s)
         })
     }
 
@@ -285,20 +323,24 @@ impl PyCacheMissModel {
         self.inner.min_samples()
     }
 
-    fn prefill_s(&self, tokens: Arg<i64>) -> PyResult<f64> {
-        call1("tokens", tokens, |n| self.inner.prefill_s(n))
+    fn prefill_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<f64> {
+        call1("tokens", tokens, |n| slf.borrow().inner.prefill_s(n))
     }
 
-    fn reload_s(&self, tokens: Arg<i64>) -> PyResult<Option<f64>> {
-        call1("tokens", tokens, |n| self.inner.reload_s(n))
+    fn reload_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<Option<f64>> {
+        call1("tokens", tokens, |n| slf.borrow().inner.reload_s(n))
     }
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
-    fn miss_cost_s(&self, prefix_tokens: Arg<i64>, offloaded_tokens: Arg<i64>) -> PyResult<f64> {
+    fn miss_cost_s(
+        slf: &Bound<'_, Self>,
+        prefix_tokens: Arg<i64>,
+        offloaded_tokens: Arg<i64>,
+    ) -> PyResult<f64> {
         call2(
             ("prefix_tokens", prefix_tokens),
             ("offloaded_tokens", offloaded_tokens),
-            |p, o| self.inner.miss_cost_s(p, o),
+            |p, o| slf.borrow().inner.miss_cost_s(p, o),
         )
     }
 }
@@ -313,8 +355,9 @@ pub struct PyPinDecision {
     pub inner: PinDecision,
 }
 
-impl PyPinDecision {
-    /// The fields as the reference's dataclass orders them.
+impl Fields for PyPinDecision {
+    const NAMES: &'static [&'static str] =
+        &["ttl_s", "benefit_s", "cost_per_s", "p_return", "source"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let d = &self.inner;
         PyTuple::new(
@@ -324,7 +367,7 @@ impl PyPinDecision {
                 d.benefit_s.into_bound_py_any(py)?,
                 d.cost_per_s.into_bound_py_any(py)?,
                 d.p_return.into_bound_py_any(py)?,
-                source_str(py, d.source).clone().into_any(),
+                source_str(py, d.source).into_any(),
             ],
         )
     }
@@ -336,32 +379,48 @@ impl From<PinDecision> for PyPinDecision {
     }
 }
 
-fn source_str(py: Python<'_>, s: Source) -> &Bound<'_, PyString> {
-    match s {
-        Source::ToolCdf => intern!(py, "tool_cdf"),
-        Source::GlobalCdf => intern!(py, "global_cdf"),
-        Source::ExponentialPrior => intern!(py, "exponential_prior"),
-        Source::Capped => intern!(py, "capped"),
-        Source::NoBenefit => intern!(py, "no_benefit"),
-    }
+/// The source's name (the core's), interned: decisions share one str per source.
+fn source_str(py: Python<'_>, s: Source) -> Bound<'_, PyString> {
+    static NAMES: GILOnceCell<Vec<Py<PyString>>> = GILOnceCell::new();
+    let names = NAMES.get_or_init(py, || {
+        Source::ALL
+            .iter()
+            .map(|s| PyString::intern(py, s.as_str()).unbind())
+            .collect()
+    });
+    let i = Source::ALL.iter().position(|&x| x == s).unwrap_or(0);
+    names[i].bind(py).clone()
 }
 
 #[pymethods]
 impl PyPinDecision {
+    /// Fields as the reference's dataclass, whose `__post_init__` checks them alike.
     #[new]
     fn new(
-        ttl_s: f64,
-        benefit_s: f64,
-        cost_per_s: f64,
-        p_return: f64,
-        source: &str,
+        ttl_s: Arg<f64>,
+        benefit_s: Arg<f64>,
+        cost_per_s: Arg<f64>,
+        p_return: Arg<f64>,
+        source: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let source = Source::parse(source).ok_or_else(|| {
-            pyo3::exceptions::PyValueError::new_err(format!(
-                "source must be one of tool_cdf, global_cdf, exponential_prior, capped, \
-                 no_benefit, got {source:?}"
-            ))
-        })?;
+        let mut args = Args::new();
+        let ttl_s = args.take("ttl_s", ttl_s);
+        let benefit_s = args.take("benefit_s", benefit_s);
+        let cost_per_s = args.take("cost_per_s", cost_per_s);
+        let p_return = args.take("p_return", p_return);
+        args.finish(Ok(()))?;
+        let source = source
+            .downcast::<PyString>()
+            .ok()
+            .and_then(|s| Source::parse(s.to_str().ok()?))
+            .ok_or_else(|| {
+                let names: Vec<&str> = Source::ALL.iter().map(|s| s.as_str()).collect();
+                PyValueError::new_err(format!(
+                    "source must be one of {}, got {}",
+                    names.join(", "),
+                    short_repr(source)
+                ))
+            })?;
         Ok(PinDecision {
             ttl_s,
             benefit_s,
@@ -394,7 +453,7 @@ impl PyPinDecision {
 
     #[getter]
     fn source<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
-        source_str(py, self.inner.source).clone()
+        source_str(py, self.inner.source)
     }
 
     #[getter]
@@ -403,26 +462,17 @@ impl PyPinDecision {
     }
 
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        self.fields(py)?.hash()
+        value::hash(self, py)
     }
 
     fn __reduce__<'py>(
         slf: &Bound<'py, Self>,
     ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
-        Ok((slf.get_type(), slf.get().fields(slf.py())?))
+        value::reduce(slf)
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let r = |x: f64| -> PyResult<String> { Ok(PyFloat::new(py, x).repr()?.to_string()) };
-        let d = &self.inner;
-        Ok(format!(
-            "PinDecision(ttl_s={}, benefit_s={}, cost_per_s={}, p_return={}, source='{}')",
-            r(d.ttl_s)?,
-            r(d.benefit_s)?,
-            r(d.cost_per_s)?,
-            r(d.p_return)?,
-            d.source.as_str()
-        ))
+        value::repr(self, py, "PinDecision")
     }
 }
 
@@ -446,29 +496,49 @@ impl PyTTLPolicy {
     }
 }
 
-/// The fields of a Python `PolicyConfig`, read by attribute (it is already validated by
-/// pydantic; the core validates again).
+/// The Python `PolicyConfig` class, handed over by the package when it loads this module
+/// (`ttlpolicy/_backend.py`): this module imports nothing from the package.
+static CONFIG_CLASS: GILOnceCell<Py<PyType>> = GILOnceCell::new();
+
+/// Called once by the package: the class `TTLPolicy` checks its `config` against and builds
+/// its default config from.
+#[pyfunction]
+fn set_config_class(py: Python<'_>, cls: Bound<'_, PyType>) -> PyResult<()> {
+    let registered = CONFIG_CLASS.get_or_init(py, || cls.clone().unbind());
+    if registered.bind(py).is(&cls) {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(
+            "set_config_class: a config class is already set",
+        ))
+    }
+}
+
+fn config_class(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    CONFIG_CLASS
+        .get(py)
+        .map(|c| c.bind(py))
+        .ok_or_else(|| PyTypeError::new_err("TTLPolicy: import ttlpolicy first (no config class)"))
+}
+
+/// The fields of a Python `PolicyConfig`, read by attribute through the core's field table
+/// and converted like any argument (pydantic validated them; the core validates again).
 fn read_config(cfg: &Bound<'_, PyAny>) -> PyResult<PolicyConfig> {
-    let int = |name: &str| -> PyResult<i64> { cfg.getattr(name)?.extract() };
-    let float = |name: &str| -> PyResult<f64> { cfg.getattr(name)?.extract() };
-    Ok(PolicyConfig {
-        window: int("window")?,
-        max_tools: int("max_tools")?,
-        min_tool_samples: int("min_tool_samples")?,
-        min_total_samples: int("min_total_samples")?,
-        prior_mean_s: float("prior_mean_s")?,
-        max_ttl_s: float("max_ttl_s")?,
-        eta_window_programs: int("eta_window_programs")?,
-        eta_min_programs: int("eta_min_programs")?,
-        ooo_window: int("ooo_window")?,
-        prefill_window: int("prefill_window")?,
-        min_prefill_samples: int("min_prefill_samples")?,
-        prefill_base_s: float("prefill_base_s")?,
-        prefill_s_per_token: float("prefill_s_per_token")?,
-        prefill_s_per_token2: float("prefill_s_per_token2")?,
-        kv_bytes_per_token: int("kv_bytes_per_token")?,
-        offload_bandwidth_bytes_per_s: cfg.getattr("offload_bandwidth_bytes_per_s")?.extract()?,
-    })
+    let mut out = PolicyConfig::default();
+    let mut args = Args::new();
+    for (name, field) in out.fields_mut() {
+        let value = cfg.getattr(name)?;
+        match field {
+            FieldMut::Int(x) => *x = args.take(name, value.extract()?),
+            FieldMut::Float(x) => *x = args.take(name, value.extract()?),
+            FieldMut::OptionalFloat(x) => {
+                *x = args.take_opt(name, value.extract::<Option<Arg<f64>>>()?)
+            }
+            FieldMut::Bool(x) => *x = value.extract()?,
+        }
+    }
+    args.finish(out.validate())?;
+    Ok(out)
 }
 
 #[pymethods]
@@ -476,14 +546,14 @@ impl PyTTLPolicy {
     #[new]
     #[pyo3(signature = (config = None))]
     fn new(py: Python<'_>, config: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
-        let class = py.import("ttlpolicy.config")?.getattr("PolicyConfig")?;
+        let class = config_class(py)?;
         let config = match config {
             None => class.call0()?,
-            Some(c) if c.is_instance(&class)? => c,
+            Some(c) if c.is_instance(class)? => c,
             Some(c) => {
                 return Err(PyTypeError::new_err(format!(
                     "config must be a PolicyConfig, got {}",
-                    c.get_type().name()?
+                    type_name(&c)
                 )))
             }
         };
@@ -502,29 +572,31 @@ impl PyTTLPolicy {
     // -- observations -----------------------------------------------------------------------
 
     fn observe_tool(
-        &mut self,
+        slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
         duration_s: Arg<f64>,
     ) -> PyResult<()> {
         let tool = tool_now(tool)?;
         call1("duration_s", duration_s, |d| {
-            self.inner.observe_tool(tool.as_deref(), d)
+            slf.borrow_mut().inner.observe_tool(tool.as_deref(), d)
         })
     }
 
-    fn observe_program(&mut self, total_turns: Arg<i64>) -> PyResult<()> {
+    fn observe_program(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
         call1("total_turns", total_turns, |n| {
-            self.inner.observe_program(n)
+            slf.borrow_mut().inner.observe_program(n)
         })
     }
 
-    fn observe_queueing_delay(&mut self, delay_s: Arg<f64>) -> PyResult<()> {
-        call1("delay_s", delay_s, |d| self.inner.observe_queueing_delay(d))
+    fn observe_queueing_delay(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
+        call1("delay_s", delay_s, |d| {
+            slf.borrow_mut().inner.observe_queueing_delay(d)
+        })
     }
 
-    fn observe_prefill(&mut self, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
+    fn observe_prefill(slf: &Bound<'_, Self>, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
         call2(("tokens", tokens), ("seconds", seconds), |n, s| {
-            self.inner.observe_prefill(n, s)
+            slf.borrow_mut().inner.observe_prefill(n, s)
         })
     }
 
@@ -545,11 +617,15 @@ impl PyTTLPolicy {
     }
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
-    fn miss_cost_s(&self, prefix_tokens: Arg<i64>, offloaded_tokens: Arg<i64>) -> PyResult<f64> {
+    fn miss_cost_s(
+        slf: &Bound<'_, Self>,
+        prefix_tokens: Arg<i64>,
+        offloaded_tokens: Arg<i64>,
+    ) -> PyResult<f64> {
         call2(
             ("prefix_tokens", prefix_tokens),
             ("offloaded_tokens", offloaded_tokens),
-            |p, o| self.inner.miss_cost_s(p, o),
+            |p, o| slf.borrow().inner.miss_cost_s(p, o),
         )
     }
 
@@ -559,7 +635,7 @@ impl PyTTLPolicy {
     #[pyo3(signature = (
         tool = None,
         request_blocks = Arg::Ok(0),
-        mean_active_blocks = Arg::Ok(1.0),
+        mean_active_blocks = Arg::Ok(TTLPolicy::DEFAULT_MEAN_ACTIVE_BLOCKS),
         cache_miss_cost_s = None,
         prefix_tokens = Arg::Ok(0),
         now = Arg::Ok(0.0),
@@ -567,7 +643,7 @@ impl PyTTLPolicy {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn decide(
-        &self,
+        slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
         request_blocks: Arg<i64>,
         mean_active_blocks: Arg<f64>,
@@ -584,7 +660,7 @@ impl PyTTLPolicy {
         let prefix = args.take("prefix_tokens", prefix_tokens);
         let now = args.take("now", now);
         let offloaded = args.take("offloaded_tokens", offloaded_tokens);
-        let decision = self.inner.decide(
+        let decision = slf.borrow().inner.decide(
             tool.as_deref(),
             blocks,
             mean_active,

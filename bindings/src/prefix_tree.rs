@@ -5,26 +5,43 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyMapping, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyMapping, PyString, PyTuple, PyType};
 
 use ttlpolicy_core::prefix_tree as core;
 
-use crate::convert::{core_err, Arg, Args};
+use crate::convert::{to_i64, type_name, Arg, Args, Fault};
+use crate::value::{self, Fields};
 
-/// One 64-bit signed integer: TypeError for a non-int, ValueError when out of range.
-fn int_i64(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
-    match v.extract::<i64>() {
+/// One hash, as the reference's `check_hashes`: `TypeError` for a non-integer, `ValueError`
+/// outside 64 bits, an error raised by the object's own `__index__` passed through.
+fn hash_i64(field: &str, v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match to_i64(v) {
         Ok(n) => Ok(n),
-        Err(_) if v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false) => {
-            Err(PyValueError::new_err(format!(
-                "{field} must fit in a signed 64-bit integer, got {v}"
-            )))
-        }
-        Err(_) => Err(PyTypeError::new_err(format!(
-            "{field} must be an integer, got {}",
-            v.repr()?
+        Err(Ok(Fault::IntOutOfRange { got })) => Err(PyValueError::new_err(format!(
+            "{field} must fit in a signed 64-bit integer, got {got}"
         ))),
+        Err(Ok(fault)) => Err(fault.to_err(field)),
+        Err(Err(e)) => Err(e),
     }
+}
+
+/// Buffer formats that hold i64 in this machine's byte order (numpy `int64`, `array('q')`).
+/// Any other (a big-endian array `>i8`, `uint64`, ...) is read element by element through
+/// `__index__`, so its values are converted, never its bytes misread.
+fn native_i64_format(format: &[u8]) -> bool {
+    let (order, code) = match format {
+        [code] => (b'@', *code),
+        [order, code] => (*order, *code),
+        _ => return false,
+    };
+    let native_order = match order {
+        b'@' | b'=' => true,
+        b'<' => cfg!(target_endian = "little"),
+        b'>' | b'!' => cfg!(target_endian = "big"),
+        _ => false,
+    };
+    // 'l' is 8 bytes only in native mode ('@'): PyBuffer<i64> checks the item size too.
+    native_order && (code == b'q' || (code == b'l' && order == b'@'))
 }
 
 /// A sequence of block hashes.
@@ -32,38 +49,81 @@ fn hashes(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
     if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
         return Err(PyTypeError::new_err(format!(
             "{field} must be a sequence of integers, got {}",
-            obj.get_type().name()?
+            type_name(obj)
         )));
     }
-    // Fast path: a contiguous buffer of int64 (numpy int64 arrays, array('q')).
+    // Fast path: a contiguous buffer of native-order int64.
     if let Ok(buf) = pyo3::buffer::PyBuffer::<i64>::get(obj) {
-        if buf.dimensions() == 1 && buf.is_c_contiguous() {
+        let format = buf.format().to_bytes();
+        if buf.dimensions() == 1 && buf.is_c_contiguous() && native_i64_format(format) {
             return buf.to_vec(obj.py());
         }
     }
     let iter = obj.try_iter().map_err(|_| {
-        let name = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
         PyTypeError::new_err(format!(
-            "{field} must be a sequence of integers, got {name}"
+            "{field} must be a sequence of integers, got {}",
+            type_name(obj)
         ))
     })?;
     let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
     for (i, item) in iter.enumerate() {
-        out.push(int_i64(&format!("{field}[{i}]"), &item?)?);
+        out.push(hash_i64(&format!("{field}[{i}]"), &item?)?);
     }
     Ok(out)
 }
 
-/// A snapshot of one group.
+/// A snapshot of one group. Compares, hashes and pickles by value, like the reference's
+/// frozen dataclass.
 #[pyclass(name = "GroupStats", module = "ttlpolicy._native", frozen)]
 pub struct PyGroupStats(core::GroupStats);
 
+impl Fields for PyGroupStats {
+    const NAMES: &'static [&'static str] = &[
+        "key",
+        "blocks",
+        "accesses",
+        "hits",
+        "reuse_s",
+        "ttl_s",
+        "last_access_s",
+    ];
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let g = &self.0;
+        (
+            PyTuple::new(py, &g.key)?,
+            g.blocks,
+            g.accesses,
+            g.hits,
+            PyTuple::new(py, &g.reuse_s)?,
+            g.ttl_s,
+            g.last_access_s,
+        )
+            .into_pyobject(py)
+    }
+}
+
 #[pymethods]
 impl PyGroupStats {
+    #[new]
+    fn new(
+        key: Vec<i64>,
+        blocks: usize,
+        accesses: u64,
+        hits: u64,
+        reuse_s: Vec<f64>,
+        ttl_s: f64,
+        last_access_s: Option<f64>,
+    ) -> Self {
+        PyGroupStats(core::GroupStats {
+            key,
+            blocks,
+            accesses,
+            hits,
+            reuse_s,
+            ttl_s,
+            last_access_s,
+        })
+    }
     #[getter]
     fn key<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.0.key)
@@ -92,12 +152,21 @@ impl PyGroupStats {
     fn last_access_s(&self) -> Option<f64> {
         self.0.last_access_s
     }
-    fn __repr__(&self) -> String {
-        let g = &self.0;
-        format!(
-            "GroupStats(key={:?}, blocks={}, accesses={}, hits={}, reuse_s=<{} samples>, ttl_s={}, last_access_s={:?})",
-            g.key, g.blocks, g.accesses, g.hits, g.reuse_s.len(), g.ttl_s, g.last_access_s
-        )
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .downcast::<PyGroupStats>()
+            .is_ok_and(|o| o.get().0 == self.0)
+    }
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        value::hash(self, py)
+    }
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
+        value::reduce(slf)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        value::repr(self, py, "GroupStats")
     }
 }
 
@@ -108,7 +177,13 @@ pub struct PyPrefixTree(core::PrefixTree);
 #[pymethods]
 impl PyPrefixTree {
     #[new]
-    #[pyo3(signature = (max_nodes=Arg::Ok(1 << 20), group_depth=Arg::Ok(2), window=Arg::Ok(256), max_idle_groups=Arg::Ok(1 << 16), default_ttl_s=Arg::Ok(f64::INFINITY)))]
+    #[pyo3(signature = (
+        max_nodes = Arg::Ok(core::PrefixTree::DEFAULT_MAX_NODES),
+        group_depth = Arg::Ok(core::PrefixTree::DEFAULT_GROUP_DEPTH),
+        window = Arg::Ok(core::PrefixTree::DEFAULT_WINDOW),
+        max_idle_groups = Arg::Ok(core::PrefixTree::DEFAULT_MAX_IDLE_GROUPS),
+        default_ttl_s = Arg::Ok(core::PrefixTree::DEFAULT_TTL_S),
+    ))]
     fn new(
         max_nodes: Arg<i64>,
         group_depth: Arg<i64>,
@@ -159,8 +234,11 @@ impl PyPrefixTree {
         self.0.len()
     }
 
-    fn match_len(&self, hash_ids: &Bound<'_, PyAny>) -> PyResult<usize> {
-        Ok(self.0.match_len(&hashes("hash_ids", hash_ids)?))
+    // Methods that convert Python objects do so before borrowing the tree (see policy.rs).
+
+    fn match_len(slf: &Bound<'_, Self>, hash_ids: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let h = hashes("hash_ids", hash_ids)?;
+        Ok(slf.borrow().0.match_len(&h))
     }
 
     fn groups(&self) -> Vec<PyGroupStats> {
@@ -168,7 +246,7 @@ impl PyPrefixTree {
     }
 
     fn group_ttls<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         py: Python<'py>,
         benefit_per_hit: Arg<f64>,
         price_per_block_s: Arg<f64>,
@@ -178,7 +256,8 @@ impl PyPrefixTree {
         let b = args.take("benefit_per_hit", benefit_per_hit);
         let p = args.take("price_per_block_s", price_per_block_s);
         let m = args.take("max_ttl_s", max_ttl_s);
-        let ttls = args.finish(self.0.group_ttls(b, p, m))?;
+        let ttls = slf.borrow().0.group_ttls(b, p, m);
+        let ttls = args.finish(ttls)?;
         let out = PyDict::new(py);
         for (key, ttl) in ttls {
             out.set_item(PyTuple::new(py, key)?, ttl)?;
@@ -186,27 +265,34 @@ impl PyPrefixTree {
         Ok(out)
     }
 
-    fn block_seconds(&self, now: Arg<f64>) -> PyResult<f64> {
+    fn block_seconds(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<f64> {
         let mut args = Args::new();
         let t = args.take("now", now);
-        args.finish(self.0.block_seconds(t))
+        let r = slf.borrow().0.block_seconds(t);
+        args.finish(r)
     }
 
-    fn insert(&mut self, hash_ids: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<usize> {
+    fn insert(
+        slf: &Bound<'_, Self>,
+        hash_ids: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<usize> {
         // The reference checks the hashes first, then the time.
         let h = hashes("hash_ids", hash_ids)?;
         let mut args = Args::new();
         let t = args.take("now", now);
-        args.finish(self.0.insert(&h, t))
+        let r = slf.borrow_mut().0.insert(&h, t);
+        args.finish(r)
     }
 
-    fn expire(&mut self, now: Arg<f64>) -> PyResult<usize> {
+    fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<usize> {
         let mut args = Args::new();
         let t = args.take("now", now);
-        args.finish(self.0.expire(t))
+        let r = slf.borrow_mut().0.expire(t);
+        args.finish(r)
     }
 
-    fn set_group_ttls(&mut self, ttls: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn set_group_ttls(slf: &Bound<'_, Self>, ttls: &Bound<'_, PyAny>) -> PyResult<()> {
         let mapping = ttls.downcast::<PyMapping>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "ttls must be a mapping of group key to TTL, got {}",
@@ -217,15 +303,15 @@ impl PyPrefixTree {
             ))
         })?;
         let mut out = Vec::new();
+        let mut args = Args::new();
         for item in mapping.items()?.iter() {
             let (key, ttl): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
             let key = hashes("group key", &key)?;
-            let ttl = ttl.extract::<f64>().map_err(|_| {
-                PyTypeError::new_err(format!("ttls[{key:?}] must be a number, got {ttl}"))
-            })?;
+            let ttl = args.take_named(format!("ttls[{key:?}]").into(), ttl.extract::<Arg<f64>>()?);
             out.push((key, ttl));
         }
-        self.0.set_group_ttls(&out).map_err(core_err)
+        let r = slf.borrow_mut().0.set_group_ttls(&out);
+        args.finish(r)
     }
 }
 

@@ -3,19 +3,23 @@
 //! Conversions only; every rule lives in `ttlpolicy_core::scheduler`.
 //!
 //! The scheduler keeps the very `TTLPolicy` object it was given and drives its core through
-//! `borrow_mut`, so the caller sees the policy's estimators move.
+//! `borrow_mut`, so the caller sees the policy's estimators move. As in `policy.rs`, each
+//! method converts its arguments before borrowing anything (re-entrant arguments work, each
+//! call is atomic for other threads).
 
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyFloat, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyString, PyTuple, PyType};
 use ttlpolicy_core::scheduler::{
     check_id, Ended, FinishArgs, Finished, Pin, ProgramScheduler, RequestState,
+    DEFAULT_MAX_IDLE_PROGRAMS,
 };
 
-use crate::convert::{call1, call2, core_err, tool_now, Arg, Args, Fault};
+use crate::convert::{call1, call2, core_err, tool_now, type_name, Arg, Args, Fault};
 use crate::policy::{PyPinDecision, PyTTLPolicy};
+use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProgramScheduler>()?;
@@ -23,13 +27,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyFinished>()?;
     m.add_class::<PyEnded>()?;
     Ok(())
-}
-
-fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    obj.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "object".to_owned())
 }
 
 /// An id: a `str` (`TypeError` otherwise) of valid Unicode (`ValueError` for lone
@@ -47,15 +44,24 @@ fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     Ok(text)
 }
 
-/// The items of a sequence (a str is refused: it would read as one id per character).
-fn items<'py>(field: &str, obj: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    if obj.is_instance_of::<PyString>() || obj.try_iter().is_err() {
-        return Err(PyTypeError::new_err(format!(
-            "{field} must be a sequence, got {}",
-            type_name(obj)
-        )));
-    }
-    obj.try_iter()?.collect()
+/// The items of a sequence of `kind` (a str or bytes is refused: it would read as one item
+/// per character).
+fn items<'py>(
+    field: &str,
+    kind: &str,
+    obj: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let text = obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>();
+    let iter = match obj.try_iter() {
+        Ok(iter) if !text => iter,
+        _ => {
+            return Err(PyTypeError::new_err(format!(
+                "{field} must be a sequence of {kind}, got {}",
+                type_name(obj)
+            )))
+        }
+    };
+    iter.collect()
 }
 
 /// A `bool` argument (numbers and None are refused, as in the reference); the fault is kept
@@ -78,11 +84,11 @@ impl Flag {
     }
 }
 
-fn float_repr(py: Python<'_>, x: f64) -> PyResult<String> {
-    Ok(PyFloat::new(py, x).repr()?.to_string())
-}
-
 // -- result types ---------------------------------------------------------------------------
+//
+// Each holds the core's value and builds its Python fields when read: `abort` and `finish`
+// return one object, not a tree of them. Equality, hash, repr and pickling follow the
+// reference's frozen dataclasses (a tuple of the fields).
 
 /// `blocks` KV blocks of `program_id` kept in memory until `deadline_s`.
 #[pyclass(name = "Pin", module = "ttlpolicy._native", frozen, eq)]
@@ -91,8 +97,26 @@ pub struct PyPin {
     inner: Pin,
 }
 
+impl Fields for PyPin {
+    const NAMES: &'static [&'static str] = &["program_id", "blocks", "deadline_s"];
+    fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let p = &self.inner;
+        (&*p.program_id, p.blocks, p.deadline_s).into_pyobject(py)
+    }
+}
+
 #[pymethods]
 impl PyPin {
+    #[new]
+    fn new(program_id: &str, blocks: i64, deadline_s: f64) -> Self {
+        PyPin {
+            inner: Pin {
+                program_id: Arc::from(program_id),
+                blocks,
+                deadline_s,
+            },
+        }
+    }
     #[getter]
     fn program_id(&self) -> &str {
         &self.inner.program_id
@@ -105,20 +129,16 @@ impl PyPin {
     fn deadline_s(&self) -> f64 {
         self.inner.deadline_s
     }
-    /// As the reference's frozen dataclass: the hash of the field tuple.
     fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        let p = &self.inner;
-        (&*p.program_id, p.blocks, p.deadline_s)
-            .into_pyobject(py)?
-            .hash()
+        value::hash(self, py)
+    }
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
+        value::reduce(slf)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "Pin(program_id={}, blocks={}, deadline_s={})",
-            PyString::new(py, &self.inner.program_id).repr()?,
-            self.inner.blocks,
-            float_repr(py, self.inner.deadline_s)?
-        ))
+        value::repr(self, py, "Pin")
     }
 }
 
@@ -130,134 +150,143 @@ fn pin_obj(pin: Option<Pin>) -> Option<PyPin> {
 /// dropped with it (`request_ids`, sorted).
 #[pyclass(name = "Ended", module = "ttlpolicy._native", frozen)]
 pub struct PyEnded {
-    program_id: Arc<str>,
-    #[pyo3(get)]
-    turns: i64,
-    #[pyo3(get)]
-    pin: Option<Py<PyPin>>,
-    #[pyo3(get)]
-    request_ids: Py<PyTuple>,
+    inner: Ended,
 }
 
-impl PyEnded {
+impl Fields for PyEnded {
+    const NAMES: &'static [&'static str] = &["program_id", "turns", "pin", "request_ids"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let e = &self.inner;
         (
-            &*self.program_id,
-            self.turns,
-            self.pin.as_ref().map(|p| p.clone_ref(py)),
-            self.request_ids.clone_ref(py),
+            &*e.program_id,
+            e.turns,
+            pin_obj(e.pin.clone()),
+            self.ids(py)?,
         )
             .into_pyobject(py)
     }
 }
 
-#[pymethods]
 impl PyEnded {
-    /// Equality and hash by value, as the reference's frozen dataclass.
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match other.downcast::<PyEnded>() {
-            Ok(o) => self.fields(py)?.eq(o.get().fields(py)?),
-            Err(_) => Ok(false),
-        }
-    }
-    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        self.fields(py)?.hash()
-    }
-    #[getter]
-    fn program_id(&self) -> &str {
-        &self.program_id
-    }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "Ended(program_id={}, turns={}, pin={}, request_ids={})",
-            PyString::new(py, &self.program_id).repr()?,
-            self.turns,
-            self.pin.as_ref().map_or(Ok("None".to_owned()), |p| p
-                .bind(py)
-                .repr()
-                .map(|r| r.to_string()))?,
-            self.request_ids.bind(py).repr()?
-        ))
+    fn ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.request_ids.iter().map(|s| &**s))
     }
 }
 
-fn ended_obj(py: Python<'_>, e: Ended) -> PyResult<PyEnded> {
-    let ids = PyTuple::new(py, e.request_ids.iter().map(|s| &**s))?;
-    Ok(PyEnded {
-        program_id: e.program_id,
-        turns: e.turns,
-        pin: pin_obj(e.pin).map(|p| Py::new(py, p)).transpose()?,
-        request_ids: ids.unbind(),
-    })
+#[pymethods]
+impl PyEnded {
+    #[new]
+    fn new(
+        program_id: &str,
+        turns: i64,
+        pin: Option<PyRef<'_, PyPin>>,
+        request_ids: Vec<String>,
+    ) -> Self {
+        PyEnded {
+            inner: Ended {
+                program_id: Arc::from(program_id),
+                turns,
+                pin: pin.map(|p| p.inner.clone()),
+                request_ids: request_ids.into_iter().map(Arc::from).collect(),
+            },
+        }
+    }
+    #[getter]
+    fn program_id(&self) -> &str {
+        &self.inner.program_id
+    }
+    #[getter]
+    fn turns(&self) -> i64 {
+        self.inner.turns
+    }
+    #[getter]
+    fn pin(&self) -> Option<PyPin> {
+        pin_obj(self.inner.pin.clone())
+    }
+    #[getter]
+    fn request_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        self.ids(py)
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .downcast::<PyEnded>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        value::hash(self, py)
+    }
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
+        value::reduce(slf)
+    }
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        value::repr(self, py, "Ended")
+    }
 }
 
 /// What `finish` did: the policy's `decision` (None on a last turn), the program's `pin` if
 /// this request was pinned, and `ended` on a last turn.
 #[pyclass(name = "Finished", module = "ttlpolicy._native", frozen)]
 pub struct PyFinished {
-    #[pyo3(get)]
-    decision: Option<Py<PyPinDecision>>,
-    #[pyo3(get)]
-    pin: Option<Py<PyPin>>,
-    #[pyo3(get)]
-    ended: Option<Py<PyEnded>>,
+    inner: Finished,
 }
 
-impl PyFinished {
+impl Fields for PyFinished {
+    const NAMES: &'static [&'static str] = &["decision", "pin", "ended"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        (
-            self.decision.as_ref().map(|d| d.clone_ref(py)),
-            self.pin.as_ref().map(|p| p.clone_ref(py)),
-            self.ended.as_ref().map(|e| e.clone_ref(py)),
-        )
-            .into_pyobject(py)
+        (self.decision(), self.pin(), self.ended()).into_pyobject(py)
     }
 }
 
 #[pymethods]
 impl PyFinished {
-    /// Equality and hash by value, as the reference's frozen dataclass.
-    fn __eq__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match other.downcast::<PyFinished>() {
-            Ok(o) => self.fields(py)?.eq(o.get().fields(py)?),
-            Err(_) => Ok(false),
+    #[new]
+    fn new(
+        decision: Option<PyRef<'_, PyPinDecision>>,
+        pin: Option<PyRef<'_, PyPin>>,
+        ended: Option<PyRef<'_, PyEnded>>,
+    ) -> Self {
+        PyFinished {
+            inner: Finished {
+                decision: decision.map(|d| d.inner),
+                pin: pin.map(|p| p.inner.clone()),
+                ended: ended.map(|e| e.inner.clone()),
+            },
         }
     }
-    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
-        self.fields(py)?.hash()
+    #[getter]
+    fn decision(&self) -> Option<PyPinDecision> {
+        self.inner.decision.map(PyPinDecision::from)
+    }
+    #[getter]
+    fn pin(&self) -> Option<PyPin> {
+        pin_obj(self.inner.pin.clone())
+    }
+    #[getter]
+    fn ended(&self) -> Option<PyEnded> {
+        self.inner.ended.clone().map(|inner| PyEnded { inner })
     }
     #[getter]
     fn pinned(&self) -> bool {
-        self.pin.is_some()
+        self.inner.pin.is_some()
+    }
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .downcast::<PyFinished>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        value::hash(self, py)
+    }
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyType>, Bound<'py, PyTuple>)> {
+        value::reduce(slf)
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let r = |o: Option<Bound<'_, PyAny>>| -> PyResult<String> {
-            o.map_or(Ok("None".to_owned()), |o| o.repr().map(|r| r.to_string()))
-        };
-        Ok(format!(
-            "Finished(decision={}, pin={}, ended={})",
-            r(self
-                .decision
-                .as_ref()
-                .map(|d| d.bind(py).clone().into_any()))?,
-            r(self.pin.as_ref().map(|p| p.bind(py).clone().into_any()))?,
-            r(self.ended.as_ref().map(|e| e.bind(py).clone().into_any()))?
-        ))
+        value::repr(self, py, "Finished")
     }
-}
-
-fn finished_obj(py: Python<'_>, f: Finished) -> PyResult<PyFinished> {
-    Ok(PyFinished {
-        decision: f
-            .decision
-            .map(|d| Py::new(py, PyPinDecision::from(d)))
-            .transpose()?,
-        pin: pin_obj(f.pin).map(|p| Py::new(py, p)).transpose()?,
-        ended: f
-            .ended
-            .map(|e| ended_obj(py, e).and_then(|e| Py::new(py, e)))
-            .transpose()?,
-    })
 }
 
 fn pins_list(pins: Vec<Pin>) -> Vec<PyPin> {
@@ -276,10 +305,15 @@ pub struct PyProgramScheduler {
 #[pymethods]
 impl PyProgramScheduler {
     #[new]
+    #[pyo3(signature = (
+        policy, total_blocks, pin_budget_blocks,
+        max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
+    ))]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
         pin_budget_blocks: Arg<i64>,
+        max_idle_programs: Arg<i64>,
     ) -> PyResult<Self> {
         let policy = policy.downcast::<PyTTLPolicy>().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -287,11 +321,13 @@ impl PyProgramScheduler {
                 type_name(policy)
             ))
         })?;
-        let inner = call2(
-            ("total_blocks", total_blocks),
-            ("pin_budget_blocks", pin_budget_blocks),
-            ProgramScheduler::new,
-        )?;
+        let mut args = Args::new();
+        let total = args.take("total_blocks", total_blocks);
+        let budget = args.take("pin_budget_blocks", pin_budget_blocks);
+        let max_idle = args.take("max_idle_programs", max_idle_programs);
+        let inner = args.finish(ProgramScheduler::with_max_idle_programs(
+            total, budget, max_idle,
+        ))?;
         Ok(PyProgramScheduler {
             inner,
             policy: policy.clone().unbind(),
@@ -306,7 +342,7 @@ impl PyProgramScheduler {
     // -- arrivals ---------------------------------------------------------------------------
 
     fn arrive(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         request_id: &Bound<'_, PyAny>,
         program_id: &Bound<'_, PyAny>,
@@ -315,27 +351,28 @@ impl PyProgramScheduler {
     ) -> PyResult<Option<PyPin>> {
         let rid = id_str("request_id", request_id)?;
         let pid = id_str("program_id", program_id)?;
-        let policy = &mut *self.policy.borrow_mut(py);
+        let this = &mut *slf.borrow_mut();
+        let policy = &mut *this.policy.borrow_mut(py);
         call2(("now", now), ("blocks_needed", blocks_needed), |t, b| {
-            self.inner.arrive(policy.core_mut(), rid, pid, t, b)
+            this.inner.arrive(policy.core_mut(), rid, pid, t, b)
         })
         .map(pin_obj)
     }
 
     fn arrive_many(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         request_ids: &Bound<'_, PyAny>,
         program_ids: &Bound<'_, PyAny>,
         now: Arg<f64>,
         blocks_needed: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<Option<PyPin>>> {
-        let rid_objs = items("request_ids", request_ids)?;
+        let rid_objs = items("request_ids", "str", request_ids)?;
         let rids = rid_objs
             .iter()
             .map(|o| id_str("request_ids", o))
             .collect::<PyResult<Vec<_>>>()?;
-        let pid_objs = items("program_ids", program_ids)?;
+        let pid_objs = items("program_ids", "str", program_ids)?;
         let pids = pid_objs
             .iter()
             .map(|o| id_str("program_ids", o))
@@ -344,7 +381,7 @@ impl PyProgramScheduler {
         let t = args.take("now", now);
         // A non-sequence is refused after `now`, as in the reference: its fault stands in as
         // one always-invalid entry, which the core reports after checking `now`.
-        let blocks = match items("blocks_needed", blocks_needed) {
+        let blocks = match items("blocks_needed", "int", blocks_needed) {
             Ok(objs) => objs
                 .iter()
                 .map(|o| Ok(args.take("blocks_needed", o.extract::<Arg<i64>>()?)))
@@ -361,8 +398,9 @@ impl PyProgramScheduler {
             }
             Err(e) => return Err(e),
         };
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self
+        let this = &mut *slf.borrow_mut();
+        let mut policy = this.policy.borrow_mut(py);
+        let r = this
             .inner
             .arrive_many(policy.core_mut(), &rids, &pids, t, &blocks);
         Ok(args.finish(r)?.into_iter().map(pin_obj).collect())
@@ -374,23 +412,34 @@ impl PyProgramScheduler {
         self.inner.peek().map(|s| &**s)
     }
 
-    fn pop(&mut self, py: Python<'_>, now: Arg<f64>) -> PyResult<Option<Py<PyString>>> {
-        let policy = &mut *self.policy.borrow_mut(py);
-        let popped = call1("now", now, |t| self.inner.pop(policy.core_mut(), t))?;
+    fn pop(slf: &Bound<'_, Self>, py: Python<'_>, now: Arg<f64>) -> PyResult<Option<Py<PyString>>> {
+        let this = &mut *slf.borrow_mut();
+        let policy = &mut *this.policy.borrow_mut(py);
+        let popped = call1("now", now, |t| this.inner.pop(policy.core_mut(), t))?;
         Ok(popped.map(|id| PyString::new(py, &id).unbind()))
     }
 
-    fn pop_many(&mut self, py: Python<'_>, n: Arg<i64>, now: Arg<f64>) -> PyResult<Vec<String>> {
-        let policy = &mut *self.policy.borrow_mut(py);
+    fn pop_many(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        n: Arg<i64>,
+        now: Arg<f64>,
+    ) -> PyResult<Vec<String>> {
+        let this = &mut *slf.borrow_mut();
+        let policy = &mut *this.policy.borrow_mut(py);
         let popped = call2(("n", n), ("now", now), |n, t| {
-            self.inner.pop_many(policy.core_mut(), n, t)
+            this.inner.pop_many(policy.core_mut(), n, t)
         })?;
         Ok(popped.iter().map(|s| s.to_string()).collect())
     }
 
-    fn preempt(&mut self, request_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
+    fn preempt(
+        slf: &Bound<'_, Self>,
+        request_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<()> {
         let rid = id_str("request_id", request_id)?;
-        call1("now", now, |t| self.inner.preempt(rid, t))
+        call1("now", now, |t| slf.borrow_mut().inner.preempt(rid, t))
     }
 
     // -- finishing and pins -----------------------------------------------------------------
@@ -401,7 +450,7 @@ impl PyProgramScheduler {
     ))]
     #[allow(clippy::too_many_arguments)]
     fn finish(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         request_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
@@ -429,49 +478,59 @@ impl PyProgramScheduler {
             offloaded_tokens: args.take("offloaded_tokens", offloaded_tokens),
             mean_active_blocks: args.take_opt("mean_active_blocks", mean_active_blocks),
         };
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self.inner.finish(policy.core_mut(), rid, t, blocks, fa);
-        drop(policy);
-        finished_obj(py, args.finish(r)?)
+        let this = &mut *slf.borrow_mut();
+        let mut policy = this.policy.borrow_mut(py);
+        let r = this.inner.finish(policy.core_mut(), rid, t, blocks, fa);
+        Ok(PyFinished {
+            inner: args.finish(r)?,
+        })
     }
 
-    fn expire(&mut self, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
-        call1("now", now, |t| self.inner.expire(t)).map(pins_list)
+    fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
+        call1("now", now, |t| slf.borrow_mut().inner.expire(t)).map(pins_list)
     }
 
-    fn reclaim(&mut self, blocks_needed: Arg<i64>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
+    fn reclaim(
+        slf: &Bound<'_, Self>,
+        blocks_needed: Arg<i64>,
+        now: Arg<f64>,
+    ) -> PyResult<Vec<PyPin>> {
         call2(("blocks_needed", blocks_needed), ("now", now), |need, t| {
-            self.inner.reclaim(need, t)
+            slf.borrow_mut().inner.reclaim(need, t)
         })
         .map(pins_list)
     }
 
-    fn record_queueing_delay(&mut self, py: Python<'_>, delay_s: Arg<f64>) -> PyResult<()> {
-        let policy = &mut *self.policy.borrow_mut(py);
+    fn record_queueing_delay(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        delay_s: Arg<f64>,
+    ) -> PyResult<()> {
+        let this = &*slf.borrow();
+        let policy = &mut *this.policy.borrow_mut(py);
         call1("delay_s", delay_s, |d| {
-            self.inner.record_queueing_delay(policy.core_mut(), d)
+            this.inner.record_queueing_delay(policy.core_mut(), d)
         })
     }
 
     // -- ending -----------------------------------------------------------------------------
 
     fn end_program(&mut self, py: Python<'_>, program_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
+        // An id is a str: converting it runs no Python code, so `&mut self` is safe here.
         let pid = id_str("program_id", program_id)?;
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self
+        let policy = &mut *self.policy.borrow_mut(py);
+        let inner = self
             .inner
             .end_program(policy.core_mut(), pid)
-            .map_err(core_err);
-        drop(policy);
-        ended_obj(py, r?)
+            .map_err(core_err)?;
+        Ok(PyEnded { inner })
     }
 
     fn abort(&mut self, py: Python<'_>, request_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         let rid = id_str("request_id", request_id)?;
-        let mut policy = self.policy.borrow_mut(py);
-        let r = self.inner.abort(policy.core_mut(), rid).map_err(core_err);
-        drop(policy);
-        ended_obj(py, r?)
+        let policy = &mut *self.policy.borrow_mut(py);
+        let inner = self.inner.abort(policy.core_mut(), rid).map_err(core_err)?;
+        Ok(PyEnded { inner })
     }
 
     // -- read-only views --------------------------------------------------------------------
@@ -479,6 +538,14 @@ impl PyProgramScheduler {
     #[getter]
     fn total_blocks(&self) -> i64 {
         self.inner.total_blocks()
+    }
+    #[getter]
+    fn max_idle_programs(&self) -> usize {
+        self.inner.max_idle_programs()
+    }
+    #[getter]
+    fn dropped_idle_programs(&self) -> u64 {
+        self.inner.dropped_idle_programs()
     }
     #[getter]
     fn pin_budget_blocks(&self) -> i64 {

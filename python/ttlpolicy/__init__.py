@@ -11,6 +11,7 @@ from importlib import metadata as _metadata
 
 from ._backend import backend, native
 from .config import PolicyConfig
+from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy

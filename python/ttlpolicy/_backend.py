@@ -22,4 +22,11 @@ if _requested != "python":
             raise
         native = None
 
+if native is not None:
+    # The native TTLPolicy checks and builds configs of this class; the native module itself
+    # imports nothing from the package.
+    from .config import PolicyConfig
+
+    native.set_config_class(PolicyConfig)
+
 backend: str = "rust" if native is not None else "python"

@@ -6,7 +6,15 @@ for a bad value (NaN, infinite, negative, out of range — an int too large incl
 ``KeyError`` for an unknown id.  When several arguments are bad, the error is the one the
 reference raises: the first bad argument in the order the reference checks them.
 
-Sections are per topic; append new ones below.
+Result types (``PinDecision``, ``Pin``, ``Ended``, ``Finished``, ``GroupStats``) compare,
+hash, print and pickle by value, like the reference's frozen dataclasses.  Each object may be
+shared by threads: every call is atomic (it runs under the GIL without releasing it), and an
+argument whose conversion calls back into the same object works.
+
+Checked against the module by ``python -m mypy.stubtest ttlpolicy._native``
+(``scripts/check.sh``).  Defaults show as ``...``: they are the core's constants, which the
+bindings do not restate; the reference's signatures (``ttlpolicy.reference``) show their
+values, and the parity test holds the two alike.  Sections are per topic; append below.
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,8 +22,40 @@ from typing import SupportsFloat, SupportsIndex, final
 
 from ttlpolicy.config import PolicyConfig
 
+__all__ = [
+    "POLICY_CONFIG_FIELDS",
+    "SOURCES",
+    "CacheMissModel",
+    "Ended",
+    "EtaEstimator",
+    "Finished",
+    "GroupStats",
+    "OutOfOrderCost",
+    "Pin",
+    "PinDecision",
+    "PrefixTree",
+    "ProgramScheduler",
+    "TTLPolicy",
+    "ToolHistory",
+    "set_config_class",
+    "solve_ttl",
+]
+
 # ---------------------------------------------------------------------------------------------
-# Decision core (issue 2): solver, tool history, estimators, policy
+# The core's name tables, and the hook the package calls when it loads this module
+# ---------------------------------------------------------------------------------------------
+
+SOURCES: list[str]
+"""``PinDecision.source`` values, in the core's order."""
+POLICY_CONFIG_FIELDS: list[str]
+"""The ``PolicyConfig`` fields the native ``TTLPolicy`` reads, in order."""
+
+def set_config_class(cls: type[PolicyConfig]) -> None:
+    """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against
+    and builds its default config from (this module imports nothing from the package)."""
+
+# ---------------------------------------------------------------------------------------------
+# Decision core: solver, tool history, estimators, policy
 # ---------------------------------------------------------------------------------------------
 
 def solve_ttl(
@@ -33,7 +73,9 @@ class ToolHistory:
     (least recently observed dropped).  Tool names are cut to 128 code points; lone
     surrogates become U+FFFD."""
 
-    def __init__(self, window: SupportsIndex = 1024, max_tools: SupportsIndex = 1024) -> None: ...
+    def __new__(
+        cls, window: SupportsIndex = ..., max_tools: SupportsIndex = ...
+    ) -> ToolHistory: ...
     @property
     def window(self) -> int: ...
     @property
@@ -55,7 +97,9 @@ class EtaEstimator:
     """η = −corr(k, N−k) over the last ``window`` finished programs, clamped to [0, 1];
     1.0 until ``min_programs`` are seen."""
 
-    def __init__(self, window: SupportsIndex = 256, min_programs: SupportsIndex = 8) -> None: ...
+    def __new__(
+        cls, window: SupportsIndex = ..., min_programs: SupportsIndex = ...
+    ) -> EtaEstimator: ...
     def observe(self, total_turns: SupportsIndex) -> None: ...
     @property
     def eta(self) -> float: ...
@@ -69,7 +113,7 @@ class EtaEstimator:
 class OutOfOrderCost:
     """T: mean queueing delay of the last ``window`` requests that found their cache dropped."""
 
-    def __init__(self, window: SupportsIndex = 256) -> None: ...
+    def __new__(cls, window: SupportsIndex = ...) -> OutOfOrderCost: ...
     def observe(self, delay_s: SupportsFloat) -> None: ...
     @property
     def mean_s(self) -> float: ...
@@ -82,16 +126,16 @@ class CacheMissModel:
     """Seconds to rebuild a dropped prefix: a fitted prefill quadratic in tokens, or the reload
     time from an offload tier, whichever is smaller."""
 
-    def __init__(
-        self,
-        prefill_base_s: SupportsFloat = 0.01,
-        prefill_s_per_token: SupportsFloat = 1e-4,
-        prefill_s_per_token2: SupportsFloat = 0.0,
-        kv_bytes_per_token: SupportsIndex = 131072,
+    def __new__(
+        cls,
+        prefill_base_s: SupportsFloat = ...,
+        prefill_s_per_token: SupportsFloat = ...,
+        prefill_s_per_token2: SupportsFloat = ...,
+        kv_bytes_per_token: SupportsIndex = ...,
         offload_bandwidth_bytes_per_s: SupportsFloat | None = None,
-        window: SupportsIndex = 256,
-        min_samples: SupportsIndex = 8,
-    ) -> None: ...
+        window: SupportsIndex = ...,
+        min_samples: SupportsIndex = ...,
+    ) -> CacheMissModel: ...
     def observe_prefill(self, tokens: SupportsIndex, seconds: SupportsFloat) -> None: ...
     @property
     def fitted(self) -> bool: ...
@@ -110,7 +154,7 @@ class CacheMissModel:
     def prefill_s(self, tokens: SupportsIndex) -> float: ...
     def reload_s(self, tokens: SupportsIndex) -> float | None: ...
     def miss_cost_s(
-        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0
+        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = ...
     ) -> float: ...
 
 @final
@@ -119,9 +163,14 @@ class PinDecision:
     ``source`` is one of "tool_cdf", "global_cdf", "exponential_prior", "capped",
     "no_benefit" (the constructor refuses any other with ValueError)."""
 
-    def __init__(
-        self, ttl_s: float, benefit_s: float, cost_per_s: float, p_return: float, source: str
-    ) -> None: ...
+    def __new__(
+        cls,
+        ttl_s: SupportsFloat,
+        benefit_s: SupportsFloat,
+        cost_per_s: SupportsFloat,
+        p_return: SupportsFloat,
+        source: str,
+    ) -> PinDecision: ...
     @property
     def ttl_s(self) -> float: ...
     @property
@@ -134,7 +183,7 @@ class PinDecision:
     def source(self) -> str: ...
     @property
     def pin(self) -> bool: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 
 @final
@@ -142,7 +191,7 @@ class TTLPolicy:
     """Owns the tool history and the η, T and cache-miss estimators; decides pins.  Built from
     a ``PolicyConfig`` (defaults when None); ``config`` returns that same object."""
 
-    def __init__(self, config: PolicyConfig | None = None) -> None: ...
+    def __new__(cls, config: PolicyConfig | None = None) -> TTLPolicy: ...
     @property
     def config(self) -> PolicyConfig: ...
     def observe_tool(self, tool: str | None, duration_s: SupportsFloat) -> None: ...
@@ -155,24 +204,23 @@ class TTLPolicy:
     def out_of_order_cost_s(self) -> float: ...
     def tool_count(self, tool: str | None) -> int: ...
     def miss_cost_s(
-        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = 0
+        self, prefix_tokens: SupportsIndex, offloaded_tokens: SupportsIndex = ...
     ) -> float: ...
     def decide(
         self,
         tool: str | None = None,
-        request_blocks: SupportsIndex = 0,
-        mean_active_blocks: SupportsFloat = 1.0,
+        request_blocks: SupportsIndex = ...,
+        mean_active_blocks: SupportsFloat = ...,
         cache_miss_cost_s: SupportsFloat | None = None,
-        prefix_tokens: SupportsIndex = 0,
-        now: SupportsFloat = 0.0,
-        offloaded_tokens: SupportsIndex = 0,
+        prefix_tokens: SupportsIndex = ...,
+        now: SupportsFloat = ...,
+        offloaded_tokens: SupportsIndex = ...,
     ) -> PinDecision:
         """How long to pin the ``request_blocks`` of a request that just called ``tool``:
         benefit = miss cost + η·T, cost_per_s = request_blocks / mean_active_blocks."""
 
-# --- scheduler ---
 # ---------------------------------------------------------------------------------------------
-# Scheduling state (issue 3): ProgramScheduler and its results; twin of
+# Scheduling state: ProgramScheduler and its results; twin of
 # ttlpolicy.reference.scheduler (rules in its module doc). Ids are str: non-empty, valid
 # Unicode, at most 1024 bytes of UTF-8. `now` never goes backwards (ValueError).
 # ---------------------------------------------------------------------------------------------
@@ -180,17 +228,23 @@ class TTLPolicy:
 @final
 class Pin:
     """``blocks`` KV blocks of ``program_id`` kept in memory until ``deadline_s``."""
+    def __new__(cls, program_id: str, blocks: int, deadline_s: float) -> Pin: ...
     @property
     def program_id(self) -> str: ...
     @property
     def blocks(self) -> int: ...
     @property
     def deadline_s(self) -> float: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class Ended:
     """A program that ended: finished ``turns``, the ``pin`` released, the live requests
     dropped with it (``request_ids``, sorted)."""
+    def __new__(
+        cls, program_id: str, turns: int, pin: Pin | None, request_ids: Sequence[str]
+    ) -> Ended: ...
     @property
     def program_id(self) -> str: ...
     @property
@@ -199,11 +253,16 @@ class Ended:
     def pin(self) -> Pin | None: ...
     @property
     def request_ids(self) -> tuple[str, ...]: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class Finished:
     """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
     ``pin`` if this request was pinned, ``ended`` on a last turn."""
+    def __new__(
+        cls, decision: PinDecision | None, pin: Pin | None, ended: Ended | None
+    ) -> Finished: ...
     @property
     def decision(self) -> PinDecision | None: ...
     @property
@@ -212,15 +271,23 @@ class Finished:
     def ended(self) -> Ended | None: ...
     @property
     def pinned(self) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class ProgramScheduler:
     """Waiting queue (priority tuple ``(not preempted, not pinned, program arrival,
     request arrival, request id)``, smallest first) and pin table of CacheTTL over the given
-    ``TTLPolicy`` (used, not copied)."""
-    def __init__(
-        self, policy: TTLPolicy, total_blocks: SupportsIndex, pin_budget_blocks: SupportsIndex
-    ) -> None: ...
+    ``TTLPolicy`` (used, not copied; any other object is refused with TypeError).  At most
+    ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
+    longest forgotten first (counted in ``dropped_idle_programs``)."""
+    def __new__(
+        cls,
+        policy: TTLPolicy,
+        total_blocks: SupportsIndex,
+        pin_budget_blocks: SupportsIndex,
+        max_idle_programs: SupportsIndex = ...,
+    ) -> ProgramScheduler: ...
     @property
     def policy(self) -> TTLPolicy: ...
     def arrive(
@@ -245,10 +312,10 @@ class ProgramScheduler:
         now: SupportsFloat,
         blocks_held: SupportsIndex,
         tool: str | None = None,
-        last_turn: bool = False,
+        last_turn: bool = ...,
         cache_miss_cost_s: SupportsFloat | None = None,
-        prefix_tokens: SupportsIndex = 0,
-        offloaded_tokens: SupportsIndex = 0,
+        prefix_tokens: SupportsIndex = ...,
+        offloaded_tokens: SupportsIndex = ...,
         mean_active_blocks: SupportsFloat | None = None,
     ) -> Finished:
         """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
@@ -263,6 +330,10 @@ class ProgramScheduler:
         """Ends the request's whole program, without observing η."""
     @property
     def total_blocks(self) -> int: ...
+    @property
+    def max_idle_programs(self) -> int: ...
+    @property
+    def dropped_idle_programs(self) -> int: ...
     @property
     def pin_budget_blocks(self) -> int: ...
     @property
@@ -286,13 +357,23 @@ class ProgramScheduler:
     def priority(self, request_id: str) -> tuple[bool, bool, float, float, str]: ...
 
 # ---------------------------------------------------------------------------------------------
-# --- prefix tree --- (issue 4): block-hash prefix tree, per-group TTLs
+# Prefix tree: block-hash prefix tree, per-group TTLs
 # ---------------------------------------------------------------------------------------------
 
 @final
 class GroupStats:
     """A snapshot of one group of blocks (see ``ttlpolicy.reference.prefix_tree``)."""
 
+    def __new__(
+        cls,
+        key: Sequence[int],
+        blocks: int,
+        accesses: int,
+        hits: int,
+        reuse_s: Sequence[float],
+        ttl_s: float,
+        last_access_s: float | None,
+    ) -> GroupStats: ...
     @property
     def key(self) -> tuple[int, ...]: ...
     @property
@@ -307,19 +388,21 @@ class GroupStats:
     def ttl_s(self) -> float: ...
     @property
     def last_access_s(self) -> float | None: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
 
 @final
 class PrefixTree:
     """Blocks held in one tier, as a tree of block-hash prefixes, grouped for per-group TTLs."""
 
-    def __init__(
-        self,
-        max_nodes: SupportsIndex = 1 << 20,
-        group_depth: SupportsIndex = 2,
-        window: SupportsIndex = 256,
-        max_idle_groups: SupportsIndex = 1 << 16,
+    def __new__(
+        cls,
+        max_nodes: SupportsIndex = ...,
+        group_depth: SupportsIndex = ...,
+        window: SupportsIndex = ...,
+        max_idle_groups: SupportsIndex = ...,
         default_ttl_s: SupportsFloat = ...,
-    ) -> None: ...
+    ) -> PrefixTree: ...
     @property
     def max_nodes(self) -> int: ...
     @property

@@ -13,6 +13,23 @@ from typing import Any
 
 #: Tool names come from model output: they are cut to this many code points.
 MAX_TOOL_NAME_CHARS = 128
+#: A refused value is shown as its repr cut to this many code points (it may be untrusted).
+MAX_REPR_CHARS = 80
+#: Larger ints are shown as their size (printing a huge int is slow, or refused).
+MAX_PRINTED_INT_BITS = 256
+
+
+def short_repr(value: Any) -> str:
+    """How a message shows a refused value; the native conversions print it the same way."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > MAX_PRINTED_INT_BITS:
+            return f"an int of {value.bit_length()} bits"
+        return int.__repr__(value)
+    try:
+        r = repr(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
+    return r if len(r) <= MAX_REPR_CHARS else r[:MAX_REPR_CHARS] + "..."
 
 
 def as_float(field: str, value: Any) -> float:
@@ -24,13 +41,13 @@ def as_float(field: str, value: Any) -> float:
     if kind is float:
         return value
     if not (hasattr(kind, "__float__") or hasattr(kind, "__index__")):
-        raise TypeError(f"{field} must be a number, got {value!r}")
+        raise TypeError(f"{field} must be a number, got {short_repr(value)}")
     try:
         return float(value)
     except OverflowError:
         raise ValueError(f"{field} is out of range, got an int too large for a float") from None
     except (TypeError, ValueError):
-        raise TypeError(f"{field} must be a number, got {value!r}") from None
+        raise TypeError(f"{field} must be a number, got {short_repr(value)}") from None
 
 
 def finite(field: str, value: Any) -> float:
@@ -58,17 +75,17 @@ def as_int(field: str, value: Any) -> int:
     """An integer through ``__index__`` (int, bool, numpy integers); floats are refused even
     when whole."""
     if isinstance(value, float):
-        raise TypeError(f"{field} must be an integer, got {value!r}")
+        raise TypeError(f"{field} must be an integer, got {short_repr(value)}")
     try:
         return int(operator.index(value))
     except TypeError:
-        raise TypeError(f"{field} must be an integer, got {value!r}") from None
+        raise TypeError(f"{field} must be an integer, got {short_repr(value)}") from None
 
 
 def int_in(field: str, value: Any, low: int, high: int) -> int:
     n = as_int(field, value)
     if not low <= n <= high:
-        raise ValueError(f"{field} must be in [{low}, {high}], got {n!r}")
+        raise ValueError(f"{field} must be in [{low}, {high}], got {short_repr(n)}")
     return n
 
 

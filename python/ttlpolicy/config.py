@@ -1,12 +1,20 @@
 """``PolicyConfig``: every knob of the CacheTTL decision, validated, JSON round-trips.
 
 Both backends read the same object: the pure-Python policy uses it directly, the native
-policy copies its fields when constructed.
+policy copies its fields when constructed (through the core's field table).
+
+Numbers are taken as the policy's methods take them (``_validate.as_int``/``as_float``): a
+str such as ``"8"`` is refused with a ``TypeError``, as ``decide`` refuses it, instead of
+being parsed; out-of-range values raise pydantic's ``ValidationError`` (a ``ValueError``).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from ._validate import as_float, as_int
 
 _MAX = 1 << 20
 
@@ -36,6 +44,17 @@ class PolicyConfig(BaseModel):
     prefill_s_per_token2: float = Field(0.0, ge=0)
     kv_bytes_per_token: int = Field(131072, ge=0, le=1 << 40)
     offload_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_not_text(cls, value: Any, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        kind = cls.model_fields[name].annotation
+        if kind is int:
+            return as_int(name, value)
+        if kind is float or (kind == float | None and value is not None):
+            return as_float(name, value)
+        return value
 
     @model_validator(mode="after")
     def _window_fits(self) -> PolicyConfig:

@@ -3,6 +3,8 @@
 //! Python side accepts is accepted here and vice versa.
 
 use crate::error::{Error, Result};
+use crate::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
+use crate::history::ToolHistory;
 use crate::validate::{int_in, non_negative, positive};
 
 const MAX: i64 = 1 << 20;
@@ -24,44 +26,97 @@ pub struct PolicyConfig {
     /// No pin lasts longer.
     pub max_ttl_s: f64,
     // Memorability η.
+    /// Finished programs η is computed over.
     pub eta_window_programs: i64,
+    /// Below this many programs η = 1.
     pub eta_min_programs: i64,
     // Out-of-order cost T.
+    /// Queueing delays T is the mean of.
     pub ooo_window: i64,
     // Cache-miss cost model.
+    /// Prefill measurements the quadratic is fitted over.
     pub prefill_window: i64,
+    /// Measurements before the fit replaces the defaults.
     pub min_prefill_samples: i64,
+    /// Prefill seconds before a fit: constant term.
     pub prefill_base_s: f64,
+    /// Prefill seconds before a fit: per token.
     pub prefill_s_per_token: f64,
+    /// Prefill seconds before a fit: per token squared.
     pub prefill_s_per_token2: f64,
+    /// KV-cache bytes of one token (for the offload reload time).
     pub kv_bytes_per_token: i64,
+    /// Offload tier reload bandwidth; None: no offload tier.
     pub offload_bandwidth_bytes_per_s: Option<f64>,
+}
+
+/// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
+#[derive(Debug)]
+pub enum FieldMut<'a> {
+    /// An integer field.
+    Int(&'a mut i64),
+    /// A float field.
+    Float(&'a mut f64),
+    /// An optional float field (None allowed).
+    OptionalFloat(&'a mut Option<f64>),
+    /// A switch.
+    Bool(&'a mut bool),
 }
 
 impl Default for PolicyConfig {
     fn default() -> Self {
         PolicyConfig {
-            window: 1024,
-            max_tools: 1024,
+            window: ToolHistory::DEFAULT_WINDOW,
+            max_tools: ToolHistory::DEFAULT_MAX_TOOLS,
             min_tool_samples: 8,
             min_total_samples: 32,
             prior_mean_s: 10.0,
             max_ttl_s: 300.0,
-            eta_window_programs: 256,
-            eta_min_programs: 8,
-            ooo_window: 256,
-            prefill_window: 256,
-            min_prefill_samples: 8,
-            prefill_base_s: 0.01,
-            prefill_s_per_token: 1e-4,
-            prefill_s_per_token2: 0.0,
-            kv_bytes_per_token: 131072,
+            eta_window_programs: EtaEstimator::DEFAULT_WINDOW,
+            eta_min_programs: EtaEstimator::DEFAULT_MIN_PROGRAMS,
+            ooo_window: OutOfOrderCost::DEFAULT_WINDOW,
+            prefill_window: CacheMissModel::DEFAULT_WINDOW,
+            min_prefill_samples: CacheMissModel::DEFAULT_MIN_SAMPLES,
+            prefill_base_s: CacheMissModel::DEFAULT_PREFILL_BASE_S,
+            prefill_s_per_token: CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN,
+            prefill_s_per_token2: CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN2,
+            kv_bytes_per_token: CacheMissModel::DEFAULT_KV_BYTES_PER_TOKEN,
             offload_bandwidth_bytes_per_s: None,
         }
     }
 }
 
 impl PolicyConfig {
+    /// Every field by name, in declaration order: the one field table the bindings read a
+    /// Python config through (a new field is added here too, or the parity test fails).
+    pub fn fields_mut(&mut self) -> Vec<(&'static str, FieldMut<'_>)> {
+        use FieldMut::{Float, Int, OptionalFloat};
+        vec![
+            ("window", Int(&mut self.window)),
+            ("max_tools", Int(&mut self.max_tools)),
+            ("min_tool_samples", Int(&mut self.min_tool_samples)),
+            ("min_total_samples", Int(&mut self.min_total_samples)),
+            ("prior_mean_s", Float(&mut self.prior_mean_s)),
+            ("max_ttl_s", Float(&mut self.max_ttl_s)),
+            ("eta_window_programs", Int(&mut self.eta_window_programs)),
+            ("eta_min_programs", Int(&mut self.eta_min_programs)),
+            ("ooo_window", Int(&mut self.ooo_window)),
+            ("prefill_window", Int(&mut self.prefill_window)),
+            ("min_prefill_samples", Int(&mut self.min_prefill_samples)),
+            ("prefill_base_s", Float(&mut self.prefill_base_s)),
+            ("prefill_s_per_token", Float(&mut self.prefill_s_per_token)),
+            (
+                "prefill_s_per_token2",
+                Float(&mut self.prefill_s_per_token2),
+            ),
+            ("kv_bytes_per_token", Int(&mut self.kv_bytes_per_token)),
+            (
+                "offload_bandwidth_bytes_per_s",
+                OptionalFloat(&mut self.offload_bandwidth_bytes_per_s),
+            ),
+        ]
+    }
+
     /// The pydantic model's bounds, field by field in declaration order.
     pub fn validate(&self) -> Result<()> {
         int_in("window", self.window, 1, MAX)?;

@@ -14,8 +14,11 @@ use std::collections::VecDeque;
 use crate::error::{Error, Result};
 use crate::validate::{int_in, non_negative, positive};
 
+/// Largest `total_turns` observed (a program's turn count).
 pub const MAX_TURNS: i64 = 1_000_000;
+/// Largest window of any estimator.
 pub const MAX_WINDOW: i64 = 1 << 20;
+/// Largest token count accepted.
 pub const MAX_TOKENS: i64 = 1 << 40;
 /// Token counts are fitted in units of 1000 tokens: keeps n⁴ well inside double range.
 pub const TOKENS_PER_UNIT: f64 = 1000.0;
@@ -84,6 +87,12 @@ pub struct EtaEstimator {
 }
 
 impl EtaEstimator {
+    /// Default `window` (finished programs kept).
+    pub const DEFAULT_WINDOW: i64 = 256;
+    /// Default `min_programs` (below: η = 1).
+    pub const DEFAULT_MIN_PROGRAMS: i64 = 8;
+
+    /// η over the last `window` programs, once `min_programs` are in.
     pub fn new(window: i64, min_programs: i64) -> Result<Self> {
         Ok(EtaEstimator {
             window: int_in("window", window, 1, MAX_WINDOW)? as usize,
@@ -94,6 +103,7 @@ impl EtaEstimator {
         })
     }
 
+    /// Records a finished program of `total_turns` turns.
     pub fn observe(&mut self, total_turns: i64) -> Result<()> {
         let n_turns = int_in("total_turns", total_turns, 1, MAX_TURNS)?;
         if self.turns.len() == self.window {
@@ -111,18 +121,22 @@ impl EtaEstimator {
         Ok(())
     }
 
+    /// The current η in [0, 1] (1 until `min_programs` are in).
     pub fn eta(&self) -> f64 {
         self.eta
     }
 
+    /// Programs in the window.
     pub fn count(&self) -> usize {
         self.turns.len()
     }
 
+    /// Programs kept.
     pub fn window(&self) -> usize {
         self.window
     }
 
+    /// Programs needed before η is estimated.
     pub fn min_programs(&self) -> usize {
         self.min_programs
     }
@@ -146,6 +160,10 @@ pub struct OutOfOrderCost {
 }
 
 impl OutOfOrderCost {
+    /// Default `window` (queueing delays kept).
+    pub const DEFAULT_WINDOW: i64 = 256;
+
+    /// T over the last `window` delays.
     pub fn new(window: i64) -> Result<Self> {
         Ok(OutOfOrderCost {
             window: int_in("window", window, 1, MAX_WINDOW)? as usize,
@@ -154,6 +172,7 @@ impl OutOfOrderCost {
         })
     }
 
+    /// Records one queueing delay.
     pub fn observe(&mut self, delay_s: f64) -> Result<()> {
         let d = non_negative("delay_s", delay_s)?;
         if self.delays.len() == self.window {
@@ -169,10 +188,12 @@ impl OutOfOrderCost {
         self.mean
     }
 
+    /// Delays in the window.
     pub fn count(&self) -> usize {
         self.delays.len()
     }
 
+    /// Delays kept.
     pub fn window(&self) -> usize {
         self.window
     }
@@ -241,7 +262,20 @@ pub struct CacheMissModel {
 }
 
 impl CacheMissModel {
-    /// Arguments in the reference's order (its defaults: 0.01, 1e-4, 0.0, 131072, None, 256, 8).
+    /// Default `prefill_base_s` (a of the prefill quadratic before a fit).
+    pub const DEFAULT_PREFILL_BASE_S: f64 = 0.01;
+    /// Default `prefill_s_per_token` (b).
+    pub const DEFAULT_PREFILL_S_PER_TOKEN: f64 = 1e-4;
+    /// Default `prefill_s_per_token2` (c).
+    pub const DEFAULT_PREFILL_S_PER_TOKEN2: f64 = 0.0;
+    /// Default `kv_bytes_per_token`.
+    pub const DEFAULT_KV_BYTES_PER_TOKEN: i64 = 131072;
+    /// Default `window` (prefill measurements kept).
+    pub const DEFAULT_WINDOW: i64 = 256;
+    /// Default `min_samples` (measurements before the fit replaces the defaults).
+    pub const DEFAULT_MIN_SAMPLES: i64 = 8;
+
+    /// Arguments in the reference's order (defaults: the `DEFAULT_*` constants; no offload).
     pub fn new(
         prefill_base_s: f64,
         prefill_s_per_token: f64,
@@ -272,6 +306,7 @@ impl CacheMissModel {
         })
     }
 
+    /// Records one measured prefill of `tokens` tokens taking `seconds`, and refits.
     pub fn observe_prefill(&mut self, tokens: i64, seconds: f64) -> Result<()> {
         let n = int_in("tokens", tokens, 0, MAX_TOKENS)?;
         let s = non_negative("seconds", seconds)?;
@@ -312,6 +347,7 @@ impl CacheMissModel {
         ))
     }
 
+    /// Whether the fit replaced the default coefficients.
     pub fn fitted(&self) -> bool {
         self.fit.is_some()
     }
@@ -321,30 +357,37 @@ impl CacheMissModel {
         self.fit.unwrap_or(self.default_coeffs)
     }
 
+    /// The configured (a, b, c), used until a fit.
     pub fn default_coeffs(&self) -> (f64, f64, f64) {
         self.default_coeffs
     }
 
+    /// KV-cache bytes of one token.
     pub fn kv_bytes_per_token(&self) -> i64 {
         self.kv_bytes_per_token
     }
 
+    /// Reload bandwidth of the offload tier (None: no tier).
     pub fn offload_bandwidth_bytes_per_s(&self) -> Option<f64> {
         self.offload_bandwidth_bytes_per_s
     }
 
+    /// Measurements kept.
     pub fn window(&self) -> usize {
         self.window
     }
 
+    /// Measurements needed before fitting.
     pub fn min_samples(&self) -> usize {
         self.min_samples
     }
 
+    /// Measurements in the window.
     pub fn count(&self) -> usize {
         self.points.len()
     }
 
+    /// Predicted prefill seconds of `tokens` tokens (never negative).
     pub fn prefill_s(&self, tokens: i64) -> Result<f64> {
         let n = int_in("tokens", tokens, 0, MAX_TOKENS)?;
         Ok(self.prefill_unchecked(n))

@@ -9,10 +9,13 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::error::{Error, Result};
+use crate::index_list::{linked, IndexList, Link};
 use crate::solver::fraction_table;
 use crate::validate::{int_in, non_negative, tool_key};
 
+/// Largest `window`.
 pub const MAX_WINDOW: i64 = 1 << 20;
+/// Largest `max_tools`.
 pub const MAX_TOOLS: i64 = 1 << 20;
 
 /// The last `capacity` durations, in arrival order and sorted.
@@ -24,6 +27,7 @@ pub struct DurationWindow {
 }
 
 impl DurationWindow {
+    /// An empty window of `capacity` durations.
     pub fn new(capacity: usize) -> Self {
         DurationWindow {
             capacity,
@@ -47,10 +51,12 @@ impl DurationWindow {
         self.sorted.insert(at, x);
     }
 
+    /// Durations held.
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
+    /// Whether no duration is held.
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
@@ -98,16 +104,18 @@ impl DurationWindow {
     }
 }
 
-const NIL: usize = usize::MAX;
+/// Tag of the recency list of tools.
+struct Recency;
 
 /// One tracked tool: its window and its place in the recency list.
 #[derive(Debug, Clone)]
 struct Slot {
     key: Box<str>,
     window: DurationWindow,
-    prev: usize,
-    next: usize,
+    recency: Link,
 }
+
+linked!(Slot, Recency, recency);
 
 /// Sliding windows of tool durations, per tool and global, with a cap on tracked tools.
 ///
@@ -118,10 +126,10 @@ struct Slot {
 pub struct ToolHistory {
     window: usize,
     max_tools: usize,
-    index: HashMap<Box<str>, usize>,
+    index: HashMap<Box<str>, u32>,
     slots: Vec<Slot>,
-    head: usize,
-    tail: usize,
+    /// Least recently observed first.
+    recency: IndexList<Recency>,
     global: DurationWindow,
     /// k / window for k in 0..=window, built once the first window is full: the solver reads
     /// P(τ) of a full window from it instead of dividing.
@@ -129,6 +137,12 @@ pub struct ToolHistory {
 }
 
 impl ToolHistory {
+    /// Default `window` (durations kept per tool and globally).
+    pub const DEFAULT_WINDOW: i64 = 1024;
+    /// Default `max_tools` (tools tracked; least recently observed dropped beyond).
+    pub const DEFAULT_MAX_TOOLS: i64 = 1024;
+
+    /// Windows of `window` durations for at most `max_tools` tools.
     pub fn new(window: i64, max_tools: i64) -> Result<Self> {
         let window = int_in("window", window, 1, MAX_WINDOW)? as usize;
         let max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)? as usize;
@@ -137,17 +151,18 @@ impl ToolHistory {
             max_tools,
             index: HashMap::new(),
             slots: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            recency: IndexList::new(),
             global: DurationWindow::new(window),
             fractions: Vec::new(),
         })
     }
 
+    /// Durations kept per tool and globally.
     pub fn window(&self) -> usize {
         self.window
     }
 
+    /// Tools tracked at most.
     pub fn max_tools(&self) -> usize {
         self.max_tools
     }
@@ -159,13 +174,13 @@ impl ToolHistory {
             let key = tool_key(tool);
             let slot = match self.index.get(key) {
                 Some(&slot) => {
-                    self.unlink(slot);
+                    self.recency.unlink(&mut self.slots, slot);
                     slot
                 }
                 None => self.admit(key),
             };
-            self.link_last(slot);
-            self.slots[slot].window.push(d);
+            self.recency.push_back(&mut self.slots, slot);
+            self.slots[slot as usize].window.push(d);
         }
         self.global.push(d);
         // The global window fills first: every observation lands in it.
@@ -182,47 +197,26 @@ impl ToolHistory {
 
     /// A slot for a new tool: a fresh one, or the least recently observed tool's when full.
     /// The slot is returned unlinked.
-    fn admit(&mut self, key: &str) -> usize {
+    fn admit(&mut self, key: &str) -> u32 {
         let slot = if self.slots.len() < self.max_tools {
             self.slots.push(Slot {
                 key: key.into(),
                 window: DurationWindow::new(self.window),
-                prev: NIL,
-                next: NIL,
+                recency: Link::new(),
             });
-            self.slots.len() - 1
+            // max_tools <= MAX_TOOLS < u32::MAX
+            (self.slots.len() - 1) as u32
         } else {
-            let victim = self.head;
-            self.unlink(victim);
-            let old = std::mem::replace(&mut self.slots[victim].key, key.into());
+            let victim = self.recency.front().expect("max_tools >= 1 tools tracked");
+            self.recency.unlink(&mut self.slots, victim);
+            let slot = &mut self.slots[victim as usize];
+            let old = std::mem::replace(&mut slot.key, key.into());
+            slot.window.clear();
             self.index.remove(&old);
-            self.slots[victim].window.clear();
             victim
         };
         self.index.insert(key.into(), slot);
         slot
-    }
-
-    fn unlink(&mut self, slot: usize) {
-        let (prev, next) = (self.slots[slot].prev, self.slots[slot].next);
-        match prev {
-            NIL => self.head = next,
-            p => self.slots[p].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.slots[n].prev = prev,
-        }
-    }
-
-    fn link_last(&mut self, slot: usize) {
-        self.slots[slot].prev = self.tail;
-        self.slots[slot].next = NIL;
-        match self.tail {
-            NIL => self.head = slot,
-            t => self.slots[t].next = slot,
-        }
-        self.tail = slot;
     }
 
     /// The window of `tool` (None: the global window); None for an untracked tool.
@@ -232,7 +226,7 @@ impl ToolHistory {
             Some(t) => self
                 .index
                 .get(tool_key(t))
-                .map(|&slot| &self.slots[slot].window),
+                .map(|&slot| &self.slots[slot as usize].window),
         }
     }
 
@@ -246,23 +240,22 @@ impl ToolHistory {
         self.window_of(tool).map_or(0, DurationWindow::len)
     }
 
+    /// Durations in the global window.
     pub fn total_count(&self) -> usize {
         self.global.len()
     }
 
+    /// Tools tracked now.
     pub fn num_tools(&self) -> usize {
         self.index.len()
     }
 
     /// Tracked tools, least recently observed first.
     pub fn tools(&self) -> Vec<&str> {
-        let mut out = Vec::with_capacity(self.index.len());
-        let mut at = self.head;
-        while at != NIL {
-            out.push(&*self.slots[at].key);
-            at = self.slots[at].next;
-        }
-        out
+        self.recency
+            .iter(&self.slots)
+            .map(|slot| &*self.slots[slot as usize].key)
+            .collect()
     }
 
     /// Fraction of `tool`'s samples ≤ `t_s` (0.0 with no samples).
@@ -280,6 +273,7 @@ impl ToolHistory {
         Ok(self.window_of(tool).and_then(|w| w.quantile(q)))
     }
 
+    /// Mean duration of `tool` (None: the global window); None when empty.
     pub fn mean(&self, tool: Option<&str>) -> Option<f64> {
         self.window_of(tool).and_then(DurationWindow::mean)
     }

@@ -21,6 +21,7 @@ use crate::history::ToolHistory;
 use crate::solver::{solve_sorted, solve_sorted_with_fractions};
 use crate::validate::{finite, int_in, non_negative, positive};
 
+/// Largest block count accepted.
 pub const MAX_BLOCKS: i64 = 1 << 40;
 
 /// Which rule produced a decision.
@@ -39,6 +40,7 @@ pub enum Source {
 }
 
 impl Source {
+    /// Every source, in the reference's order.
     pub const ALL: [Source; 5] = [
         Source::ToolCdf,
         Source::GlobalCdf,
@@ -58,6 +60,7 @@ impl Source {
         }
     }
 
+    /// The source of a reference name, None for an unknown one.
     pub fn parse(name: &str) -> Option<Source> {
         Source::ALL.into_iter().find(|s| s.as_str() == name)
     }
@@ -72,15 +75,20 @@ impl fmt::Display for Source {
 /// A pin decision. `ttl_s == 0` means: do not pin.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PinDecision {
+    /// Seconds to pin; 0: do not pin.
     pub ttl_s: f64,
+    /// Seconds saved if the program returns to a kept cache (miss cost + η·T).
     pub benefit_s: f64,
+    /// Cost of holding the blocks, per second (request_blocks / mean_active_blocks).
     pub cost_per_s: f64,
     /// P(τ): the probability that the program returns within the pin.
     pub p_return: f64,
+    /// Which rule produced the decision.
     pub source: Source,
 }
 
 impl PinDecision {
+    /// Whether to pin at all (`ttl_s > 0`).
     pub fn pin(&self) -> bool {
         self.ttl_s > 0.0
     }
@@ -97,6 +105,10 @@ pub struct TTLPolicy {
 }
 
 impl TTLPolicy {
+    /// Default `mean_active_blocks` of [`TTLPolicy::decide`] (M̄ when the engine knows none).
+    pub const DEFAULT_MEAN_ACTIVE_BLOCKS: f64 = 1.0;
+
+    /// A policy with `config`'s settings (validated first).
     pub fn new(config: PolicyConfig) -> Result<TTLPolicy> {
         config.validate()?;
         Ok(TTLPolicy {
@@ -116,58 +128,71 @@ impl TTLPolicy {
         })
     }
 
+    /// The settings, validated.
     pub fn config(&self) -> &PolicyConfig {
         &self.config
     }
 
     // -- observations ----------------------------------------------------------------------
 
+    /// Records a tool call of `duration_s` seconds (None: unknown tool).
     pub fn observe_tool(&mut self, tool: Option<&str>, duration_s: f64) -> Result<()> {
         self.history.observe(tool, duration_s)
     }
 
+    /// Records a finished program of `total_turns` turns (for η).
     pub fn observe_program(&mut self, total_turns: i64) -> Result<()> {
         self.eta_estimator.observe(total_turns)
     }
 
+    /// Records a queueing delay of a request that returned to a dropped cache (for T).
     pub fn observe_queueing_delay(&mut self, delay_s: f64) -> Result<()> {
         self.ooo.observe(delay_s)
     }
 
+    /// Records a measured prefill (for the cache-miss model).
     pub fn observe_prefill(&mut self, tokens: i64, seconds: f64) -> Result<()> {
         self.miss_model.observe_prefill(tokens, seconds)
     }
 
     // -- read-only views -------------------------------------------------------------------
 
+    /// The current η.
     pub fn eta(&self) -> f64 {
         self.eta_estimator.eta()
     }
 
+    /// The current out-of-order cost T, in seconds.
     pub fn out_of_order_cost_s(&self) -> f64 {
         self.ooo.mean_s()
     }
 
+    /// Durations recorded for `tool` (None: all tools).
     pub fn tool_count(&self, tool: Option<&str>) -> usize {
         self.history.count(tool)
     }
 
+    /// Seconds to rebuild `prefix_tokens` tokens, `offloaded_tokens` of them reloadable.
     pub fn miss_cost_s(&self, prefix_tokens: i64, offloaded_tokens: i64) -> Result<f64> {
         self.miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
     }
 
+    /// The tool-duration history.
     pub fn history(&self) -> &ToolHistory {
         &self.history
     }
 
+    /// The η estimator.
     pub fn eta_estimator(&self) -> &EtaEstimator {
         &self.eta_estimator
     }
 
+    /// The out-of-order cost estimator.
     pub fn ooo(&self) -> &OutOfOrderCost {
         &self.ooo
     }
 
+    /// The cache-miss cost model.
     pub fn miss_model(&self) -> &CacheMissModel {
         &self.miss_model
     }

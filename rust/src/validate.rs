@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 /// Tool names come from model output: they are cut to this many code points.
 pub const MAX_TOOL_NAME_CHARS: usize = 128;
 
+/// `x`, refused unless finite.
 pub fn finite(field: &str, x: f64) -> Result<f64> {
     if x.is_finite() {
         Ok(x)
@@ -15,6 +16,7 @@ pub fn finite(field: &str, x: f64) -> Result<f64> {
     }
 }
 
+/// `x`, refused unless finite and >= 0.
 pub fn non_negative(field: &str, x: f64) -> Result<f64> {
     let x = finite(field, x)?;
     // `x < 0.0` (not `!(x >= 0.0)`): -0.0 is accepted, as in the reference.
@@ -25,6 +27,7 @@ pub fn non_negative(field: &str, x: f64) -> Result<f64> {
     }
 }
 
+/// `x`, refused unless finite and > 0.
 pub fn positive(field: &str, x: f64) -> Result<f64> {
     let x = finite(field, x)?;
     if x > 0.0 {
@@ -34,6 +37,7 @@ pub fn positive(field: &str, x: f64) -> Result<f64> {
     }
 }
 
+/// `n`, refused outside [`low`, `high`].
 pub fn int_in(field: &str, n: i64, low: i64, high: i64) -> Result<i64> {
     if (low..=high).contains(&n) {
         Ok(n)

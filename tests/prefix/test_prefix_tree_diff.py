@@ -4,12 +4,15 @@ random operation sequences, give the same answers (floats within 1e-9 relative).
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from trace_files import MOONCAKE, requires_traces
+from parity import close, outcome
+from parity import tree_snapshot as snapshot
+from trace_files import MOONCAKE
 
 hashes = st.lists(st.integers(-2, 4), max_size=10)
 ttl = st.one_of(st.just(math.inf), st.floats(0.0, 15.0))
@@ -29,42 +32,22 @@ op = st.one_of(
 )
 
 
-def outcome(tree, name, arg, now):
-    """The result of one call, or the type of the error it raised (state must not change)."""
-    try:
-        if name in ("insert",):
-            return tree.insert(arg, now)
-        if name in ("expire", "block_seconds"):
-            return getattr(tree, name)(now)
-        if name == "match_len":
-            return tree.match_len(arg)
-        if name == "set_group_ttls":
-            return tree.set_group_ttls(arg)
-        return tree.group_ttls(*arg)
-    except (ValueError, TypeError, KeyError) as e:
-        return type(e)
-
-
-def snapshot(tree):
-    return [
-        (tuple(g.key), g.blocks, g.accesses, g.hits, tuple(g.reuse_s), g.ttl_s, g.last_access_s)
-        for g in tree.groups()
-    ] + [len(tree), tree.expired_blocks, tree.evicted_blocks]
+def call(tree, name, arg, now):
+    if name in ("insert",):
+        return tree.insert(arg, now)
+    if name in ("expire", "block_seconds"):
+        return getattr(tree, name)(now)
+    if name == "match_len":
+        return tree.match_len(arg)
+    if name == "set_group_ttls":
+        return tree.set_group_ttls(arg)
+    return tree.group_ttls(*arg)
 
 
 def same(a, b):
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
-    return a == b
+    return close(a, b, abs_tol=1e-12)
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
 @given(
     max_nodes=st.integers(1, 20),
     group_depth=st.integers(1, 3),
@@ -88,13 +71,12 @@ def test_backends_agree_on_random_operations(
     now = 0.0
     for name, arg, dt in ops:
         now += dt
-        r, n = outcome(ref, name, arg, now), outcome(nat, name, arg, now)
+        r, n = (outcome(partial(call, t, name, arg, now)) for t in (ref, nat))
         assert same(r, n), (name, arg, now, r, n)
         assert same(snapshot(ref), snapshot(nat)), (name, arg, now)
 
 
 @pytest.mark.slow
-@requires_traces
 def test_backends_agree_on_the_mooncake_trace(backends):
     """The first 2,000 requests of the real conversation trace, with a node bound and a TTL."""
     from itertools import islice

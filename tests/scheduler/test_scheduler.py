@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from scheduler_helpers import PINNING_MISS_COST_S, plain, snapshot
+from parity import PINNING_MISS_COST_S, plain
+from parity import scheduler_snapshot as snapshot
 from ttlpolicy import PolicyConfig
 
 

@@ -3,10 +3,13 @@ and the Python reference — return values, errors (by type) and views after eve
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from functools import partial
+
+from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_helpers import plain, same, snapshot
+from parity import assert_same, outcome
+from parity import scheduler_snapshot as snapshot
 from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D"]
@@ -94,21 +97,11 @@ def apply(s, now: float, op: tuple, step: int):
     raise AssertionError(kind)
 
 
-def outcome(s, now, op, step):
-    try:
-        return ("ok", plain(apply(s, now, op, step)))
-    except (KeyError, ValueError, TypeError) as e:
-        return ("error", type(e).__name__)
-
-
 def views(s, policy):
     return (*snapshot(s), policy.eta, policy.out_of_order_cost_s, policy.tool_count("bash"))
 
 
 # `backends` only names the two backends (no state): sharing it across examples is fine.
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
 @given(st.lists(ops, min_size=10, max_size=80))
 def test_backends_agree_on_any_sequence(backends, seq):
     config = PolicyConfig(min_tool_samples=2, min_total_samples=3, eta_min_programs=2)
@@ -121,7 +114,7 @@ def test_backends_agree_on_any_sequence(backends, seq):
         if op[0] == "tick":
             now += op[1]  # -1.0: time goes back, every timed call must fail alike
             continue
-        results = [outcome(s, now, op, step) for s, _ in states]
-        assert same(results[0], results[1]), (op, results)
+        results = [outcome(partial(apply, s, now, op, step)) for s, _ in states]
+        assert_same(results[0], results[1], f"{op}")
         v = [views(s, p) for s, p in states]
-        assert same(v[0], v[1]), (op, v)
+        assert_same(v[0], v[1], f"views after {op}")

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BLOCK
+from ttlpolicy_vllm.testing import BLOCK
 
 STARTUP_TIMEOUT_S = 600.0  # a loaded 2-core machine; typically 15-60 s
 REQUEST_TIMEOUT_S = 120.0

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BLOCK, TEST_POLICY, Engine, make_engine
+from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine, build_tiny_model, make_engine
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,6 @@ FILLER = 420  # tokens of each request that runs during the tool call (14 blocks
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Engine]]:
     """(stock, ttl) engines on the same tiny model; pin budget 75% of the blocks."""
-    from conftest import build_tiny_model
-
     model = build_tiny_model(tmp_path_factory.mktemp("tiny-llama-engine"))
     mp = pytest.MonkeyPatch()
     mp.setenv("TTLPOLICY_POLICY", TEST_POLICY)

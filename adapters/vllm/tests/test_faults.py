@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from server import REQUEST_TIMEOUT_S, get_text, post, serve
 
-from conftest import TEST_POLICY, make_engine
+from ttlpolicy_vllm.testing import TEST_POLICY, make_engine
 
 pytestmark = pytest.mark.slow
 
@@ -258,6 +258,8 @@ def test_random_faults_in_process_leave_no_state_behind(tiny_model: Path) -> Non
     try:
         rng = random.Random(5)
         sched = engine.scheduler
+        clock = engine.clock
+        assert clock is not None
         live: list[str] = []
         for step in range(600):
             r = rng.random()
@@ -274,10 +276,10 @@ def test_random_faults_in_process_leave_no_state_behind(tiny_model: Path) -> Non
             elif r < 0.35 and live:
                 engine.abort(live.pop(rng.randrange(len(live))))
             elif r < 0.45:
-                engine.clock.advance(rng.uniform(0.0, 10.0))
+                clock.advance(rng.uniform(0.0, 10.0))
             engine.step()
         engine.run()
-        engine.clock.advance(1000.0)  # past every deadline
+        clock.advance(1000.0)  # past every deadline
         engine.turn([5] * 40, 2)  # one more step expires them
         queue = sched.waiting
         assert sched.pins.held_blocks() == 0 and sched.programs.pin_count == 0

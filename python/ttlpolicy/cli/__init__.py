@@ -23,6 +23,7 @@ COMMANDS = {
     "compare": "compare",  # the demo's command first
     "fit": "fit",
     "groups": "groups",
+    "plan": "plan",
 }
 
 
@@ -39,8 +40,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict]:
         mod = importlib.import_module(f"ttlpolicy.cli.{module}")
         p = sub.add_parser(
             name,
-            help=mod.__doc__.strip().splitlines()[0],
-            description=mod.__doc__.replace("``", "`"),  # docstrings are reST
+            help=(mod.__doc__ or name).strip().splitlines()[0],
+            description=(mod.__doc__ or "").replace("``", "`"),  # docstrings are reST
             formatter_class=HelpFormatter,
         )
         mod.add_arguments(p)

@@ -285,8 +285,8 @@ def _hours(x: float) -> str:
 def group_name(key: Sequence[int], scopes: HashScopes) -> str:
     """A group as people read it: ``session:blocks`` for per-file block ids (the ids the trace
     recorded, not the 64-bit ids made unique across files), the ids themselves otherwise."""
-    origins = [scopes.origin(h) for h in key]
-    if origins and all(o is not None for o in origins) and len({o[0] for o in origins}) == 1:
+    origins = [o for o in (scopes.origin(h) for h in key) if o is not None]
+    if origins and len(origins) == len(key) and len({o[0] for o in origins}) == 1:
         text = f"{origins[0][0]}:" + ",".join(str(o[1]) for o in origins)
     else:
         text = ",".join(str(h) for h in key)

@@ -16,6 +16,7 @@ from collections import deque
 from typing import Any
 
 from .._validate import int_in, non_negative, positive
+from ._sync import synchronized
 
 MAX_TURNS = 1_000_000
 MAX_WINDOW = 1 << 20
@@ -23,6 +24,7 @@ MAX_WINDOW = 1 << 20
 TOKENS_PER_UNIT = 1000.0
 
 
+@synchronized
 class EtaEstimator:
     """η = −corr(k, N−k) over the turns of the last ``window`` finished programs, in [0, 1].
 
@@ -75,6 +77,7 @@ class EtaEstimator:
         return len(self._turns)
 
 
+@synchronized
 class OutOfOrderCost:
     """T: mean queueing delay over the last ``window`` requests that returned to a dropped cache."""
 
@@ -125,6 +128,7 @@ def solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
     return out
 
 
+@synchronized
 class CacheMissModel:
     """Seconds to rebuild a dropped prefix.
 

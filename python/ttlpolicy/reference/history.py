@@ -15,6 +15,7 @@ from collections import OrderedDict, deque
 from typing import Any
 
 from .._validate import int_in, non_negative, tool_key
+from ._sync import synchronized
 
 MAX_WINDOW = 1 << 20
 MAX_TOOLS = 1 << 20
@@ -62,6 +63,7 @@ class DurationWindow:
         return total / n
 
 
+@synchronized
 class ToolHistory:
     """Sliding windows of tool durations, per tool and global, with a cap on tracked tools."""
 

@@ -16,8 +16,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import finite, int_in, non_negative, positive
+from .._validate import as_float, finite, int_in, non_negative, positive, short_repr
 from ..config import PolicyConfig
+from ._sync import synchronized
 from .estimators import CacheMissModel, EtaEstimator, OutOfOrderCost
 from .history import ToolHistory
 from .solver import solve_sorted
@@ -37,11 +38,22 @@ class PinDecision:
     p_return: float
     source: str
 
+    def __post_init__(self) -> None:
+        # Built by `decide` with checked values; checked again for callers (and unpickling),
+        # as the native class converts them.
+        for name in ("ttl_s", "benefit_s", "cost_per_s", "p_return"):
+            object.__setattr__(self, name, as_float(name, getattr(self, name)))
+        if not (isinstance(self.source, str) and self.source in SOURCES):
+            raise ValueError(
+                f"source must be one of {', '.join(SOURCES)}, got {short_repr(self.source)}"
+            )
+
     @property
     def pin(self) -> bool:
         return self.ttl_s > 0.0
 
 
+@synchronized
 class TTLPolicy:
     """Owns the tool history and the η, T and cache-miss estimators; decides pins."""
 
@@ -51,10 +63,10 @@ class TTLPolicy:
         if not isinstance(config, PolicyConfig):
             raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
         self.config = config
-        self.history = ToolHistory(config.window, config.max_tools)
-        self.eta_estimator = EtaEstimator(config.eta_window_programs, config.eta_min_programs)
-        self.ooo = OutOfOrderCost(config.ooo_window)
-        self.miss_model = CacheMissModel(
+        self._history = ToolHistory(config.window, config.max_tools)
+        self._eta_estimator = EtaEstimator(config.eta_window_programs, config.eta_min_programs)
+        self._ooo = OutOfOrderCost(config.ooo_window)
+        self._miss_model = CacheMissModel(
             config.prefill_base_s,
             config.prefill_s_per_token,
             config.prefill_s_per_token2,
@@ -66,31 +78,31 @@ class TTLPolicy:
 
     # -- observations -------------------------------------------------------------------
     def observe_tool(self, tool: Any, duration_s: Any) -> None:
-        self.history.observe(tool, duration_s)
+        self._history.observe(tool, duration_s)
 
     def observe_program(self, total_turns: Any) -> None:
-        self.eta_estimator.observe(total_turns)
+        self._eta_estimator.observe(total_turns)
 
     def observe_queueing_delay(self, delay_s: Any) -> None:
-        self.ooo.observe(delay_s)
+        self._ooo.observe(delay_s)
 
     def observe_prefill(self, tokens: Any, seconds: Any) -> None:
-        self.miss_model.observe_prefill(tokens, seconds)
+        self._miss_model.observe_prefill(tokens, seconds)
 
     # -- read-only views ------------------------------------------------------------------
     @property
     def eta(self) -> float:
-        return self.eta_estimator.eta
+        return self._eta_estimator.eta
 
     @property
     def out_of_order_cost_s(self) -> float:
-        return self.ooo.mean_s
+        return self._ooo.mean_s
 
     def tool_count(self, tool: Any) -> int:
-        return self.history.count(tool)
+        return self._history.count(tool)
 
     def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
-        return self.miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
+        return self._miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
 
     # -- the decision ---------------------------------------------------------------------
     def decide(
@@ -109,7 +121,7 @@ class TTLPolicy:
         ``prefix_tokens``, ``offloaded_tokens`` of them held by an offload tier).
         ``now`` is validated and reserved for time-dependent rules; no clock is read.
         """
-        history = self.history
+        history = self._history
         # Validate everything before touching any state.
         tool_window = history._window(tool) if tool is not None else None
         count = len(tool_window) if tool_window is not None else 0
@@ -117,18 +129,18 @@ class TTLPolicy:
         mean_active = positive("mean_active_blocks", mean_active_blocks)
         finite("now", now)
         if cache_miss_cost_s is None:
-            miss = self.miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
+            miss = self._miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
         else:
             miss = non_negative("cache_miss_cost_s", cache_miss_cost_s)
             int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
             int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
         cfg = self.config
-        benefit = miss + self.eta_estimator.eta * self.ooo.mean_s
+        benefit = miss + self._eta_estimator.eta * self._ooo.mean_s
         cost = blocks / mean_active
         if not benefit > 0.0:
             return PinDecision(0.0, benefit, cost, 0.0, "no_benefit")
 
-        if count >= cfg.min_tool_samples and count > 0:
+        if tool_window is not None and count >= cfg.min_tool_samples and count > 0:
             samples, source = tool_window.sorted, "tool_cdf"
         elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
             samples, source = history._global.sorted, "global_cdf"
@@ -138,7 +150,7 @@ class TTLPolicy:
         return PinDecision(tau, benefit, cost, k / len(samples), source)
 
     def _exponential(self, benefit: float, cost: float) -> PinDecision:
-        mean = self.history._global.mean()
+        mean = self._history._global.mean()
         mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
         max_ttl = self.config.max_ttl_s
         if cost == 0.0:

@@ -48,7 +48,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import as_float, as_int, int_in, non_negative
+from .._validate import as_float, as_int, int_in, non_negative, short_repr
+from ._sync import synchronized
 from .solver import solve_ttl
 
 MAX_NODES = 1 << 31
@@ -79,7 +80,9 @@ def check_hashes(field: str, hash_ids: Any) -> list[int]:
     for i, h in enumerate(hash_ids):
         n = as_int(f"{field}[{i}]", h)
         if not HASH_MIN <= n <= HASH_MAX:
-            raise ValueError(f"{field}[{i}] must fit in a signed 64-bit integer, got {n!r}")
+            raise ValueError(
+                f"{field}[{i}] must fit in a signed 64-bit integer, got {short_repr(n)}"
+            )
         out.append(n)
     return out
 
@@ -88,7 +91,7 @@ def check_ttl(field: str, value: Any) -> float:
     """A TTL: a number >= 0, or math.inf for none."""
     x = as_float(field, value)
     if math.isnan(x) or x < 0.0:
-        raise ValueError(f"{field} must be >= 0 (math.inf: no TTL), got {x!r}")
+        raise ValueError(f"{field} must be >= 0 (inf: no TTL), got {x!r}")
     return x
 
 
@@ -123,7 +126,8 @@ class _Node:
         self.hash = h
         self.parent = parent
         self.children: dict[int, _Node] = {}
-        self.group = group
+        # None only at the root, whose group is never read
+        self.group: _Group = group  # type: ignore[assignment]
         self.last_access_s = now
         self.created_s = now
         self.seq = 0  # sequence number of the last touch
@@ -132,6 +136,7 @@ class _Node:
         self.alive = True
 
 
+@synchronized
 class PrefixTree:
     """Blocks held in one tier, as a tree of block-hash prefixes, grouped for per-group TTLs."""
 
@@ -173,9 +178,10 @@ class PrefixTree:
         node = self._root
         n = 0
         for h in check_hashes("hash_ids", hash_ids):
-            node = node.children.get(h)
-            if node is None:
+            child = node.children.get(h)
+            if child is None:
                 break
+            node = child
             n += 1
         return n
 
@@ -268,9 +274,9 @@ class PrefixTree:
             k = tuple(check_hashes("group key", key))
             if not 1 <= len(k) <= self.group_depth:
                 raise ValueError(
-                    f"group key must hold 1 to {self.group_depth} hashes, got {len(k)}: {k!r}"
+                    f"group key must be 1 to {self.group_depth} hashes long, got {list(k)!r}"
                 )
-            checked.append((k, check_ttl(f"ttls[{k!r}]", ttl)))
+            checked.append((k, check_ttl(f"ttls[{list(k)!r}]", ttl)))
         for k, ttl in checked:
             self._group(k).ttl_s = ttl
         # Deadlines moved: rebuild the heap from the held blocks, oldest first.
@@ -285,7 +291,7 @@ class PrefixTree:
     def _check_now(self, now: Any) -> float:
         t = non_negative("now", now)
         if t < self._now:
-            raise ValueError(f"now must not go back in time: got {t!r} after {self._now!r}")
+            raise ValueError(f"now must be not before the last time seen, {self._now!r}, got {t!r}")
         return t
 
     def _group(self, key: tuple[int, ...]) -> _Group:

@@ -35,6 +35,13 @@ Choices (the same in both backends):
   the engine can free their blocks.
 * A pin lasts until a call removes it: past its deadline it is still consumed by an
   ``arrive`` if ``expire`` has not released it yet (engines call ``expire`` every step).
+* Bounded state: a program that is idle (no live request, no pin) is kept so that its next
+  request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
+  forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
+  in ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
+* Threads: each call is atomic (see ``_sync``).  ``policy`` must be a ``TTLPolicy`` of the
+  same backend (not any object with a ``decide``): the native scheduler drives its policy's
+  core directly, so both backends refuse other objects alike.
 * Bad input raises before any state changes: ``TypeError`` (wrong type), ``ValueError`` (bad
   value, wrong state, time going backwards), ``KeyError`` (unknown id).
 """
@@ -43,14 +50,15 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, positive, tool_key
+from ._sync import synchronized
 from .pins import Pin, PinTable
-from .policy import MAX_BLOCKS, PinDecision
+from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
 
 __all__ = ["Ended", "Finished", "Pin", "ProgramScheduler"]
@@ -59,6 +67,8 @@ MAX_ID_BYTES = 1024
 MEAN_ACTIVE_WINDOW = 256
 #: η is observed on at most this many turns (the estimator's own bound).
 MAX_TURNS = 1_000_000
+DEFAULT_MAX_IDLE_PROGRAMS = 1 << 16
+MAX_IDLE_PROGRAMS = 1 << 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +152,30 @@ class _Request:
                 request_id)  # fmt: skip
 
 
+@synchronized
 class ProgramScheduler:
     """Waiting queue and pin table of CacheTTL over a ``TTLPolicy`` (used, never copied:
     the caller sees its estimators move)."""
 
-    def __init__(self, policy: Any, total_blocks: Any, pin_budget_blocks: Any) -> None:
-        if not callable(getattr(policy, "decide", None)):
+    def __init__(
+        self,
+        policy: Any,
+        total_blocks: Any,
+        pin_budget_blocks: Any,
+        max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+    ) -> None:
+        # A TTLPolicy of this backend, not any object with a `decide`: the native scheduler
+        # drives its own policy's core directly, and both backends refuse alike.
+        if not isinstance(policy, TTLPolicy):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
         self.pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0,
                                         self.total_blocks)  # fmt: skip
+        self.max_idle_programs = int_in("max_idle_programs", max_idle_programs, 0,
+                                        MAX_IDLE_PROGRAMS)  # fmt: skip
+        self.dropped_idle_programs = 0
+        self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
         self._queue = WaitingQueue()
         self._pins = PinTable()
         self._programs: dict[str, _Program] = {}
@@ -209,7 +232,7 @@ class ProgramScheduler:
                             f"{type(blocks_needed).__name__}")  # fmt: skip
         blocks = [int_in("blocks_needed", b, 0, self.total_blocks) for b in blocks_needed]
         if not len(rids) == len(pids) == len(blocks):
-            raise ValueError(f"request_ids, program_ids and blocks_needed must have one length, "
+            raise ValueError(f"request_ids, program_ids and blocks_needed must be of one length, "
                              f"got {len(rids)}, {len(pids)}, {len(blocks)}")  # fmt: skip
         seen: set[str] = set()
         for rid in rids:
@@ -227,6 +250,7 @@ class ProgramScheduler:
             prog.tool, prog.tool_since_s = None, None
         if prog is None:
             prog = self._programs[pid] = _Program(t)
+        self._idle.pop(pid, None)
         consumed = self._pins.remove(pid)
         req = _Request(pid, t, consumed is not None,
                        returning=prog.turns > 0 and consumed is None)  # fmt: skip
@@ -258,7 +282,7 @@ class ProgramScheduler:
         """Up to ``n`` requests, as ``pop`` would return them one by one."""
         count = int_in("n", n, 0, MAX_BLOCKS)
         t = self._check_now(now)
-        out = []
+        out: list[str] = []
         while len(out) < count and (rid := self.pop(t)) is not None:
             out.append(rid)
         self._now = t
@@ -342,13 +366,14 @@ class ProgramScheduler:
             prog.tool, prog.tool_since_s = key, t
         else:
             prog.tool, prog.tool_since_s = None, None
+        self._note_idle(pid)
         return Finished(decision, pin, None)
 
     def expire(self, now: Any) -> list[Pin]:
         """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program)."""
         t = self._check_now(now)
         self._now = t
-        return self._pins.expire(t)
+        return self._note_unpinned(self._pins.expire(t))
 
     def reclaim(self, blocks_needed: Any, now: Any) -> list[Pin]:
         """Releases pins, latest-arrived program first, until at least ``blocks_needed``
@@ -356,7 +381,25 @@ class ProgramScheduler:
         need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
         t = self._check_now(now)
         self._now = t
-        return self._pins.reclaim(need)
+        return self._note_unpinned(self._pins.reclaim(need))
+
+    def _note_unpinned(self, released: list[Pin]) -> list[Pin]:
+        for pin in released:
+            if pin.program_id in self._programs:
+                self._note_idle(pin.program_id)
+        return released
+
+    def _note_idle(self, pid: str) -> None:
+        """Marks the program idle if it has no live request and no pin, then forgets the
+        programs idle longest beyond the cap."""
+        if self._programs[pid].live or self._pins.get(pid) is not None:
+            return
+        self._idle[pid] = None
+        self._idle.move_to_end(pid)
+        while len(self._idle) > self.max_idle_programs:
+            oldest, _ = self._idle.popitem(last=False)
+            del self._programs[oldest]
+            self.dropped_idle_programs += 1
 
     def record_queueing_delay(self, delay_s: Any) -> None:
         """A queueing delay the queue cannot see (``pop`` records its own) for the
@@ -383,6 +426,7 @@ class ProgramScheduler:
         if observe and prog.turns > 0:
             self.policy.observe_program(min(prog.turns, MAX_TURNS))
         del self._programs[pid]
+        self._idle.pop(pid, None)
         pin = self._pins.remove(pid)
         dropped = tuple(sorted(prog.live))
         for rid in dropped:

@@ -13,8 +13,13 @@ from .._validate import non_negative
 
 
 def check_samples(samples_s: Iterable[float]) -> list[float]:
+    try:
+        items = iter(samples_s)
+    except TypeError:
+        kind = type(samples_s).__name__
+        raise TypeError(f"samples_s must be an iterable of numbers, got {kind}") from None
     out = []
-    for i, s in enumerate(samples_s):
+    for i, s in enumerate(items):
         out.append(non_negative(f"samples_s[{i}]", s))
     return out
 

@@ -8,8 +8,9 @@ programs, with the published baselines as policy plug-ins.
 
 from __future__ import annotations
 
-from .engine import Engine, EngineConfig
+from .engine import Engine
 from .hardware import GPUS, MODELS, Hardware, calibrate, roofline
+from .interface import EngineConfig, Policy, Verdict
 from .metrics import Metrics
 from .policies import NAMES as POLICY_NAMES
 from .policies import make_policy
@@ -35,9 +36,11 @@ __all__ = [
     "EngineConfig",
     "Hardware",
     "Metrics",
+    "Policy",
     "Program",
     "SweAgentParams",
     "Turn",
+    "Verdict",
     "calibrate",
     "make_policy",
     "open_loop_programs",

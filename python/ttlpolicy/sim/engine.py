@@ -18,85 +18,19 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from typing import cast
 
+from .call import Call, ProgramRun
 from .hardware import Hardware
+from .interface import EngineConfig, Policy, StepPlan, Verdict
 from .kv_cache import KVCache
 from .metrics import Metrics
-from .policies.base import Policy
 from .workload import ConcurrencyArrivals, Program
 
 
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    block_tokens: int = 64
-    token_budget: int = 8192  # tokens per step (vLLM max_num_batched_tokens)
-    max_seqs: int = 256  # running calls (vLLM max_num_seqs)
-
-
-class Call:
-    """One LLM call of a program, from issue to finish."""
-
-    __slots__ = (
-        "admit_s",
-        "admit_seq",
-        "blocks",
-        "call_id",
-        "computed",
-        "first_token_s",
-        "gap_s",
-        "generated",
-        "issue_s",
-        "output",
-        "preempted",
-        "prev_tool",
-        "prog",
-        "program_id",
-        "prompt",
-        "ready_s",
-        "turn",
-        "turn_index",
-    )
-
-    def __init__(self, call_id: int, prog: _ProgramRun, turn_index: int, issue_s: float) -> None:
-        turn = prog.program.turns[turn_index]
-        self.call_id = call_id
-        self.program_id = prog.program.program_id
-        self.prog = prog
-        self.turn_index = turn_index
-        self.turn = turn
-        self.issue_s = issue_s
-        self.prompt = turn.input_tokens  # tokens to hold before decoding (grows on preemption)
-        self.output = turn.output_tokens
-        self.computed = 0
-        self.generated = 0
-        self.blocks = 0
-        self.first_token_s: float | None = None
-        self.admit_s: float | None = None
-        self.ready_s = 0.0
-        self.preempted = False
-        prev = prog.program.turns[turn_index - 1] if turn_index else None
-        self.prev_tool = prev.tool if prev is not None else None
-        self.gap_s = turn.think_s if turn_index else None
-        self.admit_seq = 0
-
-    @property
-    def program_arrival_s(self) -> float:
-        return self.prog.arrival_s
-
-
-class _ProgramRun:
-    __slots__ = ("arrival_s", "attained_s", "program")
-
-    def __init__(self, program: Program, arrival_s: float) -> None:
-        self.program = program
-        self.arrival_s = arrival_s
-        self.attained_s = 0.0  # service received so far (Autellix)
-
-
-class EngineView:
-    """What a policy may read from the engine: hardware, memory, the batch."""
+class _View:
+    """The engine as a policy sees it (``interface.EngineView``)."""
 
     def __init__(self, engine: Engine) -> None:
         self._e = engine
@@ -141,7 +75,7 @@ class Engine:
         self._admits = itertools.count()
         self._arrivals: ConcurrencyArrivals | None = None
         self.peak_used_blocks = 0
-        policy.bind(EngineView(self))
+        policy.bind(_View(self))
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -157,7 +91,7 @@ class Engine:
             self._push(0.0, _PROGRAM, prog)
 
     # -- the loop -------------------------------------------------------------------------
-    def run(self, progress=None) -> Metrics:
+    def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         while True:
             self._handle_events()
             self._admit()
@@ -201,15 +135,15 @@ class Engine:
         while self._events and self._events[0][0] <= now:
             _, _, kind, obj = heapq.heappop(self._events)
             if kind == _PROGRAM:
-                run = _ProgramRun(obj, now)  # type: ignore[arg-type]
+                run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
-                run, index = obj  # type: ignore[misc]
-                self._issue(run, index)
+                issued, index = cast(tuple[ProgramRun, int], obj)
+                self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
 
-    def _issue(self, run: _ProgramRun, index: int) -> None:
+    def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
         if self.policy.arrive(call, self.now):
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
@@ -274,25 +208,25 @@ class Engine:
             active = [c for c in self.running if c.ready_s <= self.now]
             if not active:
                 return
-        dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv = plan
+        k = plan.steps
         steps = self.hw.steps
         # Stop at the next event.
         t_next = self._next_event_s()
-        dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+        dt = plan.duration_s(steps, k)
         if t_next is not None and k > 1 and self.now + dt > t_next:
             lo, hi = 1, k
             while lo < hi:
                 mid = (lo + hi) // 2
-                if self.now + steps.run_s(tokens, attn0, d_attn, kv0, d_kv, mid) >= t_next:
+                if self.now + plan.duration_s(steps, mid) >= t_next:
                     hi = mid
                 else:
                     lo = mid + 1
             k = lo
-            dt = steps.run_s(tokens, attn0, d_attn, kv0, d_kv, k)
+            dt = plan.duration_s(steps, k)
         self._advance(dt)
-        self._apply(dec, chunks, k)
+        self._apply(plan.decode, plan.chunks, k)
 
-    def _plan(self, active: list[Call]):
+    def _plan(self, active: list[Call]) -> StepPlan | None:
         """The next run of identical steps, or None after freeing memory (plan again)."""
         cfg = self.config
         dec = [c for c in active if c.computed >= c.prompt]
@@ -322,7 +256,16 @@ class Engine:
         k = self._fit_memory(dec, k)
         if k == 0:
             return None
-        return dec, chunks, k, tokens, attn0, d_attn, kv0, d_kv
+        return StepPlan(
+            decode=dec,
+            chunks=chunks,
+            steps=k,
+            tokens=tokens,
+            attention0=attn0,
+            attention_growth=d_attn,
+            kv_tokens0=kv0,
+            kv_tokens_growth=d_kv,
+        )
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
         b = self.config.block_tokens
@@ -362,7 +305,7 @@ class Engine:
         self.running.remove(victim)
         b = self.config.block_tokens
         chain = min(victim.computed, victim.turn.input_tokens) // b
-        self.kv.release(victim.program_id, victim.blocks, chain, "free")
+        self.kv.release(victim.program_id, victim.blocks, chain, Verdict.FREE)
         # Recompute: the prompt now includes what was generated.
         victim.prompt = victim.prompt + victim.generated
         victim.output -= victim.generated
@@ -411,8 +354,11 @@ class Engine:
         b = self.config.block_tokens
         chain = call.turn.input_tokens // b
         run.attained_s += self.now - (call.admit_s or self.now)
-        release = self.policy.finished(call, self.now, min(chain, call.blocks), last)
-        self.kv.release(call.program_id, call.blocks, chain, "drop" if last else release.mode)
+        verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
+        if last:
+            self.kv.drop(call.program_id, call.blocks)
+        else:
+            self.kv.release(call.program_id, call.blocks, chain, verdict)
         self.metrics.call_finished(call.program_id, self.now)
         if not last:
             nxt = turns[call.turn_index + 1]

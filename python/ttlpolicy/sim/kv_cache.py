@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .interface import Verdict
+
 
 class KVCache:
     def __init__(self, capacity_blocks: int, cpu_capacity_blocks: int = 0) -> None:
@@ -131,33 +133,36 @@ class KVCache:
         return True
 
     def release(
-        self, program: str, held_blocks: int, chain_blocks: int, mode: str = "free"
+        self, program: str, held_blocks: int, chain_blocks: int, verdict: Verdict = Verdict.FREE
     ) -> None:
-        """A call gives back its ``held_blocks``; its first ``chain_blocks`` stay reusable:
-        ``free`` (LRU queue), ``pin`` (kept until ``unpin``), ``swap`` (to the CPU tier, or
-        ``free`` without one) or ``drop`` (forgotten: the program has ended)."""
-        if mode not in ("free", "pin", "swap", "drop"):
-            raise ValueError(f"release mode must be free, pin, swap or drop, got {mode!r}")
+        """A call gives back its ``held_blocks``; its first ``chain_blocks`` stay reusable as
+        the policy's ``verdict`` says: ``FREE`` (LRU queue), ``PIN`` (kept until ``unpin``),
+        ``SWAP`` (to the CPU tier, or ``FREE`` without one)."""
+        if not isinstance(verdict, Verdict):
+            raise TypeError(f"verdict must be a Verdict, got {verdict!r}")
         chain = min(chain_blocks, held_blocks)
         self.used -= held_blocks
-        if mode == "drop":
-            run = self._cpu.pop(program, None)
-            if run is not None:
-                self.cpu_used -= run[1] - run[0]
-            return
         if chain == 0:
             return
-        if mode == "swap" and self.cpu_capacity:
+        if verdict is Verdict.SWAP and self.cpu_capacity:
             self._to_cpu(program, 0, chain)
             return
         self._chain[program] = chain
-        if mode == "pin":
+        if verdict is Verdict.PIN:
             self.used += chain
             self.pinned += chain
             self._pins[program] = chain
         else:
             self._free[program] = chain
             self.cached += chain
+
+    def drop(self, program: str, held_blocks: int) -> None:
+        """The program's last call gives back its ``held_blocks``; nothing of the program
+        stays reusable (its CPU-tier run, if any, is forgotten)."""
+        self.used -= held_blocks
+        run = self._cpu.pop(program, None)
+        if run is not None:
+            self.cpu_used -= run[1] - run[0]
 
     def unpin(self, program: str) -> None:
         """A pin ended: its chain joins the LRU free queue (still reusable until evicted)."""

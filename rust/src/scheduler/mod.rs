@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
@@ -29,15 +29,24 @@ pub const MAX_ID_BYTES: usize = 1024;
 pub const MEAN_ACTIVE_WINDOW: usize = 256;
 /// η is observed on at most this many turns (the estimator's own bound).
 pub const MAX_TURNS: i64 = 1_000_000;
+/// Default cap on idle programs (no live request, no pin) kept; see [`ProgramScheduler`].
+pub const DEFAULT_MAX_IDLE_PROGRAMS: i64 = 1 << 16;
+/// The largest `max_idle_programs` accepted.
+pub const MAX_IDLE_PROGRAMS: i64 = 1 << 32;
 
 /// The priority tuple of a waiting request; smaller runs first:
 /// `(not preempted, not pinned, program arrival, request arrival, request id)`.
 #[derive(Debug, Clone)]
 pub struct Priority {
+    /// False once preempted: preempted requests run first.
     pub not_preempted: bool,
+    /// False when the request consumed its program's pin.
     pub not_pinned: bool,
+    /// When the request's program first arrived.
     pub program_arrival_s: f64,
+    /// When the request arrived.
     pub arrival_s: f64,
+    /// The request id (last tie-breaker).
     pub request_id: Arc<str>,
     /// The id's first 8 bytes, big-endian, zero-padded: orders like the id whenever two
     /// prefixes differ, so ties on time (a batch arriving at one `now`) rarely chase the
@@ -96,9 +105,13 @@ impl PartialOrd for Priority {
 /// requests dropped with it (sorted).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ended {
+    /// The program.
     pub program_id: Arc<str>,
+    /// Its finished requests.
     pub turns: i64,
+    /// The pin released with it.
     pub pin: Option<Pin>,
+    /// Its waiting and running requests, dropped with it (sorted).
     pub request_ids: Vec<Arc<str>>,
 }
 
@@ -106,25 +119,37 @@ pub struct Ended {
 /// this request was pinned, and the ended program on a last turn.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
+    /// The policy's decision (None on a last turn).
     pub decision: Option<PinDecision>,
+    /// The program's pin, if this request was pinned.
     pub pin: Option<Pin>,
+    /// The program, when this was its last turn.
     pub ended: Option<Ended>,
 }
 
 /// The optional arguments of [`ProgramScheduler::finish`] (the reference's keywords).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FinishArgs<'a> {
+    /// The tool the request called (None: unknown or none).
     pub tool: Option<&'a str>,
+    /// Whether this was the program's last turn (it ends the program).
     pub last_turn: bool,
+    /// Seconds a miss would cost, if the engine knows (else the model's).
     pub cache_miss_cost_s: Option<f64>,
+    /// Tokens of the request's prefix (for the model's miss cost).
     pub prefix_tokens: i64,
+    /// Of those, tokens an offload tier holds.
     pub offloaded_tokens: i64,
+    /// M̄ of the cost model, if the engine knows (else the tracked one).
     pub mean_active_blocks: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a live request is.
 pub enum RequestState {
+    /// In the waiting queue.
     Waiting,
+    /// Popped, not finished.
     Running,
 }
 
@@ -217,6 +242,11 @@ pub fn check_id(field: &str, id: &str) -> Result<()> {
 }
 
 /// Waiting queue and pin table of CacheTTL. See the module doc.
+///
+/// Bounded state: a program that is idle (no live request, no pin) is kept so that its next
+/// request is known as a return; at most `max_idle_programs` are kept, the one idle longest
+/// forgotten first (as if aborted: no η observation), counted in `dropped_idle_programs`.
+/// So an engine that never ends its programs holds bounded memory.
 #[derive(Debug, Clone)]
 pub struct ProgramScheduler {
     total_blocks: i64,
@@ -228,13 +258,35 @@ pub struct ProgramScheduler {
     held: VecDeque<i64>,
     held_sum: i64,
     now: f64,
+    /// Idle programs by slot, keyed by when they became idle (a sequence number).
+    idle: IndexedHeap<u64>,
+    idle_seq: u64,
+    max_idle_programs: usize,
+    dropped_idle_programs: u64,
 }
 
 impl ProgramScheduler {
+    /// A scheduler of `total_blocks` KV blocks, at most `pin_budget_blocks` of them pinned,
+    /// keeping at most [`DEFAULT_MAX_IDLE_PROGRAMS`] idle programs.
     pub fn new(total_blocks: i64, pin_budget_blocks: i64) -> Result<ProgramScheduler> {
+        Self::with_max_idle_programs(total_blocks, pin_budget_blocks, DEFAULT_MAX_IDLE_PROGRAMS)
+    }
+
+    /// [`new`](Self::new) with a cap of `max_idle_programs` idle programs.
+    pub fn with_max_idle_programs(
+        total_blocks: i64,
+        pin_budget_blocks: i64,
+        max_idle_programs: i64,
+    ) -> Result<ProgramScheduler> {
         let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
         let pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0, total_blocks)?;
+        let max_idle_programs =
+            int_in("max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS)? as usize;
         Ok(ProgramScheduler {
+            idle: IndexedHeap::default(),
+            idle_seq: 0,
+            max_idle_programs,
+            dropped_idle_programs: 0,
             total_blocks,
             pin_budget_blocks,
             queue: IndexedHeap::default(),
@@ -255,7 +307,7 @@ impl ProgramScheduler {
             return Err(Error::invalid_f64(
                 "now",
                 t,
-                format!(">= {:?} (time never goes back)", self.now),
+                format!(">= {} (time never goes back)", PyFloat(self.now)),
             ));
         }
         Ok(t)
@@ -265,14 +317,14 @@ impl ProgramScheduler {
         check_id("request_id", request_id)?;
         self.requests
             .find(request_id)
-            .ok_or_else(|| Error::unknown("request_id", format!("{request_id:?}")))
+            .ok_or_else(|| Error::unknown("request_id", PyStr(request_id)))
     }
 
     fn running_slot(&self, request_id: &str) -> Result<usize> {
         let slot = self.request_slot(request_id)?;
         if !self.requests.get(slot).running {
             return Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "a waiting request",
                 "running",
             ));
@@ -306,7 +358,7 @@ impl ProgramScheduler {
         int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
         if self.requests.find(request_id).is_some() {
             return Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "one already waiting or running",
                 "new",
             ));
@@ -349,7 +401,7 @@ impl ProgramScheduler {
             if self.requests.find(r).is_some() || !seen.insert(r) {
                 return Err(Error::invalid(
                     "request_ids",
-                    format!("{r:?} twice"),
+                    format!("{} twice", PyStr(r)),
                     "new and distinct",
                 ));
             }
@@ -371,6 +423,7 @@ impl ProgramScheduler {
     ) -> Result<Option<Pin>> {
         let found = self.programs.find(program_id);
         if let Some(p) = found {
+            self.idle.remove(p);
             let prog = self.programs.get_mut(p);
             if let Some(since) = prog.tool_since_s {
                 // The only call that may fail comes first: nothing is changed if it does.
@@ -555,6 +608,7 @@ impl ProgramScheduler {
             prog.tool = None;
             prog.tool_since_s = None;
         }
+        self.note_idle(p);
         Ok(Finished {
             decision: Some(decision),
             pin,
@@ -566,7 +620,9 @@ impl ProgramScheduler {
     pub fn expire(&mut self, now: f64) -> Result<Vec<Pin>> {
         let t = self.check_now(now)?;
         self.now = t;
-        Ok(self.pins.expire(t))
+        let released = self.pins.expire(t);
+        self.note_unpinned(&released);
+        Ok(released)
     }
 
     /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
@@ -575,7 +631,34 @@ impl ProgramScheduler {
         let need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
         let t = self.check_now(now)?;
         self.now = t;
-        Ok(self.pins.reclaim(need))
+        let released = self.pins.reclaim(need);
+        self.note_unpinned(&released);
+        Ok(released)
+    }
+
+    /// Programs whose pin was released may now be idle.
+    fn note_unpinned(&mut self, released: &[Pin]) {
+        for pin in released {
+            if let Some(p) = self.programs.find(&pin.program_id) {
+                self.note_idle(p);
+            }
+        }
+    }
+
+    /// Marks program `p` idle if it has no live request and no pin, then forgets the
+    /// programs idle longest beyond the cap.
+    fn note_idle(&mut self, p: usize) {
+        if !self.programs.get(p).live.is_empty() || self.pins.get(p).is_some() {
+            return;
+        }
+        self.idle.push(p, self.idle_seq);
+        self.idle_seq += 1;
+        while self.idle.len() > self.max_idle_programs {
+            let Some((q, _)) = self.idle.pop() else { break };
+            let id = self.programs.get(q).id.clone();
+            self.programs.remove(&id, q);
+            self.dropped_idle_programs += 1;
+        }
     }
 
     /// A queueing delay the queue cannot see (`pop` records its own), for T.
@@ -592,7 +675,7 @@ impl ProgramScheduler {
         let p = self
             .programs
             .find(program_id)
-            .ok_or_else(|| Error::unknown("program_id", format!("{program_id:?}")))?;
+            .ok_or_else(|| Error::unknown("program_id", PyStr(program_id)))?;
         self.end(policy, p, true)
     }
 
@@ -609,6 +692,7 @@ impl ProgramScheduler {
             policy.observe_program(turns.min(MAX_TURNS))?;
         }
         let id = self.programs.get(p).id.clone();
+        self.idle.remove(p);
         let prog = self.programs.remove(&id, p);
         let pin = self.pins.remove(p);
         let mut dropped = Vec::with_capacity(prog.live.len());
@@ -629,24 +713,39 @@ impl ProgramScheduler {
 
     // -- read-only views ---------------------------------------------------------------------
 
+    /// KV blocks of the engine.
     pub fn total_blocks(&self) -> i64 {
         self.total_blocks
     }
+    /// The cap on idle programs kept.
+    pub fn max_idle_programs(&self) -> usize {
+        self.max_idle_programs
+    }
+    /// Idle programs forgotten because of the cap, since construction.
+    pub fn dropped_idle_programs(&self) -> u64 {
+        self.dropped_idle_programs
+    }
+    /// Blocks that may be pinned at once.
     pub fn pin_budget_blocks(&self) -> i64 {
         self.pin_budget_blocks
     }
+    /// Blocks pinned now.
     pub fn pinned_blocks(&self) -> i64 {
         self.pins.blocks()
     }
+    /// Pins held now.
     pub fn pin_count(&self) -> usize {
         self.pins.len()
     }
+    /// Requests waiting.
     pub fn waiting_count(&self) -> usize {
         self.queue.len()
     }
+    /// Requests running.
     pub fn running_count(&self) -> usize {
         self.requests.len() - self.queue.len()
     }
+    /// Programs tracked (live, pinned or idle).
     pub fn program_count(&self) -> usize {
         self.programs.len()
     }
@@ -673,6 +772,7 @@ impl ProgramScheduler {
             .find(program_id)
             .and_then(|p| self.pins.get(p).cloned()))
     }
+    /// Whether a live request waits or runs.
     pub fn state(&self, request_id: &str) -> Result<RequestState> {
         let slot = self.request_slot(request_id)?;
         Ok(if self.requests.get(slot).running {
@@ -687,7 +787,7 @@ impl ProgramScheduler {
         match self.queue.key(slot) {
             Some(k) => Ok(k.clone()),
             None => Err(Error::invalid(
-                format!("request_id {request_id:?}"),
+                format!("request_id {}", PyStr(request_id)),
                 "a running request",
                 "waiting",
             )),

@@ -15,12 +15,16 @@ use super::queue::{IndexedHeap, Time};
 /// `blocks` KV blocks of `program_id` kept in memory until `deadline_s`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pin {
+    /// The program holding the blocks.
     pub program_id: Arc<str>,
+    /// Blocks kept.
     pub blocks: i64,
+    /// When the pin expires.
     pub deadline_s: f64,
 }
 
 #[derive(Debug, Clone, Default)]
+/// The pins, by program slot, ordered by deadline and by program arrival.
 pub struct PinTable {
     /// By program slot.
     pins: Vec<Option<Pin>>,
@@ -30,10 +34,12 @@ pub struct PinTable {
 }
 
 impl PinTable {
+    /// Pins held.
     pub fn len(&self) -> usize {
         self.by_deadline.len()
     }
 
+    /// Whether no pin is held.
     pub fn is_empty(&self) -> bool {
         self.by_deadline.is_empty()
     }
@@ -43,6 +49,7 @@ impl PinTable {
         self.blocks
     }
 
+    /// The pin of the program in `slot`.
     pub fn get(&self, slot: usize) -> Option<&Pin> {
         self.pins.get(slot).and_then(Option::as_ref)
     }
@@ -80,6 +87,7 @@ impl PinTable {
         pin
     }
 
+    /// Removes and returns the pin of the program in `slot`.
     pub fn remove(&mut self, slot: usize) -> Option<Pin> {
         let pin = self.pins.get_mut(slot)?.take()?;
         self.by_deadline.remove(slot);
@@ -88,6 +96,7 @@ impl PinTable {
         Some(pin)
     }
 
+    /// The earliest deadline.
     pub fn next_deadline_s(&self) -> Option<f64> {
         self.by_deadline.peek().map(|(_, (t, _))| t.0)
     }

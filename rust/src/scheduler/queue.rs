@@ -48,18 +48,22 @@ impl<K: Ord> Default for IndexedHeap<K> {
 }
 
 impl<K: Ord> IndexedHeap<K> {
+    /// Entries held.
     pub fn len(&self) -> usize {
         self.heap.len()
     }
 
+    /// Whether no entry is held.
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }
 
+    /// Whether `handle` is held.
     pub fn contains(&self, handle: usize) -> bool {
         self.pos.get(handle).is_some_and(|&i| i != ABSENT)
     }
 
+    /// The key of `handle`, if held.
     pub fn key(&self, handle: usize) -> Option<&K> {
         match self.pos.get(handle) {
             Some(&i) if i != ABSENT => Some(&self.heap[i].0),
@@ -88,11 +92,13 @@ impl<K: Ord> IndexedHeap<K> {
         self.sift_up(self.heap.len() - 1);
     }
 
+    /// Removes and returns the smallest entry.
     pub fn pop(&mut self) -> Option<(usize, K)> {
         let handle = self.heap.first()?.1;
         self.remove(handle).map(|k| (handle, k))
     }
 
+    /// Removes `handle`, returning its key.
     pub fn remove(&mut self, handle: usize) -> Option<K> {
         let i = *self.pos.get(handle)?;
         if i == ABSENT {

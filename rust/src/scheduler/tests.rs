@@ -108,3 +108,35 @@ fn id_prefix_orders_like_the_id() {
         }
     }
 }
+
+#[test]
+fn idle_programs_are_capped_oldest_idle_first() {
+    let mut pol = TTLPolicy::new(PolicyConfig::default()).unwrap();
+    let mut s = ProgramScheduler::with_max_idle_programs(1000, 0, 2).unwrap();
+    for (i, p) in ["A", "B", "C"].iter().enumerate() {
+        let r = format!("{p}1");
+        let t = i as f64;
+        s.arrive(&mut pol, &r, p, t, 1).unwrap();
+        s.pop(&mut pol, t).unwrap();
+        s.finish(&mut pol, &r, t, 1, FinishArgs::default()).unwrap();
+    }
+    // A went idle first: forgotten; B and C are kept.
+    assert_eq!(s.program_count(), 2);
+    assert_eq!(s.dropped_idle_programs(), 1);
+    assert!(matches!(
+        s.end_program(&mut pol, "A"),
+        Err(Error::UnknownKey { .. })
+    ));
+    // B returns (no longer idle), then goes idle again: now C is the oldest idle.
+    s.arrive(&mut pol, "B2", "B", 3.0, 1).unwrap();
+    s.pop(&mut pol, 3.0).unwrap();
+    s.finish(&mut pol, "B2", 3.0, 1, FinishArgs::default())
+        .unwrap();
+    s.arrive(&mut pol, "D1", "D", 4.0, 1).unwrap();
+    s.pop(&mut pol, 4.0).unwrap();
+    s.finish(&mut pol, "D1", 4.0, 1, FinishArgs::default())
+        .unwrap();
+    assert_eq!(s.dropped_idle_programs(), 2);
+    assert!(s.end_program(&mut pol, "C").is_err());
+    assert_eq!(s.end_program(&mut pol, "B").unwrap().turns, 2);
+}

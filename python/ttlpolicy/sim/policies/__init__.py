@@ -1,12 +1,12 @@
-"""Simulated policies, one module each, behind one interface (``base.Policy``).
+"""Simulated policies, one module each, behind one interface (``sim.interface.Policy``).
 
 ``make_policy("fixed-ttl=5")`` builds one from its command-line name.
 """
 
 from __future__ import annotations
 
+from ..interface import Policy
 from .autellix import Autellix
-from .base import Policy
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept

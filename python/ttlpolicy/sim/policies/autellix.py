@@ -11,15 +11,12 @@ calls on demotion, and its multi-engine load balancer (one engine here).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
-from .base import Policy
-
-if TYPE_CHECKING:
-    from ..engine import Call
+from ..call import Call
+from .base import QueuePolicy
 
 
-class Autellix(Policy):
+class Autellix(QueuePolicy):
     name = "autellix"
 
     def __init__(self, quantum_s: float = 1.0, levels: int = 8) -> None:

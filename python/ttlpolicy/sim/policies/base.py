@@ -1,7 +1,6 @@
-"""The one interface every simulated policy implements, and the plumbing baselines share.
-
-The engine owns time, memory and the batch; a policy owns the waiting queue (what runs next)
-and the fate of a finished call's KV chain (free it, pin it until a deadline, swap it out).
+"""The plumbing simulated policies share (the interface itself is ``sim.interface``): a
+waiting queue ordered by a key, the pin table of the baselines that pin, per-tool mean
+durations.
 """
 
 from __future__ import annotations
@@ -9,29 +8,22 @@ from __future__ import annotations
 import heapq
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ..engine import Call, EngineView
-
-
-@dataclass(frozen=True, slots=True)
-class Release:
-    """What happens to a finished call's reusable blocks: ``free`` (LRU cache), ``pin``
-    (kept; the policy reports when the pin ends), ``swap`` (moved to the CPU tier)."""
-
-    mode: str = "free"
+from ..call import Call
+from ..interface import EngineView, Verdict
 
 
-FREE = Release("free")
-PIN = Release("pin")
-SWAP = Release("swap")
+def request_fcfs(call: Call) -> tuple[float]:
+    """vLLM's order: calls by issue time, whatever their program."""
+    return (call.issue_s,)
 
 
-class Policy:
-    """Base: request-level FCFS, free at end of turn (stock vLLM)."""
+class QueuePolicy:
+    """A policy whose waiting queue is ordered by ``key`` (smallest first, ties by arrival)
+    and whose event hooks do nothing: a finished call's blocks are freed, nothing is pinned.
+    Subclasses say the order and override the hooks they need."""
 
-    name = "base"
+    name: str
     uses_cpu_tier = False
 
     def __init__(self) -> None:
@@ -45,15 +37,13 @@ class Policy:
 
     # -- the waiting queue ----------------------------------------------------------------
     def key(self, call: Call) -> tuple:
-        return (call.issue_s,)
+        raise NotImplementedError(f"{type(self).__name__} must say its queue order (key)")
 
     def arrive(self, call: Call, now: float) -> bool:
-        """A call is issued; True when its program's pin was consumed (its chain is kept)."""
         heapq.heappush(self._heap, (*self.key(call), next(self._seq), call))
         return False
 
     def requeue(self, call: Call, now: float) -> None:
-        """A running call was preempted: back to the queue."""
         heapq.heappush(self._heap, (*self.key(call), next(self._seq), call))
 
     def peek(self) -> Call | None:
@@ -67,17 +57,15 @@ class Policy:
 
     # -- events ---------------------------------------------------------------------------
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
-        """A call entered the batch (``cache_dropped``: it had reusable blocks and lost some)."""
+        pass
 
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
-        return FREE
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
+        return Verdict.FREE
 
     def expire(self, now: float) -> list[str]:
-        """Programs whose pins end at or before ``now``."""
         return []
 
     def reclaim(self, blocks_needed: int, now: float) -> list[str]:
-        """Programs whose pins to give up so that ``blocks_needed`` more can be allocated."""
         return []
 
     def next_deadline(self) -> float | None:
@@ -138,7 +126,7 @@ class PinTable:
         return self._deadlines[0][0] if self._deadlines else None
 
 
-class PinningPolicy(Policy):
+class PinningPolicy(QueuePolicy):
     """A baseline that pins: subclasses say for how long (``ttl_s``); a returning call takes
     its program's pin over."""
 
@@ -153,14 +141,14 @@ class PinningPolicy(Policy):
         super().arrive(call, now)
         return self.table.take(call.program_id)
 
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         if last_turn or chain_blocks == 0:
-            return FREE
+            return Verdict.FREE
         ttl = self.ttl_s(call, now, chain_blocks)
         if ttl > 0.0:
             self.table.pin(call.program_id, now + ttl, chain_blocks)
-            return PIN
-        return FREE
+            return Verdict.PIN
+        return Verdict.FREE
 
     def expire(self, now: float) -> list[str]:
         return self.table.expire(now)

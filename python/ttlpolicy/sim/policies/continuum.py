@@ -5,12 +5,8 @@ observed duration is at most 2 s, else not at all; schedule waiting calls progra
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from ..call import Call
 from .base import PinningPolicy, ToolMeans
-
-if TYPE_CHECKING:
-    from ..engine import Call
 
 PIN_S = 2.0
 

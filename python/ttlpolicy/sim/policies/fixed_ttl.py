@@ -4,12 +4,8 @@ the behaviour of a static keep-alive (e.g. SGLang/Dynamo session TTLs)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .base import PinningPolicy
-
-if TYPE_CHECKING:
-    from ..engine import Call
+from ..call import Call
+from .base import PinningPolicy, request_fcfs
 
 
 class FixedTTL(PinningPolicy):
@@ -19,6 +15,9 @@ class FixedTTL(PinningPolicy):
             raise ValueError(f"fixed-ttl seconds must be a finite number >= 0, got {ttl_s!r}")
         self.fixed_s = ttl_s
         self.name = f"fixed-ttl={ttl_s:g}"
+
+    def key(self, call: Call) -> tuple:
+        return request_fcfs(call)
 
     def ttl_s(self, call: Call, now: float, chain_blocks: int) -> float:
         return self.fixed_s

@@ -16,12 +16,10 @@ Not modelled: chunked recomputation and the per-iteration swap budget.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-from .base import FREE, PIN, SWAP, PinningPolicy, Release, ToolMeans
-
-if TYPE_CHECKING:
-    from ..engine import Call
+from ..call import Call
+from ..interface import Verdict
+from .base import PinningPolicy, ToolMeans, request_fcfs
 
 #: preserved contexts end at the program's return; this bound only keeps every pin finite
 PRESERVE_CAP_S = 24 * 3600.0
@@ -35,6 +33,9 @@ class InferCept(PinningPolicy):
         super().__init__()
         self.means = ToolMeans(prior_s=prior_tool_s)
         self.choices: Counter[str] = Counter()
+
+    def key(self, call: Call) -> tuple:
+        return request_fcfs(call)
 
     def arrive(self, call: Call, now: float) -> bool:
         if call.gap_s is not None:
@@ -57,16 +58,16 @@ class InferCept(PinningPolicy):
             "swap": 2.0 * t_swap * (c_i + c_other),
         }
 
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         if last_turn or chain_blocks == 0:
-            return FREE
+            return Verdict.FREE
         w = self.wastes(call, chain_blocks)
         choice = min(w, key=lambda k: (w[k], k))
         self.choices[choice] += 1
         if choice == "preserve":
             self.table.pin(call.program_id, now + PRESERVE_CAP_S, chain_blocks)
-            return PIN
-        return SWAP if choice == "swap" else FREE
+            return Verdict.PIN
+        return Verdict.SWAP if choice == "swap" else Verdict.FREE
 
     def ttl_s(self, call: Call, now: float, chain_blocks: int) -> float:  # pragma: no cover
         raise AssertionError("InferCept decides in finished()")

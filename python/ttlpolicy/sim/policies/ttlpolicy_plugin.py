@@ -6,32 +6,33 @@ translates engine events into their calls and their answers into engine actions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import ttlpolicy as tp
 
-from .base import FREE, PIN, Policy, Release
-
-if TYPE_CHECKING:
-    from ..engine import Call, EngineView
+from ..call import Call
+from ..interface import EngineView, Verdict
 
 
-class TTLPolicyPlugin(Policy):
+class TTLPolicyPlugin:
+    """Implements ``sim.interface.Policy`` on ``ttlpolicy.ProgramScheduler``."""
+
     name = "ttlpolicy"
+    uses_cpu_tier = False
+    # set by ``bind``, before the engine calls anything else
+    view: EngineView
+    ttl_policy: tp.TTLPolicy
+    sched: tp.ProgramScheduler
 
     def __init__(
         self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5
     ) -> None:
-        super().__init__()
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
         self.config = config
         self.pin_budget_fraction = pin_budget_fraction
-        self.sched = None
-        self._calls: dict[int, Call] = {}
+        self._calls: dict[str, Call] = {}
 
     def bind(self, view: EngineView) -> None:
-        super().bind(view)
+        self.view = view
         total = self._total_blocks(view)
         hw = view.hardware
         cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
@@ -71,7 +72,10 @@ class TTLPolicyPlugin(Policy):
         return self.sched.waiting_count
 
     # -- events ---------------------------------------------------------------------------
-    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Release:
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        pass  # the scheduler learns of admission through ``pop``
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
         del self._calls[rid]
         tokens = chain_blocks * self.view.config.block_tokens
@@ -83,7 +87,7 @@ class TTLPolicyPlugin(Policy):
             last_turn=last_turn,
             cache_miss_cost_s=self.miss_cost_s(tokens),
         )
-        return PIN if done.pinned else FREE
+        return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
         """What losing ``tokens`` of cached prefix costs on this engine: recomputing them."""
@@ -97,6 +101,9 @@ class TTLPolicyPlugin(Policy):
 
     def next_deadline(self) -> float | None:
         return self.sched.next_deadline_s
+
+    def program_done(self, program_id: str, turns: int) -> None:
+        pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
 
 class TTLPolicyOffload(TTLPolicyPlugin):

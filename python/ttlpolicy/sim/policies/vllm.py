@@ -4,8 +4,12 @@ reusable until evicted (automatic prefix caching).  Source: vLLM v1 scheduler an
 
 from __future__ import annotations
 
-from .base import Policy
+from ..call import Call
+from .base import QueuePolicy, request_fcfs
 
 
-class VLLM(Policy):
+class VLLM(QueuePolicy):
     name = "vllm"
+
+    def key(self, call: Call) -> tuple:
+        return request_fcfs(call)

@@ -5,9 +5,9 @@ and LMCache's CPU backend."""
 
 from __future__ import annotations
 
-from .base import Policy
+from .vllm import VLLM
 
 
-class VLLMOffload(Policy):
+class VLLMOffload(VLLM):
     name = "vllm-offload"
     uses_cpu_tier = True

@@ -1,0 +1,222 @@
+"""Online group TTLs: Kareto's per-group TTLs by return on investment, refitted as accesses
+arrive on a bounded window of past reuse intervals (no hindsight fit).
+
+``OnlineGroupTTL`` wraps the library's ``PrefixTree`` (Rust core or Python reference), which
+does the grouping and keeps each group's window of reuse intervals; this class only decides
+*when* to fit and keeps the last fit.  It is the one source of group TTLs and ROIs for the
+vLLM offload policy (``ttlpolicy_vllm.offload``) and the simulator's tier planner.
+
+**API** (kept small and stable)::
+
+    g = OnlineGroupTTL(benefit_per_hit, price_per_block_s, max_ttl_s, refit_every=64, ...)
+    hits = g.access(hash_ids, now)   # one request's blocks, head first; returns held leading blocks
+    g.group_key(hash_ids) -> tuple   # the group of the LAST block of hash_ids
+    g.ttl_s(hash_ids_or_key)         # TTL of that group, as of the last refit
+    g.roi(hash_ids_or_key)           # value per block-second of that group, as of the last refit
+    g.expire(now) -> int             # drop expired blocks from the shadow tree
+    g.refit() ; g.accesses, g.refits, g.hit_blocks, g.accessed_blocks, g.expired_blocks,
+    g.evicted_blocks, g.block_seconds(now), len(g)
+
+A group key is a tuple of at most ``group_depth`` hashes, and the group of a hash sequence
+is the group of its last block, ``tuple(hash_ids[:group_depth])`` (the PrefixTree rule), so
+``ttl_s(key)`` and ``ttl_s(hash_ids)`` agree whenever ``key == group_key(hash_ids)``.
+
+**Formulas.**  Let R_g be group g's window (its last ``window`` reuse intervals, recorded by
+the tree on every access that reaches g), b = ``benefit_per_hit`` (what a block hit saves:
+prefill time minus reload time, in seconds or dollars), c = ``price_per_block_s`` (holding a
+block one second, same unit) and P_g(τ) = |{r ∈ R_g : r ≤ τ}| / |R_g|.
+
+* TTL:  τ_g = argmax_{0 ≤ τ ≤ max_ttl_s} P_g(τ)·b − c·τ  (``PrefixTree.group_ttls``, i.e.
+  ``solve_ttl``; ties go to the smaller τ).
+* Pooled prior: a group with no interval of its own gets τ_* fitted the same way on the
+  pooled windows of every remembered group (so a new program's blocks are neither dropped on
+  sight nor kept forever); before the first refit every group gets ``max_ttl_s``.
+* ROI:  roi_g = P_g(τ_g)·b / H_g with H_g = mean_{r ∈ R_g} min(r, τ_g), the block-seconds
+  one access makes a block hold; that is the value per block-second of keeping the group.
+  roi_g = 0 when P_g(τ_g) = 0; +inf when H_g = 0 < P_g(τ_g) (reused at once, costs nothing).
+  Groups without intervals use the pooled roi_*; before the first refit every roi is 0.
+* Refit: after every ``refit_every``-th access (and on ``refit()``) the TTLs and ROIs of all
+  remembered groups are recomputed from the windows *as they stand*, and the TTLs are applied
+  to the tree (``set_group_ttls``).  Between refits ``ttl_s`` and ``roi`` do not change, and
+  each fit uses only accesses already made: no hindsight.
+
+**Bounded memory**: the tree holds at most ``max_blocks`` blocks and remembers at most
+``max_idle_groups`` groups without blocks, each with at most ``window`` intervals; the fit
+keeps one TTL and one ROI per group the tree remembered at the last refit.
+
+The shadow tree is a model of the tier (capacity ``max_blocks``, expiry by the fitted TTLs,
+LRU when full), so ``access`` returns the hits that tier would have had.  An engine whose
+tier is held elsewhere (vLLM's CPU offloading) uses the TTLs and ROIs and ignores the hits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence, Sized
+from typing import Any
+
+from ._backend import native
+from ._validate import int_in, non_negative
+from .reference import prefix_tree as _ref_prefix_tree
+from .reference import solver as _ref_solver
+from .reference.prefix_tree import MAX_GROUP_DEPTH, MAX_IDLE_GROUPS, MAX_NODES, MAX_WINDOW
+
+MAX_REFIT_EVERY = 1 << 30
+BACKENDS = ("auto", "rust", "python")
+
+
+def _backend_module(backend: str) -> Any:
+    """The module whose PrefixTree and solve_ttl serve ``backend``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "python" or (backend == "auto" and native is None):
+        return _Reference
+    if native is None:
+        raise ValueError("backend 'rust' asked for, but the native module is not built")
+    return native
+
+
+class _Reference:
+    PrefixTree = _ref_prefix_tree.PrefixTree
+    solve_ttl = staticmethod(_ref_solver.solve_ttl)
+
+
+def roi_at(samples_s: Sequence[float], tau_s: float, benefit: float) -> float:
+    """roi = P(τ)·b / mean(min(r, τ)) over the window (module docstring)."""
+    if not samples_s:
+        return 0.0
+    n = len(samples_s)
+    gain = sum(1 for r in samples_s if r <= tau_s) / n * benefit
+    if gain <= 0.0:
+        return 0.0
+    held_s = sum(min(r, tau_s) for r in samples_s) / n
+    return gain / held_s if held_s > 0.0 else math.inf
+
+
+class OnlineGroupTTL:
+    """Per-group TTLs and ROIs refitted online every ``refit_every`` accesses (module doc)."""
+
+    def __init__(
+        self,
+        benefit_per_hit: Any,
+        price_per_block_s: Any,
+        max_ttl_s: Any,
+        *,
+        refit_every: Any = 64,
+        max_blocks: Any = 1 << 20,
+        group_depth: Any = 2,
+        window: Any = 256,
+        max_idle_groups: Any = 1 << 16,
+        backend: str = "auto",
+    ) -> None:
+        self.benefit_per_hit = non_negative("benefit_per_hit", benefit_per_hit)
+        self.price_per_block_s = non_negative("price_per_block_s", price_per_block_s)
+        self.max_ttl_s = non_negative("max_ttl_s", max_ttl_s)
+        self.refit_every = int_in("refit_every", refit_every, 1, MAX_REFIT_EVERY)
+        self.group_depth = int_in("group_depth", group_depth, 1, MAX_GROUP_DEPTH)
+        max_blocks = int_in("max_blocks", max_blocks, 1, MAX_NODES)
+        window = int_in("window", window, 1, MAX_WINDOW)
+        max_idle_groups = int_in("max_idle_groups", max_idle_groups, 0, MAX_IDLE_GROUPS)
+        impl = _backend_module(backend)
+        self._solve_ttl = impl.solve_ttl
+        self.tree = impl.PrefixTree(
+            max_nodes=max_blocks,
+            group_depth=self.group_depth,
+            window=window,
+            max_idle_groups=max_idle_groups,
+            default_ttl_s=self.max_ttl_s,
+        )
+        self._ttl_s: dict[tuple[int, ...], float] = {}
+        self._roi: dict[tuple[int, ...], float] = {}
+        self._pooled = (self.max_ttl_s, 0.0)  # (τ_*, roi_*) for groups without intervals
+        self.accesses = 0
+        self.refits = 0
+        self.hit_blocks = 0
+        self.accessed_blocks = 0
+
+    # ---- updates --------------------------------------------------------------------------
+
+    def access(self, hash_ids: Any, now: Any) -> int:
+        """Record one access to ``hash_ids`` (head first) at ``now``; returns how many leading
+        blocks the shadow tier held.  Refits after every ``refit_every``-th access."""
+        if not isinstance(hash_ids, (str, bytes, Sized)) and isinstance(hash_ids, Iterable):
+            hash_ids = list(hash_ids)  # a one-shot iterator: counted below after the insert
+        hits = self.tree.insert(hash_ids, now)  # validates both; changes nothing on error
+        self.accesses += 1
+        self.hit_blocks += hits
+        self.accessed_blocks += len(hash_ids)
+        if self.accesses % self.refit_every == 0:
+            self.refit()
+        return hits
+
+    def expire(self, now: Any) -> int:
+        """Drop the shadow tree's blocks past their group's TTL; returns how many."""
+        return self.tree.expire(now)
+
+    def refit(self) -> None:
+        """Refit every remembered group's TTL and ROI from its window as it stands now."""
+        b, c, cap = self.benefit_per_hit, self.price_per_block_s, self.max_ttl_s
+        groups = self.tree.groups()
+        fitted = self.tree.group_ttls(b, c, cap)  # τ_g for every group, from its window
+        pooled = [r for g in groups for r in g.reuse_s]
+        if pooled:
+            tau_s = self._solve_ttl(pooled, b, c, cap)[0]
+            self._pooled = (tau_s, roi_at(pooled, tau_s, b))
+        else:
+            self._pooled = (cap, 0.0)
+        ttl_s: dict[tuple[int, ...], float] = {}
+        roi: dict[tuple[int, ...], float] = {}
+        for g in groups:
+            key = tuple(g.key)
+            if g.reuse_s:
+                ttl_s[key] = fitted[key]
+                roi[key] = roi_at(g.reuse_s, ttl_s[key], b)
+            else:
+                ttl_s[key], roi[key] = self._pooled
+        self._ttl_s, self._roi = ttl_s, roi
+        self.tree.set_group_ttls(ttl_s)
+        self.refits += 1
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def group_key(self, hash_ids: Any) -> tuple[int, ...]:
+        """The group of the last block of ``hash_ids``: its first ``group_depth`` hashes."""
+        if isinstance(hash_ids, (str, bytes)) or not isinstance(hash_ids, Iterable):
+            raise TypeError(
+                f"hash_ids must be a sequence of integers, got {type(hash_ids).__name__}"
+            )
+        head = list(hash_ids)[: self.group_depth]
+        if not head:
+            raise ValueError("hash_ids must hold at least one hash to name a group")
+        return tuple(_ref_prefix_tree.check_hashes("hash_ids", head))
+
+    def ttl_s(self, hash_ids_or_key: Any) -> float:
+        """The TTL of the group of ``hash_ids_or_key``, as of the last refit."""
+        return self._ttl_s.get(self.group_key(hash_ids_or_key), self._pooled[0])
+
+    def roi(self, hash_ids_or_key: Any) -> float:
+        """Value per block-second of keeping that group, as of the last refit (module doc)."""
+        return self._roi.get(self.group_key(hash_ids_or_key), self._pooled[1])
+
+    def pooled(self) -> tuple[float, float]:
+        """(τ_*, roi_*): what a group without intervals of its own gets."""
+        return self._pooled
+
+    def fitted_groups(self) -> int:
+        """Groups with a TTL of their own from the last refit."""
+        return len(self._ttl_s)
+
+    def block_seconds(self, now: Any) -> float:
+        """Block-seconds the shadow tier held so far (``PrefixTree.block_seconds``)."""
+        return self.tree.block_seconds(now)
+
+    @property
+    def expired_blocks(self) -> int:
+        return self.tree.expired_blocks
+
+    @property
+    def evicted_blocks(self) -> int:
+        return self.tree.evicted_blocks
+
+    def __len__(self) -> int:
+        return len(self.tree)

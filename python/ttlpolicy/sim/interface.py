@@ -1,0 +1,134 @@
+"""The contracts inside the simulator: what a policy implements (``Policy``), what it may read
+of the engine (``EngineView``), what it answers for a finished call (``Verdict``), and the
+shape of a run of identical engine steps (``StepPlan``).
+
+The engine owns time, memory and the batch; a policy owns the waiting queue (what runs next)
+and the fate of a finished call's KV chain.  Both sides import this module, never each other.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from .call import Call
+
+if TYPE_CHECKING:
+    from .hardware import Hardware, StepModel
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    block_tokens: int = 64
+    token_budget: int = 8192  # tokens per step (vLLM max_num_batched_tokens)
+    max_seqs: int = 256  # running calls (vLLM max_num_seqs)
+
+
+class Verdict(enum.Enum):
+    """What happens to a finished call's reusable blocks."""
+
+    FREE = "free"  # to the LRU free queue: reusable until evicted (vLLM's prefix cache)
+    PIN = "pin"  # kept; the policy reports when the pin ends (``expire`` / ``reclaim``)
+    SWAP = "swap"  # moved to the CPU tier (freed as ``FREE`` on an engine without one)
+
+
+class EngineView(Protocol):
+    """What a policy may read from the engine: clock, hardware, configuration, the batch."""
+
+    @property
+    def now(self) -> float: ...
+
+    @property
+    def hardware(self) -> Hardware: ...
+
+    @property
+    def config(self) -> EngineConfig: ...
+
+    def running_blocks(self) -> int:
+        """KV blocks held by the running batch."""
+        ...
+
+    def prefill_s(self, tokens: int) -> float:
+        """Time to prefill ``tokens`` on this engine (recomputing a lost prefix)."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A simulated scheduling and KV-retention policy; the engine calls these, in this order
+    over a call's life: ``arrive`` → (``peek``/``pop`` → ``admitted`` → [``requeue`` when
+    preempted]) → ``finished``; ``expire``/``reclaim`` release pins; ``program_done`` at the
+    end of a program.  ``bind`` comes once, before the run."""
+
+    name: str
+    uses_cpu_tier: bool  # the engine gets a CPU tier (sized by ``Hardware``)
+
+    def bind(self, view: EngineView) -> None: ...
+
+    # -- the waiting queue ----------------------------------------------------------------
+    def arrive(self, call: Call, now: float) -> bool:
+        """A call is issued; True when its program's pin was consumed (its chain is kept)."""
+        ...
+
+    def requeue(self, call: Call, now: float) -> None:
+        """A running call was preempted: back to the queue."""
+        ...
+
+    def peek(self) -> Call | None: ...
+
+    def pop(self) -> Call: ...
+
+    def waiting(self) -> int: ...
+
+    # -- events ---------------------------------------------------------------------------
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        """A call entered the batch (``cache_dropped``: it had reusable blocks and lost some)."""
+        ...
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
+        """A call ended; what becomes of its first ``chain_blocks`` (ignored on the last turn:
+        the program's blocks are dropped)."""
+        ...
+
+    def expire(self, now: float) -> list[str]:
+        """Programs whose pins end at or before ``now``."""
+        ...
+
+    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+        """Programs whose pins to give up so that ``blocks_needed`` more can be allocated."""
+        ...
+
+    def next_deadline(self) -> float | None:
+        """The earliest pin deadline, if any (the engine stops a run of steps there)."""
+        ...
+
+    def program_done(self, program_id: str, turns: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    """A run of ``steps`` identical engine steps: the running calls that decode, the prefill
+    chunks (call, tokens per step), and the step's shape for the step-time model — new
+    tokens, attention units and KV tokens touched in the first step, and how much the last
+    two grow per step (see ``hardware``)."""
+
+    decode: list[Call]
+    chunks: list[tuple[Call, int]]
+    steps: int
+    tokens: int
+    attention0: float
+    attention_growth: float
+    kv_tokens0: float
+    kv_tokens_growth: float
+
+    def duration_s(self, model: StepModel, steps: int) -> float:
+        """Time of the first ``steps`` steps of the run."""
+        return model.run_s(
+            self.tokens,
+            self.attention0,
+            self.attention_growth,
+            self.kv_tokens0,
+            self.kv_tokens_growth,
+            steps,
+        )
