@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def main(paths: list[str]) -> int:
@@ -22,7 +23,7 @@ def main(paths: list[str]) -> int:
     print("| --- | --- | --- | --- | --- | --- |")
     for path in paths:
         doc = json.loads(Path(path).read_text())
-        by = {}
+        by: dict[Any, Any] = {}
         for p in doc["points"]:
             c = p["config"]
             if c["policy"] == "group":

@@ -17,6 +17,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
@@ -52,7 +53,10 @@ def main() -> int:
             asked.extend(configs)
             return [table[c] for c in configs]
 
-        s = Search(grid, evaluate, lambda c, table=table: table[c]["cost_usd_per_h"], key)
+        def config_cost(c: Any, table: Any = table) -> float:
+            return float(table[c]["cost_usd_per_h"])
+
+        s = Search(grid, evaluate, config_cost, key)
         s.adaptive(args.gain_threshold, args.hv_threshold)
         bounds = [as_min(p, key) for p in ex["points"]]
         mine = [as_min(table[c], key) for c in s.results]

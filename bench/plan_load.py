@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT / "python"))
 from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate  # noqa: E402
 from ttlpolicy.traces import read_trace  # noqa: E402
 
-OPTIONS = {"max_context": 120_000, "context_mode": "truncate", "think_cap_s": 300.0}
+OPTIONS: dict[str, Any] = {"max_context": 120_000, "context_mode": "truncate", "think_cap_s": 300.0}
 
 
 def timed(f):

@@ -85,3 +85,12 @@ def backends() -> tuple[Backend, Backend]:
     if NATIVE is None:
         pytest.skip("native module not built")
     return REFERENCE, NATIVE
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Every test writes trace caches under a temporary folder, never the user's."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TTLPOLICY_CACHE", str(cache))
+        yield cache

@@ -30,7 +30,7 @@ def test_two_points_overlap_counted_once():
 
 def test_hypervolume_matches_a_monte_carlo_estimate_and_ignores_dominated_points():
     rng = random.Random(3)
-    pts = [tuple(rng.random() for _ in range(3)) for _ in range(12)]
+    pts = [(rng.random(), rng.random(), rng.random()) for _ in range(12)]
     bounds = [(0, 0, 0), (1, 1, 1)]
     hv = hypervolume(pts, bounds)
     assert hypervolume([pts[i] for i in front_indices(pts)], bounds) == pytest.approx(hv)

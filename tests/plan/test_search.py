@@ -4,6 +4,7 @@ stop a tier; refinement fills the front; exhaustive evaluates the grid once."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ttlpolicy.plan.front import as_min, front_indices, hypervolume
 from ttlpolicy.plan.objectives import Config
@@ -70,8 +71,13 @@ def test_a_tier_that_stops_paying_stops_growing():
         r["cost_usd_per_h"] = cost(c)
         return r
 
-    seen = []
-    s = Search(GRID, lambda cs: seen.extend(cs) or [flat_ssd(c) for c in cs], cost)
+    seen: list[Any] = []
+
+    def evaluate(cs: Any) -> list[Any]:
+        seen.extend(cs)
+        return [flat_ssd(c) for c in cs]
+
+    s = Search(GRID, evaluate, cost)
     s.adaptive(gain_threshold=0.02, hv_threshold=1.0)
     assert max(c.ssd_gb for c in seen) == GRID.ssd_gb[1]
 

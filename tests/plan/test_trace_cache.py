@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +41,7 @@ def test_coarse_blocks_keep_the_last_hash_of_each_group():
 
 
 def test_cached_programs_equal_a_fresh_build():
-    opts = {"max_context": 120_000}
+    opts: dict[str, Any] = {"max_context": 120_000}
     fresh = programs_from_records(read_trace(sample_dir()), **opts)
     for _ in range(2):  # build + store, then load
         got = cached_programs(

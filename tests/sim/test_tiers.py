@@ -4,6 +4,7 @@ demote, loads are charged to TTFT."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -105,7 +106,12 @@ def test_group_policy_needs_a_source():
     ],
 )
 def test_bad_tiers_name_the_field(kw, field):
-    args = {"name": "dram", "capacity_blocks": 1, "read_bytes_per_s": 1.0, "latency_s": 0.0}
+    args: dict[str, Any] = {
+        "name": "dram",
+        "capacity_blocks": 1,
+        "read_bytes_per_s": 1.0,
+        "latency_s": 0.0,
+    }
     args.update(kw)
     with pytest.raises(ValueError, match=field):
         Tier(**args)
