@@ -70,7 +70,6 @@ __all__ = [
     "ProgramScheduler",
     "TTLPolicy",
     "ToolHistory",
-    "__version__",
     "backend",
     "solve_ttl",
 ]
