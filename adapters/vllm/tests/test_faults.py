@@ -278,6 +278,12 @@ def test_random_faults_in_process_leave_no_state_behind(tiny_model: Path) -> Non
             elif r < 0.45:
                 clock.advance(rng.uniform(0.0, 10.0))
             engine.step()
+        # A program's request aborted while its sibling waits: the sibling is re-admitted as
+        # a new program (the queue's readmit path), which must leave nothing behind either.
+        first = engine.submit([7] * 300, 8, program_id="siblings", tool="bash")
+        engine.step()
+        engine.submit([9] * 300, 8, program_id="siblings", tool="bash")
+        engine.abort(first)
         engine.run()
         clock.advance(1000.0)  # past every deadline
         engine.turn([5] * 40, 2)  # one more step expires them
