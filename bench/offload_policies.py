@@ -24,12 +24,12 @@ import os
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
-from ttlpolicy.traces import sample_dir  # noqa: E402
-from ttlpolicy_vllm.offload import OffloadSettings  # noqa: E402
-from ttlpolicy_vllm.offload_replay import (  # noqa: E402
+from trace_paths import traces_dir
+from ttlpolicy.traces import sample_dir
+from ttlpolicy_vllm.offload import OffloadSettings
+from ttlpolicy_vllm.offload_replay import (
     agentic_stream,
     iter_sessions,
     mooncake_stream,
@@ -37,10 +37,6 @@ from ttlpolicy_vllm.offload_replay import (  # noqa: E402
 )
 
 POLICIES = [("lru", False), ("arc", False), ("ttl", False), ("ttl", True)]
-
-
-def traces_dir() -> Path:
-    return Path(os.environ.get("TTLPOLICY_TRACES", ROOT.parent / "shared" / "traces"))
 
 
 def run(name: str, stream: list, block_tokens: int, fractions: list[float], out: list) -> None:

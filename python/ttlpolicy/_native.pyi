@@ -25,6 +25,7 @@ from ttlpolicy.config import PolicyConfig
 __all__ = [
     "POLICY_CONFIG_FIELDS",
     "SOURCES",
+    "AdmissionControl",
     "CacheMissModel",
     "Ended",
     "EtaEstimator",
@@ -98,7 +99,7 @@ class EtaEstimator:
     1.0 until ``min_programs`` are seen."""
 
     def __new__(
-        cls, window: SupportsIndex = ..., min_programs: SupportsIndex = ...
+        cls, window: SupportsIndex = ..., min_programs: SupportsIndex = ..., clip: bool = ...
     ) -> EtaEstimator: ...
     def observe(self, total_turns: SupportsIndex) -> None: ...
     @property
@@ -108,6 +109,9 @@ class EtaEstimator:
     def window(self) -> int: ...
     @property
     def min_programs(self) -> int: ...
+    @property
+    def clip(self) -> bool:
+        """False: η = −corr unclipped, in [−1, 1] (the paper's)."""
 
 @final
 class OutOfOrderCost:
@@ -290,6 +294,9 @@ class ProgramScheduler:
     ) -> ProgramScheduler: ...
     @property
     def policy(self) -> TTLPolicy: ...
+    @property
+    def pin_handover(self) -> str:
+        """``policy.config.pin_handover`` at construction: ``"arrival"`` or ``"schedule"``."""
     def arrive(
         self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
     ) -> Pin | None:
@@ -321,7 +328,8 @@ class ProgramScheduler:
         """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
         when ``ttl_s > 0`` and the pin budget has room; a last turn ends the program."""
     def expire(self, now: SupportsFloat) -> list[Pin]:
-        """Pins with ``deadline_s <= now``, removed, by (deadline, program id)."""
+        """Pins with ``deadline_s <= now``, removed, by (deadline, program id); with
+        ``pin_handover == "schedule"``: ``deadline_s < now`` and no request of theirs waiting."""
     def reclaim(self, blocks_needed: SupportsIndex, now: SupportsFloat) -> list[Pin]:
         """Pins removed latest-arrived program first until ``blocks_needed`` are released."""
     def record_queueing_delay(self, delay_s: SupportsFloat) -> None: ...
@@ -430,3 +438,40 @@ class PrefixTree:
     ) -> dict[tuple[int, ...], float]: ...
     def set_group_ttls(self, ttls: Mapping[Sequence[SupportsIndex], SupportsFloat]) -> None: ...
     def block_seconds(self, now: SupportsFloat) -> float: ...
+
+# ---------------------------------------------------------------------------------------------
+# Program-level load control (issue 10): AdmissionControl; twin of
+# ttlpolicy.reference.admission (rules and the no-starvation invariant in its module doc).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class AdmissionControl:
+    def __new__(cls, policy: TTLPolicy, total_blocks: SupportsIndex) -> AdmissionControl: ...
+    @property
+    def policy(self) -> TTLPolicy: ...
+    @property
+    def total_blocks(self) -> int: ...
+    def arrive(self, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex) -> None: ...
+    def finish(
+        self,
+        program_id: str,
+        now: SupportsFloat,
+        blocks_held: SupportsIndex,
+        tool: str | None = None,
+        rebuild_s: SupportsFloat = ...,
+        last_turn: bool = ...,
+    ) -> None: ...
+    def end(self, program_id: str) -> None: ...
+    def next_use_s(self, program_id: str, now: SupportsFloat) -> float: ...
+    def working_set_blocks(self, now: SupportsFloat) -> int: ...
+    def may_run(self, program_id: str, now: SupportsFloat) -> bool:
+        """True for an admitted program; admits the oldest waiting one when its footprint
+        fits beside the working set (or nobody is admitted)."""
+    def eviction_order(self, program_ids: Iterable[str], now: SupportsFloat) -> list[str]: ...
+    def admitted(self, program_id: str) -> bool: ...
+    @property
+    def admitted_count(self) -> int: ...
+    @property
+    def program_count(self) -> int: ...
+    @property
+    def waiting_count(self) -> int: ...

@@ -102,6 +102,10 @@ def configs(draw: Any) -> PolicyConfig:
         prefill_s_per_token2=draw(st.floats(0.0, 1e-7)),
         kv_bytes_per_token=draw(st.integers(0, 1 << 20)),
         offload_bandwidth_bytes_per_s=draw(st.one_of(st.none(), st.floats(1e3, 1e10))),
+        scale_cost_by_memory=draw(st.booleans()),
+        prior_mean_from_history=draw(st.booleans()),
+        cold_start_eta=draw(st.one_of(st.none(), st.floats(-1.0, 1.0))),
+        clip_eta=draw(st.booleans()),
     )
 
 

@@ -46,7 +46,9 @@ def test_plan_writes_every_point_and_the_front(tmp_path, capsys):
     assert lru[(512, 2048)]["hit_rate"] >= lru[(0, 0)]["hit_rate"]
 
 
-def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys):
+def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch):
+    # A cache of its own: the suite's shared one may hold these points from an earlier test.
+    monkeypatch.setenv("TTLPOLICY_CACHE", str(tmp_path / "cache"))
     assert main(["plan", *SMALL, "--json", str(tmp_path / "a.json")]) == 0
     first = capsys.readouterr().err
     assert main(["plan", *SMALL, "--json", str(tmp_path / "b.json")]) == 0

@@ -3,15 +3,19 @@ hindsight), memory stays bounded, both backends give the same TTLs, bad input is
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import NATIVE
 from ttlpolicy.group_ttl import OnlineGroupTTL
 from ttlpolicy.reference.solver import solve_ttl
+
+# Not `from conftest import NATIVE`: with several conftest.py in tests/, "conftest" names
+# whichever was imported last.
+NATIVE = importlib.util.find_spec("ttlpolicy._native")
 
 BACKENDS = [
     pytest.param("python", id="python"),

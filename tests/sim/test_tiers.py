@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy.sim import roofline
@@ -133,7 +133,6 @@ requests = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     reqs=requests,
     hbm=st.integers(1, 4),

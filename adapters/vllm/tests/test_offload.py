@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +26,17 @@ from ttlpolicy_vllm.offload_replay import (
     held_chunks,
     iter_sessions,
     make_manager,
+    mooncake_stream,
     replay,
+)
+
+#: the Mooncake excerpt the repository ships for tests (Apache-2.0, LICENSE beside it)
+MOONCAKE_EXCERPT = (
+    Path(__file__).resolve().parents[3]
+    / "tests"
+    / "data"
+    / "mooncake"
+    / "conversation_trace_head2000.jsonl.gz"
 )
 
 # fast refits so that small streams exercise fitted TTLs
@@ -130,6 +141,13 @@ def stored(policy: TTLCachePolicy, hash_ids, rid: str) -> list:
     return keys
 
 
+def evicted(policy: TTLCachePolicy, n: int) -> list:
+    """The keys ``policy`` evicts to free ``n`` chunks (it can: nothing is protected)."""
+    got = policy.evict(n, set())
+    assert got is not None
+    return [k for k, _ in got]
+
+
 def test_expired_chunks_go_before_live_ones_and_tail_before_head():
     clock = Clock()
     policy = TTLCachePolicy(100, FAST, clock)
@@ -141,7 +159,7 @@ def test_expired_chunks_go_before_live_ones_and_tail_before_head():
             stored(policy, [7, 8, 9], f"b{t}")
     assert policy.model.ttl_s([1, 2]) == 10.0 and policy.model.ttl_s([7, 8]) == 40.0
     clock.now = 95.0  # A idle 15 s > 10 s: expired; B idle 15 s < 40 s: live
-    assert [k for k, _ in policy.evict(2, set())] == [a[2], a[1]]  # A's tail first
+    assert evicted(policy, 2) == [a[2], a[1]]  # A's tail first
     assert policy.expired_evictions == 2
     consistent(policy)
 
@@ -156,7 +174,7 @@ def test_lowest_roi_group_goes_first_among_live_ones():
             b = stored(policy, [7, 8], f"b{t}")  # every 40 s: lower
     assert policy.model.roi([7, 8]) < policy.model.roi([1, 2])
     clock.now = 81.0  # both live; B was used less recently than A... and is worth less
-    assert [k for k, _ in policy.evict(1, set())] == [b[1]]
+    assert evicted(policy, 1) == [b[1]]
 
 
 def test_ended_program_goes_first_and_waiting_program_last():
@@ -171,7 +189,7 @@ def test_ended_program_goes_first_and_waiting_program_last():
     program_hints.note("done", ended=True)
     done = stored(policy, [5, 6], "done")  # most recent, but its program ended
     order = [done[1], done[0], mid[1], mid[0], old[1], old[0]]
-    assert [k for k, _ in policy.evict(6, set())] == order
+    assert evicted(policy, 6) == order
     assert program_hints.size() == 0
 
 
@@ -342,14 +360,38 @@ def test_program_hints_are_bounded_and_consumed():
         program_hints.note(f"r{i}", ended=True)
     assert program_hints.size() == program_hints.MAX_NOTES
     assert program_hints.lookup("r0") is None  # the oldest were forgotten
-    assert program_hints.lookup(f"r{program_hints.MAX_NOTES + 9}").ended
+    newest = program_hints.lookup(f"r{program_hints.MAX_NOTES + 9}")
+    assert newest is not None and newest.ended
     with pytest.raises(ValueError, match="wait_s"):
         program_hints.note("x", ended=False, wait_s=float("nan"))
     program_hints.note("y" * 5000, ended=False, wait_s=3.0)  # a client's over-long id
-    assert program_hints.lookup("y" * 5000).wait_s == 3.0
+    long_id = program_hints.lookup("y" * 5000)
+    assert long_id is not None and long_id.wait_s == 3.0
     program_hints.clear()
 
 
 def test_access_dataclass_is_what_replay_takes():
     s = replay("ttl", 4, [Access(0.0, "a", (1, 2, 3)), Access(1.0, "b", (1, 2, 3, 4))])
     assert s.hits_per_request == [0, 3] and s.chunks_requested == 7
+
+
+def test_mooncake_excerpt_replays_through_the_real_manager():
+    """The Mooncake excerpt shipped for tests (global hash ids, shared system prompts): the
+    tier stays within capacity, its indexes stay consistent, stores are held or evicted."""
+    path = MOONCAKE_EXCERPT
+    stream = mooncake_stream(path, max_requests=300)
+    distinct = len({h for a in stream for h in a.hash_ids})
+    capacity = distinct // 5
+    manager = make_manager("ttl", capacity)
+    policy = manager._policy
+    from ttlpolicy_vllm.offload_replay import ReplayStats, run_request
+
+    stats = ReplayStats("ttl", capacity)
+    for access in stream:
+        policy.clock, policy._t0 = (lambda t=access.t_s: t), 0.0
+        run_request(manager, access, stats)
+        assert held_chunks(manager) == len(policy.chunks) <= capacity
+    consistent(policy)
+    assert stats.hit_chunks > 0 and stats.evicted_chunks > 0 and stats.store_failures == 0
+    assert stats.evicted_chunks == stats.stored_chunks - held_chunks(manager)
+    assert policy.model.accesses == len(stream)

@@ -30,12 +30,16 @@ from ttlpolicy.sim import (
     roofline,
     simulate,
 )
+from ttlpolicy.sim.hardware import paper_hardware
+from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLOADS, paper_programs
 from ttlpolicy.sim.report import Progress, format_table
 from ttlpolicy.traces import detect_format, read_trace, sample_dir
 
 from ._args import finite_float, float_in, int_in, writable_file
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
+#: With ``--workload``: the CacheTTL paper's baselines and its ablation (Fig. 8, 16).
+PAPER_POLICIES = "vllm,autellix,continuum,program-fcfs,static-ttl,cachettl"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
 MAX_CONCURRENCY = 1_000_000
 MAX_RATE_PER_S = 1e6
@@ -51,14 +55,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
+        "--workload",
+        default=None,
+        choices=sorted(WORKLOADS),
+        help="the CacheTTL paper's generated workload instead of a trace (its engine settings: "
+        "2048-token chunked prefill, 16-token blocks; default --gpu b200, --rate 0.13 for "
+        "swe-bench and 5 for bfcl)",
+    )
+    parser.add_argument(
+        "--programs",
+        metavar="N",
+        type=int_in(1, MAX_CONCURRENCY),
+        default=100,
+        help="with --workload: programs generated",
+    )
+    parser.add_argument(
+        "--turn-scale",
+        metavar="K",
+        type=int_in(1, 1000),
+        default=1,
+        help="with --workload: repeat each program's turns K times, tokens / K (Fig. 14)",
+    )
+    parser.add_argument(
+        "--offload",
+        action="store_true",
+        help="with --workload: every policy gets the paper's CPU tier (200 GB per GPU, "
+        "100 GB on A100)",
+    )
+    parser.add_argument(
         "--policies",
-        default=DEFAULT_POLICIES,
-        help=f"comma-separated, from: {', '.join(POLICY_NAMES)}",
+        default=None,
+        help=f"comma-separated, from: {', '.join(POLICY_NAMES)} (default: {DEFAULT_POLICIES}; "
+        f"with --workload: {PAPER_POLICIES})",
     )
     parser.add_argument(
         "--model", default="llama-3.1-8b", choices=sorted(MODELS), help="simulated model"
     )
-    parser.add_argument("--gpu", default="h100-80g", choices=sorted(GPUS), help="simulated GPU")
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        choices=sorted(GPUS),
+        help="simulated GPU (default h100-80g; b200 with --workload)",
+    )
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
         "--rate",
@@ -201,7 +239,8 @@ def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    default = PAPER_POLICIES if args.workload else DEFAULT_POLICIES
+    policies = [p.strip() for p in (args.policies or default).split(",") if p.strip()]
     if not policies:
         raise ValueError("--policies is empty")
     from ttlpolicy.sim import make_policy
@@ -210,35 +249,43 @@ def run(args: argparse.Namespace) -> int:
         make_policy(p)  # fail on a bad name before any work
     if args.plot:
         _pyplot()  # and on a missing matplotlib
-    trace = args.trace or str(sample_dir())
-    think_cap = args.think_cap if args.think_cap >= 0 else None  # negative: no cap
-    if not Path(trace).is_dir() and detect_format(trace) != "agentic":
-        # Open loop: these flags would be silently ignored, so refuse them.
-        ignored = {
-            "--concurrency": args.concurrency is not None,
-            "--sweep": args.sweep,
-            "--plot": args.plot is not None,
-        }
-        for flag, given in ignored.items():
-            if given:
-                raise ValueError(
-                    f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
-                    "replayed open loop at its recorded times (--rate scales them)"
-                )
-        return run_open_loop(args, trace, policies)
-    programs = programs_from_trace(
-        trace,
-        max_context=args.max_context,
-        context_mode=args.context_mode,
-        think_scale=args.think_scale,
-        think_cap_s=think_cap,
-        human_turns=args.human_turns,
-    )
-    if not programs:
-        raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
-    hw = roofline(
-        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
-    )
+    config, cpu_tier = None, None
+    if args.workload:
+        if args.trace:
+            raise ValueError("give --trace or --workload, not both")
+        if args.rate is None and args.concurrency is None:
+            args.rate = PAPER_RATE_PER_S[args.workload]
+        trace = f"{args.workload} (generated, seed {args.seed})"
+        programs = paper_programs(
+            args.workload, args.programs, args.seed, turn_scale=args.turn_scale
+        )
+        hw = paper_hardware(
+            args.model, args.gpu or "b200", offload=args.offload, efficiency=args.efficiency
+        )
+        config, cpu_tier = PAPER_ENGINE, args.offload or None
+    else:
+        trace = args.trace or str(sample_dir())
+        if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+            # Open loop: these flags would be silently ignored, so refuse them.
+            ignored = {
+                "--concurrency": args.concurrency is not None,
+                "--sweep": args.sweep,
+                "--plot": args.plot is not None,
+            }
+            for flag, given in ignored.items():
+                if given:
+                    raise ValueError(
+                        f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
+                        "replayed open loop at its recorded times (--rate scales them)"
+                    )
+            return run_open_loop(args, trace, policies)
+        programs = load_trace_programs(args, trace)
+        hw = roofline(
+            args.model,
+            args.gpu or "h100-80g",
+            efficiency=args.efficiency,
+            cpu_tier_bytes=args.cpu_tier_gb * 1e9,
+        )
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
@@ -256,7 +303,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
         f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
-        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens",
+        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens"
+        + (f", CPU tier {hw.cpu_tier_bytes / 1e9:g} GB" if cpu_tier else ""),
         file=sys.stderr,
     )
     bar = Progress(len(programs) * len(policies) * len(loads))
@@ -266,7 +314,16 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for pol in policies:
             kw = {"rate_per_s": load} if args.rate is not None else {"concurrency": int(load)}
-            m = simulate(hw, pol, programs, seed=args.seed, progress=bar, **kw)
+            m = simulate(
+                hw,
+                pol,
+                programs,
+                seed=args.seed,
+                progress=bar,
+                config=config,
+                cpu_tier=cpu_tier,
+                **kw,
+            )
             bar.next_run(len(programs))
             s = m.summary()
             rows.append((pol, s))
@@ -279,20 +336,38 @@ def run(args: argparse.Namespace) -> int:
         meta = {
             "trace": trace,
             "model": args.model,
-            "gpu": args.gpu,
+            "gpu": hw.gpu.name,
             "load": load_name,
             "seed": args.seed,
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
-        source = "the shipped sample sessions" if args.trace is None else Path(trace).name
+        source = (
+            "the shipped sample sessions"
+            if args.trace is None and not args.workload
+            else Path(trace).name
+        )
         title = (
             f"{len(programs)} programs from {source}, {hw.model.name} on {hw.gpu.name}\n"
             "(curves drawn on top of each other: policies that tie)"
         )
         plot(results, args.plot, load_name, title)
     return 0
+
+
+def load_trace_programs(args: argparse.Namespace, trace: str) -> list:
+    programs = programs_from_trace(
+        trace,
+        max_context=args.max_context,
+        context_mode=args.context_mode,
+        think_scale=args.think_scale,
+        think_cap_s=args.think_cap if args.think_cap >= 0 else None,
+        human_turns=args.human_turns,
+    )
+    if not programs:
+        raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
+    return programs
 
 
 def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> int:
@@ -303,7 +378,10 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
     if not programs:
         raise ValueError(f"no requests in {trace!r}")
     hw = roofline(
-        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
+        args.model,
+        args.gpu or "h100-80g",
+        efficiency=args.efficiency,
+        cpu_tier_bytes=args.cpu_tier_gb * 1e9,
     )
     bar = Progress(len(programs) * len(policies))
     results, rows = [], []
@@ -319,7 +397,7 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(
                 {
-                    "meta": {"trace": trace, "model": args.model, "gpu": args.gpu},
+                    "meta": {"trace": trace, "model": args.model, "gpu": hw.gpu.name},
                     "results": results,
                 },
                 f,

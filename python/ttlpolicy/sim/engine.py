@@ -44,6 +44,15 @@ class _View:
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
 
+    @property
+    def running_count(self) -> int:
+        return len(self._e.running)
+
+    @property
+    def cpu_tier(self) -> bool:
+        """The engine keeps evicted blocks reloadable in a CPU tier."""
+        return self._e.kv.cpu_capacity > 0
+
     def prefill_s(self, tokens: int) -> float:
         return self.hardware.prefill_s(tokens, self.config.token_budget)
 
@@ -76,6 +85,9 @@ class Engine:
         self._arrivals: ConcurrencyArrivals | None = None
         self.peak_used_blocks = 0
         policy.bind(_View(self))
+        # An optional hook of the policy: its eviction order of free cached chains.
+        order = getattr(policy, "eviction_order", None)
+        self.kv.eviction_order = order() if order is not None else None
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -169,7 +181,7 @@ class Engine:
             reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
-                for program in policy.reclaim(total - kv.available(), self.now):
+                for program in policy.reclaim(total - kv.available_for(call.program_id), self.now):
                     kv.unpin(program)
                 got = kv.acquire(call.program_id, reusable, total)
                 if got is None:

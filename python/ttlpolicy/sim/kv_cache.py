@@ -8,7 +8,8 @@ of its input with that chain.  The chain is in one of four states:
 * ``held`` — referenced by the program's running call, never evicted;
 * ``pinned`` — kept by a policy while the program is away (a TTL pin, InferCept's preserve);
   when the program's next call arrives the pin ends and the chain joins the free queue at
-  its most-recently-used end, where admission finds it (a waiting call holds no memory);
+  its most-recently-used end, where admission finds it (a waiting call holds no memory) —
+  or, for policies that hand the pin over at admission, the call takes it directly;
 * ``free`` — released but still reusable, in an LRU queue as vLLM's prefix cache keeps freed
   blocks: eviction takes the least recently freed chain first, its tail blocks first (vLLM
   frees a request's blocks in reverse order), and a chain may be partly evicted;
@@ -23,6 +24,7 @@ always; nothing ever exceeds the capacity.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from .interface import Verdict
 
@@ -43,6 +45,8 @@ class KVCache:
         self.cpu_used = 0
         self.evicted_blocks = 0
         self.offloaded_blocks = 0
+        # A policy's eviction order of free chains (programs, first to go first); None: LRU.
+        self.eviction_order: Callable[[list[str]], list[str]] | None = None
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -53,14 +57,26 @@ class KVCache:
         """Blocks an allocation can get now, evicting free chains as needed."""
         return self.capacity - self.used
 
+    def available_for(self, program: str) -> int:
+        """``available()`` to a call of ``program``: its own pinned chain counts as room (a
+        pin handed over when the call is admitted, the paper's rule)."""
+        return self.capacity - self.used + self._pins.get(program, 0)
+
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
 
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""
+        order = None
+        if self.eviction_order is not None and self.free_blocks < need and self._free:
+            order = iter(self.eviction_order(list(self._free)))
         while self.free_blocks < need and self._free:
-            program, blocks = next(iter(self._free.items()))
+            if order is None:
+                program, blocks = next(iter(self._free.items()))
+            else:
+                program = next(order)
+                blocks = self._free[program]
             take = min(blocks, need - self.free_blocks)
             keep = blocks - take
             if keep:
@@ -106,7 +122,7 @@ class KVCache:
         the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
         nothing — when memory cannot hold it even after evicting every free chain."""
         chain = self._chain.get(program, 0)
-        if total_blocks > self.available():
+        if total_blocks > self.available_for(program):
             return None
         gpu_hit = min(chain, reusable_blocks, total_blocks)
         cpu_hit = 0
@@ -119,6 +135,9 @@ class KVCache:
         # stale tail past the reusable prefix is simply free.
         if program in self._free:
             self.cached -= self._free.pop(program)
+        own_pin = self._pins.pop(program, 0)  # a pin handed over at admission
+        self.pinned -= own_pin
+        self.used -= own_pin
         self._chain.pop(program, None)
         self._evict(total_blocks)
         self.used += total_blocks
