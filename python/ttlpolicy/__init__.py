@@ -7,6 +7,8 @@ classes stay importable from ``ttlpolicy.reference`` for differential testing.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from ._backend import backend, native
 from .config import PolicyConfig
 from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
@@ -17,6 +19,11 @@ from .reference import policy as _ref_policy
 from .reference import prefix_tree as _ref_prefix_tree
 from .reference import scheduler as _ref_scheduler
 from .reference import solver as _ref_solver
+
+try:  # one source: the installed distribution's version (Cargo.toml's workspace version)
+    __version__ = _metadata.version("ttlpolicy")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 if native is not None:
     # decision core
