@@ -279,7 +279,11 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        if !self.admitted.is_empty() {
+        let cohort_admitted = self
+            .admitted
+            .iter()
+            .any(|a| self.programs[a.as_str()].arrival_s == arrival);
+        if !self.admitted.is_empty() && !cohort_admitted {
             // Expected footprint: its own, or the admitted programs' mean when larger.
             let (working, total) = self.load(policy, t);
             let expected = blocks.max(total / self.admitted.len() as i64);

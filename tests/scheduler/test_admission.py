@@ -51,6 +51,21 @@ def test_the_oldest_waiting_program_is_admitted_when_nobody_is(impl):
     assert ac.may_run("small", 0.5)
 
 
+def test_programs_that_arrived_together_are_admitted_together(impl):
+    # A cohort (same arrival) has no FCFS order, and a program-FCFS queue interleaves its
+    # requests by their own arrival: a refused member could sit ahead of admitted ones and
+    # block them with nothing running (the demo's closed loop at 16 programs stalled so).
+    ac, _ = make(impl, total_blocks=100)
+    for pid in ("a", "b", "c"):
+        ac.arrive(pid, 0.0, 60)
+    ac.arrive("late", 1.0, 10)
+    assert ac.may_run("a", 1.0)
+    assert ac.may_run("b", 1.0)  # 60 + 60 > 100, but b arrived with a
+    assert ac.may_run("c", 1.0)
+    assert not ac.may_run("late", 1.0)  # a later arrival still waits for room
+    assert (ac.admitted_count, ac.waiting_count) == (3, 1)
+
+
 def test_next_use_follows_the_tools_gap_distribution(impl):
     ac, policy = make(impl, min_tool_samples=4)
     for d in (1.0, 2.0, 4.0, 8.0, 16.0):
@@ -88,8 +103,8 @@ def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(imp
     assert ac.working_set_blocks(1.0) == 40
     ac.arrive("c", 1.0, 60)
     assert ac.may_run("c", 1.0)  # 40 + 60 fits
-    ac.arrive("d", 1.0, 1)
-    assert not ac.may_run("d", 1.0)  # c is live: 40 + 60 + 1 > 100
+    ac.arrive("d", 1.5, 1)  # later than c (a program arriving with c would join c's cohort)
+    assert not ac.may_run("d", 1.5)  # c is live: 40 + 60 + 1 > 100
 
 
 def test_eviction_order_latest_next_use_first(impl):

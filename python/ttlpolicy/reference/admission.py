@@ -32,7 +32,10 @@ Rules (the same in both backends):
   the reload time, the working set shrinks, and admission rarely holds anyone back.
 * **Admission** (load control): programs are admitted first-come-first-served by their
   first arrival.  The oldest program not yet admitted (any of them on a tie) is admitted
-  when no program is admitted, or when the working set plus its expected footprint fits
+  when no program is admitted, when a program that arrived at the same instant is admitted
+  (a cohort: FCFS cannot order it, and a scheduler interleaves its requests, so a refused
+  member could sit ahead of admitted ones and block them), or when the working set plus its
+  expected footprint fits
   ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
   that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
   program stays admitted until it ends.  No other program may start before it.
@@ -41,11 +44,13 @@ Rules (the same in both backends):
   programs' contexts before any live one.
 
 Invariant (why it cannot livelock or starve): admitted programs are never blocked by
-admission, so they run to their end; while the oldest waiting program is refused, nobody
-else is admitted, so the admitted set only shrinks; when it is empty the oldest waiting
-program is admitted whatever its size (it fits: no request exceeds ``total_blocks``).  So the
-oldest program waiting for admission is admitted after finitely many program ends, and
-programs start in arrival order.
+admission, so they run to their end — and every admitted program arrived strictly before any
+refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
+program's request ahead of an admitted program's; while the oldest waiting program is
+refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
+oldest waiting program is admitted whatever its size (it fits: no request exceeds
+``total_blocks``). So the oldest program waiting for admission is admitted after finitely
+many program ends, and programs start in arrival order.
 
 Bad input raises before any state changes, as in ``scheduler``.
 """
@@ -228,6 +233,10 @@ class AdmissionControl:
             heapq.heappop(pending)
         return None
 
+    def _cohort_admitted(self, arrival_s: float) -> bool:
+        """Is a program that arrived at ``arrival_s`` already admitted?"""
+        return any(self._programs[a].arrival_s == arrival_s for a in self._admitted)
+
     def may_run(self, program_id: Any, now: Any) -> bool:
         """May a request of the program be scheduled now?  True for an admitted program;
         for the oldest program not yet admitted, admits it (and says True) when the rule
@@ -240,7 +249,7 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if self._admitted:
+        if self._admitted and not self._cohort_admitted(prog.arrival_s):
             # Expected footprint: its own, or the admitted programs' mean when larger.
             working, total = self._load(t)
             if working + max(prog.blocks, total // len(self._admitted)) > self.total_blocks:
