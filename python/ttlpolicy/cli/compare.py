@@ -15,6 +15,7 @@ scales the arrival rate).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -24,6 +25,8 @@ from ttlpolicy.sim import (
     GPUS,
     MODELS,
     POLICY_NAMES,
+    Hardware,
+    load_profile,
     open_loop_programs,
     programs_from_trace,
     roofline,
@@ -74,11 +77,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--efficiency", type=float, default=0.6, help="fraction of peak FLOP/s and bandwidth"
     )
+    parser.add_argument(
+        "--hardware",
+        default=None,
+        help="hardware profile JSON (ttlpolicy_vllm.calibrate); replaces --model/--gpu",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument(
         "--plot", default=None, help="write a completion-time-vs-load plot here (matplotlib)"
     )
+
+
+def _hardware(args: argparse.Namespace) -> Hardware:
+    """A measured profile (``--hardware``) or the roofline of ``--model`` on ``--gpu``; the
+    CPU tier is ``--cpu-tier-gb`` either way."""
+    cpu_tier_bytes = args.cpu_tier_gb * 1e9
+    if args.hardware:
+        return dataclasses.replace(load_profile(args.hardware), cpu_tier_bytes=cpu_tier_bytes)
+    return roofline(args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=cpu_tier_bytes)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if not programs:
         raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
-    hw = roofline(
-        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
-    )
+    hw = _hardware(args)
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
@@ -141,8 +156,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         meta = {
             "trace": trace,
-            "model": args.model,
-            "gpu": args.gpu,
+            "model": hw.model.name,
+            "gpu": hw.gpu.name,
             "load": load_name,
             "seed": args.seed,
         }
@@ -160,9 +175,7 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
     programs = open_loop_programs(read_trace(trace), rate_scale=scale, max_context=args.max_context)
     if not programs:
         raise ValueError(f"no requests in {trace!r}")
-    hw = roofline(
-        args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=args.cpu_tier_gb * 1e9
-    )
+    hw = _hardware(args)
     bar = Progress(len(programs) * len(policies))
     results, rows = [], []
     for pol in policies:
@@ -177,7 +190,7 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(
                 {
-                    "meta": {"trace": trace, "model": args.model, "gpu": args.gpu},
+                    "meta": {"trace": trace, "model": hw.model.name, "gpu": hw.gpu.name},
                     "results": results,
                 },
                 f,

@@ -198,11 +198,12 @@ def roofline(
     return Hardware(m, g, StepModel(compute, memory), kv_bytes, cpu_tier_bytes)
 
 
-def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
-    """Replace ``hw``'s roofline by a least-squares line through measured steps.
+def fit_line(rows: Iterable[Sequence[float]]) -> Line:
+    """The least-squares ``Line`` through measured steps: (tokens, attn, kv, seconds) each.
 
-    ``rows``: (tokens, attn, kv, seconds) per measured step, as a real engine reports them;
-    at least four rows spanning the shapes to be simulated.
+    At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
+    make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
+    ``kv``).
     """
     data = np.asarray([tuple(map(float, r)) for r in rows], dtype=float)
     if data.ndim != 2 or data.shape[1] != 4 or data.shape[0] < 4:
@@ -213,7 +214,13 @@ def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
         raise ValueError("calibrate rows must be finite and >= 0")
     x = np.column_stack([np.ones(len(data)), data[:, :3]])
     coef, *_ = np.linalg.lstsq(x, data[:, 3], rcond=None)
-    line = Line(*(float(c) for c in coef))
+    return Line(*(float(c) for c in coef))
+
+
+def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
+    """Replace ``hw``'s roofline by a least-squares line through measured steps
+    (``fit_line``)."""
+    line = fit_line(rows)
     return Hardware(
         hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes
     )
