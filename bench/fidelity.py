@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy.sim import EngineConfig, Hardware, load_profile, simulate
+from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim import Turn as SimTurn
 from vllm_replay import STOCK, TTL, Program, load_sessions
@@ -214,6 +214,7 @@ def main() -> int:
     ap.add_argument("--max-out", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-gap-s", type=float, default=2.0)
+    ap.add_argument("--save-profile", default=None, help="write the calibrated profile here")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     settings = settings_from(args)
@@ -233,6 +234,8 @@ def main() -> int:
             if hw is None:  # calibrate on the first engine, before its replay
                 hw, record = calibrate_llm(llm, shape, settings, device_name(args.device),
                                            repeats=args.repeats)  # fmt: skip
+                if args.save_profile:
+                    save_profile(args.save_profile, hw, record)
                 fit = 100 * record["fit_mean_rel_error"]
                 print(f"calibrated in {record['measure_s']:.0f} s, fit error {fit:.1f} % mean",
                       file=sys.stderr)  # fmt: skip

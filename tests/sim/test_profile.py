@@ -148,3 +148,20 @@ def test_gpu_fidelity_script_refuses_without_a_gpu(tmp_path) -> None:
     assert proc.returncode == 3, proc.stderr
     assert "needs an NVIDIA GPU" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # nothing installed, nothing written
+
+
+def test_fit_weighs_relative_error_so_short_steps_stay_accurate() -> None:
+    """One long prefill measured 20 % slow (a load spike) must not skew the many short decode
+    steps a run is made of: the fit minimises relative, not absolute, error."""
+    from ttlpolicy.sim.hardware import fit_line
+
+    def true_s(shape: tuple[float, float, float]) -> float:
+        return 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2]
+
+    short = [decode_shape([ctx] * b) for b in (1, 2, 4, 8) for ctx in (64, 256)]
+    long_ = [prefill_shape(n) for n in (128, 256, 512)]
+    rows = [(*s, true_s(s)) for s in short] + [(*s, true_s(s)) for s in long_[:2]]
+    rows.append((*long_[2], 1.2 * true_s(long_[2])))
+    line = fit_line(rows)
+    worst = max(abs(line.at(*s) - true_s(s)) / true_s(s) for s in short)
+    assert worst < 0.02

@@ -199,7 +199,8 @@ def roofline(
 
 
 def fit_line(rows: Iterable[Sequence[float]]) -> Line:
-    """The least-squares ``Line`` through measured steps: (tokens, attn, kv, seconds) each.
+    """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, that minimises
+    the squared relative error.
 
     At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
     make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
@@ -213,7 +214,12 @@ def fit_line(rows: Iterable[Sequence[float]]) -> Line:
     if not np.all(np.isfinite(data)) or np.any(data < 0):
         raise ValueError("calibrate rows must be finite and >= 0")
     x = np.column_stack([np.ones(len(data)), data[:, :3]])
-    coef, *_ = np.linalg.lstsq(x, data[:, 3], rcond=None)
+    y = data[:, 3]
+    # Least squares on relative error (each row weighted by 1 / its time): a run holds many
+    # short decode steps and few long prefills, and an absolute fit would trade the former's
+    # accuracy for the latter's.
+    w = 1.0 / np.maximum(y, max(float(y.max()), 1e-12) * 1e-6)
+    coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
     return Line(*(float(c) for c in coef))
 
 
