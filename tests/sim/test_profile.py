@@ -164,4 +164,4 @@ def test_fit_weighs_relative_error_so_short_steps_stay_accurate() -> None:
     rows.append((*long_[2], 1.2 * true_s(long_[2])))
     line = fit_line(rows)
     worst = max(abs(line.at(*s) - true_s(s)) / true_s(s) for s in short)
-    assert worst < 0.02
+    assert worst < 0.012  # an absolute least-squares fit is off by 1.9 % here
