@@ -118,6 +118,7 @@ def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dic
                 p.done_s = now
             else:
                 p.due_s = now + p.turns[p.next_turn].gap_s
+    pins = sched.ttl_stats()["pins"] if hasattr(sched, "ttl_stats") else 0
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
     return {
@@ -128,6 +129,7 @@ def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dic
         "jct_mean_s": statistics.fmean(jct),
         "preemptions": float(preemptions),
         "makespan_s": makespan,
+        "pins": float(pins),
     }
 
 
@@ -162,6 +164,7 @@ def replay_sim(
         "jct_mean_s": s["jct_mean_s"],
         "preemptions": s["preemptions"],
         "makespan_s": s["makespan_s"],
+        "pinned_block_s": s["pinned_block_s"],
     }
 
 
