@@ -199,8 +199,8 @@ def roofline(
 
 
 def fit_line(rows: Iterable[Sequence[float]]) -> Line:
-    """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, that minimises
-    the squared relative error.
+    """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, with no negative
+    coefficient, that minimises the squared relative error.
 
     At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
     make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
@@ -219,7 +219,20 @@ def fit_line(rows: Iterable[Sequence[float]]) -> Line:
     # short decode steps and few long prefills, and an absolute fit would trade the former's
     # accuracy for the latter's.
     w = 1.0 / np.maximum(y, max(float(y.max()), 1e-12) * 1e-6)
-    coef, *_ = np.linalg.lstsq(x * w[:, None], y * w, rcond=None)
+    xw, yw = x * w[:, None], y * w
+    # No coefficient below zero (a step never gets faster with more work, nor takes negative
+    # time): a noisy measurement can make a free fit say so.  Drop the most negative term
+    # and refit until none is left (an active-set approximation of non-negative least
+    # squares; exact when the unconstrained fit is already non-negative).
+    active = list(range(4))
+    coef = np.zeros(4)
+    while active:
+        sol, *_ = np.linalg.lstsq(xw[:, active], yw, rcond=None)
+        if sol.min() >= 0:
+            coef[:] = 0.0
+            coef[active] = sol
+            break
+        del active[int(np.argmin(sol))]
     return Line(*(float(c) for c in coef))
 
 

@@ -14,8 +14,8 @@ fit live here so the simulator's side needs no engine.  Format (``FORMAT``)::
      "kv_capacity_bytes": ..., "cpu_tier_bytes": ...,
      "calibration": {...}}          # optional, free-form: how it was measured
 
-``step_s`` holds the two lines of ``hardware.StepModel`` (a step takes the larger); a
-calibrated profile has one line written twice.
+``step_s`` holds the two lines of ``hardware.StepModel`` (a step takes the larger), every
+coefficient >= 0; a calibrated profile has one line written twice.
 """
 
 from __future__ import annotations
@@ -121,18 +121,18 @@ def _show(v: object) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def _number(v: Any, label: str, *, positive: bool | None, integer: bool = False) -> Any:
+def _number(v: Any, label: str, *, positive: bool, integer: bool = False) -> Any:
     """``v`` if it is a finite number of the right kind and sign; else an error naming
     ``label`` (``<file>: <section>.<field>``) and the value."""
     ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
     if ok and integer:
         ok = isinstance(v, int)
-    if ok and positive is not None:
+    if ok:
         ok = v > 0 if positive else v >= 0
     if not ok:
         kind = "integer" if integer else "number"
-        bound = "" if positive is None else " > 0" if positive else " >= 0"
-        raise ProfileError(f"{label} must be a finite {kind}{bound}, got {_show(v)}")
+        bound = "> 0" if positive else ">= 0"
+        raise ProfileError(f"{label} must be a finite {kind} {bound}, got {_show(v)}")
     return v
 
 
@@ -166,16 +166,9 @@ def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
     lines = []
     for part in ("compute", "memory"):
         lsec = _section(ssec, part, where, "step_s.")
-        # c0 is a time (>= 0); a fit may make a slope slightly negative, so slopes are only
-        # required to be finite.
+        # A step never takes negative time nor gets faster with more work (``fit_line``).
         coef = [
-            float(
-                _number(
-                    lsec.get(f),
-                    f"{where}: step_s.{part}.{f}",
-                    positive=False if f == "c0" else None,
-                )
-            )
+            float(_number(lsec.get(f), f"{where}: step_s.{part}.{f}", positive=False))
             for f in _LINE_FIELDS
         ]
         lines.append(Line(*coef))
