@@ -36,3 +36,6 @@ else:
     AZURE_CONV = DATA / "azure" / "AzureLLMInferenceTrace_conv_head1000.csv.gz"
     SESSIONS = DATA / "sessions"
     MOONCAKE_REQUESTS = 2_000  # tests/data/NOTICE
+
+#: First 400 requests of the Mooncake trace (tests/data/plan_README.md; Apache-2.0, licence beside).
+PLAN_MOONCAKE_HEAD = DATA / "plan_mooncake_head400.jsonl"

@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyString, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
-use ttlpolicy_core::config::FieldMut;
+use ttlpolicy_core::config::{FieldMut, PinHandover};
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
@@ -169,12 +169,13 @@ impl PyEtaEstimator {
     #[pyo3(signature = (
         window = Arg::Ok(EtaEstimator::DEFAULT_WINDOW),
         min_programs = Arg::Ok(EtaEstimator::DEFAULT_MIN_PROGRAMS),
+        clip = true,
     ))]
-    fn new(window: Arg<i64>, min_programs: Arg<i64>) -> PyResult<Self> {
+    fn new(window: Arg<i64>, min_programs: Arg<i64>, clip: bool) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
             ("min_programs", min_programs),
-            EtaEstimator::new,
+            |w, m| EtaEstimator::with_clip(w, m, clip),
         )?;
         Ok(PyEtaEstimator { inner })
     }
@@ -202,6 +203,11 @@ impl PyEtaEstimator {
     #[getter]
     fn min_programs(&self) -> usize {
         self.inner.min_programs()
+    }
+
+    #[getter]
+    fn clip(&self) -> bool {
+        self.inner.clip()
     }
 }
 
@@ -535,6 +541,14 @@ fn read_config(cfg: &Bound<'_, PyAny>) -> PyResult<PolicyConfig> {
                 *x = args.take_opt(name, value.extract::<Option<Arg<f64>>>()?)
             }
             FieldMut::Bool(x) => *x = value.extract()?,
+            FieldMut::Handover(x) => {
+                let text: String = value.extract()?;
+                *x = PinHandover::parse(&text).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{name} must be 'arrival' or 'schedule', got {text:?}"
+                    ))
+                })?
+            }
         }
     }
     args.finish(out.validate())?;

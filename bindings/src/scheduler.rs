@@ -325,9 +325,14 @@ impl PyProgramScheduler {
         let total = args.take("total_blocks", total_blocks);
         let budget = args.take("pin_budget_blocks", pin_budget_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
-        let inner = args.finish(ProgramScheduler::with_max_idle_programs(
-            total, budget, max_idle,
-        ))?;
+        // The pin handover is part of the policy's model: read from its config, as the
+        // reference does.
+        let handover = policy.borrow().core().config().pin_handover;
+        let inner = args
+            .finish(ProgramScheduler::with_max_idle_programs(
+                total, budget, max_idle,
+            ))?
+            .with_pin_handover(handover);
         Ok(PyProgramScheduler {
             inner,
             policy: policy.clone().unbind(),
@@ -337,6 +342,12 @@ impl PyProgramScheduler {
     #[getter]
     fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
         self.policy.clone_ref(py)
+    }
+
+    /// When a pin passes to the program's next request: `"arrival"` or `"schedule"`.
+    #[getter]
+    fn pin_handover(&self) -> &'static str {
+        self.inner.pin_handover().as_str()
     }
 
     // -- arrivals ---------------------------------------------------------------------------

@@ -98,7 +98,7 @@ class EtaEstimator:
     1.0 until ``min_programs`` are seen."""
 
     def __new__(
-        cls, window: SupportsIndex = ..., min_programs: SupportsIndex = ...
+        cls, window: SupportsIndex = ..., min_programs: SupportsIndex = ..., clip: bool = ...
     ) -> EtaEstimator: ...
     def observe(self, total_turns: SupportsIndex) -> None: ...
     @property
@@ -108,6 +108,9 @@ class EtaEstimator:
     def window(self) -> int: ...
     @property
     def min_programs(self) -> int: ...
+    @property
+    def clip(self) -> bool:
+        """False: η = −corr unclipped, in [−1, 1] (the paper's)."""
 
 @final
 class OutOfOrderCost:
@@ -290,6 +293,9 @@ class ProgramScheduler:
     ) -> ProgramScheduler: ...
     @property
     def policy(self) -> TTLPolicy: ...
+    @property
+    def pin_handover(self) -> str:
+        """``policy.config.pin_handover`` at construction: ``"arrival"`` or ``"schedule"``."""
     def arrive(
         self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
     ) -> Pin | None:
@@ -321,7 +327,8 @@ class ProgramScheduler:
         """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
         when ``ttl_s > 0`` and the pin budget has room; a last turn ends the program."""
     def expire(self, now: SupportsFloat) -> list[Pin]:
-        """Pins with ``deadline_s <= now``, removed, by (deadline, program id)."""
+        """Pins with ``deadline_s <= now``, removed, by (deadline, program id); with
+        ``pin_handover == "schedule"``: ``deadline_s < now`` and no request of theirs waiting."""
     def reclaim(self, blocks_needed: SupportsIndex, now: SupportsFloat) -> list[Pin]:
         """Pins removed latest-arrived program first until ``blocks_needed`` are released."""
     def record_queueing_delay(self, delay_s: SupportsFloat) -> None: ...

@@ -10,13 +10,16 @@ being parsed; out-of-range values raise pydantic's ``ValidationError`` (a ``Valu
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ._validate import as_float, as_int
 
 _MAX = 1 << 20
+#: The paper's K: a history of at most this many durations is a cold start.
+PUBLISHED_COLD_START_SAMPLES = 100
 
 
 class PolicyConfig(BaseModel):
@@ -44,6 +47,54 @@ class PolicyConfig(BaseModel):
     prefill_s_per_token2: float = Field(0.0, ge=0)
     kv_bytes_per_token: int = Field(131072, ge=0, le=1 << 40)
     offload_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
+    # Switches between this library's model (the defaults) and the published one
+    # (``published()``); appended so that existing configs keep their meaning.
+    scale_cost_by_memory: bool = Field(
+        True, description="cost/s = m / M̄; False: 1 (Eq. 2: m / M̄ scales cost and benefit alike)"
+    )
+    prior_mean_from_history: bool = Field(
+        True, description="prior mean = global mean once any sample exists; False: prior_mean_s"
+    )
+    cold_start_eta: float | None = Field(
+        None, description="η used with the exponential prior; None: the estimator's η"
+    )
+    clip_eta: bool = Field(True, description="η clipped to [0, 1]; False: −corr as it is")
+    pin_handover: Literal["arrival", "schedule"] = Field(
+        "arrival",
+        description="when a program's next request takes its pin over (read by ProgramScheduler)",
+    )
+
+    @classmethod
+    def published(cls, **overrides: object) -> PolicyConfig:
+        """The CacheTTL paper's model (Continuum, arXiv 2511.02230, §4, Eq. 2, Algorithm 1).
+
+        * τ* = argmax_τ P(τ, f)·(η·T + miss) − τ: the request's memory share m / M̄ multiplies
+          cost and benefit alike and cancels, so the cost rate is 1.
+        * Candidates: τ = 0 and every recorded duration (window 2²⁰, no TTL cap).
+        * Cold start (K = 100): while the whole history holds ≤ 100 durations, an exponential
+          prior of mean 1 s with η = 1, i.e. τ = ln(B) when B > 1 s, else 0; then the global
+          CDF while the tool has ≤ 100 durations; then the tool's own.
+        * η = −corr(k, N − k), unclipped; T a sliding mean starting at 0.
+        * Pins (``ProgramScheduler`` reads ``pin_handover``): handed over when the program's
+          next request is *scheduled*; expire only when now > deadline and no request of the
+          program waits.  No pin budget: pass ``pin_budget_blocks=total_blocks``.
+
+        ``overrides`` replace fields (e.g. ``kv_bytes_per_token``, prefill coefficients).
+        """
+        fields: dict[str, object] = {
+            "window": _MAX,
+            "min_tool_samples": PUBLISHED_COLD_START_SAMPLES + 1,
+            "min_total_samples": PUBLISHED_COLD_START_SAMPLES + 1,
+            "prior_mean_s": 1.0,
+            "max_ttl_s": sys.float_info.max,
+            "scale_cost_by_memory": False,
+            "prior_mean_from_history": False,
+            "cold_start_eta": 1.0,
+            "clip_eta": False,
+            "pin_handover": "schedule",
+        }
+        fields.update(overrides)
+        return cls(**fields)
 
     @field_validator("*", mode="before")
     @classmethod

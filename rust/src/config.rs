@@ -5,9 +5,39 @@
 use crate::error::{Error, Result};
 use crate::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use crate::history::ToolHistory;
-use crate::validate::{int_in, non_negative, positive};
+use crate::validate::{finite, int_in, non_negative, positive};
 
 const MAX: i64 = 1 << 20;
+/// The paper's K: a history of at most this many durations is a cold start.
+pub const PUBLISHED_COLD_START_SAMPLES: i64 = 100;
+
+/// When a program's next request takes its pin over (read by
+/// [`crate::scheduler::ProgramScheduler`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PinHandover {
+    /// When the request arrives (this library's default).
+    #[default]
+    Arrival,
+    /// When the request is scheduled (the CacheTTL paper's rule).
+    Schedule,
+}
+
+impl PinHandover {
+    /// The name the Python config uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PinHandover::Arrival => "arrival",
+            PinHandover::Schedule => "schedule",
+        }
+    }
+
+    /// The handover of that name (`"arrival"`, `"schedule"`); None for any other.
+    pub fn parse(name: &str) -> Option<PinHandover> {
+        [PinHandover::Arrival, PinHandover::Schedule]
+            .into_iter()
+            .find(|h| h.as_str() == name)
+    }
+}
 
 /// Settings of [`crate::policy::TTLPolicy`]. Units are in the names.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +78,17 @@ pub struct PolicyConfig {
     pub kv_bytes_per_token: i64,
     /// Offload tier reload bandwidth; None: no offload tier.
     pub offload_bandwidth_bytes_per_s: Option<f64>,
+    // Switches between this library's model (the defaults) and the published one.
+    /// cost/s = m / M̄; false: 1 (the paper's Eq. 2, where m / M̄ cancels).
+    pub scale_cost_by_memory: bool,
+    /// Prior mean = the global mean once any sample exists; false: `prior_mean_s`.
+    pub prior_mean_from_history: bool,
+    /// η used with the exponential prior; None: the estimator's η.
+    pub cold_start_eta: Option<f64>,
+    /// η clipped to [0, 1]; false: −corr as it is.
+    pub clip_eta: bool,
+    /// When a program's next request takes its pin over.
+    pub pin_handover: PinHandover,
 }
 
 /// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
@@ -61,6 +102,8 @@ pub enum FieldMut<'a> {
     OptionalFloat(&'a mut Option<f64>),
     /// A switch.
     Bool(&'a mut bool),
+    /// When a pin passes to the program's next request (by name: `PinHandover::parse`).
+    Handover(&'a mut PinHandover),
 }
 
 impl Default for PolicyConfig {
@@ -82,15 +125,38 @@ impl Default for PolicyConfig {
             prefill_s_per_token2: CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN2,
             kv_bytes_per_token: CacheMissModel::DEFAULT_KV_BYTES_PER_TOKEN,
             offload_bandwidth_bytes_per_s: None,
+            scale_cost_by_memory: true,
+            prior_mean_from_history: true,
+            cold_start_eta: None,
+            clip_eta: true,
+            pin_handover: PinHandover::Arrival,
         }
     }
 }
 
 impl PolicyConfig {
+    /// The CacheTTL paper's model (Continuum, arXiv 2511.02230); mirrors
+    /// `PolicyConfig.published()` in `python/ttlpolicy/config.py`, whose doc states it.
+    pub fn published() -> PolicyConfig {
+        PolicyConfig {
+            window: MAX,
+            min_tool_samples: PUBLISHED_COLD_START_SAMPLES + 1,
+            min_total_samples: PUBLISHED_COLD_START_SAMPLES + 1,
+            prior_mean_s: 1.0,
+            max_ttl_s: f64::MAX,
+            scale_cost_by_memory: false,
+            prior_mean_from_history: false,
+            cold_start_eta: Some(1.0),
+            clip_eta: false,
+            pin_handover: PinHandover::Schedule,
+            ..Default::default()
+        }
+    }
+
     /// Every field by name, in declaration order: the one field table the bindings read a
     /// Python config through (a new field is added here too, or the parity test fails).
     pub fn fields_mut(&mut self) -> Vec<(&'static str, FieldMut<'_>)> {
-        use FieldMut::{Float, Int, OptionalFloat};
+        use FieldMut::{Bool, Float, Handover, Int, OptionalFloat};
         vec![
             ("window", Int(&mut self.window)),
             ("max_tools", Int(&mut self.max_tools)),
@@ -114,6 +180,14 @@ impl PolicyConfig {
                 "offload_bandwidth_bytes_per_s",
                 OptionalFloat(&mut self.offload_bandwidth_bytes_per_s),
             ),
+            ("scale_cost_by_memory", Bool(&mut self.scale_cost_by_memory)),
+            (
+                "prior_mean_from_history",
+                Bool(&mut self.prior_mean_from_history),
+            ),
+            ("cold_start_eta", OptionalFloat(&mut self.cold_start_eta)),
+            ("clip_eta", Bool(&mut self.clip_eta)),
+            ("pin_handover", Handover(&mut self.pin_handover)),
         ]
     }
 
@@ -137,6 +211,9 @@ impl PolicyConfig {
         if let Some(bw) = self.offload_bandwidth_bytes_per_s {
             positive("offload_bandwidth_bytes_per_s", bw)?;
         }
+        if let Some(eta) = self.cold_start_eta {
+            finite("cold_start_eta", eta)?;
+        }
         if self.min_tool_samples > self.window {
             return Err(Error::invalid(
                 "min_tool_samples",
@@ -155,6 +232,21 @@ mod tests {
     #[test]
     fn default_is_valid() {
         PolicyConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn published_is_valid_and_differs_from_default() {
+        let p = PolicyConfig::published();
+        p.validate().unwrap();
+        assert_eq!(p.min_total_samples, 101);
+        assert_eq!(p.pin_handover, PinHandover::Schedule);
+        assert_eq!(PinHandover::parse("schedule"), Some(PinHandover::Schedule));
+        assert_eq!(PinHandover::parse("later"), None);
+        let bad = PolicyConfig {
+            cold_start_eta: Some(f64::NAN),
+            ..PolicyConfig::published()
+        };
+        assert_eq!(bad.validate().unwrap_err().field(), Some("cold_start_eta"));
     }
 
     #[test]

@@ -50,8 +50,8 @@ impl TurnMoments {
         self.skr += sign * (big_n * s1 - s2); // Σk(N − k)
     }
 
-    /// −corr(k, N − k) clamped to [0, 1]; 1.0 when the correlation is undefined.
-    fn eta(&self) -> f64 {
+    /// −corr(k, N − k), clamped to [0, 1] when `clip`; 1.0 when the correlation is undefined.
+    fn eta(&self, clip: bool) -> f64 {
         let cov = self.n * self.skr - self.sk * self.sr;
         let var_k = self.n * self.skk - self.sk * self.sk;
         let var_r = self.n * self.srr - self.sr * self.sr;
@@ -59,6 +59,9 @@ impl TurnMoments {
             return 1.0;
         }
         let corr = cov as f64 / ((var_k as f64) * (var_r as f64)).sqrt();
+        if !clip {
+            return -corr;
+        }
         // min(1, max(0, −corr)) with Python's max/min: the first argument wins unless the
         // second is strictly better.
         let neg = -corr;
@@ -81,6 +84,7 @@ impl TurnMoments {
 pub struct EtaEstimator {
     window: usize,
     min_programs: usize,
+    clip: bool,
     turns: VecDeque<i64>,
     moments: TurnMoments,
     eta: f64,
@@ -94,9 +98,15 @@ impl EtaEstimator {
 
     /// η over the last `window` programs, once `min_programs` are in.
     pub fn new(window: i64, min_programs: i64) -> Result<Self> {
+        Self::with_clip(window, min_programs, true)
+    }
+
+    /// `clip = false`: η = −corr as it is, in [−1, 1] (the paper's).
+    pub fn with_clip(window: i64, min_programs: i64, clip: bool) -> Result<Self> {
         Ok(EtaEstimator {
             window: int_in("window", window, 1, MAX_WINDOW)? as usize,
             min_programs: int_in("min_programs", min_programs, 0, MAX_WINDOW)? as usize,
+            clip,
             turns: VecDeque::new(),
             moments: TurnMoments::default(),
             eta: 1.0,
@@ -116,7 +126,7 @@ impl EtaEstimator {
         self.eta = if self.turns.len() < self.min_programs {
             1.0
         } else {
-            self.moments.eta()
+            self.moments.eta(self.clip)
         };
         Ok(())
     }
@@ -139,6 +149,11 @@ impl EtaEstimator {
     /// Programs needed before η is estimated.
     pub fn min_programs(&self) -> usize {
         self.min_programs
+    }
+
+    /// Whether η is clipped to [0, 1] (false: the paper's unclipped −corr).
+    pub fn clip(&self) -> bool {
+        self.clip
     }
 }
 

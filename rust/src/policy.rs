@@ -9,8 +9,9 @@
 //! P comes from the tool's own window when it has `min_tool_samples`, else from the global
 //! window when that has `min_total_samples`, else from an exponential prior of mean μ (the
 //! global mean if any sample exists, else `prior_mean_s`), which has the closed form
-//! τ* = μ · ln(B / (c · μ)) when B > c · μ, else 0. Mirrors
-//! `python/ttlpolicy/reference/policy.py`.
+//! τ* = μ · ln(B / (c · μ)) when B > c · μ, else 0. The config's switches
+//! (`scale_cost_by_memory`, `prior_mean_from_history`, `cold_start_eta`) select the paper's
+//! variant ([`PolicyConfig::published`]). Mirrors `python/ttlpolicy/reference/policy.py`.
 
 use std::fmt;
 
@@ -113,7 +114,11 @@ impl TTLPolicy {
         config.validate()?;
         Ok(TTLPolicy {
             history: ToolHistory::new(config.window, config.max_tools)?,
-            eta_estimator: EtaEstimator::new(config.eta_window_programs, config.eta_min_programs)?,
+            eta_estimator: EtaEstimator::with_clip(
+                config.eta_window_programs,
+                config.eta_min_programs,
+                config.clip_eta,
+            )?,
             ooo: OutOfOrderCost::new(config.ooo_window)?,
             miss_model: CacheMissModel::new(
                 config.prefill_base_s,
@@ -234,8 +239,27 @@ impl TTLPolicy {
             }
         };
         let cfg = &self.config;
-        let benefit = miss + self.eta_estimator.eta() * self.ooo.mean_s();
-        let cost = blocks as f64 / mean_active;
+        let total = self.history.total_count();
+        let cdf = match tool_window {
+            Some(w) if count as i64 >= cfg.min_tool_samples && count > 0 => {
+                Some((w.sorted(), Source::ToolCdf))
+            }
+            _ if total as i64 >= cfg.min_total_samples && total > 0 => {
+                Some((self.history.global().sorted(), Source::GlobalCdf))
+            }
+            _ => None,
+        };
+        let eta = match (cdf, cfg.cold_start_eta) {
+            (None, Some(eta)) => eta,
+            _ => self.eta_estimator.eta(),
+        };
+        let benefit = miss + eta * self.ooo.mean_s();
+        // Eq. 2 of the paper multiplies the benefit by m / M̄ as well: the share cancels.
+        let cost = if cfg.scale_cost_by_memory {
+            blocks as f64 / mean_active
+        } else {
+            1.0
+        };
         // The reference's `not benefit > 0.0`: NaN counts as no benefit too.
         if benefit.is_nan() || benefit <= 0.0 {
             return Ok(PinDecision {
@@ -246,15 +270,8 @@ impl TTLPolicy {
                 source: Source::NoBenefit,
             });
         }
-        let total = self.history.total_count();
-        let (samples, source) = match tool_window {
-            Some(w) if count as i64 >= cfg.min_tool_samples && count > 0 => {
-                (w.sorted(), Source::ToolCdf)
-            }
-            _ if total as i64 >= cfg.min_total_samples && total > 0 => {
-                (self.history.global().sorted(), Source::GlobalCdf)
-            }
-            _ => return Ok(self.exponential(benefit, cost)),
+        let Some((samples, source)) = cdf else {
+            return Ok(self.exponential(benefit, cost));
         };
         let (tau, _value, k) = match self.history.fractions_for(samples.len()) {
             Some(table) => {
@@ -273,7 +290,12 @@ impl TTLPolicy {
 
     /// Cold start: exponential durations of mean μ, closed-form optimum.
     fn exponential(&self, benefit: f64, cost: f64) -> PinDecision {
-        let mu = match self.history.global().mean() {
+        let from_history = if self.config.prior_mean_from_history {
+            self.history.global().mean()
+        } else {
+            None
+        };
+        let mu = match from_history {
             Some(mean) if mean > 0.0 => mean,
             _ => self.config.prior_mean_s,
         };
@@ -395,6 +417,20 @@ mod tests {
             ..Default::default()
         };
         assert!(TTLPolicy::new(bad).is_err());
+    }
+
+    #[test]
+    fn published_model_cold_start_is_ln_b_and_size_free() {
+        let p = TTLPolicy::new(PolicyConfig::published()).unwrap();
+        for (blocks, mean) in [(1, 1.0), (500, 20.0), (3, 9000.0)] {
+            let d = p
+                .decide(Some("ls"), blocks, mean, Some(7.0), 0, 0.0, 0)
+                .unwrap();
+            assert!((d.ttl_s - 7f64.ln()).abs() < 1e-12);
+            assert_eq!((d.cost_per_s, d.source), (1.0, Source::ExponentialPrior));
+        }
+        let d = p.decide(None, 1, 1.0, Some(0.9), 0, 0.0, 0).unwrap();
+        assert_eq!(d.ttl_s, 0.0); // B ≤ 1 s: no pin
     }
 
     #[test]

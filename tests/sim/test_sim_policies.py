@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -91,14 +92,14 @@ def test_fixed_ttl_pin_protects_within_ttl_only() -> None:
 
 
 def test_continuum_pins_two_seconds_for_short_tools_only() -> None:
-    # Three turns, gaps 1 s after "fast": first finish has no history (no pin); the second
-    # sees mean 1 s ≤ 2 s and pins, consumed by the return 1 s later.
+    # Three turns, gaps 1 s after "fast": an unseen tool counts as 0 s (the public code), so
+    # the first finish pins too; each pin passes to the return 1 s later.
     _, m = run("continuum", [(0.0, agent(1.0, "fast", turns=3))], hw_with(1000))
-    assert m.pinned_block_s == pytest.approx(101 * 1.0, rel=1e-9)
-    # Gaps of 3 s: mean > 2 s, never pinned.
+    assert m.pinned_block_s == pytest.approx(100 * 1.0 + 101 * 1.0, rel=1e-9)
+    # Gaps of 3 s: the unseen tool's first pin runs out (2 s), then mean 3 s > 2 s: no pin.
     _, m = run("continuum", [(0.0, agent(3.0, "slow", turns=3))], hw_with(1000))
-    assert m.pinned_block_s == 0.0
-    # Gaps of 2.5 s after a short-mean tool: the 2 s pin expires before the return.
+    assert m.pinned_block_s == pytest.approx(100 * 2.0, rel=1e-9)
+    # Gaps of 4 s after a short-mean tool: the 2 s pin expires before the return.
     prog = Program(
         "A",
         (
@@ -107,9 +108,9 @@ def test_continuum_pins_two_seconds_for_short_tools_only() -> None:
             Turn(6528, 8, 101, 1.0, "t"),
             Turn(6592, 8, 102, 4.0, None),
         ),
-    )  # mean after two gaps: 1 s → pins at turns 2 and 3; the last gap is 4 s
+    )  # means 0, 1, 1 s: pins at every turn; the last gap is 4 s
     _e, m = run("continuum", [(0.0, prog)], hw_with(1000))
-    assert m.pinned_block_s == pytest.approx(101 * 1.0 + 102 * 2.0, rel=1e-9)
+    assert m.pinned_block_s == pytest.approx(100 * 1.0 + 101 * 1.0 + 102 * 2.0, rel=1e-9)
 
 
 def fake_view(running_blocks: int):
@@ -149,7 +150,7 @@ def test_infercept_picks_min_waste(tool_s: float, expected: str | None) -> None:
     pol.bind(fake_view(running_blocks=1000))
     w = pol.wastes(fake_call("x"), 200)
     verdict = pol.finished(fake_call("x"), 0.0, 200, last_turn=False)
-    choice = min(w, key=w.get)
+    choice = min(w, key=lambda k: w[k])
     assert pol.choices == {choice: 1}
     assert (
         verdict is {"preserve": Verdict.PIN, "swap": Verdict.SWAP, "discard": Verdict.FREE}[choice]
@@ -173,8 +174,8 @@ def test_infercept_swaps_to_cpu_and_reloads() -> None:
 def test_autellix_least_attained_service_first() -> None:
     pol = Autellix(quantum_s=1.0, levels=4)
     assert [pol.level(s) for s in (0.0, 0.99, 1.0, 2.5, 4.0, 1e9)] == [0, 0, 1, 2, 3, 3]
-    old = SimpleNamespace(prog=SimpleNamespace(attained_s=50.0), issue_s=0.0)
-    new = SimpleNamespace(prog=SimpleNamespace(attained_s=0.0), issue_s=10.0)
+    old: Any = SimpleNamespace(prog=SimpleNamespace(attained_s=50.0), issue_s=0.0)
+    new: Any = SimpleNamespace(prog=SimpleNamespace(attained_s=0.0), issue_s=10.0)
     pol.arrive(old, 10.0)
     pol.arrive(new, 10.0)
     assert pol.pop() is new and pol.pop() is old
@@ -182,8 +183,8 @@ def test_autellix_least_attained_service_first() -> None:
 
 def test_vllm_is_fcfs() -> None:
     pol = make_policy("vllm")
-    a = SimpleNamespace(issue_s=1.0)
-    b = SimpleNamespace(issue_s=0.5)
+    a: Any = SimpleNamespace(issue_s=1.0)
+    b: Any = SimpleNamespace(issue_s=0.5)
     pol.arrive(a, 1.0)
     pol.arrive(b, 1.0)
     assert pol.pop() is b

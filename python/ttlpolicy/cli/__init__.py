@@ -11,6 +11,7 @@ COMMANDS = {
     "fit": "fit",
     "groups": "groups",
     "compare": "compare",
+    "plan": "plan",
 }
 
 

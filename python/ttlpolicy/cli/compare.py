@@ -32,10 +32,14 @@ from ttlpolicy.sim import (
     roofline,
     simulate,
 )
+from ttlpolicy.sim.hardware import paper_hardware
+from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLOADS, paper_programs
 from ttlpolicy.sim.report import Progress, format_table, plot
 from ttlpolicy.traces import detect_format, read_trace, sample_dir
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
+#: With ``--workload``: the CacheTTL paper's baselines and its ablation (Fig. 8, 16).
+PAPER_POLICIES = "vllm,autellix,continuum,program-fcfs,static-ttl,cachettl"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
 
 
@@ -44,12 +48,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace", default=None, help="session file or folder (default: the shipped sample)"
     )
     parser.add_argument(
+        "--workload",
+        default=None,
+        choices=sorted(WORKLOADS),
+        help="the CacheTTL paper's generated workload instead of a trace (its engine settings: "
+        "2048-token chunked prefill, 16-token blocks; default --gpu b200, --rate 0.13 for "
+        "swe-bench and 5 for bfcl)",
+    )
+    parser.add_argument(
+        "--programs", type=int, default=100, help="with --workload: programs generated"
+    )
+    parser.add_argument(
+        "--turn-scale",
+        type=int,
+        default=1,
+        help="with --workload: repeat each program's turns K times, tokens / K (Fig. 14)",
+    )
+    parser.add_argument(
+        "--offload",
+        action="store_true",
+        help="with --workload: every policy gets the paper's CPU tier (200 GB per GPU, "
+        "100 GB on A100)",
+    )
+    parser.add_argument(
         "--policies",
-        default=DEFAULT_POLICIES,
-        help=f"comma-separated, from: {', '.join(POLICY_NAMES)}",
+        default=None,
+        help=f"comma-separated, from: {', '.join(POLICY_NAMES)} (default: {DEFAULT_POLICIES}; "
+        f"with --workload: {PAPER_POLICIES})",
     )
     parser.add_argument("--model", default="llama-3.1-8b", choices=sorted(MODELS))
-    parser.add_argument("--gpu", default="h100-80g", choices=sorted(GPUS))
+    parser.add_argument(
+        "--gpu", default=None, choices=sorted(GPUS), help="default h100-80g (b200 with --workload)"
+    )
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
         "--rate", type=float, default=None, help="program arrivals per second (Poisson)"
@@ -95,32 +125,45 @@ def _hardware(args: argparse.Namespace) -> Hardware:
     cpu_tier_bytes = args.cpu_tier_gb * 1e9
     if args.hardware:
         return dataclasses.replace(load_profile(args.hardware), cpu_tier_bytes=cpu_tier_bytes)
-    return roofline(args.model, args.gpu, efficiency=args.efficiency, cpu_tier_bytes=cpu_tier_bytes)
+    return roofline(
+        args.model,
+        args.gpu or "h100-80g",
+        efficiency=args.efficiency,
+        cpu_tier_bytes=cpu_tier_bytes,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    default = PAPER_POLICIES if args.workload else DEFAULT_POLICIES
+    policies = [p.strip() for p in (args.policies or default).split(",") if p.strip()]
     if not policies:
         raise ValueError("--policies is empty")
     from ttlpolicy.sim import make_policy
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
-    trace = args.trace or str(sample_dir())
-    think_cap = args.think_cap if args.think_cap >= 0 else None
-    if not Path(trace).is_dir() and detect_format(trace) != "agentic":
-        return run_open_loop(args, trace, policies)
-    programs = programs_from_trace(
-        trace,
-        max_context=args.max_context,
-        context_mode=args.context_mode,
-        think_scale=args.think_scale,
-        think_cap_s=think_cap,
-        human_turns=args.human_turns,
-    )
-    if not programs:
-        raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
-    hw = _hardware(args)
+    config, cpu_tier = None, None
+    if args.workload:
+        if args.trace:
+            raise ValueError("give --trace or --workload, not both")
+        if args.hardware:
+            raise ValueError("give --hardware or --workload, not both (it has its own hardware)")
+        if args.rate is None and args.concurrency is None:
+            args.rate = PAPER_RATE_PER_S[args.workload]
+        trace = f"{args.workload} (generated, seed {args.seed})"
+        programs = paper_programs(
+            args.workload, args.programs, args.seed, turn_scale=args.turn_scale
+        )
+        hw = paper_hardware(
+            args.model, args.gpu or "b200", offload=args.offload, efficiency=args.efficiency
+        )
+        config, cpu_tier = PAPER_ENGINE, args.offload or None
+    else:
+        trace = args.trace or str(sample_dir())
+        if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+            return run_open_loop(args, trace, policies)
+        programs = load_trace_programs(args, trace)
+        hw = _hardware(args)
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
@@ -134,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
         f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
-        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens",
+        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens"
+        + (f", CPU tier {hw.cpu_tier_bytes / 1e9:g} GB" if cpu_tier else ""),
         file=sys.stderr,
     )
     bar = Progress(len(programs) * len(policies) * len(loads))
@@ -144,7 +188,16 @@ def run(args: argparse.Namespace) -> int:
         rows = []
         for pol in policies:
             kw = {"rate_per_s": load} if args.rate is not None else {"concurrency": int(load)}
-            m = simulate(hw, pol, programs, seed=args.seed, progress=bar, **kw)
+            m = simulate(
+                hw,
+                pol,
+                programs,
+                seed=args.seed,
+                progress=bar,
+                config=config,
+                cpu_tier=cpu_tier,
+                **kw,
+            )
             bar.next_run(len(programs))
             s = m.summary()
             rows.append((pol, s))
@@ -166,6 +219,20 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot(results, args.plot, load_name)
     return 0
+
+
+def load_trace_programs(args: argparse.Namespace, trace: str) -> list:
+    programs = programs_from_trace(
+        trace,
+        max_context=args.max_context,
+        context_mode=args.context_mode,
+        think_scale=args.think_scale,
+        think_cap_s=args.think_cap if args.think_cap >= 0 else None,
+        human_turns=args.human_turns,
+    )
+    if not programs:
+        raise ValueError(f"no programs in {trace!r} (after --context-mode {args.context_mode})")
+    return programs
 
 
 def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> int:

@@ -26,7 +26,8 @@ TOKENS_PER_UNIT = 1000.0
 
 @synchronized
 class EtaEstimator:
-    """η = −corr(k, N−k) over the turns of the last ``window`` finished programs, in [0, 1].
+    """η = −corr(k, N−k) over the turns of the last ``window`` finished programs, clipped to
+    [0, 1] (``clip=False``: as it is, in [−1, 1], as the paper has it).
 
     A program of N turns contributes the pairs (k, N−k) for k = 1..N.  Fixed-length programs
     give η = 1 (progress predicts the rest), memoryless lengths give η ≈ 0.  Until
@@ -34,7 +35,10 @@ class EtaEstimator:
     CacheTTL paper starts.
     """
 
-    def __init__(self, window: int = 256, min_programs: int = 8) -> None:
+    def __init__(self, window: int = 256, min_programs: int = 8, clip: Any = True) -> None:
+        if not isinstance(clip, bool):  # first: the native binding converts it before the rest
+            raise TypeError(f"clip must be a bool, got {type(clip).__name__}")
+        self.clip = clip
         self.window = int_in("window", window, 1, MAX_WINDOW)
         self.min_programs = int_in("min_programs", min_programs, 0, MAX_WINDOW)
         self._turns: deque[int] = deque()
@@ -67,7 +71,7 @@ class EtaEstimator:
         if var_k <= 0 or var_r <= 0:
             return 1.0
         corr = float(cov) / math.sqrt(float(var_k) * float(var_r))
-        return min(1.0, max(0.0, -corr))
+        return min(1.0, max(0.0, -corr)) if self.clip else -corr
 
     @property
     def eta(self) -> float:

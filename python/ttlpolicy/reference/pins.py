@@ -90,6 +90,16 @@ class PinTable:
             out.append(pin)
         return out
 
+    def expire_before(self, now: float) -> list[Pin]:
+        """Removes and returns the pins with ``deadline_s < now`` (strictly), earliest first."""
+        out = []
+        while (top := self._live_top()) is not None and top[0] < now:
+            heapq.heappop(self._deadlines)
+            pin = self.remove(top[1])
+            assert pin is not None
+            out.append(pin)
+        return out
+
     def reclaim(self, blocks_needed: int) -> list[Pin]:
         """Removes pins, latest-arrived program first, until ``blocks_needed`` blocks are
         released or no pin is left."""

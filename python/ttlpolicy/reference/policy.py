@@ -6,8 +6,10 @@
 
 P comes from the tool's own window when it has ``min_tool_samples``, else from the global
 window when that has ``min_total_samples``, else from an exponential prior of mean μ (the
-global mean if any sample exists, else ``prior_mean_s``), which has the closed form
-τ* = μ · ln(B / (c · μ)) when B > c · μ, else 0.
+global mean if any sample exists and ``prior_mean_from_history``, else ``prior_mean_s``),
+which has the closed form τ* = μ · ln(B / (c · μ)) when B > c · μ, else 0; the prior uses
+η = ``cold_start_eta`` when set.  ``scale_cost_by_memory=False`` makes c = 1 (the paper's
+Eq. 2, where m / M̄ cancels).  ``PolicyConfig.published()`` sets the paper's model.
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ class TTLPolicy:
             raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
         self.config = config
         self._history = ToolHistory(config.window, config.max_tools)
-        self._eta_estimator = EtaEstimator(config.eta_window_programs, config.eta_min_programs)
+        self._eta_estimator = EtaEstimator(
+            config.eta_window_programs, config.eta_min_programs, clip=config.clip_eta
+        )
         self._ooo = OutOfOrderCost(config.ooo_window)
         self._miss_model = CacheMissModel(
             config.prefill_base_s,
@@ -135,22 +139,27 @@ class TTLPolicy:
             int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
             int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
         cfg = self.config
-        benefit = miss + self._eta_estimator.eta * self._ooo.mean_s
-        cost = blocks / mean_active
-        if not benefit > 0.0:
-            return PinDecision(0.0, benefit, cost, 0.0, "no_benefit")
-
         if tool_window is not None and count >= cfg.min_tool_samples and count > 0:
             samples, source = tool_window.sorted, "tool_cdf"
         elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
             samples, source = history._global.sorted, "global_cdf"
         else:
+            samples, source = None, "exponential_prior"
+        eta = self._eta_estimator.eta
+        if samples is None and cfg.cold_start_eta is not None:
+            eta = cfg.cold_start_eta
+        benefit = miss + eta * self._ooo.mean_s
+        # Eq. 2 of the paper multiplies the benefit by m / M̄ as well: the share cancels.
+        cost = blocks / mean_active if cfg.scale_cost_by_memory else 1.0
+        if not benefit > 0.0:
+            return PinDecision(0.0, benefit, cost, 0.0, "no_benefit")
+        if samples is None:
             return self._exponential(benefit, cost)
         tau, _value, k = solve_sorted(samples, benefit, cost, cfg.max_ttl_s)
         return PinDecision(tau, benefit, cost, k / len(samples), source)
 
     def _exponential(self, benefit: float, cost: float) -> PinDecision:
-        mean = self._history._global.mean()
+        mean = self._history._global.mean() if self.config.prior_mean_from_history else None
         mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
         max_ttl = self.config.max_ttl_s
         if cost == 0.0:

@@ -35,6 +35,14 @@ Choices (the same in both backends):
   the engine can free their blocks.
 * A pin lasts until a call removes it: past its deadline it is still consumed by an
   ``arrive`` if ``expire`` has not released it yet (engines call ``expire`` every step).
+* ``policy.config.pin_handover`` (read once, at construction) says when a pin passes to
+  the program's next request.  ``"arrival"`` (the default): on ``arrive``, as above.
+  ``"schedule"`` (the CacheTTL paper's rule, ``PolicyConfig.published()``): on ``pop`` —
+  until then the pin stays in the table and the program's waiting requests rank as pinned
+  (a pin released under them, by ``reclaim``, drops them back to FCFS); ``expire`` releases
+  a pin only when ``now > deadline`` and no request of its program waits; the popped request
+  is a returning one (T is observed) exactly when its program held no pin.  An engine learns
+  of the handover from ``pin(program_id)`` before ``pop`` (the blocks stay where they are).
 * Bounded state: a program that is idle (no live request, no pin) is kept so that its next
   request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
   forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
@@ -183,6 +191,8 @@ class ProgramScheduler:
         self._held: deque[int] = deque()  # blocks_held of the last finished requests
         self._held_sum = 0
         self._now = -math.inf
+        self.pin_handover = policy.config.pin_handover
+        self._at_schedule = self.pin_handover == "schedule"
 
     # -- checks (no state changes) ----------------------------------------------------------
     def _check_now(self, now: Any) -> float:
@@ -251,9 +261,13 @@ class ProgramScheduler:
         if prog is None:
             prog = self._programs[pid] = _Program(t)
         self._idle.pop(pid, None)
-        consumed = self._pins.remove(pid)
-        req = _Request(pid, t, consumed is not None,
-                       returning=prog.turns > 0 and consumed is None)  # fmt: skip
+        if self._at_schedule:
+            consumed = None
+            req = _Request(pid, t, self._pins.get(pid) is not None, returning=prog.turns > 0)
+        else:
+            consumed = self._pins.remove(pid)
+            req = _Request(pid, t, consumed is not None,
+                           returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
         self._queue.push(req.key(rid, prog.arrival_s))
@@ -270,11 +284,15 @@ class ProgramScheduler:
         rid = self._queue.peek()
         if rid is not None:
             req = self._requests[rid]
-            if req.returning:
+            handover = self._at_schedule and self._pins.get(req.program_id) is not None
+            if req.returning and not handover:
                 self.policy.observe_queueing_delay(t - req.arrival_s)
-                req.returning = False
+            req.returning = False
             self._queue.pop()
             req.running = True
+            if handover:  # the pin passes to this request: its blocks are its prefix now
+                self._pins.remove(req.program_id)
+                self._rekey_waiting(req.program_id)
         self._now = t
         return rid
 
@@ -362,6 +380,8 @@ class ProgramScheduler:
             if not math.isfinite(deadline_s):
                 deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
             pin = self._pins.add(pid, blocks, deadline_s, prog.arrival_s)
+            if self._at_schedule:
+                self._rekey_waiting(pid)
         if key is not None or pin is not None:
             prog.tool, prog.tool_since_s = key, t
         else:
@@ -370,10 +390,21 @@ class ProgramScheduler:
         return Finished(decision, pin, None)
 
     def expire(self, now: Any) -> list[Pin]:
-        """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program)."""
+        """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program);
+        at schedule (``pin_handover``), those with deadline ``< now`` whose program has no
+        request waiting."""
         t = self._check_now(now)
         self._now = t
-        return self._note_unpinned(self._pins.expire(t))
+        if not self._at_schedule:
+            return self._note_unpinned(self._pins.expire(t))
+        out: list[Pin] = []
+        held: list[Pin] = []
+        for pin in self._pins.expire_before(t):
+            (held if self._has_waiting(pin.program_id) else out).append(pin)
+        for pin in held:  # a request of the program waits: the pin stays, unchanged
+            self._pins.add(pin.program_id, pin.blocks, pin.deadline_s,
+                           self._programs[pin.program_id].arrival_s)  # fmt: skip
+        return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any) -> list[Pin]:
         """Releases pins, latest-arrived program first, until at least ``blocks_needed``
@@ -381,7 +412,25 @@ class ProgramScheduler:
         need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
         t = self._check_now(now)
         self._now = t
-        return self._note_unpinned(self._pins.reclaim(need))
+        released = self._pins.reclaim(need)
+        if self._at_schedule:
+            for pin in released:
+                self._rekey_waiting(pin.program_id)
+        return self._note_unpinned(released)
+
+    def _has_waiting(self, pid: str) -> bool:
+        return any(rid in self._queue for rid in self._programs[pid].live)
+
+    def _rekey_waiting(self, pid: str) -> None:
+        """Handover at schedule: the program's waiting requests rank as pinned exactly while
+        it holds a pin."""
+        prog = self._programs[pid]
+        pinned = self._pins.get(pid) is not None
+        for rid in prog.live:
+            req = self._requests[rid]
+            if rid in self._queue and req.pinned != pinned:
+                req.pinned = pinned
+                self._queue.push(req.key(rid, prog.arrival_s))
 
     def _note_unpinned(self, released: list[Pin]) -> list[Pin]:
         for pin in released:
@@ -457,8 +506,12 @@ class ProgramScheduler:
 
     @property
     def next_deadline_s(self) -> float | None:
-        """The earliest pin deadline, None without pins."""
-        return self._pins.next_deadline_s()
+        """The earliest pin deadline, None without pins.  At schedule (``pin_handover``): of
+        the pins ``expire`` may release, those whose program has no request waiting."""
+        if not self._at_schedule:
+            return self._pins.next_deadline_s()
+        free = [p.deadline_s for p in self._pins.all() if not self._has_waiting(p.program_id)]
+        return min(free) if free else None
 
     @property
     def mean_active_blocks(self) -> float | None:

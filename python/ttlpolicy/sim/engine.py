@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from .call import Call, ProgramRun
 from .hardware import Hardware
@@ -42,6 +43,15 @@ class _View:
 
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
+
+    @property
+    def running_count(self) -> int:
+        return len(self._e.running)
+
+    @property
+    def cpu_tier(self) -> bool:
+        """The engine keeps evicted blocks reloadable in a CPU tier."""
+        return self._e.kv.cpu_capacity > 0
 
     def prefill_s(self, tokens: int) -> float:
         return self.hardware.prefill_s(tokens, self.config.token_budget)
@@ -134,12 +144,12 @@ class Engine:
         while self._events and self._events[0][0] <= now:
             _, _, kind, obj = heapq.heappop(self._events)
             if kind == _PROGRAM:
-                run = ProgramRun(obj, now)  # type: ignore[arg-type]
+                run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
-                run, index = obj  # type: ignore[misc]
-                self._issue(run, index)
+                issued, index = cast(tuple[ProgramRun, int], obj)
+                self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
 
     def _issue(self, run: ProgramRun, index: int) -> None:
@@ -168,7 +178,7 @@ class Engine:
             reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
-                for program in policy.reclaim(total - kv.available(), self.now):
+                for program in policy.reclaim(total - kv.available_for(call.program_id), self.now):
                     kv.unpin(program)
                 got = kv.acquire(call.program_id, reusable, total)
                 if got is None:

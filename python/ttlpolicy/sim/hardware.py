@@ -243,3 +243,20 @@ def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
     return Hardware(
         hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes
     )
+
+
+#: The CacheTTL paper's CPU offload tier per GPU (§6: 200 GB, 100 GB on the A100 machines).
+PAPER_CPU_TIER_BYTES_PER_GPU = {"a100-80g": 100e9}
+PAPER_DEFAULT_CPU_TIER_BYTES_PER_GPU = 200e9
+
+
+def paper_hardware(
+    model: str = "llama-3.1-8b", gpu: str = "b200", *, offload: bool = False, **roofline_options
+) -> Hardware:
+    """The paper's engines: Llama-3.1-8B on one GPU, Llama-3.1-70B over four (TP4), vLLM's
+    default 90 % of GPU memory, and with ``offload`` a CPU tier of 200 GB per GPU (100 GB on
+    A100).  The engine settings to run them with are ``sim.paper_workloads.PAPER_ENGINE``."""
+    m = MODELS[model]
+    per_gpu = PAPER_CPU_TIER_BYTES_PER_GPU.get(gpu, PAPER_DEFAULT_CPU_TIER_BYTES_PER_GPU)
+    tier = per_gpu * m.tp if offload else 0.0
+    return roofline(m, gpu, cpu_tier_bytes=tier, **roofline_options)

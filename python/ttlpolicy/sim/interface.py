@@ -53,6 +53,16 @@ class EngineView(Protocol):
         """Time to prefill ``tokens`` on this engine (recomputing a lost prefix)."""
         ...
 
+    @property
+    def running_count(self) -> int:
+        """Calls in the running batch."""
+        ...
+
+    @property
+    def cpu_tier(self) -> bool:
+        """The engine keeps evicted blocks reloadable in a CPU tier."""
+        ...
+
 
 @runtime_checkable
 class Policy(Protocol):

@@ -8,7 +8,8 @@ of its input with that chain.  The chain is in one of four states:
 * ``held`` — referenced by the program's running call, never evicted;
 * ``pinned`` — kept by a policy while the program is away (a TTL pin, InferCept's preserve);
   when the program's next call arrives the pin ends and the chain joins the free queue at
-  its most-recently-used end, where admission finds it (a waiting call holds no memory);
+  its most-recently-used end, where admission finds it (a waiting call holds no memory) —
+  or, for policies that hand the pin over at admission, the call takes it directly;
 * ``free`` — released but still reusable, in an LRU queue as vLLM's prefix cache keeps freed
   blocks: eviction takes the least recently freed chain first, its tail blocks first (vLLM
   frees a request's blocks in reverse order), and a chain may be partly evicted;
@@ -52,6 +53,11 @@ class KVCache:
     def available(self) -> int:
         """Blocks an allocation can get now, evicting free chains as needed."""
         return self.capacity - self.used
+
+    def available_for(self, program: str) -> int:
+        """``available()`` to a call of ``program``: its own pinned chain counts as room (a
+        pin handed over when the call is admitted, the paper's rule)."""
+        return self.capacity - self.used + self._pins.get(program, 0)
 
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
@@ -106,7 +112,7 @@ class KVCache:
         the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
         nothing — when memory cannot hold it even after evicting every free chain."""
         chain = self._chain.get(program, 0)
-        if total_blocks > self.available():
+        if total_blocks > self.available_for(program):
             return None
         gpu_hit = min(chain, reusable_blocks, total_blocks)
         cpu_hit = 0
@@ -119,6 +125,9 @@ class KVCache:
         # stale tail past the reusable prefix is simply free.
         if program in self._free:
             self.cached -= self._free.pop(program)
+        own_pin = self._pins.pop(program, 0)  # a pin handed over at admission
+        self.pinned -= own_pin
+        self.used -= own_pin
         self._chain.pop(program, None)
         self._evict(total_blocks)
         self.used += total_blocks

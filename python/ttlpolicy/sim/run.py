@@ -22,11 +22,13 @@ def simulate(
     config: EngineConfig | None = None,
     open_loop: bool = False,
     progress: Callable[[int], None] | None = None,
+    cpu_tier: bool | None = None,
 ) -> Metrics:
     """Run ``programs`` under ``policy``: Poisson program arrivals at ``rate_per_s``, or
-    ``concurrency`` programs in flight, or (``open_loop``) each at its own ``issue_s``."""
+    ``concurrency`` programs in flight, or (``open_loop``) each at its own ``issue_s``.
+    ``cpu_tier``: give the engine the hardware's CPU tier (None: as the policy asks)."""
     pol = make_policy(policy) if isinstance(policy, str) else policy
-    engine = Engine(hw, pol, config)
+    engine = Engine(hw, pol, config, cpu_tier=cpu_tier)
     if open_loop:
         engine.add_programs((p.issue_s, p) for p in programs)
     elif (rate_per_s is None) == (concurrency is None):
@@ -34,5 +36,6 @@ def simulate(
     elif rate_per_s is not None:
         engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
     else:
+        assert concurrency is not None  # exactly one of the two was given
         engine.use_concurrency(ConcurrencyArrivals(programs, concurrency, seed))
     return engine.run(progress)

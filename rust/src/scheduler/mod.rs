@@ -6,6 +6,11 @@
 //! `&mut TTLPolicy`, so the Python bindings can keep using the very policy object the user
 //! passed (and the user sees its estimators move).
 //!
+//! `PinHandover::Schedule` (the paper's rule, [`ProgramScheduler::with_handover`]): a pin
+//! passes to the program's next request when it is popped, not when it arrives; until then
+//! the program's waiting requests rank as pinned, and `expire` keeps a pin whose program has
+//! a waiting request (and releases only pins with `deadline < now`).
+//!
 //! Requests and programs live in slabs (a slot per live id, reused after it ends); the
 //! waiting queue and the pin orders are indexed heaps over those slots.
 
@@ -16,6 +21,7 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
+use crate::config::PinHandover;
 use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
@@ -258,6 +264,10 @@ pub struct ProgramScheduler {
     held: VecDeque<i64>,
     held_sum: i64,
     now: f64,
+    handover: PinHandover,
+    /// At schedule: the pins `expire` may release (their program has no request waiting),
+    /// by (deadline, program id) — what `next_deadline_s` reads. The reference scans.
+    expirable: IndexedHeap<(Time, Arc<str>)>,
     /// Idle programs by slot, keyed by when they became idle (a sequence number).
     idle: IndexedHeap<u64>,
     idle_seq: u64,
@@ -296,7 +306,25 @@ impl ProgramScheduler {
             held: VecDeque::with_capacity(MEAN_ACTIVE_WINDOW),
             held_sum: 0,
             now: f64::NEG_INFINITY,
+            handover: PinHandover::Arrival,
+            expirable: IndexedHeap::default(),
         })
+    }
+
+    /// The same scheduler with its pins passing to the program's next request at `handover`
+    /// (the reference reads it from the policy's config: `pin_handover`). Set it before use.
+    pub fn with_pin_handover(mut self, handover: PinHandover) -> ProgramScheduler {
+        self.handover = handover;
+        self
+    }
+
+    fn at_schedule(&self) -> bool {
+        self.handover == PinHandover::Schedule
+    }
+
+    /// When a pin passes to the program's next request.
+    pub fn pin_handover(&self) -> PinHandover {
+        self.handover
     }
 
     // -- checks (no state changes) -----------------------------------------------------------
@@ -449,7 +477,14 @@ impl ProgramScheduler {
                 )
             }
         };
-        let consumed = self.pins.remove(p);
+        // At schedule, whether the cache was kept is known only when the request is popped.
+        let (consumed, pinned, kept) = if self.at_schedule() {
+            (None, self.pins.get(p).is_some(), false)
+        } else {
+            let consumed = self.pins.remove(p);
+            let pinned = consumed.is_some();
+            (consumed, pinned, pinned)
+        };
         let prog = self.programs.get(p);
         let id: Arc<str> = Arc::from(request_id);
         let slot = self.requests.insert(
@@ -458,14 +493,15 @@ impl ProgramScheduler {
                 id,
                 program: p,
                 arrival_s: t,
-                pinned: consumed.is_some(),
+                pinned,
                 preempted: false,
                 running: false,
-                returning: prog.turns > 0 && consumed.is_none(),
+                returning: prog.turns > 0 && !kept,
             },
         );
         self.programs.get_mut(p).live.push(slot);
         self.queue.push(slot, self.key(slot));
+        self.sync_expirable(p);
         Ok(consumed)
     }
 
@@ -503,14 +539,22 @@ impl ProgramScheduler {
         let Some((slot, _)) = self.queue.peek() else {
             return Ok(None);
         };
+        let program = self.requests.get(slot).program;
+        let handover = self.at_schedule() && self.pins.get(program).is_some();
         let req = self.requests.get_mut(slot);
-        if req.returning {
+        if req.returning && !handover {
             policy.observe_queueing_delay(t - req.arrival_s)?;
-            req.returning = false;
         }
+        req.returning = false;
         req.running = true;
         let id = req.id.clone();
         self.queue.pop();
+        if handover {
+            // The pin passes to this request: its blocks are its prefix now.
+            self.pins.remove(program);
+            self.rekey_waiting(program);
+        }
+        self.sync_expirable(program);
         Ok(Some(id))
     }
 
@@ -522,7 +566,9 @@ impl ProgramScheduler {
         let req = self.requests.get_mut(slot);
         req.running = false;
         req.preempted = true;
+        let program = req.program;
         self.queue.push(slot, self.key(slot));
+        self.sync_expirable(program);
         Ok(())
     }
 
@@ -599,6 +645,10 @@ impl ProgramScheduler {
                 self.pins
                     .add(p, &prog.id, blocks, deadline_s, prog.arrival_s),
             );
+            if self.at_schedule() {
+                self.rekey_waiting(p);
+                self.sync_expirable(p);
+            }
         }
         let prog = self.programs.get_mut(p);
         if key.is_some() || pin.is_some() {
@@ -616,13 +666,72 @@ impl ProgramScheduler {
         })
     }
 
-    /// Releases and returns the pins whose deadline is `<= now`, by (deadline, program).
+    /// Releases and returns the pins whose deadline is `<= now`, by (deadline, program); at
+    /// schedule ([`PinHandover::Schedule`]), those with deadline `< now` whose program has no
+    /// request waiting.
     pub fn expire(&mut self, now: f64) -> Result<Vec<Pin>> {
         let t = self.check_now(now)?;
         self.now = t;
-        let released = self.pins.expire(t);
-        self.note_unpinned(&released);
-        Ok(released)
+        if !self.at_schedule() {
+            let released = self.pins.expire(t);
+            self.note_unpinned(&released);
+            return Ok(released);
+        }
+        let mut out = Vec::new();
+        let mut held = Vec::new();
+        for (slot, pin) in self.pins.expire_before(t) {
+            if self.has_waiting(slot) {
+                held.push((slot, pin));
+            } else {
+                self.expirable.remove(slot);
+                out.push(pin);
+            }
+        }
+        for (slot, pin) in held {
+            // A request of the program waits: the pin stays, unchanged.
+            let prog = self.programs.get(slot);
+            self.pins
+                .add(slot, &prog.id, pin.blocks, pin.deadline_s, prog.arrival_s);
+        }
+        self.note_unpinned(&out);
+        Ok(out)
+    }
+
+    /// Keeps `expirable` exact for program `p` (at schedule only).
+    fn sync_expirable(&mut self, p: usize) {
+        if !self.at_schedule() {
+            return;
+        }
+        match self.pins.get(p) {
+            Some(pin) if !self.has_waiting(p) => {
+                let key = (Time(pin.deadline_s), pin.program_id.clone());
+                self.expirable.push(p, key);
+            }
+            _ => {
+                self.expirable.remove(p);
+            }
+        }
+    }
+
+    fn has_waiting(&self, p: usize) -> bool {
+        self.programs
+            .get(p)
+            .live
+            .iter()
+            .any(|&slot| self.queue.contains(slot))
+    }
+
+    /// Handover at schedule: the program's waiting requests rank as pinned exactly while it
+    /// holds a pin.
+    fn rekey_waiting(&mut self, p: usize) {
+        let pinned = self.pins.get(p).is_some();
+        for i in 0..self.programs.get(p).live.len() {
+            let slot = self.programs.get(p).live[i];
+            if self.queue.contains(slot) && self.requests.get(slot).pinned != pinned {
+                self.requests.get_mut(slot).pinned = pinned;
+                self.queue.push(slot, self.key(slot));
+            }
+        }
     }
 
     /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
@@ -631,9 +740,17 @@ impl ProgramScheduler {
         let need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
         let t = self.check_now(now)?;
         self.now = t;
-        let released = self.pins.reclaim(need);
-        self.note_unpinned(&released);
-        Ok(released)
+        let released = self.pins.reclaim_slots(need);
+        let mut out = Vec::with_capacity(released.len());
+        for (slot, pin) in released {
+            if self.at_schedule() {
+                self.rekey_waiting(slot);
+                self.expirable.remove(slot);
+            }
+            out.push(pin);
+        }
+        self.note_unpinned(&out);
+        Ok(out)
     }
 
     /// Programs whose pin was released may now be idle.
@@ -695,6 +812,7 @@ impl ProgramScheduler {
         self.idle.remove(p);
         let prog = self.programs.remove(&id, p);
         let pin = self.pins.remove(p);
+        self.expirable.remove(p);
         let mut dropped = Vec::with_capacity(prog.live.len());
         for &slot in &prog.live {
             self.queue.remove(slot);
@@ -749,9 +867,13 @@ impl ProgramScheduler {
     pub fn program_count(&self) -> usize {
         self.programs.len()
     }
-    /// The earliest pin deadline.
+    /// The earliest pin deadline. At schedule ([`PinHandover::Schedule`]): of the pins
+    /// `expire` may release, those whose program has no request waiting.
     pub fn next_deadline_s(&self) -> Option<f64> {
-        self.pins.next_deadline_s()
+        if !self.at_schedule() {
+            return self.pins.next_deadline_s();
+        }
+        self.expirable.peek().map(|(_, (t, _))| t.0)
     }
     /// The tracked M̄; None before any request finished.
     pub fn mean_active_blocks(&self) -> Option<f64> {

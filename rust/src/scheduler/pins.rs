@@ -113,9 +113,30 @@ impl PinTable {
         out
     }
 
+    /// Removes and returns the pins with `deadline_s < now` (strictly), earliest first, with
+    /// their program slots.
+    pub fn expire_before(&mut self, now: f64) -> Vec<(usize, Pin)> {
+        let mut out = Vec::new();
+        while let Some((slot, (t, _))) = self.by_deadline.peek() {
+            if t.0 >= now {
+                break;
+            }
+            out.push((slot, self.remove(slot).expect("a heap entry has a pin")));
+        }
+        out
+    }
+
     /// Removes pins, latest-arrived program first, until `blocks_needed` blocks are released
     /// or no pin is left.
     pub fn reclaim(&mut self, blocks_needed: i64) -> Vec<Pin> {
+        self.reclaim_slots(blocks_needed)
+            .into_iter()
+            .map(|(_, pin)| pin)
+            .collect()
+    }
+
+    /// [`reclaim`](Self::reclaim), with the program slots.
+    pub fn reclaim_slots(&mut self, blocks_needed: i64) -> Vec<(usize, Pin)> {
         let mut out = Vec::new();
         let mut released = 0;
         while released < blocks_needed {
@@ -124,7 +145,7 @@ impl PinTable {
             };
             let pin = self.remove(slot).expect("a heap entry has a pin");
             released += pin.blocks;
-            out.push(pin);
+            out.push((slot, pin));
         }
         out
     }

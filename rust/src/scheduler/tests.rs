@@ -2,6 +2,7 @@
 //! (state machine and differential tests), against the reference.
 
 use super::*;
+use crate::config::PinHandover;
 use crate::policy::PolicyConfig;
 
 fn setup() -> (ProgramScheduler, TTLPolicy) {
@@ -107,6 +108,29 @@ fn id_prefix_orders_like_the_id() {
             assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
         }
     }
+}
+
+#[test]
+fn published_rule_hands_the_pin_over_at_schedule() {
+    let mut pol = TTLPolicy::new(PolicyConfig::published()).unwrap();
+    let mut s = ProgramScheduler::new(1000, 1000)
+        .unwrap()
+        .with_pin_handover(PinHandover::Schedule);
+    s.arrive(&mut pol, "a1", "A", 0.0, 10).unwrap();
+    s.pop(&mut pol, 0.0).unwrap();
+    let fin = s.finish(&mut pol, "a1", 1.0, 40, pinning("ls")).unwrap();
+    // Cold start, Exp(1 s) prior, cost 1: τ = ln B.
+    assert!((fin.decision.unwrap().ttl_s - 100f64.ln()).abs() < 1e-12);
+    let deadline = fin.pin.unwrap().deadline_s;
+    assert_eq!(s.arrive(&mut pol, "a2", "A", 2.0, 10).unwrap(), None);
+    // A request waits: the pin outlives its deadline; at the deadline exactly nothing expires.
+    assert!(s.expire(deadline + 50.0).unwrap().is_empty());
+    assert_eq!(s.pinned_blocks(), 40);
+    assert_eq!(
+        s.pop(&mut pol, deadline + 50.0).unwrap().as_deref(),
+        Some("a2")
+    );
+    assert_eq!((s.pinned_blocks(), pol.out_of_order_cost_s()), (0, 0.0));
 }
 
 #[test]

@@ -22,6 +22,9 @@ NAMES = (
     "continuum",
     "ttlpolicy",
     "ttlpolicy-offload",
+    "cachettl",
+    "static-ttl",
+    "program-fcfs",
 )
 SIMPLE = {
     "vllm": VLLM,
@@ -45,6 +48,10 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import TTLPolicyOffload
 
         return TTLPolicyOffload()
+    if name in ("cachettl", "static-ttl", "program-fcfs"):
+        from .cachettl import CacheTTL, ProgramFCFS, StaticTTL
+
+        return {"cachettl": CacheTTL, "static-ttl": StaticTTL, "program-fcfs": ProgramFCFS}[name]()
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:

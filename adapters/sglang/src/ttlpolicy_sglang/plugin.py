@@ -1,0 +1,44 @@
+"""The SGLang plug-in: ``pip install ttlpolicy-sglang``, then ``--radix-cache-backend ttlpolicy``.
+
+SGLang's launcher, engine and each scheduler process call ``load_plugins()``, which runs every
+``sglang.srt.plugins`` entry point (``SGLANG_PLUGINS`` filters them by name): ``register``
+registers the ``ttlpolicy`` radix-cache backend and the waiting-queue ordering hook.  Both are
+inert unless the server is started with the backend selected.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sglang.srt.mem_cache.registry import (
+    create_unified_radix_cache,
+    default_radix_cache_factory,
+    get_radix_cache_factory,
+    register_radix_cache_backend,
+)
+from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+from .cache import TTLRadixCache
+from .ordering import TARGET, calc_priority_by_program
+
+BACKEND = "ttlpolicy"
+logger = logging.getLogger("sglang.ttlpolicy")
+
+
+def build_cache(ctx: Any) -> Any:
+    """The radix-cache factory: a ``TTLRadixCache`` through SGLang's own builder (which keeps
+    the host-tier and linker wiring).  With the radix cache disabled there is nothing to keep
+    and the stock selection runs."""
+    if ctx.disable_radix_cache:
+        logger.warning("ttlpolicy: radix cache disabled, running the stock cache (no pins)")
+        return default_radix_cache_factory(ctx)
+    return create_unified_radix_cache(ctx, cache_class=TTLRadixCache)
+
+
+def register() -> None:
+    """Entry point of ``sglang.srt.plugins``; idempotent (SGLang may load plug-ins twice in
+    one process)."""
+    if get_radix_cache_factory(BACKEND) is None:
+        register_radix_cache_backend(BACKEND, build_cache)
+        HookRegistry.register(TARGET, calc_priority_by_program, HookType.AROUND)

@@ -1,0 +1,274 @@
+"""SGLang's requests mapped onto ``ttlpolicy.ProgramScheduler``, and the pins it decides.
+
+Every rule (which request runs first, whether and how long to pin, which pin yields under
+pressure) lives in ``ttlpolicy``; this class only tells it what SGLang did and carries out
+its answers on the radix tree (``TreeLockPins``).  SGLang drives it from two places:
+
+* the waiting-queue ordering (``order``, called on each scheduling pass through the
+  ``SchedulePolicy.calc_priority`` hook): requests that left the queue since the last pass were
+  admitted (``pop``; a request that left finished was aborted), requests back in it were
+  retracted (``preempt``), new ones ``arrive`` (a returning program's arrival consumes its pin:
+  the locks move to the request until it is admitted and holds the prefix itself); then pins
+  past their deadline are released, pins are reclaimed when the queue's head would not fit
+  into free plus evictable memory, and the queue is sorted by ``ProgramScheduler.priority``;
+* the tree cache (``TTLRadixCache``): a turn that finished ``finish``es, and if pinned the node
+  its checkpoint ended on is locked; an abort ends the program and frees its pin; an eviction
+  that the evictable tokens cannot cover reclaims pins first.
+
+SGLang tells the cache about arrivals and admissions only through the queue, so both are seen
+at the next pass: a request is stamped as arriving when the queue first shows it.  Requests
+without a program are one-request programs in arrival order (FCFS, as stock SGLang), never
+pinned, ended without an η sample.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from array import array
+from collections.abc import Iterable
+from typing import Any
+
+from sglang.srt.managers.schedule_batch import FINISH_ABORT
+from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
+from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+from sglang.srt.mem_cache.radix_cache import RadixKey
+
+import ttlpolicy
+from ttlpolicy.toolcalls import tool_name as parse_tool_name
+
+from .identity import ProgramInfo, program_of, request_key
+from .knobs import Knobs
+from .metrics import AdapterMetrics
+from .pins import TreeLockPins
+
+# under "sglang." so that SGLang's logging configuration applies
+logger = logging.getLogger("sglang.ttlpolicy")
+
+#: Prefix of the synthetic program id of an anonymous request (one-request program).
+ANONYMOUS = "\x00anonymous:"
+#: Output tokens decoded to look for a tool call when the client named none.
+TOOL_PARSE_TOKENS = 512
+
+
+class ProgramTracker:
+    def __init__(self, cache: Any, total_tokens: int, page_size: int, knobs: Knobs) -> None:
+        self.clock = time.monotonic  # the only clock; tests may replace it
+        self._cache = cache
+        self.page_size = max(1, int(page_size))
+        self.policy = ttlpolicy.TTLPolicy(knobs.policy)
+        # ProgramScheduler counts blocks: one block is one page of the KV pool.
+        self.total_blocks = max(1, int(total_tokens) // self.page_size)
+        self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
+        self.programs = ttlpolicy.ProgramScheduler(
+            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+        )
+        self.pins = TreeLockPins(cache)  # by program
+        self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
+        self.metrics = AdapterMetrics()
+        self.log_interval_s = knobs.log_interval_s
+        self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
+        self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
+        self._running: dict[str, Any] = {}
+        self._t = -math.inf  # latest time given to the ProgramScheduler
+        self._last_log = -math.inf
+
+    @property
+    def pin_budget_tokens(self) -> int:
+        return self.pin_budget_blocks * self.page_size
+
+    def _now(self) -> float:
+        # The ProgramScheduler refuses time going back; arrivals are stamped past the clock.
+        self._t = max(self.clock(), self._t)
+        return self._t
+
+    def _blocks(self, tokens: int) -> int:
+        return min(math.ceil(tokens / self.page_size), self.total_blocks)
+
+    # -- the scheduling pass ------------------------------------------------------------------
+    def order(self, waiting_queue: list[Any], running_batch: Any = None) -> None:
+        """Bring the ProgramScheduler up to date with the queue, expire and reclaim pins, and
+        sort ``waiting_queue`` in place (smallest priority first)."""
+        now = self._now()
+        present = {request_key(req.rid): req for req in waiting_queue}
+        admitted = []
+        for key in [k for k in self._waiting if k not in present]:
+            if self._waiting[key].finished():
+                self._end_request(key)  # aborted while waiting, and not reported
+            else:
+                admitted.append(key)
+        self._start(admitted, now)
+        for key, req in present.items():
+            if key in self._running:  # retracted: back to the queue, first
+                self.programs.preempt(key, now)
+                self._waiting[key] = self._running.pop(key)
+            elif key not in self._info:
+                now = self._arrive(key, req, now)
+        self.expire()
+        waiting_queue.sort(key=self._sort_key)
+        if waiting_queue and self.programs.pin_count:
+            self._reclaim_for_head(waiting_queue[0], running_batch)
+        self.metrics.pinned_tokens_now = self.pins.held_tokens()
+        if self.log_interval_s and now - self._last_log >= self.log_interval_s:
+            self._last_log = now
+            self.metrics.log(logger)
+
+    def _sort_key(self, req: Any) -> tuple[int, Any]:
+        key = request_key(req.rid)
+        if key in self._waiting:
+            return (0, self.programs.priority(key))
+        return (1, 0)  # not tracked (a duplicate rid): after the others, in queue order
+
+    def _arrive(self, key: str, req: Any, now: float) -> float:
+        info = program_of(req)
+        program_id = info.program_id if info is not None else request_key(ANONYMOUS + key)
+        tokens = len(req.origin_input_ids) + len(req.output_ids)
+        pin = self.programs.arrive(key, program_id, now, self._blocks(tokens))
+        self._info[key] = info
+        self._waiting[key] = req
+        if pin is not None:
+            self.pins.move(pin.program_id, self.handover, key)
+        # Arrivals seen in one pass keep the queue's order: each is stamped a tick later.
+        self._t = math.nextafter(now, math.inf)
+        return self._t
+
+    def _start(self, keys: Iterable[str], now: float) -> None:
+        """The requests left the waiting queue to run.  The ProgramScheduler pops in its own
+        order: requests it pops that SGLang skipped go back to the queue as preempted."""
+        left = set(keys)
+        skipped = []
+        while left:
+            key = self.programs.pop(now)
+            if key is None:
+                break
+            if key in left:
+                left.discard(key)
+                self._running[key] = self._waiting.pop(key)
+                if self.handover.release(key):
+                    self.metrics.pinned_prefix_hits += 1  # its own lock holds the prefix now
+            else:
+                skipped.append(key)
+        for key in skipped:
+            self.programs.preempt(key, now)
+
+    def _reclaim_for_head(self, head: Any, running_batch: Any) -> None:
+        """Reclaim pins when the queue's head could not be admitted: its uncached tokens, its
+        first decode reservation (as SGLang's PrefillAdder clips it) and a page per running
+        request exceed the free plus evictable tokens.  Pins yield before requests wait."""
+        ids = array("q", head.origin_input_ids)
+        ids.extend(head.output_ids)
+        match = self._cache.match_prefix(
+            MatchPrefixParams(key=RadixKey(ids, head.extra_key, cache_salt=head.cache_salt))
+        )
+        max_new = head.sampling_params.max_new_tokens or 0
+        need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
+        if running_batch is not None:
+            need += self.page_size * len(running_batch.reqs)
+        # Admission locks the matched prefix, which then no longer counts as evictable.
+        lock = self._cache.lock(match.last_device_node)
+        available = (
+            self._cache.token_to_kv_pool_allocator.available_size() + self._cache.evictable_size()
+        )
+        self._cache.unlock(lock)
+        self.reclaim(need - available)
+
+    # -- pins ----------------------------------------------------------------------------------
+    def expire(self) -> None:
+        for pin in self.programs.expire(self._now()):
+            if self.pins.release(pin.program_id):
+                self.metrics.expiries += 1
+
+    def reclaim(self, short_tokens: int) -> None:
+        """Release pins (latest-arrived program first) covering ``short_tokens``."""
+        if short_tokens <= 0 or not self.programs.pin_count:
+            return
+        for pin in self.programs.reclaim(math.ceil(short_tokens / self.page_size), self._now()):
+            if self.pins.release(pin.program_id):
+                self.metrics.reclaims += 1
+
+    # -- the cache's events -------------------------------------------------------------------
+    def finished(self, req: Any, node: Any, path_tokens: int) -> None:
+        """``req`` finished and its checkpoint ended on ``node`` (``path_tokens`` from the
+        root): the ProgramScheduler decides the pin; if pinned, ``node`` is locked."""
+        key = request_key(req.rid)
+        if key not in self._info:
+            return  # not tracked (its program was ended by a sibling's abort)
+        if isinstance(req.finished_reason, FINISH_ABORT):
+            self._end_request(key)
+            return
+        self.expire()  # expired pins leave the budget before this one is decided
+        now = self._now()
+        if key in self._waiting:  # finished before the next pass saw it leave the queue
+            self._start([key], now)
+        info = self._info.pop(key)
+        self._running.pop(key, None)
+        if self.handover.release(key):
+            self.metrics.pinned_prefix_hits += 1
+        if info is None:
+            self._ended(self.programs.abort(key), key)
+            return
+        tool = info.tool if info.tool is not None else self._parse_tool(req)
+        result = self.programs.finish(
+            key,
+            now,
+            self._blocks(path_tokens),
+            tool=tool,
+            last_turn=info.last_turn,
+            cache_miss_cost_s=self.policy.miss_cost_s(path_tokens),
+        )
+        if result.ended is not None:
+            self._ended(result.ended, key)
+        elif result.pin is not None:
+            self.pins.hold(info.program_id, node, path_tokens)  # merged with a held pin
+            self.metrics.pins += 1
+            self.metrics.pinned_tokens_total += path_tokens
+
+    def released(self, req: Any) -> None:
+        """SGLang gave the request's KV row back.  A finished request not settled by
+        ``finished`` (an abort, or one not inserted into the tree) ends its program without a
+        pin; an unfinished one was retracted and shows up in the queue again."""
+        if req.finished():
+            self._end_request(request_key(req.rid))
+
+    def aborted(self, rid: Any) -> None:
+        """SGLang dropped a queued request (its client went away)."""
+        self._end_request(request_key(rid))
+
+    def _end_request(self, key: str) -> None:
+        if key not in self._info:
+            return
+        del self._info[key]
+        self._waiting.pop(key, None)
+        self._running.pop(key, None)
+        self.handover.release(key)
+        self._ended(self.programs.abort(key), key)
+
+    def _ended(self, ended: Any, key: str) -> None:
+        """A program ended in the ProgramScheduler (``key``: the request that ended it): free
+        its pin; its other live requests are no longer tracked there."""
+        if self.pins.release(ended.program_id):
+            self.metrics.released_at_once += 1
+        for sibling in ended.request_ids:
+            if sibling == key or sibling not in self._info:
+                continue
+            # Waiting: forgotten here, so the next pass sees it arrive (a new program).
+            # Running: its finish is skipped.
+            del self._info[sibling]
+            self._waiting.pop(sibling, None)
+            self._running.pop(sibling, None)
+            self.handover.release(sibling)
+
+    def _parse_tool(self, req: Any) -> str | None:
+        tokenizer = getattr(req, "tokenizer", None)
+        if tokenizer is None:
+            return None
+        try:
+            text = tokenizer.decode(list(req.output_ids[-TOOL_PARSE_TOKENS:]))
+        except Exception:  # a tokenizer that cannot decode: no name, the global CDF
+            return None
+        return parse_tool_name(text) if isinstance(text, str) else None
+
+    # -- views ---------------------------------------------------------------------------------
+    def live_requests(self) -> int:
+        return len(self._info)

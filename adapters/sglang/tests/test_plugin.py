@@ -1,0 +1,71 @@
+"""The plug-in loads the way SGLang's launcher loads plug-ins: a fresh process that calls
+``sglang.srt.plugins.load_plugins()`` (what ``python -m sglang.launch_server`` runs before it
+parses its arguments) finds the ``sglang.srt.plugins`` entry point of the installed package,
+registers the ``ttlpolicy`` backend and wraps ``SchedulePolicy.calc_priority``; the tree cache
+SGLang then builds for ``--radix-cache-backend ttlpolicy`` is the adapter's, and the wrapped
+scheduling pass orders by program.  Hooks patch the whole process, hence the subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import TEST_POLICY
+
+SCRIPT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import conftest  # the CPU pools and the torchvision shim, as in the other tests
+from sglang.srt.plugins import load_plugins
+from sglang.srt.mem_cache.registry import registered_radix_cache_backends
+from sglang.srt.managers.schedule_policy import SchedulePolicy
+
+out = {"before": registered_radix_cache_backends()}
+try:  # not loaded yet: SGLang refuses the name, as it would refuse the flag
+    conftest.make_scheduler(256, "ttlpolicy", None)
+except ValueError as e:
+    out["refused"] = "is not registered" in str(e)
+load_plugins()
+out["backends"] = registered_radix_cache_backends()
+s = conftest.make_scheduler(256, "ttlpolicy", conftest.FakeClock())
+out["cache"] = type(s.cache).__name__
+prompt = conftest.tokens(10_000, 50)
+first = s.submit(prompt, program="agent", tool="bash")
+assert s.schedule() == [first]
+s.finish(first, conftest.tokens(20_000, 5))
+anon = s.submit(conftest.tokens(30_000, 10))
+back = s.submit(prompt + conftest.tokens(20_000, 5) + [7], program="agent")
+before = s.cache.ttl_stats()["schedule_calls"]
+s.policy.calc_priority(s.waiting, None)  # the method itself, as SGLang's scheduler calls it
+out["adapter_calls"] = s.cache.ttl_stats()["schedule_calls"] - before
+out["order"] = [r.rid for r in s.waiting]
+out["expected"] = [back.rid, anon.rid]
+print("RESULT " + json.dumps(out))
+"""
+
+
+def run(env_extra: dict[str, str]) -> dict:
+    env = dict(os.environ, TTLPOLICY_POLICY=TEST_POLICY, **env_extra)
+    tests = str(Path(__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, tests],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+def test_the_launcher_loads_the_plugin_and_the_backend_orders_by_program() -> None:
+    out = run({"SGLANG_PLUGINS": "ttlpolicy"})
+    assert "ttlpolicy" not in out["before"] and out["refused"]
+    assert "ttlpolicy" in out["backends"]
+    assert out["cache"] == "TTLRadixCache"
+    assert out["order"] == out["expected"], "the returning program runs first"
+    assert out["adapter_calls"] == 1, "SGLang's calc_priority went through the adapter"

@@ -1,0 +1,335 @@
+"""Plan the KV tiers (Kareto): search DRAM/SSD capacities and tier policies for the Pareto front
+of cost, throughput and TTFT, by simulating the trace on each configuration.
+
+Each configuration is replayed open loop through a tiered KV store (HBM → DRAM → SSD, blocks
+keyed by prefix hash; ``ttlpolicy.sim.tiers``) on one engine instance (``--model`` on its
+tensor-parallel GPUs, roofline timing).  The search (``ttlpolicy.plan.search``) grows each tier
+by doublings until a doubling gains less than ``--gain-threshold``, then refines around the
+front until the hypervolume gains less than ``--hv-threshold``; ``--exhaustive`` evaluates the
+whole grid.  Prices come from the shipped table (``ttlpolicy/data/prices.json``, sources
+inside) or ``--prices FILE``.  Evaluations run on a local process pool (``--workers``), or on
+Ray (``--ray``, ``--ray-address`` to join a cluster); results are recorded as they finish under
+``$TTLPOLICY_CACHE/plan`` (default ``~/.cache/ttlpolicy/plan``) so a rerun resumes.
+
+Output: the front as a table, the best configuration per objective with its change against
+``--baseline`` (default ``dram=1024``: a static 1,024 GB DRAM tier, LRU), ``--json`` with every
+evaluated point, ``--plot`` with cost against throughput and TTFT (matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..sim.hardware import GPUS, MODELS
+from ..traces import sample_dir
+from .groups import Progress
+
+OBJECTIVES = (
+    ("throughput_tok_s", "throughput", max),
+    ("ttft_mean_s", "mean TTFT", min),
+    ("ttft_p99_s", "p99 TTFT", min),
+    ("cost_usd_per_h", "cost", min),
+    ("usd_per_m_tok", "$ per M tokens", min),
+)
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--{name} must be comma-separated numbers, got {text!r}") from None
+    for v in vals:
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"--{name}: values must be finite numbers >= 0, got {v!r}")
+    return vals
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--trace", default=None, help="trace file or session folder (default: shipped sample)")
+    a("--model", default="llama-3.1-8b", help=f"one of: {', '.join(MODELS)}")
+    a("--gpu", default="h100-80g", help=f"one of: {', '.join(GPUS)}")
+    a("--prices", default=None, help="price table (JSON, layout of the shipped prices.json)")
+    a("--json", default=None, help="write every evaluated point here")
+    a("--plot", default=None, help="write the front as a figure here (PNG; needs matplotlib)")
+    a("--exhaustive", action="store_true", help="evaluate the whole grid")
+    a("--baseline", default="dram=1024", help="configuration to compare with: dram=GB,ssd=GB")
+    a("--dram-gb", default="64:8192", help="DRAM grid START:MAX, doubling (0 always in)")
+    a("--ssd-gb", default="512:32768", help="SSD grid START:MAX, doubling (0 always in)")
+    a("--ttls", default="60,600", help="global TTLs (s) searched as policies ('' for none)")
+    a(
+        "--groupings",
+        default="depth,reuse",
+        help="group-TTL rules searched: depth,reuse ('' for none)",
+    )
+    a("--billing", choices=("provisioned", "held"), default="provisioned")
+    a("--gain-threshold", type=float, default=0.02, help="stop growing a tier below this gain")
+    a("--hv-threshold", type=float, default=0.002, help="stop refining below this HV gain")
+    a("--rate-scale", type=float, default=1.0, help="arrival rate multiplier (load)")
+    a("--session-rate", type=float, default=None, help="agentic session starts per second")
+    a("--block-tokens", type=int, default=None, help="tokens per simulated block")
+    a("--max-requests", type=int, default=None, help="replay only the first N requests")
+    a("--hbm-fraction", type=float, default=0.5, help="share of KV memory caching prefixes")
+    a("--decode-batch", type=int, default=32, help="decode batch the per-token cost assumes")
+    a("--workers", type=int, default=None, help="parallel evaluations (default: cores, <= 8)")
+    a("--ray", action="store_true", help="evaluate on Ray (pip install 'ttlpolicy[ray]')")
+    a("--ray-address", default=None, help="join this Ray cluster (implies --ray)")
+    a("--no-cache", action="store_true", help="do not read or record evaluated points")
+    a("--no-progress", action="store_true", help="no progress line on stderr")
+
+
+def parse_grid(text: str, name: str) -> tuple[float, ...]:
+    from ..plan.search import doubling
+
+    start, sep, maximum = text.partition(":")
+    vals = _floats(f"{start},{maximum}", name) if sep else []
+    if len(vals) != 2 or vals[0] <= 0:
+        raise ValueError(f"--{name} must be START:MAX with 0 < START <= MAX GB, got {text!r}")
+    return doubling(*vals)
+
+
+def parse_baseline(text: str):
+    from ..plan.objectives import Config
+
+    fields = {"dram": 0.0, "ssd": 0.0}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in fields:
+            raise ValueError(f"--baseline: expected dram=GB[,ssd=GB], got {part!r}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise ValueError(f"--baseline {name}: not a number: {value!r}") from None
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"--baseline {name}: must be a finite number >= 0, got {value!r}")
+        fields[name] = v
+    return Config(fields["dram"], fields["ssd"]).canonical()
+
+
+def _atomic_write(path: str, write) -> None:
+    """Write through a temporary file in the target folder, renamed into place when complete."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent or Path("."), suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def format_front(rows: list[tuple[str, dict]], cost_key: str) -> str:
+    head = ["", "DRAM GB", "SSD GB", "policy", "$/h", "tok/s", "TTFT s", "p99 s", "$/Mtok", "hit"]
+    body = []
+    for label, p in rows:
+        c, r = p["config"], p
+        body.append(
+            [
+                label,
+                f"{c['dram_gb']:g}",
+                f"{c['ssd_gb']:g}",
+                c["label"],
+                f"{r[cost_key]:.2f}",
+                f"{r['throughput_tok_s']:.1f}",
+                f"{r['ttft_mean_s']:.3g}",
+                f"{r['ttft_p99_s']:.3g}",
+                f"{r['usd_per_m_tok']:.3g}",
+                f"{r['hit_rate']:.3f}",
+            ]
+        )
+    widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def plot(points: list[dict], front: list[int], path: str, cost_key: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, key, label in (
+        (axes[0], "throughput_tok_s", "output tokens/s"),
+        (axes[1], "ttft_mean_s", "mean TTFT (s)"),
+    ):
+        ax.scatter([p[cost_key] for p in points], [p[key] for p in points], s=10, c="0.7")
+        fr = sorted(front, key=lambda i: points[i][cost_key])
+        ax.plot([points[i][cost_key] for i in fr], [points[i][key] for i in fr], "o-", ms=4)
+        ax.set_xlabel("$/h")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle("evaluated configurations (grey) and the Pareto front")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plan.front import as_min, front_indices
+    from ..plan.objectives import Config, Context, Setup
+    from ..plan.pool import LocalPool, RayPool
+    from ..plan.results import ResultCache, key_of
+    from ..plan.search import Grid, Search, policies
+
+    # ---- everything is checked before any work --------------------------------------------
+    grid = Grid(
+        parse_grid(args.dram_gb, "dram-gb"),
+        parse_grid(args.ssd_gb, "ssd-gb"),
+        policies(
+            _floats(args.ttls, "ttls"),
+            [g.strip() for g in args.groupings.split(",") if g.strip()],
+        ),
+    )
+    baseline = parse_baseline(args.baseline)
+    for name in ("gain_threshold", "hv_threshold"):
+        v = getattr(args, name)
+        if not math.isfinite(v) or v < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be a finite number >= 0, got {v}")
+    if args.workers is not None and args.workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {args.workers}")
+    if args.decode_batch < 1:
+        raise ValueError(f"--decode-batch must be >= 1, got {args.decode_batch}")
+    for out in (args.json, args.plot):
+        if out and not Path(out).resolve().parent.is_dir():
+            raise ValueError(f"output folder of {out!r} does not exist")
+    setup = Setup(
+        trace=args.trace or str(sample_dir()),
+        model=args.model,
+        gpu=args.gpu,
+        prices_path=args.prices,
+        block_tokens=args.block_tokens,
+        session_rate_per_s=args.session_rate,
+        max_requests=args.max_requests,
+        rate_scale=args.rate_scale,
+        hbm_fraction=args.hbm_fraction,
+        decode_batch=args.decode_batch,
+    )
+    setup.validate()
+    t0 = time.perf_counter()
+    ctx = Context(setup)  # loads prices (validated) and the trace (cached form)
+    t_load = time.perf_counter() - t0
+    cost_key = "cost_usd_per_h" if args.billing == "provisioned" else "cost_held_usd_per_h"
+    cache = ResultCache(key_of(ctx), enabled=not args.no_cache)
+    use_ray = args.ray or args.ray_address is not None
+    workers = args.workers
+    pool = (
+        RayPool(setup, workers, args.ray_address)
+        if use_ray
+        else LocalPool(setup, workers, context=ctx)
+    )
+    stream = None if args.no_progress else sys.stderr
+    print(
+        f"{len(ctx.trace)} requests, {len(ctx.trace.keys)} blocks of {ctx.trace.block_tokens} "
+        f"tokens ({t_load:.1f} s to load); {args.model} on {MODELS[args.model].tp}x {args.gpu}, "
+        f"HBM cache {ctx.hbm_blocks} blocks; {pool.name} pool, {pool.workers} workers; "
+        f"{len(cache)} points recorded before",
+        file=sys.stderr,
+    )
+    evaluated = {"run": 0, "cached": 0}
+
+    def evaluate(configs: list[Config]) -> list[dict[str, float]]:
+        out: dict[Config, dict[str, float]] = {}
+        todo = []
+        for c in configs:
+            r = cache.get(c)
+            if r is None:
+                todo.append(c)
+            else:
+                out[c] = r
+                evaluated["cached"] += 1
+        bar = Progress(len(todo), stream)
+        for c, r in zip(todo, pool.imap(todo), strict=True):
+            cache.put(c, r)
+            out[c] = r
+            evaluated["run"] += 1
+            bar.advance(1, f"{len(search.results) + len(out)} evaluated")
+        bar.close()
+        return [out[c] for c in configs]
+
+    search = Search(grid, evaluate, ctx.cost_usd_per_h, cost_key)
+    try:
+        if args.exhaustive:
+            search.exhaustive()
+        else:
+            search.adaptive(args.gain_threshold, args.hv_threshold)
+        search.run_batch([baseline])
+    finally:
+        pool.close()
+        cache.close()
+    elapsed = time.perf_counter() - t0
+
+    # ---- report ---------------------------------------------------------------------------
+    configs = list(search.results)
+    points: list[dict[str, Any]] = []
+    for c in configs:
+        cj = c.to_json()
+        cj["label"] = c.policy_label
+        r = dict(search.results[c])
+        # $ per million output tokens at the billed cost
+        thr = r["throughput_tok_s"]
+        r["usd_per_m_tok"] = r[cost_key] / (thr * 3600.0) * 1e6 if thr > 0 else math.inf
+        points.append({"config": cj, **r})
+    objs = [as_min(p, cost_key) for p in points]
+    front = front_indices(objs)
+    base = points[configs.index(baseline)]
+    print(f"\nPareto front ({len(front)} of {len(points)} evaluated points), by cost:")
+    print(format_front([("", points[i]) for i in sorted(front, key=lambda i: objs[i])], cost_key))
+    print(
+        f"\nbest per objective against the baseline ({baseline.policy_label}, "
+        f"DRAM {baseline.dram_gb:g} GB, SSD {baseline.ssd_gb:g} GB):"
+    )
+    rows = [("baseline", base)]
+    for key, name, pick in OBJECTIVES:
+        k = cost_key if key == "cost_usd_per_h" else key
+        values = [float(p[k]) for p in points]
+        best = values.index(pick(values))
+        change = (points[best][k] - base[k]) / base[k] if base[k] else math.nan
+        rows.append((f"best {name} ({change:+.1%})", points[best]))
+    print(format_front(rows, cost_key))
+    print(
+        f"\n{len(points)} points ({evaluated['run']} simulated now, {evaluated['cached']} from "
+        f"{cache.path if cache.enabled else 'no cache'}) in {elapsed:.1f} s",
+        file=sys.stderr,
+    )
+    doc = {
+        "evaluations": len(points),
+        "points": points,
+        "front": front,
+        "baseline": configs.index(baseline),
+        "meta": {
+            "trace": setup.trace,
+            "model": args.model,
+            "gpu": args.gpu,
+            "prices": ctx.prices.source,
+            "billing": args.billing,
+            "search": "exhaustive" if args.exhaustive else "adaptive",
+            "grid_points": len(grid.all()),
+            "block_tokens": ctx.trace.block_tokens,
+            "hbm_blocks": ctx.hbm_blocks,
+            "seconds": elapsed,
+        },
+    }
+    if args.json:
+
+        def write_json(tmp: str) -> None:
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+
+        _atomic_write(args.json, write_json)
+    if args.plot:
+        _atomic_write(args.plot, lambda tmp: plot(points, front, tmp, cost_key))
+    return 0
