@@ -186,3 +186,14 @@ def test_fit_never_returns_a_negative_coefficient() -> None:
     coef = (line.c0, line.c_tok, line.c_attn, line.c_kv)
     assert min(coef) >= 0.0
     assert line.at(*decode_shape([4096] * 16)) > 0.0
+
+
+def test_compare_refuses_a_profile_with_the_paper_workload(tmp_path, capsys) -> None:
+    """The paper workload brings its own hardware: a profile beside it would be ignored."""
+    path, _ = _profile(tmp_path)
+    from ttlpolicy.sim.paper_workloads import WORKLOADS
+
+    workload = sorted(WORKLOADS)[0]
+    argv = ["compare", "--workload", workload, "--hardware", str(path)]
+    assert main(argv) == 2
+    assert "--hardware or --workload" in capsys.readouterr().err
