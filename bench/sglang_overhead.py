@@ -24,17 +24,11 @@ import json
 import os
 import random
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "adapters" / "sglang" / "tests"))
-
-import ttlpolicy_sglang  # noqa: E402
-
-from conftest import TEST_POLICY, FakeClock, make_scheduler  # noqa: E402
+import ttlpolicy_sglang
+from ttlpolicy_sglang.testing import TEST_POLICY, FakeClock, make_scheduler
 
 
 def replay(args: argparse.Namespace, backend: str | None) -> dict[str, Any]:
@@ -71,9 +65,9 @@ def replay(args: argparse.Namespace, backend: str | None) -> dict[str, Any]:
             s.finish(req, fresh(rng.randint(2, args.out_tokens)))
         steps.append(time.perf_counter() - t0)
         for req in admitted:
-            p = program_of.pop(req.rid, None)
-            if p is None:
-                continue
+            if req.rid not in program_of:
+                continue  # an anonymous request
+            p = program_of.pop(req.rid)
             turns_left[p] -= 1
             context[p] = list(req.origin_input_ids) + list(req.output_ids)
             if turns_left[p]:

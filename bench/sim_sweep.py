@@ -30,16 +30,35 @@ SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
-def load(trace: str):
+def load(trace: str, options: dict | None = None):
+    """The programs of ``trace`` parsed with ``options`` (default ``OPTIONS``), cached."""
+    options = OPTIONS if options is None else options
     key = hashlib.sha256(
-        f"{os.path.abspath(trace)}|{sorted(OPTIONS.items())}".encode()
+        f"{os.path.abspath(trace)}|{sorted(options.items())}".encode()
     ).hexdigest()[:16]
     cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key}.pkl"
     if cache.exists():
         return pickle.loads(cache.read_bytes())
-    programs = programs_from_trace(trace, **OPTIONS)
+    programs = programs_from_trace(trace, **options)
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_bytes(pickle.dumps(programs))
+    return programs
+
+
+def load_sessions(trace_arg: str | None, options: dict | None = None):
+    """The agentic sessions (``--trace``, else ``claude-code/`` under ``TTLPOLICY_TRACES``),
+    loaded with a line on stderr; None, after saying why, when the folder is missing."""
+    trace = Path(trace_arg) if trace_arg else traces_dir() / "claude-code"
+    if not trace.exists():
+        print(missing_message(trace), file=sys.stderr)
+        return None
+    t0 = time.perf_counter()
+    programs = load(str(trace), options)
+    print(
+        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
+        f"(loaded in {time.perf_counter() - t0:.0f} s)",
+        file=sys.stderr,
+    )
     return programs
 
 
@@ -51,17 +70,9 @@ def main() -> int:
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
-    if not trace.exists():
-        print(missing_message(trace), file=sys.stderr)
+    programs = load_sessions(args.trace)
+    if programs is None:
         return 2
-    t0 = time.perf_counter()
-    programs = load(str(trace))
-    print(
-        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
-        f"(loaded in {time.perf_counter() - t0:.0f} s)",
-        file=sys.stderr,
-    )
     results = []
     for setup in args.setups.split(","):
         model, gpu = setup.split("@")

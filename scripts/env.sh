@@ -8,10 +8,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
 key=$(sha256sum <"$ROOT/requirements/dev.txt" | cut -c1-16)
 VENV="${TTLPOLICY_VENV:-$HOME/.cache/ttlpolicy/venv-dev-$key}"
-install_dev() { "$1/bin/python" -m pip install -q -r "$ROOT/requirements/dev.txt"; }
+install_dev() {
+  echo "==> installing requirements/dev.txt (numpy, pydantic, matplotlib, pytest, hypothesis," \
+    "maturin, ruff, mypy): ~60 MB download, about a minute" >&2
+  pip_install "$1/bin/python" -r "$ROOT/requirements/dev.txt"
+}
 cached_venv "$VENV" install_dev
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-echo "==> building ttlpolicy (Rust core + Python package) into $VENV" >&2
+echo "==> building ttlpolicy (Rust core + Python package) into $VENV" \
+  "(first build: 2-5 min compiling the Rust core; then seconds)" >&2
 (cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$VENV")" \
   maturin develop --release --quiet >/dev/null)

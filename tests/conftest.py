@@ -20,11 +20,19 @@ from hypothesis import HealthCheck, settings
 # No deadline: the machines the suite runs on are shared, so one slow example means nothing.
 _SHARED = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 settings.register_profile("fast", _SHARED, max_examples=50)
-settings.register_profile("ci-long", _SHARED, max_examples=1000)
+settings.register_profile("ci-long", _SHARED, max_examples=250)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 #: reference modules searched, in order, for a public name
-REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")
+REFERENCE_MODULES = (
+    "solver",
+    "history",
+    "estimators",
+    "policy",
+    "scheduler",
+    "prefix_tree",
+    "admission",
+)
 
 
 class Backend:

@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod admission;
 mod convert;
 mod policy;
 mod prefix_tree;
@@ -12,6 +13,7 @@ mod value;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     policy::register(m)?;
+    admission::register(m)?;
     scheduler::register(m)?;
     prefix_tree::register(m)?;
     Ok(())

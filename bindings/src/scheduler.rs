@@ -33,7 +33,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// surrogates, which UTF-8 cannot hold) and of a valid length — checked here, in full, so
 /// that a bad id is reported before any later argument, as the reference does. Borrowed,
 /// not copied.
-fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+pub(crate) fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     let s = obj.downcast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(obj)))
     })?;
@@ -46,7 +46,7 @@ fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
 
 /// The items of a sequence of `kind` (a str or bytes is refused: it would read as one item
 /// per character).
-fn items<'py>(
+pub(crate) fn items<'py>(
     field: &str,
     kind: &str,
     obj: &Bound<'py, PyAny>,
@@ -66,7 +66,7 @@ fn items<'py>(
 
 /// A `bool` argument (numbers and None are refused, as in the reference); the fault is kept
 /// until the caller raises it in the reference's order.
-struct Flag(Result<bool, String>);
+pub(crate) struct Flag(pub(crate) Result<bool, String>);
 
 impl<'py> FromPyObject<'py> for Flag {
     fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
@@ -78,7 +78,7 @@ impl<'py> FromPyObject<'py> for Flag {
 }
 
 impl Flag {
-    fn get(self, field: &str) -> PyResult<bool> {
+    pub(crate) fn get(self, field: &str) -> PyResult<bool> {
         self.0
             .map_err(|got| PyTypeError::new_err(format!("{field} must be a bool, got {got}")))
     }

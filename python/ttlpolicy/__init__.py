@@ -7,15 +7,23 @@ classes stay importable from ``ttlpolicy.reference`` for differential testing.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from ._backend import backend, native
 from .config import PolicyConfig
 from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
+from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import policy as _ref_policy
 from .reference import prefix_tree as _ref_prefix_tree
 from .reference import scheduler as _ref_scheduler
 from .reference import solver as _ref_solver
+
+try:  # one source: the installed distribution's version (Cargo.toml's workspace version)
+    __version__ = _metadata.version("ttlpolicy")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 if native is not None:
     # decision core
@@ -34,6 +42,8 @@ if native is not None:
     # prefix tree (Kareto group TTLs)
     PrefixTree = native.PrefixTree
     GroupStats = native.GroupStats
+    # program-level load control (admission, eviction order)
+    AdmissionControl = native.AdmissionControl
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -48,8 +58,10 @@ else:
     Ended = _ref_scheduler.Ended
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
+    AdmissionControl = _ref_admission.AdmissionControl
 
 __all__ = [
+    "AdmissionControl",
     "CacheMissModel",
     "Ended",
     "EtaEstimator",

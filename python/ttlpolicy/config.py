@@ -64,6 +64,11 @@ class PolicyConfig(BaseModel):
         description="when a program's next request takes its pin over (read by ProgramScheduler)",
     )
 
+    # Program-level load control (``AdmissionControl``; read by engines and the simulator,
+    # not by ``TTLPolicy.decide``).  Off by default: today's behaviour.
+    admission: bool = Field(False, description="admit programs by working set (Denning)")
+    evict_by_next_use: bool = Field(False, description="evict the latest-needed cache first")
+
     @classmethod
     def published(cls, **overrides: object) -> PolicyConfig:
         """The CacheTTL paper's model (Continuum, arXiv 2511.02230, §4, Eq. 2, Algorithm 1).

@@ -259,7 +259,10 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
 
 
 def detect_format(path: str | Path) -> str:
-    """'agentic', 'mooncake' or 'azure', from the file name (content for unknown names)."""
+    """'agentic', 'mooncake' or 'azure', from the file name; FileNotFoundError when there is
+    no such file (the first thing a mistyped path should be told)."""
+    if not Path(path).exists():
+        raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}")
     name = Path(path).name.lower()
     if name.endswith((".csv", ".csv.gz")):
         return "azure"
@@ -296,20 +299,32 @@ class HashScopes:
 
     def __init__(self) -> None:
         self._numbers: dict[str, int] = {}
+        self._scopes: list[str] = []  # by number
+        self._global_seen = False
 
     def hash_ids(self, rec: TraceRecord) -> tuple[int, ...]:
         if not rec.hash_scope:
+            self._global_seen = self._global_seen or bool(rec.hash_ids)
             return rec.hash_ids
         n = self._numbers.get(rec.hash_scope)
         if n is None:
             if len(self._numbers) >= self.MAX_SCOPES:
                 raise ValueError(f"more than {self.MAX_SCOPES} hash scopes")
             n = self._numbers[rec.hash_scope] = len(self._numbers)
+            self._scopes.append(rec.hash_scope)
         base = n << 32
         for h in rec.hash_ids:
             if not 0 <= h < 1 << 32:
                 raise ValueError(f"hash id {h!r} of scope {rec.hash_scope!r} is outside [0, 2**32)")
         return tuple(base | h for h in rec.hash_ids)
+
+    def origin(self, hash_id: int) -> tuple[str, int] | None:
+        """(scope, id within the scope) of an id made by ``hash_ids``, for people to read; None
+        when ids are global (as recorded) or the scopes were mixed with global ids."""
+        n = hash_id >> 32
+        if self._global_seen or not 0 <= n < len(self._scopes):
+            return None
+        return self._scopes[n], hash_id & 0xFFFFFFFF
 
 
 def sample_dir() -> Path:

@@ -89,6 +89,11 @@ pub struct PolicyConfig {
     pub clip_eta: bool,
     /// When a program's next request takes its pin over.
     pub pin_handover: PinHandover,
+    // Program-level load control (read by engines, not by `TTLPolicy::decide`).
+    /// Admit programs by working set ([`crate::admission::AdmissionControl`]).
+    pub admission: bool,
+    /// Evict the cached context needed latest first (instead of LRU).
+    pub evict_by_next_use: bool,
 }
 
 /// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
@@ -130,6 +135,8 @@ impl Default for PolicyConfig {
             cold_start_eta: None,
             clip_eta: true,
             pin_handover: PinHandover::Arrival,
+            admission: false,
+            evict_by_next_use: false,
         }
     }
 }
@@ -188,6 +195,11 @@ impl PolicyConfig {
             ("cold_start_eta", OptionalFloat(&mut self.cold_start_eta)),
             ("clip_eta", Bool(&mut self.clip_eta)),
             ("pin_handover", Handover(&mut self.pin_handover)),
+            ("admission", FieldMut::Bool(&mut self.admission)),
+            (
+                "evict_by_next_use",
+                FieldMut::Bool(&mut self.evict_by_next_use),
+            ),
         ]
     }
 

@@ -31,6 +31,7 @@
 
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod config;
 pub mod error;
 pub mod estimators;

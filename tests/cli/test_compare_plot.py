@@ -21,3 +21,22 @@ def test_sweep_plot_is_a_png_with_one_point_per_load(tmp_path, capsys) -> None:
     # the sweep visits several load points for every policy
     assert len({load for _, load in loads}) >= 3
     assert {p for p, _ in loads} == {"vllm", "ttlpolicy"}
+
+
+def test_tied_policies_stay_distinguishable_and_the_plot_has_a_title() -> None:
+    from ttlpolicy.cli.compare import figure
+
+    # seven policies with the same numbers: every curve is drawn on the same points
+    results = [
+        {"policy": pol, "load": load, "summary": {"jct_mean_s": 100.0 + load}}
+        for pol in ("a", "b", "c", "d", "e", "f", "g")
+        for load in (2, 4, 8, 16)
+    ]
+    fig = figure(results, "concurrency (programs)", "7 programs from a test")
+    (ax,) = fig.axes
+    assert ax.get_title() == "7 programs from a test"
+    lines = ax.get_lines()
+    assert len(lines) == 7
+    looks = {(ln.get_marker(), ln.get_linestyle(), ln.get_markersize()) for ln in lines}
+    assert len(looks) == 7  # no two curves look the same
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4", "8", "16"]

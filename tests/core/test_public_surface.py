@@ -90,6 +90,18 @@ def scheduler(be: Any) -> Any:
     return s
 
 
+def admission(be: Any) -> Any:
+    """Admission over 100 blocks: A admitted and away on tool a, B waiting for admission."""
+    policy = be.TTLPolicy(PolicyConfig(min_tool_samples=1, min_total_samples=1))
+    policy.observe_tool("a", 3.0)
+    ac = be.AdmissionControl(policy, 100)
+    ac.arrive("A", 0.0, 60)
+    assert ac.may_run("A", 0.0)
+    ac.finish("A", 1.0, 60, tool="a", rebuild_s=5.0)
+    ac.arrive("B", 2.0, 50)
+    return ac
+
+
 def tree(be: Any) -> Any:
     t = be.PrefixTree(max_nodes=8, group_depth=2, window=4, max_idle_groups=2, default_ttl_s=9.0)
     t.insert([1, 2, 3], 0.0)
@@ -127,6 +139,7 @@ OBJECTS: dict[str, Callable[[Any], Any]] = {
     "TTLPolicy": policy,
     "ProgramScheduler": scheduler,
     "PrefixTree": tree,
+    "AdmissionControl": admission,
 }
 
 #: (what, build, method or None for the constructor, valid keyword arguments).
@@ -192,6 +205,15 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
     ("PrefixTree", tree, "insert", dict(hash_ids=[1, 5], now=2.0)),
     ("PrefixTree", tree, "expire", dict(now=2.0)),
     ("PrefixTree", tree, "set_group_ttls", dict(ttls={(1,): 5.0})),
+    ("AdmissionControl", admission, "arrive", dict(program_id="A", now=3.0, blocks_needed=10)),
+    ("AdmissionControl", admission, "finish",
+     dict(program_id="B", now=3.0, blocks_held=50, tool="a", rebuild_s=1.0, last_turn=False)),
+    ("AdmissionControl", admission, "end", dict(program_id="B")),
+    ("AdmissionControl", admission, "next_use_s", dict(program_id="A", now=3.0)),
+    ("AdmissionControl", admission, "working_set_blocks", dict(now=3.0)),
+    ("AdmissionControl", admission, "may_run", dict(program_id="B", now=3.0)),
+    ("AdmissionControl", admission, "eviction_order", dict(program_ids=["A", "B"], now=3.0)),
+    ("AdmissionControl", admission, "admitted", dict(program_id="A")),
 ]  # fmt: skip
 
 
@@ -292,6 +314,8 @@ def test_defaults_give_the_same_objects(backends, name):
     ref, nat = backends
     if name == "ProgramScheduler":
         built = [be.ProgramScheduler(be.TTLPolicy(), 10, 1) for be in backends]
+    elif name == "AdmissionControl":
+        built = [be.AdmissionControl(be.TTLPolicy(), 10) for be in backends]
     else:
         built = [getattr(be, name)() for be in (ref, nat)]
     assert_same(views(built[0]), views(built[1]), name)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +26,17 @@ from ttlpolicy_vllm.offload_replay import (
     held_chunks,
     iter_sessions,
     make_manager,
+    mooncake_stream,
     replay,
+)
+
+#: the Mooncake excerpt the repository ships for tests (Apache-2.0, LICENSE beside it)
+MOONCAKE_EXCERPT = (
+    Path(__file__).resolve().parents[3]
+    / "tests"
+    / "data"
+    / "mooncake"
+    / "conversation_trace_head2000.jsonl.gz"
 )
 
 # fast refits so that small streams exercise fitted TTLs
@@ -362,3 +373,25 @@ def test_program_hints_are_bounded_and_consumed():
 def test_access_dataclass_is_what_replay_takes():
     s = replay("ttl", 4, [Access(0.0, "a", (1, 2, 3)), Access(1.0, "b", (1, 2, 3, 4))])
     assert s.hits_per_request == [0, 3] and s.chunks_requested == 7
+
+
+def test_mooncake_excerpt_replays_through_the_real_manager():
+    """The Mooncake excerpt shipped for tests (global hash ids, shared system prompts): the
+    tier stays within capacity, its indexes stay consistent, stores are held or evicted."""
+    path = MOONCAKE_EXCERPT
+    stream = mooncake_stream(path, max_requests=300)
+    distinct = len({h for a in stream for h in a.hash_ids})
+    capacity = distinct // 5
+    manager = make_manager("ttl", capacity)
+    policy = manager._policy
+    from ttlpolicy_vllm.offload_replay import ReplayStats, run_request
+
+    stats = ReplayStats("ttl", capacity)
+    for access in stream:
+        policy.clock, policy._t0 = (lambda t=access.t_s: t), 0.0
+        run_request(manager, access, stats)
+        assert held_chunks(manager) == len(policy.chunks) <= capacity
+    consistent(policy)
+    assert stats.hit_chunks > 0 and stats.evicted_chunks > 0 and stats.store_failures == 0
+    assert stats.evicted_chunks == stats.stored_chunks - held_chunks(manager)
+    assert policy.model.accesses == len(stream)

@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ttlpolicy.sim import (
     GPUS,
@@ -34,18 +35,27 @@ from ttlpolicy.sim import (
 )
 from ttlpolicy.sim.hardware import paper_hardware
 from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLOADS, paper_programs
-from ttlpolicy.sim.report import Progress, format_table, plot
+from ttlpolicy.sim.report import Progress, format_table
 from ttlpolicy.traces import detect_format, read_trace, sample_dir
+
+from ._args import finite_float, float_in, int_in, writable_file
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
 #: With ``--workload``: the CacheTTL paper's baselines and its ablation (Fig. 8, 16).
 PAPER_POLICIES = "vllm,autellix,continuum,program-fcfs,static-ttl,cachettl"
 SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
+MAX_CONCURRENCY = 1_000_000
+MAX_RATE_PER_S = 1e6
+MAX_CONTEXT_TOKENS = 10_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--trace", default=None, help="session file or folder (default: the shipped sample)"
+        "--trace",
+        metavar="PATH",
+        default=None,
+        help="session file or folder, or a Mooncake .jsonl / Azure .csv trace "
+        "(default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
         "--workload",
@@ -56,11 +66,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "swe-bench and 5 for bfcl)",
     )
     parser.add_argument(
-        "--programs", type=int, default=100, help="with --workload: programs generated"
+        "--programs",
+        metavar="N",
+        type=int_in(1, MAX_CONCURRENCY),
+        default=100,
+        help="with --workload: programs generated",
     )
     parser.add_argument(
         "--turn-scale",
-        type=int,
+        metavar="K",
+        type=int_in(1, 1000),
         default=1,
         help="with --workload: repeat each program's turns K times, tokens / K (Fig. 14)",
     )
@@ -76,47 +91,159 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, from: {', '.join(POLICY_NAMES)} (default: {DEFAULT_POLICIES}; "
         f"with --workload: {PAPER_POLICIES})",
     )
-    parser.add_argument("--model", default="llama-3.1-8b", choices=sorted(MODELS))
     parser.add_argument(
-        "--gpu", default=None, choices=sorted(GPUS), help="default h100-80g (b200 with --workload)"
+        "--model", default="llama-3.1-8b", choices=sorted(MODELS), help="simulated model"
+    )
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        choices=sorted(GPUS),
+        help="simulated GPU (default h100-80g; b200 with --workload)",
     )
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
-        "--rate", type=float, default=None, help="program arrivals per second (Poisson)"
+        "--rate",
+        metavar="PER_S",
+        type=float_in(0.0, MAX_RATE_PER_S, low_open=True),
+        default=None,
+        help="program arrivals per second (Poisson); open-loop traces: arrival-rate scale",
     )
     load.add_argument(
-        "--concurrency", type=int, default=None, help="programs in flight (default 8)"
+        "--concurrency",
+        metavar="N",
+        type=int_in(1, MAX_CONCURRENCY),
+        default=None,
+        help="programs in flight (closed loop; default 8)",
     )
     parser.add_argument(
         "--sweep",
         action="store_true",
-        help="sweep the load: × " + ", ".join(f"{f:g}" for f in SWEEP_FACTORS),
+        help="sweep the load: × "
+        + ", ".join(f"{f:g}" for f in SWEEP_FACTORS)
+        + " (concurrency capped at the trace's number of programs)",
     )
     parser.add_argument(
-        "--max-context", type=int, default=120_000, help="token cap on a call (model limit)"
-    )
-    parser.add_argument("--context-mode", choices=("truncate", "skip"), default="truncate")
-    parser.add_argument(
-        "--think-cap", type=float, default=300.0, help="cap on think/tool gaps, s (<0: none)"
-    )
-    parser.add_argument("--think-scale", type=float, default=1.0)
-    parser.add_argument("--human-turns", choices=("keep", "drop"), default="keep")
-    parser.add_argument(
-        "--cpu-tier-gb", type=float, default=256.0, help="CPU tier for offloading policies"
+        "--max-context",
+        metavar="TOKENS",
+        type=int_in(1, MAX_CONTEXT_TOKENS),
+        default=120_000,
+        help="token cap on a call (model limit)",
     )
     parser.add_argument(
-        "--efficiency", type=float, default=0.6, help="fraction of peak FLOP/s and bandwidth"
+        "--context-mode",
+        choices=("truncate", "skip"),
+        default="truncate",
+        help="a call over --max-context: cut its context, or drop the session",
     )
     parser.add_argument(
         "--hardware",
         default=None,
         help="hardware profile JSON (ttlpolicy_vllm.calibrate); replaces --model/--gpu",
     )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="write all results here")
     parser.add_argument(
-        "--plot", default=None, help="write a completion-time-vs-load plot here (matplotlib)"
+        "--think-cap",
+        metavar="S",
+        type=finite_float,
+        default=300.0,
+        help="cap on think/tool gaps, s (negative: no cap)",
     )
+    parser.add_argument(
+        "--think-scale",
+        metavar="X",
+        type=float_in(0.0, 1e6),
+        default=1.0,
+        help="multiply every think/tool gap by this",
+    )
+    parser.add_argument(
+        "--human-turns",
+        choices=("keep", "drop"),
+        default="keep",
+        help="keep or drop the gaps before human (non-tool) turns",
+    )
+    parser.add_argument(
+        "--cpu-tier-gb",
+        metavar="GB",
+        type=float_in(0.0, 1e6),
+        default=256.0,
+        help="CPU (DRAM) tier of the offloading policies, GB (0: none)",
+    )
+    parser.add_argument(
+        "--efficiency",
+        metavar="FRACTION",
+        type=float_in(0.0, 1.0, low_open=True),
+        default=0.6,
+        help="fraction of peak FLOP/s and bandwidth reached",
+    )
+    parser.add_argument(
+        "--seed",
+        metavar="N",
+        type=int_in(0, 2**32 - 1),
+        default=0,
+        help="seed of the arrival process",
+    )
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        type=writable_file,
+        default=None,
+        help="write all results here (JSON)",
+    )
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        type=writable_file,
+        default=None,
+        help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",
+    )
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
+    return plt
+
+
+def figure(results: list[dict], load_name: str, title: str) -> Any:
+    """Mean completion time against load, one curve per policy (a matplotlib Figure)."""
+    fig, ax = _pyplot().subplots(figsize=(7, 4.5))
+    policies = list(dict.fromkeys(r["policy"] for r in results))
+    markers, styles = "osD^vP*Xh<>", ("-", "--", "-.", ":")
+    for i, pol in enumerate(policies):
+        pts = sorted((r["load"], r["summary"]["jct_mean_s"]) for r in results if r["policy"] == pol)
+        # Policies often tie: a marker, a line style and a size each, so that curves drawn
+        # on top of each other stay visible.
+        ax.plot(
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            marker=markers[i % len(markers)],
+            linestyle=styles[i % len(styles)],
+            markersize=9 - 0.8 * (i % 5),
+            markerfacecolor="none",
+            label=pol,
+        )
+    loads = sorted({r["load"] for r in results})
+    if len(loads) > 1 and loads[0] > 0:
+        ax.set_xscale("log", base=2)  # sweep points are load × 0.5, 1, 2, 4: evenly spaced
+        ax.set_xticks(loads, [f"{x:g}" for x in loads])
+        ax.minorticks_off()
+    ax.set_title(title, fontsize="medium")
+    ax.set_xlabel(load_name)
+    ax.set_ylabel("mean program completion time (s)")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
+    fig = figure(results, load_name, title)
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
 
 
 def _hardware(args: argparse.Namespace) -> Hardware:
@@ -142,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
+    if args.plot:
+        _pyplot()  # and on a missing matplotlib
     config, cpu_tier = None, None
     if args.workload:
         if args.trace:
@@ -161,6 +290,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         trace = args.trace or str(sample_dir())
         if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+            # Open loop: these flags would be silently ignored, so refuse them.
+            ignored = {
+                "--concurrency": args.concurrency is not None,
+                "--sweep": args.sweep,
+                "--plot": args.plot is not None,
+            }
+            for flag, given in ignored.items():
+                if given:
+                    raise ValueError(
+                        f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
+                        "replayed open loop at its recorded times (--rate scales them)"
+                    )
             return run_open_loop(args, trace, policies)
         programs = load_trace_programs(args, trace)
         hw = _hardware(args)
@@ -171,9 +312,13 @@ def run(args: argparse.Namespace) -> int:
             "concurrency (programs)",
             args.concurrency if args.concurrency is not None else 8,
         )
-    loads = [base * f for f in SWEEP_FACTORS] if args.sweep else [base]
+    asked = [base * f for f in SWEEP_FACTORS] if args.sweep else [base]
+    loads = asked
     if args.rate is None:
-        loads = sorted({max(1, round(x)) for x in loads})
+        # More programs in flight than the trace has would only repeat the last point.
+        loads = sorted({min(max(1, round(x)), len(programs)) for x in asked})
+        if max(asked) > len(programs):
+            print(f"(concurrency capped at the trace's {len(programs)} programs)", file=sys.stderr)
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
         f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
@@ -217,7 +362,16 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
-        plot(results, args.plot, load_name)
+        source = (
+            "the shipped sample sessions"
+            if args.trace is None and not args.workload
+            else Path(trace).name
+        )
+        title = (
+            f"{len(programs)} programs from {source}, {hw.model.name} on {hw.gpu.name}\n"
+            "(curves drawn on top of each other: policies that tie)"
+        )
+        plot(results, args.plot, load_name, title)
     return 0
 
 

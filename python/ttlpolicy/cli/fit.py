@@ -13,13 +13,25 @@ import argparse
 import ttlpolicy as tp
 from ttlpolicy.traces import read_trace, sample_dir
 
+from ._args import int_in
+
+MAX_PREFIX_TOKENS = 1 << 40  # what the cache-miss model accepts
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--trace", default=None, help="session file or folder (default: the shipped sample)"
+        "--trace",
+        metavar="PATH",
+        default=None,
+        help="agentic session file or folder with stop reasons "
+        "(default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
-        "--prefix-tokens", type=int, default=50_000, help="context of the request to price"
+        "--prefix-tokens",
+        metavar="TOKENS",
+        type=int_in(0, MAX_PREFIX_TOKENS),
+        default=50_000,
+        help="context of the request to price, tokens",
     )
 
 
@@ -37,6 +49,12 @@ def tool_gaps_s(path: str) -> list[float]:
 def run(args: argparse.Namespace) -> int:
     path = args.trace or str(sample_dir())
     gaps = tool_gaps_s(path)
+    if not gaps:
+        # Without a single tool gap the table would only echo the built-in prior.
+        raise ValueError(
+            f"{path}: no tool gaps (no request follows a 'tool_use' answer of its session); "
+            "fit needs agentic sessions with stop reasons, not a Mooncake or Azure trace"
+        )
     policy = tp.TTLPolicy(tp.PolicyConfig())
     for g in gaps:
         policy.observe_tool("tool_use", g)

@@ -37,6 +37,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..traces import HashScopes, read_trace, sample_dir
+from ._args import float_in, int_in
+
 DEFAULT_TIERS = {"dram": 0.0036, "ssd": 0.00011}
 GLOBAL_TTL_GRID_S = (
     0.0,
@@ -55,6 +58,9 @@ GLOBAL_TTL_GRID_S = (
     3600.0,
 )
 GIB = float(1 << 30)
+MAX_BLOCKS = 1 << 31  # what the prefix tree can hold
+MAX_GROUP_DEPTH = 64
+MAX_TTL_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -85,8 +91,10 @@ class Outcome:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--trace",
-        required=True,
-        help="trace file (.jsonl[.gz], .json[.gz]) or directory of sessions",
+        metavar="PATH",
+        default=None,
+        help="trace with block hashes: agentic session file (.json[.gz]) or folder of them, "
+        "or a Mooncake trace (.jsonl[.gz]) (default: the 16 shipped sample sessions)",
     )
     parser.add_argument(
         "--tier",
@@ -96,33 +104,63 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--capacity-blocks",
-        type=int,
+        metavar="BLOCKS",
+        type=int_in(1, MAX_BLOCKS),
         help="tier capacity in blocks (default: 1/4 of the distinct blocks)",
     )
     parser.add_argument(
-        "--group-depth", type=int, default=2, help="grouping depth of the prefix tree (default 2)"
+        "--group-depth",
+        metavar="BLOCKS",
+        type=int_in(1, MAX_GROUP_DEPTH),
+        default=2,
+        help="blocks of prefix that name a group in the prefix tree",
     )
     parser.add_argument(
-        "--max-ttl-s", type=float, default=3600.0, help="longest TTL considered (default 3600)"
+        "--max-ttl-s",
+        metavar="S",
+        type=float_in(0.0, MAX_TTL_S, low_open=True),
+        default=3600.0,
+        help="longest TTL considered, s",
     )
     parser.add_argument(
         "--bytes-per-token",
-        type=float,
+        metavar="BYTES",
+        type=float_in(0.0, 1e9, low_open=True),
         default=131072.0,
         help="KV bytes per token (default: Llama-3.1-8B, bf16)",
     )
     parser.add_argument(
-        "--prefill-tokens-per-s", type=float, default=20000.0, help="prefill rate (default 20000)"
+        "--prefill-tokens-per-s",
+        metavar="PER_S",
+        type=float_in(0.0, 1e12, low_open=True),
+        default=20000.0,
+        help="prefill rate of the GPU, tokens/s",
     )
     parser.add_argument(
-        "--gpu-usd-per-hour", type=float, default=4.0, help="GPU price (default 4.0)"
+        "--gpu-usd-per-hour",
+        metavar="USD",
+        type=float_in(0.0, 1e6, low_open=True),
+        default=4.0,
+        help="GPU price, $ per GPU-hour",
     )
-    parser.add_argument("--top", type=int, default=10, help="groups shown (default 10)")
     parser.add_argument(
-        "--max-requests", type=int, help="replay only the first N requests (by arrival)"
+        "--top",
+        metavar="N",
+        type=int_in(0, MAX_BLOCKS),
+        default=10,
+        help="largest groups shown (0: none)",
     )
     parser.add_argument(
-        "--max-sessions", type=int, help="read only the first N session files of a directory"
+        "--max-requests",
+        metavar="N",
+        type=int_in(1, MAX_BLOCKS),
+        help="replay only the first N requests (by arrival)",
+    )
+    parser.add_argument(
+        "--max-sessions",
+        metavar="N",
+        type=int_in(1, MAX_BLOCKS),
+        help="read only the first N session files of a directory",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -147,11 +185,10 @@ def parse_tiers(specs: Sequence[str] | None) -> dict[str, float]:
 
 def load_requests(
     path: str | Path, max_requests: int | None = None, max_sessions: int | None = None
-) -> tuple[list[Request], int]:
-    """Requests with block hashes, sorted by arrival; and the trace's block size in tokens.
+) -> tuple[list[Request], int, HashScopes]:
+    """Requests with block hashes, sorted by arrival; the trace's block size in tokens; and
+    the mapping that made block ids unique across files (to name groups).
     ``max_sessions``: stop reading at the first record of the (N+1)-th session file."""
-    from ..traces import HashScopes, read_trace
-
     scopes = HashScopes()
     out: list[Request] = []
     block_tokens = 0
@@ -163,6 +200,12 @@ def load_requests(
             break
         if not rec.hash_ids:
             continue
+        if rec.block_tokens <= 0:
+            # Blocks of 0 tokens would price every hit at $0 and every TTL at 0.
+            raise ValueError(
+                f"{path}: session {rec.session_id!r} has hash_ids but block_size "
+                f"{rec.block_tokens}: blocks must hold at least one token"
+            )
         if block_tokens and rec.block_tokens != block_tokens:
             raise ValueError(
                 f"{path}: mixed block sizes ({block_tokens} and {rec.block_tokens} tokens)"
@@ -172,7 +215,7 @@ def load_requests(
     if not out:
         raise ValueError(f"{path}: no request carries block hashes (hash_ids): nothing to replay")
     out.sort(key=lambda r: r.arrival_s)  # stable: ties keep file order
-    return (out[:max_requests] if max_requests else out), block_tokens
+    return (out[:max_requests] if max_requests else out), block_tokens, scopes
 
 
 class Progress:
@@ -239,8 +282,14 @@ def _hours(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else f"{x:.4g}"
 
 
-def _key_text(key: Sequence[int]) -> str:
-    text = ",".join(str(h) for h in key)
+def group_name(key: Sequence[int], scopes: HashScopes) -> str:
+    """A group as people read it: ``session:blocks`` for per-file block ids (the ids the trace
+    recorded, not the 64-bit ids made unique across files), the ids themselves otherwise."""
+    origins = [o for o in (scopes.origin(h) for h in key) if o is not None]
+    if origins and len(origins) == len(key) and len({o[0] for o in origins}) == 1:
+        text = f"{origins[0][0]}:" + ",".join(str(o[1]) for o in origins)
+    else:
+        text = ",".join(str(h) for h in key)
     return text if len(text) <= 24 else text[:21] + "..."
 
 
@@ -248,19 +297,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import ttlpolicy as tp
 
     out = out or sys.stdout
-    tiers = parse_tiers(args.tier)
-    if args.group_depth < 1:
-        raise ValueError(f"--group-depth must be >= 1, got {args.group_depth}")
-    for name in ("max_ttl_s", "bytes_per_token", "prefill_tokens_per_s", "gpu_usd_per_hour"):
-        v = getattr(args, name)
-        if not math.isfinite(v) or v <= 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be a finite number > 0, got {v}")
-    for name in ("max_requests", "max_sessions"):
-        v = getattr(args, name)
-        if v is not None and v < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    tiers = parse_tiers(args.tier)  # numbers were checked by their argparse types
 
-    requests, block_tokens = load_requests(args.trace, args.max_requests, args.max_sessions)
+    trace = args.trace or str(sample_dir())
+    requests, block_tokens, scopes = load_requests(trace, args.max_requests, args.max_sessions)
     block_gib = args.bytes_per_token * block_tokens / GIB
     benefit = block_tokens / args.prefill_tokens_per_s * args.gpu_usd_per_hour / 3600.0
     grid = sorted({t for t in GLOBAL_TTL_GRID_S if t <= args.max_ttl_s} | {args.max_ttl_s})
@@ -276,8 +316,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     learned, *_ = replay(lambda: unbounded, requests, progress, "learning reuse intervals")
     distinct = len(learned)
     capacity = args.capacity_blocks if args.capacity_blocks is not None else max(1, distinct // 4)
-    if capacity < 1:
-        raise ValueError(f"--capacity-blocks must be >= 1, got {capacity}")
     groups = learned.groups()
     pooled = [x for g in groups for x in g.reuse_s]
 
@@ -314,7 +352,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     # ---- report --------------------------------------------------------------------------
     p = lambda *a: print(*a, file=out)  # noqa: E731
     span_s = requests[-1].arrival_s - requests[0].arrival_s
-    p(f"trace: {args.trace}")
+    p(f"trace: {trace}")
     p(
         f"requests {len(requests)}, blocks requested {lru.blocks}, distinct blocks {distinct}, "
         f"block = {block_tokens} tokens = {block_gib * 1024:.1f} MiB, span {span_s / 3600:.2f} h"
@@ -339,7 +377,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     p(head + "".join(f"{'TTL ' + k + ' s':>14}" for k in tiers))
     for g in top:
         med = statistics.median(g.reuse_s) if g.reuse_s else float("nan")
-        row = f"{_key_text(g.key):<26}{g.blocks:>8}{g.accesses:>9}{g.hits:>9}{med:>16.1f}"
+        row = f"{group_name(g.key, scopes):<26}{g.blocks:>8}{g.accesses:>9}{g.hits:>9}{med:>16.1f}"
         p(row + "".join(f"{per_tier[k][1][tuple(g.key)]:>14g}" for k in tiers))
     for name, (price_block_h, _, roi, grouped) in per_tier.items():
         best = max(sweep, key=lambda o: o.value(benefit, price_block_h))

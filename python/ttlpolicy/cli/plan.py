@@ -70,7 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="depth,reuse",
         help="group-TTL rules searched: depth,reuse ('' for none)",
     )
-    a("--billing", choices=("provisioned", "held"), default="provisioned")
+    a(
+        "--billing",
+        choices=("provisioned", "held"),
+        default="provisioned",
+        help="charge DRAM/SSD for the capacity provisioned, or for the GB-hours actually held",
+    )
     a("--gain-threshold", type=float, default=0.02, help="stop growing a tier below this gain")
     a("--hv-threshold", type=float, default=0.002, help="stop refining below this HV gain")
     a("--rate-scale", type=float, default=1.0, help="arrival rate multiplier (load)")

@@ -85,6 +85,9 @@ class Engine:
         self._arrivals: ConcurrencyArrivals | None = None
         self.peak_used_blocks = 0
         policy.bind(_View(self))
+        # An optional hook of the policy: its eviction order of free cached chains.
+        order = getattr(policy, "eviction_order", None)
+        self.kv.eviction_order = order() if order is not None else None
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:

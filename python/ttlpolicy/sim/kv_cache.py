@@ -24,6 +24,7 @@ always; nothing ever exceeds the capacity.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from .interface import Verdict
 
@@ -44,6 +45,8 @@ class KVCache:
         self.cpu_used = 0
         self.evicted_blocks = 0
         self.offloaded_blocks = 0
+        # A policy's eviction order of free chains (programs, first to go first); None: LRU.
+        self.eviction_order: Callable[[list[str]], list[str]] | None = None
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -65,8 +68,15 @@ class KVCache:
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""
+        order = None
+        if self.eviction_order is not None and self.free_blocks < need and self._free:
+            order = iter(self.eviction_order(list(self._free)))
         while self.free_blocks < need and self._free:
-            program, blocks = next(iter(self._free.items()))
+            if order is None:
+                program, blocks = next(iter(self._free.items()))
+            else:
+                program = next(order)
+                blocks = self._free[program]
             take = min(blocks, need - self.free_blocks)
             keep = blocks - take
             if keep:

@@ -150,6 +150,8 @@ class TTLCachePolicy(CachePolicy):
         self._waiting: dict[GroupKey, float] = {}  # group -> end of its program's tool wait
         self.evict_calls = 0
         self.expired_evictions = 0
+        self._fits: dict[GroupKey, tuple[float, float]] = {}  # (ttl_s, roi) as of refit #
+        self._fits_refit = -1
 
     def _make_model(self) -> None:
         s = self.settings
@@ -191,6 +193,7 @@ class TTLCachePolicy(CachePolicy):
         self._lru.clear()
         self._ended.clear()
         self._waiting.clear()
+        self._fits.clear()
         self._make_model()
 
     def _place(self, key: OffloadKey, group: GroupKey, now: float) -> None:
@@ -270,13 +273,24 @@ class TTLCachePolicy(CachePolicy):
             # after every live group, unless it outlives the pooled TTL
             deadline = last_access_s + model.pooled()[0]
             return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
-        deadline = last_access_s + model.ttl_s(group)
+        ttl_s, roi = self._fit(group)
+        deadline = last_access_s + ttl_s
         if deadline < now:
             return (0.0, deadline)
-        roi = model.roi(group)
         if self._waiting.get(group, -math.inf) > now:
             return (2.0, roi, last_access_s)
         return (1.0, roi, last_access_s)
+
+    def _fit(self, group: GroupKey) -> tuple[float, float]:
+        """The group's (TTL, ROI), cached until the model's next refit (they change only
+        then): ranking touches every group on each evict."""
+        if self._fits_refit != self.model.refits:
+            self._fits.clear()
+            self._fits_refit = self.model.refits
+        fit = self._fits.get(group)
+        if fit is None:
+            fit = self._fits[group] = (self.model.ttl_s(group), self.model.roi(group))
+        return fit
 
     def _candidates(self, group: GroupKey, protected: set[OffloadKey]) -> Iterator[tuple]:
         """The group's evictable chunks, least recently used first: (key, last access, chunk)."""

@@ -33,8 +33,9 @@ class ProgramRequestQueue(RequestQueue):
         self._blocks_needed = blocks_needed
         self._requests: dict[str, Request] = {}  # queued, by id
         self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
-        #: what ``arrive`` returned for each new request (the pin it consumed, or None);
-        #: read and cleared by TTLScheduler.add_request
+        #: the pin a new request consumed on ``arrive`` (only requests that consumed one);
+        #: read and cleared by TTLScheduler.add_request, so it holds at most the request
+        #: being added
         self.consumed: dict[str, Any] = {}
         self._removed: set[str] = set()  # removed by vLLM, not yet settled
 
@@ -44,9 +45,11 @@ class ProgramRequestQueue(RequestQueue):
         if key in self._popped:
             self._requeue(key, request)
             return
-        self.consumed[request.request_id] = self._programs.arrive(
+        pin = self._programs.arrive(
             key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
         )
+        if pin is not None:
+            self.consumed[request.request_id] = pin
         self._requests[key] = request
 
     def pop_request(self) -> Request:
@@ -113,6 +116,9 @@ class ProgramRequestQueue(RequestQueue):
             request = self._requests.pop(key, None)
             if request is not None:
                 self.add_request(request)
+                # Nobody reads it (TTLScheduler.add_request is not on this path): without
+                # this every re-admission would leave an entry behind.
+                self.consumed.pop(request.request_id, None)
             self._popped.discard(key)
 
     def state(self, request_id: str) -> str | None:

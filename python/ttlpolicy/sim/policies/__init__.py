@@ -25,6 +25,11 @@ NAMES = (
     "cachettl",
     "static-ttl",
     "program-fcfs",
+    # ablations (also on ttlpolicy-offload, and '+'-joined): the named mechanism switched off
+    "ttlpolicy:admission",
+    "ttlpolicy:evict",
+    "ttlpolicy:pins",
+    "ttlpolicy:classic",  # the model before load control
 )
 SIMPLE = {
     "vllm": VLLM,
@@ -40,14 +45,11 @@ def make_policy(name: str) -> Policy:
     name = name.strip()
     if name in SIMPLE:
         return SIMPLE[name]()
-    if name == "ttlpolicy":
-        from .ttlpolicy_plugin import TTLPolicyPlugin
+    base, _, variant = name.partition(":")
+    if base in ("ttlpolicy", "ttlpolicy-offload"):
+        from .ttlpolicy_plugin import make_ttlpolicy
 
-        return TTLPolicyPlugin()
-    if name == "ttlpolicy-offload":
-        from .ttlpolicy_plugin import TTLPolicyOffload
-
-        return TTLPolicyOffload()
+        return make_ttlpolicy(base, variant)
     if name in ("cachettl", "static-ttl", "program-fcfs"):
         from .cachettl import CacheTTL, ProgramFCFS, StaticTTL
 

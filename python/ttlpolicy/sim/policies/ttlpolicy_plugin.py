@@ -6,6 +6,8 @@ translates engine events into their calls and their answers into engine actions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import ttlpolicy as tp
 
 from ..call import Call
@@ -23,11 +25,22 @@ class TTLPolicyPlugin:
     sched: tp.ProgramScheduler
 
     def __init__(
-        self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5
+        self,
+        config: tp.PolicyConfig | None = None,
+        pin_budget_fraction: float = 0.5,
+        *,
+        admission: bool = True,
+        evict_by_next_use: bool = True,
+        classic: bool = False,
     ) -> None:
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
         self.config = config
+        # The default model switches load control on; ``classic`` is the model without it.
+        self._switches = {
+            "admission": admission and not classic,
+            "evict_by_next_use": evict_by_next_use and not classic,
+        }
         self.pin_budget_fraction = pin_budget_fraction
         self._calls: dict[str, Call] = {}
 
@@ -35,7 +48,9 @@ class TTLPolicyPlugin:
         self.view = view
         total = self._total_blocks(view)
         hw = view.hardware
-        cfg = self.config or tp.PolicyConfig(kv_bytes_per_token=hw.kv_bytes_per_token)
+        cfg = self.config or tp.PolicyConfig(
+            kv_bytes_per_token=hw.kv_bytes_per_token, **self._switches
+        )
         self.ttl_policy = tp.TTLPolicy(cfg)
         self._total = total
         self.sched = tp.ProgramScheduler(
@@ -43,6 +58,9 @@ class TTLPolicyPlugin:
             total_blocks=total,
             pin_budget_blocks=int(total * self.pin_budget_fraction),
         )
+        self.admission = None
+        if cfg.admission or cfg.evict_by_next_use:
+            self.admission = tp.AdmissionControl(self.ttl_policy, total_blocks=total)
 
     @staticmethod
     def _total_blocks(view: EngineView) -> int:
@@ -53,17 +71,27 @@ class TTLPolicyPlugin:
         b = self.view.config.block_tokens
         rid = str(call.call_id)
         self._calls[rid] = call
-        return (
-            self.sched.arrive(rid, call.program_id, now, min(-(-call.prompt // b), self._total))
-            is not None
-        )
+        blocks = min(-(-call.prompt // b), self._total)
+        if self.admission is not None:
+            self.admission.arrive(call.program_id, now, blocks)
+        return self.sched.arrive(rid, call.program_id, now, blocks) is not None
 
     def requeue(self, call: Call, now: float) -> None:
         self.sched.preempt(str(call.call_id), now)
 
     def peek(self) -> Call | None:
         rid = self.sched.peek()
-        return None if rid is None else self._calls[rid]
+        if rid is None:
+            return None
+        call = self._calls[rid]
+        ac = self.admission
+        if (
+            ac is not None
+            and self.config_admission
+            and not ac.may_run(call.program_id, self.view.now)
+        ):
+            return None  # the head waits for admission (FCFS: nobody younger may pass)
+        return call
 
     def pop(self) -> Call:
         return self._calls[self.sched.pop(self.view.now)]
@@ -79,14 +107,19 @@ class TTLPolicyPlugin:
         rid = str(call.call_id)
         del self._calls[rid]
         tokens = chain_blocks * self.view.config.block_tokens
+        miss_s = self.miss_cost_s(tokens)
         done = self.sched.finish(
             rid,
             now,
             chain_blocks,
             tool=call.turn.tool,
             last_turn=last_turn,
-            cache_miss_cost_s=self.miss_cost_s(tokens),
+            cache_miss_cost_s=miss_s,
         )
+        if self.admission is not None:
+            self.admission.finish(
+                call.program_id, now, chain_blocks, call.turn.tool, miss_s, last_turn
+            )
         return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
@@ -105,6 +138,18 @@ class TTLPolicyPlugin:
     def program_done(self, program_id: str, turns: int) -> None:
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
+    @property
+    def config_admission(self) -> bool:
+        return self.ttl_policy.config.admission
+
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        """An optional hook of the engine: the order in which free cached chains are evicted
+        (programs, first to go first), or None for LRU."""
+        if self.admission is None or not self.ttl_policy.config.evict_by_next_use:
+            return None
+        ac, view = self.admission, self.view
+        return lambda programs: ac.eviction_order(programs, view.now)
+
 
 class TTLPolicyOffload(TTLPolicyPlugin):
     """ttlpolicy on an engine with a CPU tier (as ``vllm-offload``): blocks evicted from the
@@ -116,3 +161,33 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 
     def miss_cost_s(self, tokens: int) -> float:
         return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
+
+
+#: Mechanisms of the default model that a variant name may switch off (ablation).
+MECHANISMS = ("admission", "evict", "pins")
+
+
+def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
+    """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
+    ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
+    model before load control (no admission, LRU eviction, pins by the cost model)."""
+    cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
+    off = {v.strip() for v in variant.split("+") if v.strip()}
+    if off == {"classic"}:
+        plugin = cls(classic=True)
+        plugin.name = f"{base}:classic"
+        return plugin
+    unknown = off - set(MECHANISMS)
+    if unknown:
+        raise ValueError(
+            f"unknown mechanism {sorted(unknown)[0][:64]!r} in {base}:{variant[:64]}; "
+            f"known: {', '.join(MECHANISMS)}, or classic"
+        )
+    plugin = cls(
+        admission="admission" not in off,
+        evict_by_next_use="evict" not in off,
+        pin_budget_fraction=0.0 if "pins" in off else 0.5,
+    )
+    if off:
+        plugin.name = f"{base}:{'+'.join(sorted(off))}"
+    return plugin

@@ -1,0 +1,157 @@
+//! Native `AdmissionControl`: the same names, signatures, results and exceptions as
+//! `ttlpolicy.reference.admission`. Conversions only; every rule lives in
+//! `ttlpolicy_core::admission`. It keeps the very `TTLPolicy` object it was given and reads
+//! its tool-gap statistics through `borrow`.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use ttlpolicy_core::admission::AdmissionControl;
+
+use crate::convert::{call1, tool_now, type_name, Arg, Args};
+use crate::policy::PyTTLPolicy;
+use crate::scheduler::{id_str, items, Flag};
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyAdmissionControl>()
+}
+
+/// Working-set admission and next-use eviction order over a `TTLPolicy` (read, not copied).
+#[pyclass(name = "AdmissionControl", module = "ttlpolicy._native")]
+pub struct PyAdmissionControl {
+    inner: AdmissionControl,
+    policy: Py<PyTTLPolicy>,
+}
+
+#[pymethods]
+impl PyAdmissionControl {
+    #[new]
+    fn new(policy: &Bound<'_, PyAny>, total_blocks: Arg<i64>) -> PyResult<Self> {
+        let policy = policy.downcast::<PyTTLPolicy>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "policy must be a TTLPolicy, got {}",
+                type_name(policy)
+            ))
+        })?;
+        let inner = call1("total_blocks", total_blocks, AdmissionControl::new)?;
+        Ok(PyAdmissionControl {
+            inner,
+            policy: policy.clone().unbind(),
+        })
+    }
+
+    #[getter]
+    fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
+        self.policy.clone_ref(py)
+    }
+
+    #[getter]
+    fn total_blocks(&self) -> i64 {
+        self.inner.total_blocks()
+    }
+
+    fn arrive(
+        &mut self,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_needed: Arg<i64>,
+    ) -> PyResult<()> {
+        let pid = id_str("program_id", program_id)?;
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        let b = args.take("blocks_needed", blocks_needed);
+        let r = self.inner.arrive(pid, t, b);
+        args.finish(r)
+    }
+
+    #[pyo3(signature = (program_id, now, blocks_held, tool = None, rebuild_s = Arg::Ok(0.0), last_turn = Flag(Ok(false))))]
+    fn finish(
+        &mut self,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_held: Arg<i64>,
+        tool: Option<&Bound<'_, PyAny>>,
+        rebuild_s: Arg<f64>,
+        last_turn: Flag,
+    ) -> PyResult<()> {
+        let tool = tool_now(tool)?;
+        let last = last_turn.get("last_turn")?;
+        let pid = id_str("program_id", program_id)?;
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        let b = args.take("blocks_held", blocks_held);
+        let rb = args.take("rebuild_s", rebuild_s);
+        let r = self.inner.finish(pid, t, b, tool.as_deref(), rb, last);
+        args.finish(r)
+    }
+
+    fn end(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let pid = id_str("program_id", program_id)?;
+        Args::new().finish(self.inner.end(pid))
+    }
+
+    fn next_use_s(
+        &mut self,
+        py: Python<'_>,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<f64> {
+        let pid = id_str("program_id", program_id)?;
+        let policy = self.policy.borrow(py);
+        call1("now", now, |t| self.inner.next_use_s(policy.core(), pid, t))
+    }
+
+    fn working_set_blocks(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<i64> {
+        let policy = self.policy.borrow(py);
+        call1("now", now, |t| {
+            self.inner.working_set_blocks(policy.core(), t)
+        })
+    }
+
+    fn may_run(
+        &mut self,
+        py: Python<'_>,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<bool> {
+        let pid = id_str("program_id", program_id)?;
+        let policy = self.policy.borrow(py);
+        call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
+    }
+
+    fn eviction_order(
+        &mut self,
+        py: Python<'_>,
+        program_ids: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<Vec<String>> {
+        let mut ids: Vec<&str> = Vec::new();
+        let items = items("program_ids", "str", program_ids)?;
+        for item in &items {
+            ids.push(id_str("program_ids", item)?);
+        }
+        let policy = self.policy.borrow(py);
+        call1("now", now, |t| {
+            self.inner.eviction_order(policy.core(), &ids, t)
+        })
+    }
+
+    fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let pid = id_str("program_id", program_id)?;
+        Args::new().finish(self.inner.admitted(pid))
+    }
+
+    #[getter]
+    fn admitted_count(&self) -> usize {
+        self.inner.admitted_count()
+    }
+
+    #[getter]
+    fn program_count(&self) -> usize {
+        self.inner.program_count()
+    }
+
+    #[getter]
+    fn waiting_count(&self) -> usize {
+        self.inner.waiting_count()
+    }
+}

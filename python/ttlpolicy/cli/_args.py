@@ -1,0 +1,98 @@
+"""Argument types shared by the sub-commands: every number is checked when the command line is
+parsed, before any work, and a bad one is refused with the flag, the value and the allowed
+range (argparse prefixes the flag: ``argument --concurrency: must be an integer in [1, ...]``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions keep their line breaks and bullets; a flag with a default shows it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default not in (None, False, argparse.SUPPRESS) and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else format(x, ".15g")
+
+
+def _range_text(low: float, high: float | None, low_open: bool = False) -> str:
+    if high is None:
+        return f"{'>' if low_open else '>='} {_num(low)}"
+    return f"in {'(' if low_open else '['}{_num(low)}, {_num(high)}]"
+
+
+def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An integer in ``[low, high]`` (``high`` None: no upper bound)."""
+
+    def parse(text: str) -> int:
+        rng = _range_text(low, high)
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer {rng}, got {text!r}") from None
+        if n < low or (high is not None and n > high):
+            raise argparse.ArgumentTypeError(f"must be an integer {rng}, got {n}")
+        return n
+
+    parse.__name__ = "integer"  # argparse names the type in its fallback message
+    return parse
+
+
+def float_in(
+    low: float, high: float | None = None, *, low_open: bool = False
+) -> Callable[[str], float]:
+    """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``); nan and inf are
+    refused, so a typo cannot silently mean "no limit"."""
+
+    def parse(text: str) -> float:
+        rng = _range_text(low, high, low_open)
+        try:
+            x = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {rng}, got {text!r}") from None
+        too_low = x <= low if low_open else x < low
+        if not math.isfinite(x) or too_low or (high is not None and x > high):
+            raise argparse.ArgumentTypeError(f"must be a finite number {rng}, got {text!r}")
+        return x
+
+    parse.__name__ = "number"
+    return parse
+
+
+def finite_float(text: str) -> float:
+    """Any finite number (the flag gives negative values a meaning of its own)."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return x
+
+
+def writable_file(text: str) -> str:
+    """An output file we will be able to write, checked before any work is done (a run of
+    minutes should not end in "permission denied").  Nothing is created here."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text!r}: no such directory {str(parent)!r}"
+        )
+    target = p if p.exists() else parent
+    if not os.access(target, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    return text

@@ -1,0 +1,282 @@
+"""Program-level admission and eviction order: which programs may run, whose cache goes first.
+
+On long-context agent sessions an engine holds the contexts of only a few programs.  Let in
+more and every returning call finds its context evicted and re-prefills it: the engine
+thrashes (Denning, "Thrashing: its causes and prevention", 1968).  This module keeps the
+*working set* — the contexts of admitted programs expected back soon — within memory, and
+chooses the cache to evict by expected time to next use instead of LRU.
+
+Inputs, per program (the engine reports them; the tool-gap CDF is the policy's
+``ToolHistory``, fed by ``ProgramScheduler`` with every measured gap):
+
+* ``blocks``: its footprint, the blocks of its latest context (``arrive``: blocks needed;
+  ``finish``: blocks held; the larger since contexts only grow);
+* ``rebuild_s``: what losing that context costs (``finish``: the prefill time, or the reload
+  time from an offload tier);
+* the tool its last call ended with, and when.
+
+Rules (the same in both backends):
+
+* **Next use.**  A program with a live request (waiting or running) uses its context now: 0.
+  A program away on tool ``f`` for ``e`` seconds returns, by the median of ``f``'s durations
+  longer than ``e``, in ``median(D | D > e) − e`` seconds — ``D`` from the tool's window when
+  it holds ``min_tool_samples``, else the global window, else an exponential prior of mean
+  ``prior_mean_s`` (memoryless: ``μ·ln 2``).  A program whose last call ended without a tool
+  (the turn ended; it waits on a human or on nothing), or whose gap has outlasted every
+  recorded duration, is not expected back: ``inf``.
+* **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
+  next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
+  to rebuild.  Rebuilding a context is a prefill that takes the engine's step budget, so it
+  stalls each of the ``n`` programs sharing the engine for about ``rebuild_s``; keeping it
+  only idles its blocks until the program is back.  With an offload tier ``rebuild_s`` is
+  the reload time, the working set shrinks, and admission rarely holds anyone back.
+* **Admission** (load control): programs are admitted first-come-first-served by their
+  first arrival.  The oldest program not yet admitted (any of them on a tie) is admitted
+  when no program is admitted, or when the working set plus its expected footprint fits
+  ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
+  that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
+  program stays admitted until it ends.  No other program may start before it.
+* **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
+  the latest goes first (ties: the latest-arrived program first); unknown or ended
+  programs' contexts before any live one.
+
+Invariant (why it cannot livelock or starve): admitted programs are never blocked by
+admission, so they run to their end; while the oldest waiting program is refused, nobody
+else is admitted, so the admitted set only shrinks; when it is empty the oldest waiting
+program is admitted whatever its size (it fits: no request exceeds ``total_blocks``).  So the
+oldest program waiting for admission is admitted after finitely many program ends, and
+programs start in arrival order.
+
+Bad input raises before any state changes, as in ``scheduler``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from typing import Any
+
+from .._validate import finite, int_in, non_negative, tool_key
+from .policy import MAX_BLOCKS
+from .scheduler import check_bool, check_id, check_ids
+
+__all__ = ["MAX_PROGRAMS", "AdmissionControl"]
+
+#: Live programs tracked at once (each is forgotten when it ends).
+MAX_PROGRAMS = 1 << 20
+
+
+class _Program:
+    __slots__ = ("admitted", "arrival_s", "away_since_s", "blocks", "live", "rebuild_s", "tool")
+
+    def __init__(self, arrival_s: float, blocks: int) -> None:
+        self.arrival_s = arrival_s
+        self.blocks = blocks
+        self.rebuild_s = 0.0
+        self.admitted = False
+        self.live = 0  # waiting and running requests
+        self.tool: str | None = None
+        self.away_since_s: float | None = None  # set while no request is live
+
+
+class AdmissionControl:
+    """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
+    statistics (read, never copied)."""
+
+    def __init__(self, policy: Any, total_blocks: Any) -> None:
+        history = getattr(policy, "_history", None)
+        if history is None or not callable(getattr(policy, "decide", None)):
+            raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self._programs: dict[str, _Program] = {}
+        self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
+        self._admitted: set[str] = set()  # the working set is summed over these only
+        self._now = -math.inf
+
+    # -- checks ---------------------------------------------------------------------------
+    def _check_now(self, now: Any) -> float:
+        t = finite("now", now) + 0.0
+        if t < self._now:
+            raise ValueError(f"now must be >= {self._now!r} (time never goes back), got {t!r}")
+        return t
+
+    def _program(self, program_id: Any) -> tuple[str, _Program]:
+        pid = check_id("program_id", program_id)
+        prog = self._programs.get(pid)
+        if prog is None:
+            raise KeyError(f"unknown program_id: {pid!r}")
+        return pid, prog
+
+    # -- events ---------------------------------------------------------------------------
+    def arrive(self, program_id: Any, now: Any, blocks_needed: Any) -> None:
+        """A request of the program arrives (its first one makes the program known)."""
+        pid = check_id("program_id", program_id)
+        t = self._check_now(now)
+        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        prog = self._programs.get(pid)
+        if prog is None:
+            if len(self._programs) >= MAX_PROGRAMS:
+                raise ValueError(
+                    f"program_id must be one of at most {MAX_PROGRAMS} tracked programs; end "
+                    f"some first, got {pid!r} (a new program)"
+                )
+            prog = self._programs[pid] = _Program(t, blocks)
+            heapq.heappush(self._pending, (t, pid))
+        prog.blocks = max(prog.blocks, blocks)
+        prog.live += 1
+        prog.away_since_s = None
+        self._now = t
+
+    def finish(
+        self,
+        program_id: Any,
+        now: Any,
+        blocks_held: Any,
+        tool: Any = None,
+        rebuild_s: Any = 0.0,
+        last_turn: Any = False,
+    ) -> None:
+        """A request of the program ended holding ``blocks_held`` blocks, with a call to
+        ``tool`` (None: no tool); ``rebuild_s`` is what losing its context would cost.  A
+        last turn ends the program."""
+        key = tool_key(tool)
+        last = check_bool("last_turn", last_turn)
+        pid, prog = self._program(program_id)
+        t = self._check_now(now)
+        blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        rebuild = non_negative("rebuild_s", rebuild_s)
+        if prog.live == 0:
+            raise ValueError(f"program_id must be a program with a live request, got {pid!r}")
+        self._now = t
+        if last:
+            self._end(pid, prog)
+            return
+        prog.blocks = max(prog.blocks, blocks)
+        prog.rebuild_s = rebuild
+        prog.live -= 1
+        if prog.live == 0:
+            prog.tool, prog.away_since_s = key, t
+
+    def end(self, program_id: Any) -> None:
+        """The program ended (or was aborted): forget it."""
+        pid, prog = self._program(program_id)
+        self._end(pid, prog)
+
+    def _end(self, pid: str, prog: _Program) -> None:
+        if prog.admitted:
+            self._admitted.discard(pid)
+        del self._programs[pid]  # its _pending entry, if any, is skipped lazily
+
+    # -- the rules ------------------------------------------------------------------------
+    def _next_use(self, prog: _Program, t: float) -> float:
+        if prog.live > 0:
+            return 0.0
+        if prog.tool is None or prog.away_since_s is None:
+            return math.inf
+        elapsed = t - prog.away_since_s
+        history = self.policy._history
+        cfg = self.policy.config
+        window = history._window(prog.tool)
+        if window is None or len(window) < max(cfg.min_tool_samples, 1):
+            window = history._global
+        samples = window.sorted
+        n = len(samples)
+        if n == 0:
+            return cfg.prior_mean_s * math.log(2.0)
+        k = bisect.bisect_right(samples, elapsed)
+        if k == n:
+            return math.inf
+        # the median of the samples above `elapsed` (nearest rank)
+        return samples[k + (n - k + 1) // 2 - 1] - elapsed
+
+    def next_use_s(self, program_id: Any, now: Any) -> float:
+        """Expected seconds until the program uses its context again (see the module doc);
+        ``inf`` for an unknown program."""
+        pid = check_id("program_id", program_id)
+        t = self._check_now(now)
+        prog = self._programs.get(pid)
+        return math.inf if prog is None else self._next_use(prog, t)
+
+    def _working_set(self, t: float) -> int:
+        return self._load(t)[0]
+
+    def _load(self, t: float) -> tuple[int, int]:
+        """(working set, summed footprint) of the admitted programs, in one pass."""
+        working = total = 0
+        sharers = float(len(self._admitted))
+        for pid in self._admitted:
+            prog = self._programs[pid]
+            total += prog.blocks
+            if self._next_use(prog, t) <= prog.rebuild_s * sharers:
+                working += prog.blocks
+        return working, total
+
+    def working_set_blocks(self, now: Any) -> int:
+        """The working set at ``now`` (see the module doc)."""
+        return self._working_set(self._check_now(now))
+
+    def _head(self) -> str | None:
+        pending = self._pending
+        while pending:
+            arrival, pid = pending[0]
+            prog = self._programs.get(pid)
+            # stale: admitted since, ended, or ended and back as a new program
+            if prog is not None and not prog.admitted and prog.arrival_s == arrival:
+                return pid
+            heapq.heappop(pending)
+        return None
+
+    def may_run(self, program_id: Any, now: Any) -> bool:
+        """May a request of the program be scheduled now?  True for an admitted program;
+        for the oldest program not yet admitted, admits it (and says True) when the rule
+        allows; False otherwise."""
+        pid, prog = self._program(program_id)
+        t = self._check_now(now)
+        self._now = t
+        if prog.admitted:
+            return True
+        head = self._head()
+        if head is None or self._programs[head].arrival_s < prog.arrival_s:
+            return False  # an older program waits for admission (equal arrivals: any of them)
+        if self._admitted:
+            # Expected footprint: its own, or the admitted programs' mean when larger.
+            working, total = self._load(t)
+            if working + max(prog.blocks, total // len(self._admitted)) > self.total_blocks:
+                return False
+        prog.admitted = True  # its _pending entry is skipped lazily
+        self._admitted.add(pid)
+        return True
+
+    def eviction_order(self, program_ids: Any, now: Any) -> list[str]:
+        """``program_ids`` (programs whose cached contexts may be evicted) sorted so that the
+        first should go first: latest next use first, then latest-arrived program first;
+        unknown programs first of all, in the order given."""
+        ids = check_ids("program_ids", program_ids)
+        t = self._check_now(now)
+        self._now = t
+        unknown = [p for p in ids if p not in self._programs]
+        known = [p for p in ids if p in self._programs]
+        progs = self._programs
+        known.sort(key=lambda p: (-self._next_use(progs[p], t), -progs[p].arrival_s, p))
+        return unknown + known
+
+    # -- views ----------------------------------------------------------------------------
+    def admitted(self, program_id: Any) -> bool:
+        """Whether the program is admitted (False for an unknown program)."""
+        prog = self._programs.get(check_id("program_id", program_id))
+        return prog is not None and prog.admitted
+
+    @property
+    def admitted_count(self) -> int:
+        return len(self._admitted)
+
+    @property
+    def program_count(self) -> int:
+        return len(self._programs)
+
+    @property
+    def waiting_count(self) -> int:
+        """Programs known and not yet admitted."""
+        return len(self._programs) - len(self._admitted)

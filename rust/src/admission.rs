@@ -1,0 +1,408 @@
+//! Program-level admission and eviction order: which programs may run, whose cache goes
+//! first. Mirrors `python/ttlpolicy/reference/admission.py`, whose module doc states every
+//! rule (next use, working set, admission, eviction order) and the no-starvation invariant.
+//!
+//! The controller does not own the policy: the calls that read the tool-gap statistics take
+//! `&TTLPolicy`, so the Python bindings keep using the very policy object the user holds.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use crate::error::{Error, PyStr, Result};
+use crate::policy::{TTLPolicy, MAX_BLOCKS};
+use crate::scheduler::check_id;
+use crate::validate::{finite, int_in, non_negative, tool_key};
+
+/// Live programs tracked at once (each is forgotten when it ends).
+pub const MAX_PROGRAMS: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+struct Program {
+    arrival_s: f64,
+    blocks: i64,
+    rebuild_s: f64,
+    admitted: bool,
+    live: u64,
+    tool: Option<String>,
+    away_since_s: Option<f64>,
+}
+
+/// A pending entry: (first arrival, program id), oldest first.
+#[derive(Debug, Clone, PartialEq)]
+struct Pending(f64, String);
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then_with(|| self.1.cmp(&other.1))
+    }
+}
+
+/// Working-set admission and next-use eviction order. See the module doc.
+#[derive(Debug, Clone)]
+pub struct AdmissionControl {
+    total_blocks: i64,
+    programs: HashMap<String, Program>,
+    pending: BinaryHeap<Reverse<Pending>>,
+    /// Ids of the admitted programs (the working set is summed over them only).
+    admitted: HashSet<String>,
+    now: f64,
+}
+
+impl AdmissionControl {
+    /// A controller for an engine of `total_blocks` KV blocks (1 to `MAX_BLOCKS`).
+    pub fn new(total_blocks: i64) -> Result<Self> {
+        Ok(AdmissionControl {
+            total_blocks: int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?,
+            programs: HashMap::new(),
+            pending: BinaryHeap::new(),
+            admitted: HashSet::new(),
+            now: f64::NEG_INFINITY,
+        })
+    }
+
+    /// The engine's KV blocks.
+    pub fn total_blocks(&self) -> i64 {
+        self.total_blocks
+    }
+
+    fn check_now(&self, now: f64) -> Result<f64> {
+        let t = finite("now", now)? + 0.0; // -0.0 → 0.0, as the reference
+        if t < self.now {
+            return Err(Error::invalid_f64(
+                "now",
+                t,
+                format!(">= {:?} (time never goes back)", self.now),
+            ));
+        }
+        Ok(t)
+    }
+
+    fn known(&self, program_id: &str) -> Result<()> {
+        check_id("program_id", program_id)?;
+        if self.programs.contains_key(program_id) {
+            Ok(())
+        } else {
+            Err(Error::unknown("program_id", PyStr(program_id)))
+        }
+    }
+
+    // -- events ------------------------------------------------------------------------------
+
+    /// A request of the program arrives (its first one makes the program known).
+    pub fn arrive(&mut self, program_id: &str, now: f64, blocks_needed: i64) -> Result<()> {
+        check_id("program_id", program_id)?;
+        let t = self.check_now(now)?;
+        let blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
+        if !self.programs.contains_key(program_id) {
+            if self.programs.len() >= MAX_PROGRAMS {
+                return Err(Error::invalid(
+                    "program_id",
+                    format!("{} (a new program)", PyStr(program_id)),
+                    format!("one of at most {MAX_PROGRAMS} tracked programs; end some first"),
+                ));
+            }
+            self.programs.insert(
+                program_id.to_owned(),
+                Program {
+                    arrival_s: t,
+                    blocks,
+                    rebuild_s: 0.0,
+                    admitted: false,
+                    live: 0,
+                    tool: None,
+                    away_since_s: None,
+                },
+            );
+            self.pending
+                .push(Reverse(Pending(t, program_id.to_owned())));
+        }
+        let prog = self.programs.get_mut(program_id).expect("inserted above");
+        prog.blocks = prog.blocks.max(blocks);
+        prog.live += 1;
+        prog.away_since_s = None;
+        self.now = t;
+        Ok(())
+    }
+
+    /// A request of the program ended holding `blocks_held` blocks, with a call to `tool`;
+    /// `rebuild_s` is what losing its context would cost. A last turn ends the program.
+    pub fn finish(
+        &mut self,
+        program_id: &str,
+        now: f64,
+        blocks_held: i64,
+        tool: Option<&str>,
+        rebuild_s: f64,
+        last_turn: bool,
+    ) -> Result<()> {
+        self.known(program_id)?;
+        let t = self.check_now(now)?;
+        let blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)?;
+        let rebuild = non_negative("rebuild_s", rebuild_s)?;
+        if self.programs[program_id].live == 0 {
+            return Err(Error::invalid(
+                "program_id",
+                PyStr(program_id),
+                "a program with a live request",
+            ));
+        }
+        self.now = t;
+        if last_turn {
+            self.end_known(program_id);
+            return Ok(());
+        }
+        let prog = self.programs.get_mut(program_id).expect("checked above");
+        prog.blocks = prog.blocks.max(blocks);
+        prog.rebuild_s = rebuild;
+        prog.live -= 1;
+        if prog.live == 0 {
+            prog.tool = tool.map(|s| tool_key(s).to_owned());
+            prog.away_since_s = Some(t);
+        }
+        Ok(())
+    }
+
+    /// The program ended (or was aborted): forget it.
+    pub fn end(&mut self, program_id: &str) -> Result<()> {
+        self.known(program_id)?;
+        self.end_known(program_id);
+        Ok(())
+    }
+
+    fn end_known(&mut self, program_id: &str) {
+        if let Some(prog) = self.programs.remove(program_id) {
+            if prog.admitted {
+                self.admitted.remove(program_id);
+            }
+        }
+    }
+
+    // -- the rules ---------------------------------------------------------------------------
+
+    fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
+        if prog.live > 0 {
+            return 0.0;
+        }
+        let (Some(tool), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
+            return f64::INFINITY;
+        };
+        let elapsed = t - since;
+        let history = policy.history();
+        let cfg = policy.config();
+        let min = cfg.min_tool_samples.max(1) as usize;
+        let window = match history.window_of(Some(tool)) {
+            Some(w) if w.len() >= min => w,
+            _ => history.global(),
+        };
+        let samples = window.sorted();
+        let n = samples.len();
+        if n == 0 {
+            return cfg.prior_mean_s * std::f64::consts::LN_2;
+        }
+        let k = samples.partition_point(|&x| x <= elapsed); // bisect_right
+        if k == n {
+            return f64::INFINITY;
+        }
+        samples[k + (n - k).div_ceil(2) - 1] - elapsed
+    }
+
+    /// Expected seconds until the program uses its context again; `inf` if unknown.
+    pub fn next_use_s(&mut self, policy: &TTLPolicy, program_id: &str, now: f64) -> Result<f64> {
+        check_id("program_id", program_id)?;
+        let t = self.check_now(now)?;
+        Ok(match self.programs.get(program_id) {
+            Some(prog) => Self::next_use(prog, policy, t),
+            None => f64::INFINITY,
+        })
+    }
+
+    fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
+        self.load(policy, t).0
+    }
+
+    /// (working set, summed footprint) of the admitted programs, in one pass.
+    fn load(&self, policy: &TTLPolicy, t: f64) -> (i64, i64) {
+        let sharers = self.admitted.len() as f64;
+        let (mut working, mut total) = (0i64, 0i64);
+        for id in &self.admitted {
+            let p = &self.programs[id.as_str()];
+            total += p.blocks;
+            if Self::next_use(p, policy, t) <= p.rebuild_s * sharers {
+                working += p.blocks;
+            }
+        }
+        (working, total)
+    }
+
+    /// The working set at `now` (see the module doc).
+    pub fn working_set_blocks(&self, policy: &TTLPolicy, now: f64) -> Result<i64> {
+        let t = self.check_now(now)?;
+        Ok(self.working_set(policy, t))
+    }
+
+    /// The oldest program not yet admitted (dropping stale heap entries).
+    fn head(&mut self) -> Option<f64> {
+        while let Some(Reverse(Pending(arrival, pid))) = self.pending.peek() {
+            // stale: admitted since, ended, or ended and back as a new program
+            if matches!(self.programs.get(pid), Some(p) if !p.admitted && p.arrival_s == *arrival) {
+                return Some(*arrival);
+            }
+            self.pending.pop();
+        }
+        None
+    }
+
+    /// May a request of the program be scheduled now? Admits the oldest waiting program
+    /// when the rule allows. See the module doc.
+    pub fn may_run(&mut self, policy: &TTLPolicy, program_id: &str, now: f64) -> Result<bool> {
+        self.known(program_id)?;
+        let t = self.check_now(now)?;
+        self.now = t;
+        let (admitted, arrival, blocks) = {
+            let p = &self.programs[program_id];
+            (p.admitted, p.arrival_s, p.blocks)
+        };
+        if admitted {
+            return Ok(true);
+        }
+        match self.head() {
+            Some(oldest) if oldest >= arrival => {}
+            _ => return Ok(false), // an older program waits for admission
+        }
+        if !self.admitted.is_empty() {
+            // Expected footprint: its own, or the admitted programs' mean when larger.
+            let (working, total) = self.load(policy, t);
+            let expected = blocks.max(total / self.admitted.len() as i64);
+            if working + expected > self.total_blocks {
+                return Ok(false);
+            }
+        }
+        self.programs
+            .get_mut(program_id)
+            .expect("checked above")
+            .admitted = true;
+        self.admitted.insert(program_id.to_owned());
+        Ok(true)
+    }
+
+    /// `program_ids` sorted so that the first should be evicted first: unknown programs (in
+    /// the order given), then by latest next use, latest-arrived program, id.
+    pub fn eviction_order<S: AsRef<str>>(
+        &mut self,
+        policy: &TTLPolicy,
+        program_ids: &[S],
+        now: f64,
+    ) -> Result<Vec<String>> {
+        for p in program_ids {
+            check_id("program_ids", p.as_ref())?;
+        }
+        let t = self.check_now(now)?;
+        self.now = t;
+        let mut out: Vec<String> = Vec::with_capacity(program_ids.len());
+        let mut known: Vec<(f64, f64, &str)> = Vec::with_capacity(program_ids.len());
+        for p in program_ids {
+            let id = p.as_ref();
+            match self.programs.get(id) {
+                None => out.push(id.to_owned()),
+                Some(prog) => known.push((Self::next_use(prog, policy, t), prog.arrival_s, id)),
+            }
+        }
+        // Descending next use, then descending arrival, then ascending id (the reference's
+        // key (-next_use, -arrival, id); partial_cmp so that 0.0 == -0.0 as in Python).
+        known.sort_by(|a, b| {
+            b.0.partial_cmp(&a.0)
+                .unwrap_or(Ordering::Equal)
+                .then_with(|| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal))
+                .then_with(|| a.2.cmp(b.2))
+        });
+        out.extend(known.into_iter().map(|(_, _, id)| id.to_owned()));
+        Ok(out)
+    }
+
+    // -- views -------------------------------------------------------------------------------
+
+    /// Whether the program is admitted (false for an unknown program).
+    pub fn admitted(&self, program_id: &str) -> Result<bool> {
+        check_id("program_id", program_id)?;
+        Ok(self.programs.get(program_id).is_some_and(|p| p.admitted))
+    }
+
+    /// Programs admitted and not ended.
+    pub fn admitted_count(&self) -> usize {
+        self.admitted.len()
+    }
+
+    /// Programs known (admitted or waiting).
+    pub fn program_count(&self) -> usize {
+        self.programs.len()
+    }
+
+    /// Programs known and not yet admitted.
+    pub fn waiting_count(&self) -> usize {
+        self.programs.len() - self.admitted.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PolicyConfig;
+
+    fn policy() -> TTLPolicy {
+        TTLPolicy::new(PolicyConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn admits_fcfs_while_the_working_set_fits() {
+        let pol = policy();
+        let mut ac = AdmissionControl::new(100).unwrap();
+        ac.arrive("a", 0.0, 60).unwrap();
+        ac.arrive("b", 1.0, 60).unwrap();
+        // b is younger: it may not pass a.
+        assert!(!ac.may_run(&pol, "b", 1.0).unwrap());
+        assert!(ac.may_run(&pol, "a", 1.0).unwrap());
+        // a is live (next use 0): 60 + 60 > 100.
+        assert!(!ac.may_run(&pol, "b", 1.0).unwrap());
+        ac.finish("a", 2.0, 60, None, 5.0, true).unwrap();
+        assert!(ac.may_run(&pol, "b", 2.0).unwrap());
+        assert_eq!(ac.admitted_count(), 1);
+    }
+
+    #[test]
+    fn a_program_away_without_a_tool_leaves_the_working_set() {
+        let pol = policy();
+        let mut ac = AdmissionControl::new(100).unwrap();
+        ac.arrive("a", 0.0, 60).unwrap();
+        assert!(ac.may_run(&pol, "a", 0.0).unwrap());
+        ac.finish("a", 1.0, 60, None, 5.0, false).unwrap();
+        assert_eq!(ac.working_set_blocks(&pol, 1.0).unwrap(), 0);
+        ac.arrive("b", 2.0, 60).unwrap();
+        assert!(ac.may_run(&pol, "b", 2.0).unwrap());
+        let order = ac.eviction_order(&pol, &["b", "zz", "a"], 2.0).unwrap();
+        assert_eq!(order, vec!["zz", "a", "b"]);
+    }
+
+    #[test]
+    fn bad_input_changes_nothing() {
+        let pol = policy();
+        let mut ac = AdmissionControl::new(10).unwrap();
+        assert!(ac.arrive("a", 0.0, 11).is_err());
+        assert!(ac.arrive("", 0.0, 1).is_err());
+        assert!(ac.arrive("a", f64::NAN, 1).is_err());
+        assert_eq!(ac.program_count(), 0);
+        assert!(matches!(
+            ac.may_run(&pol, "a", 0.0),
+            Err(Error::UnknownKey { .. })
+        ));
+    }
+}

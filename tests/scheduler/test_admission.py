@@ -1,0 +1,180 @@
+"""AdmissionControl (both backends): the rules of ``ttlpolicy.reference.admission``, each
+checked on a case worked by hand, and its bad-input handling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ttlpolicy import PolicyConfig
+
+
+def make(impl, total_blocks=100, **cfg):
+    policy = impl.TTLPolicy(PolicyConfig(**cfg))
+    return impl.AdmissionControl(policy, total_blocks), policy
+
+
+def test_programs_start_in_arrival_order_while_the_working_set_fits(impl):
+    ac, _ = make(impl)
+    for pid, t in (("a", 0.0), ("b", 1.0), ("c", 2.0)):
+        ac.arrive(pid, t, 30)
+    ac.arrive("d", 3.0, 10)
+    assert not ac.may_run("b", 3.0)  # a is older and not admitted yet
+    assert ac.may_run("a", 3.0)
+    assert ac.may_run("b", 3.0)  # 30 + 30 <= 100
+    assert ac.may_run("c", 3.0)  # 60 + 30 <= 100
+    # d needs 10 blocks now, but is expected to grow to the admitted mean, 30: 90 + 30 > 100
+    assert not ac.may_run("d", 3.0)
+    assert (ac.admitted_count, ac.waiting_count, ac.program_count) == (3, 1, 4)
+    ac.finish("b", 4.0, 30, last_turn=True)  # b ends: its blocks leave the working set
+    assert ac.may_run("d", 4.0)  # 60 + 30 <= 100
+
+
+def test_a_new_program_is_expected_to_grow_as_the_admitted_did(impl):
+    ac, _ = make(impl)
+    ac.arrive("big", 0.0, 60)
+    ac.arrive("small", 1.0, 30)
+    assert ac.may_run("big", 1.0)
+    assert not ac.may_run("small", 1.0)  # 60 + max(30, 60) > 100, though 60 + 30 fits
+    ac.arrive("big", 2.0, 40)  # footprints only grow: big stays at 60
+    assert not ac.may_run("small", 2.0)
+
+
+def test_the_oldest_waiting_program_is_admitted_when_nobody_is(impl):
+    ac, _ = make(impl, total_blocks=100)
+    ac.arrive("big", 0.0, 100)
+    assert ac.may_run("big", 0.0)  # alone: admitted whatever its size
+    ac.arrive("small", 0.5, 1)
+    assert not ac.may_run("small", 0.5)
+    ac.end("big")
+    assert ac.may_run("small", 0.5)
+
+
+def test_next_use_follows_the_tools_gap_distribution(impl):
+    ac, policy = make(impl, min_tool_samples=4)
+    for d in (1.0, 2.0, 4.0, 8.0, 16.0):
+        policy.observe_tool("bash", d)
+    ac.arrive("p", 0.0, 10)
+    assert ac.next_use_s("p", 0.0) == 0.0  # a live request: used now
+    ac.finish("p", 10.0, 10, tool="bash", rebuild_s=1.0)
+    # median of the durations > 0 is 4 (nearest rank); > 3 s elapsed: median of {4, 8, 16} = 8
+    assert ac.next_use_s("p", 10.0) == 4.0
+    assert ac.next_use_s("p", 13.0) == 8.0 - 3.0
+    assert ac.next_use_s("p", 30.0) == math.inf  # outlived every recorded duration
+    assert ac.next_use_s("unknown", 30.0) == math.inf
+
+
+def test_next_use_cold_start_and_no_tool(impl):
+    ac, _ = make(impl, prior_mean_s=10.0)
+    ac.arrive("p", 0.0, 10)
+    ac.arrive("q", 0.0, 10)
+    ac.finish("p", 1.0, 10, tool="bash")
+    ac.finish("q", 1.0, 10, tool=None)
+    assert ac.next_use_s("p", 1.0) == pytest.approx(10.0 * math.log(2.0))
+    assert ac.next_use_s("q", 1.0) == math.inf  # the turn ended without a tool
+
+
+def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(impl):
+    ac, policy = make(impl, min_tool_samples=1)
+    for d in (2.0, 2.0, 2.0, 50.0):
+        policy.observe_tool("fast", d)
+        policy.observe_tool("slow", d * 100)
+    for pid in ("a", "b"):
+        ac.arrive(pid, 0.0, 40)
+        assert ac.may_run(pid, 0.0)
+    ac.finish("a", 1.0, 40, tool="fast", rebuild_s=1.5)  # back in 2 s <= 2 sharers × 1.5 s
+    ac.finish("b", 1.0, 40, tool="slow", rebuild_s=1.5)  # back in 200 s: not counted
+    assert ac.working_set_blocks(1.0) == 40
+    ac.arrive("c", 1.0, 60)
+    assert ac.may_run("c", 1.0)  # 40 + 60 fits
+    ac.arrive("d", 1.0, 1)
+    assert not ac.may_run("d", 1.0)  # c is live: 40 + 60 + 1 > 100
+
+
+def test_eviction_order_latest_next_use_first(impl):
+    ac, policy = make(impl, min_tool_samples=1)
+    for d in (1.0, 10.0, 100.0):
+        policy.observe_tool("t", d)
+    for pid, t in (("old", 0.0), ("mid", 1.0), ("new", 2.0), ("live", 3.0)):
+        ac.arrive(pid, t, 5)
+    ac.finish("old", 4.0, 5, tool="t")  # next use 10 s
+    ac.finish("mid", 4.0, 5, tool=None)  # not expected back
+    ac.finish("new", 4.0, 5, tool=None)  # not expected back, arrived later: goes first
+    order = ac.eviction_order(["live", "old", "gone", "mid", "new"], 4.0)
+    assert order == ["gone", "new", "mid", "old", "live"]
+
+
+def test_a_program_ends_on_its_last_turn(impl):
+    ac, _ = make(impl)
+    ac.arrive("p", 0.0, 10)
+    assert ac.may_run("p", 0.0)
+    ac.finish("p", 1.0, 10, last_turn=True)
+    assert (ac.program_count, ac.admitted_count) == (0, 0)
+    assert not ac.admitted("p")
+    with pytest.raises(KeyError):
+        ac.may_run("p", 1.0)
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda ac: ac.arrive("", 0.0, 1), ValueError),
+        (lambda ac: ac.arrive(3, 0.0, 1), TypeError),
+        (lambda ac: ac.arrive("x", math.nan, 1), ValueError),
+        (lambda ac: ac.arrive("x", 0.0, 101), ValueError),
+        (lambda ac: ac.arrive("x", 0.0, 1.5), TypeError),
+        (lambda ac: ac.arrive("x", -1.0, 1), ValueError),  # time goes back
+        (lambda ac: ac.finish("nobody", 5.0, 1), KeyError),
+        (lambda ac: ac.finish("p", 5.0, 1, rebuild_s=-1.0), ValueError),
+        (lambda ac: ac.finish("p", 5.0, 1, tool=7), TypeError),
+        (lambda ac: ac.finish("p", 5.0, 1, last_turn=1), TypeError),
+        (lambda ac: ac.may_run("nobody", 5.0), KeyError),
+        (lambda ac: ac.end("nobody"), KeyError),
+        (lambda ac: ac.eviction_order("p", 5.0), TypeError),
+        (lambda ac: ac.eviction_order(["p", ""], 5.0), ValueError),
+    ],
+)
+def test_bad_input_is_refused_and_changes_nothing(impl, call, error):
+    ac, _ = make(impl)
+    ac.arrive("p", 0.0, 10)
+    with pytest.raises(error):
+        call(ac)
+    assert (ac.program_count, ac.admitted_count, ac.next_use_s("p", 0.0)) == (1, 0, 0.0)
+    assert ac.may_run("p", 0.0)
+
+
+def test_finish_without_a_live_request_is_refused(impl):
+    ac, _ = make(impl)
+    ac.arrive("p", 0.0, 10)
+    ac.finish("p", 1.0, 10, tool="bash")
+    with pytest.raises(ValueError, match="live request"):
+        ac.finish("p", 2.0, 10, tool="bash")
+
+
+def test_tool_names_from_model_output_are_bounded(impl):
+    ac, policy = make(impl, min_tool_samples=1)
+    long_name = "é" * 10_000 + "\ud800"
+    policy.observe_tool(long_name, 3.0)
+    ac.arrive("p", 0.0, 10)
+    ac.finish("p", 1.0, 10, tool=long_name)
+    assert ac.next_use_s("p", 1.0) == 3.0
+
+
+def test_policy_must_be_a_ttlpolicy(impl):
+    with pytest.raises(TypeError, match="policy"):
+        impl.AdmissionControl(object(), 10)
+    with pytest.raises(ValueError, match="total_blocks"):
+        impl.AdmissionControl(impl.TTLPolicy(), 0)
+
+
+def test_a_program_that_ends_and_comes_back_is_a_new_arrival(impl):
+    # found by the differential test: a stale queue entry of the ended program must not
+    # stand for the new one
+    ac, _ = make(impl)
+    ac.arrive("A", 0.0, 10)
+    ac.end("A")
+    ac.arrive("B", 0.25, 10)
+    ac.arrive("A", 0.5, 10)
+    assert not ac.may_run("A", 0.5)  # B arrived first this time
+    assert ac.may_run("B", 0.5) and ac.may_run("A", 0.5)

@@ -1,0 +1,152 @@
+"""AdmissionControl: the Rust core and the Python reference agree on any sequence of calls
+(results, errors by type, views); and the no-starvation invariant of the module doc holds
+when an engine drives it: programs start in arrival order, the oldest program waiting for
+admission is admitted as soon as no program is, and every program finishes."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import REFERENCE, both_backends
+from parity import close as same
+from ttlpolicy import PolicyConfig
+
+PROGRAMS = ["A", "B", "C", "D", "E"]
+TOOLS = [None, "bash", "grep", "é" * 200]
+CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0)
+
+ops = st.one_of(
+    st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),
+    st.tuples(st.just("arrive"), st.sampled_from(PROGRAMS), st.integers(-1, 70)),
+    st.tuples(
+        st.just("finish"),
+        st.sampled_from(PROGRAMS),
+        st.integers(0, 70),
+        st.sampled_from(TOOLS),
+        st.sampled_from([0.0, 1.0, 30.0, -1.0]),
+        st.sampled_from([False, False, True]),
+    ),
+    st.tuples(st.just("may_run"), st.sampled_from(PROGRAMS)),
+    st.tuples(st.just("end"), st.sampled_from(PROGRAMS)),
+    st.tuples(st.just("order"), st.lists(st.sampled_from([*PROGRAMS, "Z"]), max_size=6)),
+    st.tuples(st.just("gap"), st.sampled_from(TOOLS), st.sampled_from([0.5, 2.0, 9.0, 60.0])),
+)
+
+
+def apply(ac, policy, now, op):
+    kind = op[0]
+    if kind == "arrive":
+        return ac.arrive(op[1], now, op[2])
+    if kind == "finish":
+        _, pid, blocks, tool, rebuild, last = op
+        return ac.finish(pid, now, blocks, tool=tool, rebuild_s=rebuild, last_turn=last)
+    if kind == "may_run":
+        return ac.may_run(op[1], now)
+    if kind == "end":
+        return ac.end(op[1])
+    if kind == "order":
+        return tuple(ac.eviction_order(op[1], now))
+    if kind == "gap":
+        return policy.observe_tool(op[1], op[2])
+    raise AssertionError(kind)
+
+
+def outcome(ac, policy, now, op):
+    try:
+        return ("ok", apply(ac, policy, now, op))
+    except (KeyError, ValueError, TypeError) as e:
+        return ("error", type(e).__name__)
+
+
+def views(ac, latest):
+    """Every view at ``latest``, the latest time seen (no view moves the clock)."""
+    per_program = tuple((ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS)
+    return (ac.admitted_count, ac.waiting_count, ac.program_count, per_program,
+            ac.working_set_blocks(latest))  # fmt: skip
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(ops, min_size=5, max_size=80))
+def test_backends_agree_on_any_sequence(backends, seq):
+    states = []
+    for b in backends:
+        policy = b.TTLPolicy(CONFIG)
+        states.append((b.AdmissionControl(policy, 100), policy))
+    now = latest = 0.0
+    for op in seq:
+        if op[0] == "tick":
+            now += op[1]  # -1.0: time goes back, every timed call must fail alike
+            latest = max(latest, now)
+            continue
+        results = [outcome(ac, p, now, op) for ac, p in states]
+        assert same(results[0], results[1]), (op, results)
+        v = [views(ac, latest) for ac, _ in states]
+        assert same(v[0], v[1]), (op, v)
+
+
+# -- the invariant, with a toy engine ---------------------------------------------------------
+
+program = st.tuples(
+    st.floats(0.0, 50.0),  # arrival
+    st.lists(  # turns: (blocks, tool, gap after it)
+        st.tuples(st.integers(1, 100), st.sampled_from(TOOLS), st.floats(0.0, 30.0)),
+        min_size=1,
+        max_size=6,
+    ),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(program, min_size=1, max_size=8), st.sampled_from(both_backends()))
+def test_no_starvation_and_fcfs_admission(programs, backend):
+    """An engine with room for 100 blocks runs one request per second of whatever may run,
+    asking the head of its FCFS queue as the module doc prescribes."""
+    impl = backend.values[0] or REFERENCE
+    policy = impl.TTLPolicy(CONFIG)
+    ac = impl.AdmissionControl(policy, 100)
+    names = [f"p{i}" for i in range(len(programs))]
+    order = sorted(range(len(programs)), key=lambda i: (programs[i][0], names[i]))
+    next_turn = [0] * len(programs)
+    ready_at = [programs[i][0] for i in range(len(programs))]
+    known: set[int] = set()
+    done: set[int] = set()
+    admitted_order: list[int] = []
+    now = 0.0
+    # A bound on the time this can take when nothing starves: every gap and turn serially.
+    horizon = 60.0 + sum(len(t) * 31.0 for _, t in programs)
+    while len(done) < len(programs):
+        assert now <= horizon, "a program starved"
+        # requests issued (a program's first turn at its arrival, the next after its gap)
+        for i in order:
+            if i not in done and next_turn[i] >= 0 and ready_at[i] <= now:
+                ac.arrive(names[i], now, programs[i][1][next_turn[i]][0])
+                known.add(i)
+                next_turn[i] = -next_turn[i] - 1  # waiting: encoded negative
+        waiting = [i for i in order if i in known and i not in done and next_turn[i] < 0]
+        if ac.admitted_count == 0 and waiting:
+            # nobody admitted: the oldest waiting program must be admitted now
+            assert ac.may_run(names[waiting[0]], now)
+        running = []
+        for i in waiting:  # FCFS queue: stop at the first that may not run
+            if not ac.admitted(names[i]):
+                if not ac.may_run(names[i], now):
+                    break
+                admitted_order.append(i)
+            running.append(i)
+        for i in running:  # each runs for one second
+            turn = -next_turn[i] - 1
+            blocks, tool, gap = programs[i][1][turn]
+            last = turn == len(programs[i][1]) - 1
+            ac.finish(names[i], now + 1.0, blocks, tool=tool, rebuild_s=2.0, last_turn=last)
+            if last:
+                done.add(i)
+            else:
+                policy.observe_tool(tool, gap)
+                next_turn[i] = turn + 1
+                ready_at[i] = now + 1.0 + gap
+        now += 1.0
+    assert admitted_order == sorted(admitted_order, key=lambda i: (programs[i][0], names[i]))
+    assert ac.program_count == 0 and ac.admitted_count == 0
