@@ -15,6 +15,7 @@ scales the arrival rate).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -25,6 +26,8 @@ from ttlpolicy.sim import (
     GPUS,
     MODELS,
     POLICY_NAMES,
+    Hardware,
+    load_profile,
     open_loop_programs,
     programs_from_trace,
     roofline,
@@ -133,6 +136,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a call over --max-context: cut its context, or drop the session",
     )
     parser.add_argument(
+        "--hardware",
+        default=None,
+        help="hardware profile JSON (ttlpolicy_vllm.calibrate); replaces --model/--gpu",
+    )
+    parser.add_argument(
         "--think-cap",
         metavar="S",
         type=finite_float,
@@ -238,6 +246,20 @@ def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
     _pyplot().close(fig)
 
 
+def _hardware(args: argparse.Namespace) -> Hardware:
+    """A measured profile (``--hardware``) or the roofline of ``--model`` on ``--gpu``; the
+    CPU tier is ``--cpu-tier-gb`` either way."""
+    cpu_tier_bytes = args.cpu_tier_gb * 1e9
+    if args.hardware:
+        return dataclasses.replace(load_profile(args.hardware), cpu_tier_bytes=cpu_tier_bytes)
+    return roofline(
+        args.model,
+        args.gpu or "h100-80g",
+        efficiency=args.efficiency,
+        cpu_tier_bytes=cpu_tier_bytes,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     default = PAPER_POLICIES if args.workload else DEFAULT_POLICIES
     policies = [p.strip() for p in (args.policies or default).split(",") if p.strip()]
@@ -253,6 +275,8 @@ def run(args: argparse.Namespace) -> int:
     if args.workload:
         if args.trace:
             raise ValueError("give --trace or --workload, not both")
+        if args.hardware:
+            raise ValueError("give --hardware or --workload, not both (it has its own hardware)")
         if args.rate is None and args.concurrency is None:
             args.rate = PAPER_RATE_PER_S[args.workload]
         trace = f"{args.workload} (generated, seed {args.seed})"
@@ -280,12 +304,7 @@ def run(args: argparse.Namespace) -> int:
                     )
             return run_open_loop(args, trace, policies)
         programs = load_trace_programs(args, trace)
-        hw = roofline(
-            args.model,
-            args.gpu or "h100-80g",
-            efficiency=args.efficiency,
-            cpu_tier_bytes=args.cpu_tier_gb * 1e9,
-        )
+        hw = _hardware(args)
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
@@ -335,7 +354,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         meta = {
             "trace": trace,
-            "model": args.model,
+            "model": hw.model.name,
             "gpu": hw.gpu.name,
             "load": load_name,
             "seed": args.seed,
@@ -377,12 +396,7 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
     programs = open_loop_programs(read_trace(trace), rate_scale=scale, max_context=args.max_context)
     if not programs:
         raise ValueError(f"no requests in {trace!r}")
-    hw = roofline(
-        args.model,
-        args.gpu or "h100-80g",
-        efficiency=args.efficiency,
-        cpu_tier_bytes=args.cpu_tier_gb * 1e9,
-    )
+    hw = _hardware(args)
     bar = Progress(len(programs) * len(policies))
     results, rows = [], []
     for pol in policies:
@@ -397,7 +411,7 @@ def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> 
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(
                 {
-                    "meta": {"trace": trace, "model": args.model, "gpu": hw.gpu.name},
+                    "meta": {"trace": trace, "model": hw.model.name, "gpu": hw.gpu.name},
                     "results": results,
                 },
                 f,

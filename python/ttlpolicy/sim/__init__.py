@@ -14,6 +14,7 @@ from .interface import EngineConfig, Policy, Verdict
 from .metrics import Metrics
 from .policies import NAMES as POLICY_NAMES
 from .policies import make_policy
+from .profile import ProfileError, load_profile, save_profile
 from .run import simulate
 from .workload import (
     ConcurrencyArrivals,
@@ -37,17 +38,20 @@ __all__ = [
     "Hardware",
     "Metrics",
     "Policy",
+    "ProfileError",
     "Program",
     "SweAgentParams",
     "Turn",
     "Verdict",
     "calibrate",
+    "load_profile",
     "make_policy",
     "open_loop_programs",
     "poisson_arrivals",
     "programs_from_records",
     "programs_from_trace",
     "roofline",
+    "save_profile",
     "simulate",
     "swe_agent_programs",
 ]

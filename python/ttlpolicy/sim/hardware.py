@@ -198,11 +198,13 @@ def roofline(
     return Hardware(m, g, StepModel(compute, memory), kv_bytes, cpu_tier_bytes)
 
 
-def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
-    """Replace ``hw``'s roofline by a least-squares line through measured steps.
+def fit_line(rows: Iterable[Sequence[float]]) -> Line:
+    """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, with no negative
+    coefficient, that minimises the squared relative error.
 
-    ``rows``: (tokens, attn, kv, seconds) per measured step, as a real engine reports them;
-    at least four rows spanning the shapes to be simulated.
+    At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
+    make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
+    ``kv``).
     """
     data = np.asarray([tuple(map(float, r)) for r in rows], dtype=float)
     if data.ndim != 2 or data.shape[1] != 4 or data.shape[0] < 4:
@@ -212,8 +214,32 @@ def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
     if not np.all(np.isfinite(data)) or np.any(data < 0):
         raise ValueError("calibrate rows must be finite and >= 0")
     x = np.column_stack([np.ones(len(data)), data[:, :3]])
-    coef, *_ = np.linalg.lstsq(x, data[:, 3], rcond=None)
-    line = Line(*(float(c) for c in coef))
+    y = data[:, 3]
+    # Least squares on relative error (each row weighted by 1 / its time): a run holds many
+    # short decode steps and few long prefills, and an absolute fit would trade the former's
+    # accuracy for the latter's.
+    w = 1.0 / np.maximum(y, max(float(y.max()), 1e-12) * 1e-6)
+    xw, yw = x * w[:, None], y * w
+    # No coefficient below zero (a step never gets faster with more work, nor takes negative
+    # time): a noisy measurement can make a free fit say so.  Drop the most negative term
+    # and refit until none is left (an active-set approximation of non-negative least
+    # squares; exact when the unconstrained fit is already non-negative).
+    active = list(range(4))
+    coef = np.zeros(4)
+    while active:
+        sol, *_ = np.linalg.lstsq(xw[:, active], yw, rcond=None)
+        if sol.min() >= 0:
+            coef[:] = 0.0
+            coef[active] = sol
+            break
+        del active[int(np.argmin(sol))]
+    return Line(*(float(c) for c in coef))
+
+
+def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
+    """Replace ``hw``'s roofline by a least-squares line through measured steps
+    (``fit_line``)."""
+    line = fit_line(rows)
     return Hardware(
         hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes
     )

@@ -38,11 +38,10 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_model(path: Path) -> Path:
-    """A 2-layer random Llama (head_dim 32) with a locally trained byte-level BPE tokenizer."""
-    import torch
+def save_tokenizer(path: Path) -> Any:
+    """A byte-level BPE tokenizer trained locally on ``CORPUS`` (no hub), saved to ``path``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -55,6 +54,15 @@ def build_tiny_model(path: Path) -> Path:
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(path)
+    return fast
+
+
+def build_tiny_model(path: Path) -> Path:
+    """A 2-layer random Llama (head_dim 32) with a locally trained byte-level BPE tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    fast = save_tokenizer(path)
     vocab = len(fast)
     torch.manual_seed(0)
     cfg = LlamaConfig(

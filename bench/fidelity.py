@@ -1,0 +1,280 @@
+"""Simulator fidelity: one workload on a real vLLM engine and in ``ttlpolicy.sim``, side by side.
+
+The workload is ``bench/vllm_replay.py``'s: N programs in flight, each replaying one shipped
+sample session scaled to the small model (contexts to ``--max-context`` tokens, recorded tool
+gaps × ``--time-scale``, capped), a KV cache of ``--blocks`` blocks so that programs compete.
+It runs on the engine under vLLM's stock ``Scheduler`` and ``ttlpolicy_vllm.TTLScheduler``,
+and in the simulator (policies ``vllm`` and ``ttlpolicy``) on a hardware profile calibrated
+on the same engine (``ttlpolicy_vllm.calibrate``; ``--profile`` reuses one) with the same KV
+blocks, block size, token budget and maximum sequences.
+
+Per scheduler: mean and p90 TTFT, output throughput (tokens/s over the run), prefix hit rate,
+mean program completion time, preemptions; the simulator's relative error on each (hit rate:
+points); and whether the simulator orders the two schedulers as the engine does, per metric.
+
+Run (the vLLM venv):
+    "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+# vLLM's environment before vllm is imported; the engine and its model, shared with calibrate.
+from ttlpolicy_vllm.calibrate import (  # isort: skip
+    SHAPES,
+    EngineSettings,
+    add_engine_arguments,
+    calibrate_llm,
+    device_name,
+    make_llm,
+    settings_from,
+    usable_blocks,
+    write_model_dir,
+)
+
+import argparse
+import dataclasses
+import gc
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
+from ttlpolicy.sim import Program as SimProgram
+from ttlpolicy.sim import Turn as SimTurn
+from vllm_replay import STOCK, TTL, Program, load_sessions
+from vllm_replay import Turn as ReplayTurn
+
+PAIRS = ((STOCK, "vllm"), (TTL, "ttlpolicy"))  # engine scheduler, simulator policy
+METRICS = ("ttft_mean_s", "ttft_p90_s", "throughput_tok_s", "hit_rate", "jct_mean_s")
+
+
+def p90(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[int(0.9 * (len(s) - 1))] if s else 0.0
+
+
+def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dict[str, float]:
+    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements."""
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    sched = engine.engine_core.engine_core.scheduler
+    preemptions = 0
+    preempt = sched._preempt_request
+
+    def counted(*a: Any, **k: Any) -> Any:
+        nonlocal preemptions
+        preemptions += 1
+        return preempt(*a, **k)
+
+    sched._preempt_request = counted  # count every preemption, whatever the scheduler
+    programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
+    by_rid: dict[str, Program] = {}
+    issued: dict[str, float] = {}
+    ttfts: list[float] = []
+    prompt_tokens = cached_tokens = output_tokens = 0
+    t0 = time.monotonic()
+    counter = 0
+    while any(p.done_s is None for p in programs):
+        now = time.monotonic() - t0
+        for p in programs:
+            if p.done_s is None and p.in_flight is None and p.due_s <= now:
+                turn = p.turns[p.next_turn]
+                p.context += [p.rng.randrange(3, vocab) for _ in range(turn.new_tokens)]
+                last = p.next_turn == len(p.turns) - 1
+                counter += 1
+                rid = f"{p.pid}-{counter:06d}"
+                params = SamplingParams(
+                    max_tokens=turn.output_tokens, temperature=0.0, ignore_eos=True,
+                    extra_args={"program_id": p.pid, "tool": "bash", "last_turn": last},
+                )  # fmt: skip
+                engine.add_request(rid, {"prompt_token_ids": list(p.context)}, params)
+                p.in_flight, by_rid[rid], issued[rid] = rid, p, now
+                if p.first_s is None:
+                    p.first_s = now
+        if not engine.has_unfinished_requests():
+            time.sleep(0.002)  # every program is in a tool call
+            continue
+        outs = engine.step()
+        now = time.monotonic() - t0
+        for out in outs:
+            if out.request_id in issued and out.outputs[0].token_ids:
+                ttfts.append(now - issued.pop(out.request_id))
+            if not out.finished:
+                continue
+            p = by_rid.pop(out.request_id)
+            prompt_tokens += len(out.prompt_token_ids or ())
+            cached_tokens += out.num_cached_tokens or 0
+            output_tokens += len(out.outputs[0].token_ids)
+            p.context += list(out.outputs[0].token_ids)
+            p.in_flight = None
+            p.next_turn += 1
+            if p.next_turn == len(p.turns):
+                p.done_s = now
+            else:
+                p.due_s = now + p.turns[p.next_turn].gap_s
+    pins = sched.ttl_stats()["pins"] if hasattr(sched, "ttl_stats") else 0
+    makespan = max(p.done_s for p in programs if p.done_s is not None)
+    jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
+    return {
+        "ttft_mean_s": statistics.fmean(ttfts),
+        "ttft_p90_s": p90(ttfts),
+        "throughput_tok_s": output_tokens / makespan,
+        "hit_rate": cached_tokens / prompt_tokens if prompt_tokens else 0.0,
+        "jct_mean_s": statistics.fmean(jct),
+        "preemptions": float(preemptions),
+        "makespan_s": makespan,
+        "pins": float(pins),
+    }
+
+
+def sim_programs(sessions: list[list[ReplayTurn]], block_tokens: int) -> list[SimProgram]:
+    """The same programs for the simulator: each turn's whole context, output, the blocks it
+    shares with the previous turn's context (prompt + output, full blocks whose KV exists:
+    the last output token's KV is never computed), and the gap before it."""
+    programs = []
+    for i, turns in enumerate(sessions):
+        out, ctx, prev_kv = [], 0, 0
+        for t in turns:
+            ctx += t.new_tokens
+            out.append(SimTurn(ctx, t.output_tokens, prev_kv // block_tokens, t.gap_s, "bash"))
+            prev_kv = ctx + t.output_tokens - 1
+            ctx += t.output_tokens
+        programs.append(SimProgram(f"prog{i}", tuple(out)))
+    return programs
+
+
+def replay_sim(
+    hw: Hardware, policy: str, programs: list[SimProgram], settings: EngineSettings
+) -> dict[str, float]:
+    cfg = EngineConfig(settings.block_size, settings.token_budget, settings.max_seqs)
+    m = simulate(hw, policy, programs, open_loop=True, config=cfg)
+    ttfts = m.ttfts_s
+    s = m.summary()
+    return {
+        "ttft_mean_s": s["ttft_mean_s"],
+        "ttft_p90_s": p90(ttfts),
+        "throughput_tok_s": s["throughput_tok_s"],
+        "hit_rate": s["hit_rate"],
+        "jct_mean_s": s["jct_mean_s"],
+        "preemptions": s["preemptions"],
+        "makespan_s": s["makespan_s"],
+        "pinned_block_s": s["pinned_block_s"],
+    }
+
+
+def errors(engine: dict[str, float], sim: dict[str, float]) -> dict[str, float]:
+    """Relative error of the simulator (hit rate: difference in points)."""
+    out = {}
+    for k in METRICS:
+        if k == "hit_rate":
+            out[k] = 100.0 * (sim[k] - engine[k])
+        else:
+            out[k] = (sim[k] - engine[k]) / engine[k] if engine[k] else float("nan")
+    out["preemptions"] = sim["preemptions"] - engine["preemptions"]
+    return out
+
+
+def ranking(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per metric: does the simulator order the two schedulers as the engine does?"""
+    a, b = rows
+    agree = {}
+    for k in (*METRICS, "preemptions"):
+        de = b["engine"][k] - a["engine"][k]
+        ds = b["sim"][k] - a["sim"][k]
+        agree[k] = (de > 0 and ds > 0) or (de < 0 and ds < 0) or (de == 0 and ds == 0)
+    return agree
+
+
+def table(rows: list[dict[str, Any]], agree: dict[str, bool]) -> str:
+    head = f"{'scheduler':>14} {'metric':>17} {'engine':>10} {'sim':>10} {'error':>9}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        for k in (*METRICS, "preemptions"):
+            e, s, err = r["engine"][k], r["sim"][k], r["error"][k]
+            unit = " pt" if k == "hit_rate" else "" if k == "preemptions" else " %"
+            shown = err if k in ("hit_rate", "preemptions") else 100 * err
+            lines.append(f"{r['scheduler']:>14} {k:>17} {e:>10.4g} {s:>10.4g} {shown:>+7.1f}{unit}")
+    lines.append(
+        "same ranking: " + ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in agree.items())
+    )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_engine_arguments(ap)
+    ap.add_argument("--profile", default=None, help="calibrated profile (default: calibrate now)")
+    ap.add_argument("--repeats", type=int, default=2, help="calibration: measurements per shape")
+    ap.add_argument("--programs", type=int, default=6)
+    ap.add_argument("--turns", type=int, default=6)
+    ap.add_argument("--max-context", type=int, default=400)
+    ap.add_argument("--max-out", type=int, default=16)
+    ap.add_argument("--time-scale", type=float, default=0.05)
+    ap.add_argument("--max-gap-s", type=float, default=2.0)
+    ap.add_argument("--save-profile", default=None, help="write the calibrated profile here")
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args()
+    settings = settings_from(args)
+    shape = SHAPES[args.shape]
+    sessions = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
+                             args.time_scale, args.max_gap_s)  # fmt: skip
+    if len(sessions) < args.programs:
+        print(f"only {len(sessions)} sessions have {args.turns} turns", file=sys.stderr)
+    t_start = time.perf_counter()
+    hw: Hardware | None = load_profile(args.profile) if args.profile else None
+    record: dict[str, Any] = {}
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        model = write_model_dir(Path(d), shape)
+        for cls, policy in PAIRS:
+            llm = make_llm(model, shape, settings, cls)
+            if hw is None:  # calibrate on the first engine, before its replay
+                hw, record = calibrate_llm(llm, shape, settings, device_name(args.device),
+                                           repeats=args.repeats)  # fmt: skip
+                if args.save_profile:
+                    save_profile(args.save_profile, hw, record)
+                fit = 100 * record["fit_mean_rel_error"]
+                print(f"calibrated in {record['measure_s']:.0f} s, fit error {fit:.1f} % mean",
+                      file=sys.stderr)  # fmt: skip
+            blocks = usable_blocks(llm)
+            sched = llm.llm_engine.engine_core.engine_core.scheduler
+            if hasattr(sched, "ttl_metrics"):
+                sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
+            vocab = min(500, len(llm.get_tokenizer()))
+            engine = replay_engine(llm, sessions, vocab)
+            llm.llm_engine.engine_core.shutdown()
+            del llm, sched
+            gc.collect()
+            # The simulator gets exactly the engine's usable KV blocks.
+            kv_bytes = float(blocks * settings.block_size * hw.kv_bytes_per_token)
+            sim_hw = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
+            sim = replay_sim(sim_hw, policy, sim_programs(sessions, settings.block_size), settings)
+            name = cls.rsplit(".", 1)[1]
+            rows.append({"scheduler": name, "policy": policy, "engine": engine, "sim": sim,
+                         "error": errors(engine, sim), "kv_blocks": blocks})  # fmt: skip
+            print(f"{name}: engine done", file=sys.stderr)
+    agree = ranking(rows)
+    print(table(rows, agree))
+    if args.json:
+        meta = {
+            "args": vars(args),
+            "settings": dataclasses.asdict(settings),
+            "requests": sum(len(s) for s in sessions),
+            "programs": len(sessions),
+            "wall_s": time.perf_counter() - t_start,
+            "calibration": {k: v for k, v in record.items() if k != "rows"},
+        }
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "rows": rows, "same_ranking": agree}, indent=1) + "\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Hardware profiles: a ``Hardware`` as a JSON file, and the fit that makes one from measured
+engine steps.
+
+A profile lets the simulator run on what a real engine measured rather than on a roofline
+over spec sheets (``ttlpolicy compare --hardware profile.json``).  The measuring needs the
+engine (``python -m ttlpolicy_vllm.calibrate`` for vLLM); the format, the step shapes and the
+fit live here so the simulator's side needs no engine.  Format (``FORMAT``)::
+
+    {"format": "ttlpolicy-hardware-profile/1",
+     "model":  {"name", "params", "layers", "hidden", "heads", "kv_heads", "head_dim",
+                "tp", "dtype_bytes"},
+     "device": {"name", "peak_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"},
+     "step_s": {"compute": {"c0", "c_tok", "c_attn", "c_kv"}, "memory": {...same...}},
+     "kv_capacity_bytes": ..., "cpu_tier_bytes": ...,
+     "calibration": {...}}          # optional, free-form: how it was measured
+
+``step_s`` holds the two lines of ``hardware.StepModel`` (a step takes the larger), every
+coefficient >= 0; a calibrated profile has one line written twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .hardware import GPUSpec, Hardware, Line, ModelSpec, StepModel, fit_line
+
+FORMAT = "ttlpolicy-hardware-profile/1"
+
+_MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "tp", "dtype_bytes")
+_DEVICE_FLOATS = ("peak_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s")
+_LINE_FIELDS = ("c0", "c_tok", "c_attn", "c_kv")
+
+
+class ProfileError(ValueError):
+    """A profile file that cannot be used; the message names the field and its value."""
+
+
+# -- step shapes: what the simulator's step-time model is a function of ---------------------
+def prefill_shape(chunk_tokens: int, start_tokens: int = 0) -> tuple[float, float, float]:
+    """(tokens, attn, kv) of a step prefilling ``chunk_tokens`` after ``start_tokens`` cached
+    ones, as ``Engine._plan`` and ``Hardware.prefill_s`` count them."""
+    c, s = chunk_tokens, start_tokens
+    return float(c), c * s + c * (c + 1) / 2.0, float(s + c)
+
+
+def decode_shape(context_tokens: Sequence[int]) -> tuple[float, float, float]:
+    """(tokens, attn, kv) of a decode step over requests holding ``context_tokens`` each."""
+    ctx = float(sum(context_tokens))
+    return float(len(context_tokens)), ctx, ctx
+
+
+def fit_hardware(
+    model: ModelSpec,
+    device: GPUSpec,
+    rows: Iterable[Sequence[float]],
+    *,
+    kv_capacity_blocks: int,
+    block_tokens: int,
+) -> Hardware:
+    """A ``Hardware`` whose step time is the least-squares line through ``rows``
+    ((tokens, attn, kv, seconds) per measured step) and whose KV room is exactly
+    ``kv_capacity_blocks`` blocks of ``block_tokens`` (what the engine allocated)."""
+    if kv_capacity_blocks <= 0 or block_tokens <= 0:
+        raise ValueError(
+            f"kv_capacity_blocks and block_tokens must be > 0, "
+            f"got {kv_capacity_blocks!r}, {block_tokens!r}"
+        )
+    line = fit_line(rows)
+    kv_bytes = float(kv_capacity_blocks * block_tokens * model.kv_bytes_per_token)
+    return Hardware(model, device, StepModel(line, line), kv_bytes)
+
+
+# -- the file -------------------------------------------------------------------------------
+def profile_dict(hw: Hardware, calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+    m, g = hw.model, hw.gpu
+
+    def line(ln: Line) -> dict[str, float]:
+        return {f: getattr(ln, f) for f in _LINE_FIELDS}
+
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "model": {"name": m.name, "params": m.params} | {f: getattr(m, f) for f in _MODEL_INTS},
+        "device": {"name": g.name} | {f: getattr(g, f) for f in _DEVICE_FLOATS},
+        "step_s": {"compute": line(hw.steps.compute), "memory": line(hw.steps.memory)},
+        "kv_capacity_bytes": hw.kv_capacity_bytes,
+        "cpu_tier_bytes": hw.cpu_tier_bytes,
+    }
+    if calibration is not None:
+        out["calibration"] = calibration
+    return out
+
+
+def save_profile(path: str | Path, hw: Hardware, calibration: dict[str, Any] | None = None) -> None:
+    Path(path).write_text(json.dumps(profile_dict(hw, calibration), indent=1) + "\n")
+
+
+def load_profile(path: str | Path) -> Hardware:
+    """The ``Hardware`` a profile file describes; ``ProfileError`` naming the bad field."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read hardware profile: {e.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ProfileError(f"{path}: not a JSON hardware profile: {e}") from None
+    return hardware_from_profile(data, str(path))
+
+
+def _section(data: dict[str, Any], key: str, where: str, parent: str = "") -> dict[str, Any]:
+    v = data.get(key)
+    if not isinstance(v, dict):
+        raise ProfileError(f"{where}: {parent}{key} must be an object, got {_show(v)}")
+    return v
+
+
+def _show(v: object) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _number(v: Any, label: str, *, positive: bool, integer: bool = False) -> Any:
+    """``v`` if it is a finite number of the right kind and sign; else an error naming
+    ``label`` (``<file>: <section>.<field>``) and the value."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if ok and integer:
+        ok = isinstance(v, int)
+    if ok:
+        ok = v > 0 if positive else v >= 0
+    if not ok:
+        kind = "integer" if integer else "number"
+        bound = "> 0" if positive else ">= 0"
+        raise ProfileError(f"{label} must be a finite {kind} {bound}, got {_show(v)}")
+    return v
+
+
+def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
+    if not isinstance(data, dict):
+        raise ProfileError(f"{where}: a hardware profile is a JSON object, got {_show(data)}")
+    if data.get("format") != FORMAT:
+        raise ProfileError(f"{where}: format must be {FORMAT!r}, got {_show(data.get('format'))}")
+    msec = _section(data, "model", where)
+    name = msec.get("name")
+    if not isinstance(name, str) or not name or len(name) > 200:
+        raise ProfileError(f"{where}: model.name must be a non-empty string, got {_show(name)}")
+    ints = {
+        f: _number(msec.get(f), f"{where}: model.{f}", positive=True, integer=True)
+        for f in _MODEL_INTS
+    }
+    params = float(_number(msec.get("params"), f"{where}: model.params", positive=True))
+    model = ModelSpec(name, params, **ints)
+    dsec = _section(data, "device", where)
+    dname = dsec.get("name")
+    if not isinstance(dname, str) or not dname or len(dname) > 200:
+        raise ProfileError(f"{where}: device.name must be a non-empty string, got {_show(dname)}")
+    # peak FLOP/s and bandwidth may be 0 (unknown: a calibrated profile does not use them);
+    # the host link divides a transfer, so it must be > 0.
+    dev = {
+        f: float(_number(dsec.get(f), f"{where}: device.{f}", positive=f == "pcie_bytes_per_s"))
+        for f in _DEVICE_FLOATS
+    }
+    device = GPUSpec(dname, **dev)
+    ssec = _section(data, "step_s", where)
+    lines = []
+    for part in ("compute", "memory"):
+        lsec = _section(ssec, part, where, "step_s.")
+        # A step never takes negative time nor gets faster with more work (``fit_line``).
+        coef = [
+            float(_number(lsec.get(f), f"{where}: step_s.{part}.{f}", positive=False))
+            for f in _LINE_FIELDS
+        ]
+        lines.append(Line(*coef))
+    kv = float(_number(data.get("kv_capacity_bytes"), f"{where}: kv_capacity_bytes", positive=True))
+    cpu = float(
+        _number(data.get("cpu_tier_bytes", 0.0), f"{where}: cpu_tier_bytes", positive=False)
+    )
+    return Hardware(model, device, StepModel(lines[0], lines[1]), kv, cpu)
