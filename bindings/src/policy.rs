@@ -17,7 +17,7 @@ use pyo3::IntoPyObjectExt;
 use ttlpolicy_core::config::{FieldMut, PinHandover};
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use ttlpolicy_core::history::ToolHistory;
-use ttlpolicy_core::policy::{PinDecision, PolicyConfig, Source, TTLPolicy};
+use ttlpolicy_core::policy::{DecideArgs, PinDecision, PolicyConfig, Source, TTLPolicy};
 use ttlpolicy_core::solver;
 
 use crate::convert::{
@@ -674,15 +674,15 @@ impl PyTTLPolicy {
         let prefix = args.take("prefix_tokens", prefix_tokens);
         let now = args.take("now", now);
         let offloaded = args.take("offloaded_tokens", offloaded_tokens);
-        let decision = slf.borrow().inner.decide(
-            tool.as_deref(),
-            blocks,
-            mean_active,
-            miss,
-            prefix,
+        let decision = slf.borrow().inner.decide(&DecideArgs {
+            tool: tool.as_deref(),
+            request_blocks: blocks,
+            mean_active_blocks: mean_active,
+            cache_miss_cost_s: miss,
+            prefix_tokens: prefix,
             now,
-            offloaded,
-        );
+            offloaded_tokens: offloaded,
+        });
         args.finish(decision).map(PyPinDecision::from)
     }
 }

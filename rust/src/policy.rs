@@ -105,6 +105,42 @@ pub struct TTLPolicy {
     miss_model: CacheMissModel,
 }
 
+/// The arguments of [`TTLPolicy::decide`]: a request that just ended in a call to `tool`.
+///
+/// `Default` gives the reference's defaults (no tool, 0 blocks, a mean of 1 block, the
+/// miss-cost model, no prefix, time 0, nothing offloaded); name only what a call needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecideArgs<'a> {
+    /// The tool the request called (`None`: no tool).
+    pub tool: Option<&'a str>,
+    /// Blocks the request holds (what a pin would keep).
+    pub request_blocks: i64,
+    /// M̄: the mean blocks of an active request.
+    pub mean_active_blocks: f64,
+    /// Overrides the miss-cost model when given.
+    pub cache_miss_cost_s: Option<f64>,
+    /// Prefix tokens the miss-cost model prices.
+    pub prefix_tokens: i64,
+    /// The caller's clock (validated, reserved for time-dependent rules).
+    pub now: f64,
+    /// Of `prefix_tokens`, those an offload tier still holds.
+    pub offloaded_tokens: i64,
+}
+
+impl Default for DecideArgs<'_> {
+    fn default() -> Self {
+        DecideArgs {
+            tool: None,
+            request_blocks: 0,
+            mean_active_blocks: 1.0,
+            cache_miss_cost_s: None,
+            prefix_tokens: 0,
+            now: 0.0,
+            offloaded_tokens: 0,
+        }
+    }
+}
+
 impl TTLPolicy {
     /// Default `mean_active_blocks` of [`TTLPolicy::decide`] (M̄ when the engine knows none).
     pub const DEFAULT_MEAN_ACTIVE_BLOCKS: f64 = 1.0;
@@ -210,17 +246,16 @@ impl TTLPolicy {
     /// `prefix_tokens`, `offloaded_tokens` of them held by an offload tier). `now` is
     /// validated and reserved for time-dependent rules; no clock is read. Never allocates
     /// unless it returns an error.
-    #[allow(clippy::too_many_arguments)]
-    pub fn decide(
-        &self,
-        tool: Option<&str>,
-        request_blocks: i64,
-        mean_active_blocks: f64,
-        cache_miss_cost_s: Option<f64>,
-        prefix_tokens: i64,
-        now: f64,
-        offloaded_tokens: i64,
-    ) -> Result<PinDecision> {
+    pub fn decide(&self, args: &DecideArgs<'_>) -> Result<PinDecision> {
+        let DecideArgs {
+            tool,
+            request_blocks,
+            mean_active_blocks,
+            cache_miss_cost_s,
+            prefix_tokens,
+            now,
+            offloaded_tokens,
+        } = *args;
         // Validate everything before using any state, in the reference's order.
         let tool_window = tool.and_then(|t| self.history.window_of(Some(t)));
         let count = tool_window.map_or(0, |w| w.len());
@@ -331,8 +366,14 @@ mod tests {
     }
 
     fn decide(p: &TTLPolicy, tool: Option<&str>, blocks: i64, miss: f64) -> PinDecision {
-        p.decide(tool, blocks, 100.0, Some(miss), 0, 0.0, 0)
-            .unwrap()
+        p.decide(&DecideArgs {
+            tool,
+            request_blocks: blocks,
+            mean_active_blocks: 100.0,
+            cache_miss_cost_s: Some(miss),
+            ..Default::default()
+        })
+        .unwrap()
     }
 
     #[test]
@@ -387,21 +428,55 @@ mod tests {
     fn bad_input_names_the_field_and_changes_nothing() {
         let mut p = policy();
         let cases: [(&str, Result<PinDecision>); 6] = [
-            ("request_blocks", p.decide(None, -1, 1.0, None, 0, 0.0, 0)),
+            (
+                "request_blocks",
+                p.decide(&DecideArgs {
+                    request_blocks: -1,
+                    ..Default::default()
+                }),
+            ),
             (
                 "mean_active_blocks",
-                p.decide(None, 1, 0.0, None, 0, 0.0, 0),
+                p.decide(&DecideArgs {
+                    request_blocks: 1,
+                    mean_active_blocks: 0.0,
+                    ..Default::default()
+                }),
             ),
-            ("now", p.decide(None, 1, 1.0, None, 0, f64::NAN, 0)),
+            (
+                "now",
+                p.decide(&DecideArgs {
+                    request_blocks: 1,
+                    now: f64::NAN,
+                    ..Default::default()
+                }),
+            ),
             (
                 "cache_miss_cost_s",
-                p.decide(None, 1, 1.0, Some(-1.0), 0, 0.0, 0),
+                p.decide(&DecideArgs {
+                    request_blocks: 1,
+                    cache_miss_cost_s: Some(-1.0),
+                    ..Default::default()
+                }),
             ),
             (
                 "prefix_tokens",
-                p.decide(None, 1, 1.0, Some(1.0), -5, 0.0, 0),
+                p.decide(&DecideArgs {
+                    request_blocks: 1,
+                    cache_miss_cost_s: Some(1.0),
+                    prefix_tokens: -5,
+                    ..Default::default()
+                }),
             ),
-            ("offloaded_tokens", p.decide(None, 1, 1.0, None, 5, 0.0, 6)),
+            (
+                "offloaded_tokens",
+                p.decide(&DecideArgs {
+                    request_blocks: 1,
+                    prefix_tokens: 5,
+                    offloaded_tokens: 6,
+                    ..Default::default()
+                }),
+            ),
         ];
         for (field, r) in cases {
             assert_eq!(r.unwrap_err().field(), Some(field));
@@ -424,12 +499,24 @@ mod tests {
         let p = TTLPolicy::new(PolicyConfig::published()).unwrap();
         for (blocks, mean) in [(1, 1.0), (500, 20.0), (3, 9000.0)] {
             let d = p
-                .decide(Some("ls"), blocks, mean, Some(7.0), 0, 0.0, 0)
+                .decide(&DecideArgs {
+                    tool: Some("ls"),
+                    request_blocks: blocks,
+                    mean_active_blocks: mean,
+                    cache_miss_cost_s: Some(7.0),
+                    ..Default::default()
+                })
                 .unwrap();
             assert!((d.ttl_s - 7f64.ln()).abs() < 1e-12);
             assert_eq!((d.cost_per_s, d.source), (1.0, Source::ExponentialPrior));
         }
-        let d = p.decide(None, 1, 1.0, Some(0.9), 0, 0.0, 0).unwrap();
+        let d = p
+            .decide(&DecideArgs {
+                request_blocks: 1,
+                cache_miss_cost_s: Some(0.9),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(d.ttl_s, 0.0); // B ≤ 1 s: no pin
     }
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use crate::config::PinHandover;
 use crate::error::{Error, PyFloat, PyStr, Result};
-use crate::policy::{PinDecision, TTLPolicy, MAX_BLOCKS};
+use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
 use pins::PinTable;
@@ -604,15 +604,15 @@ impl ProgramScheduler {
         let decision = if args.last_turn {
             None
         } else {
-            Some(policy.decide(
-                key,
-                blocks,
-                mean_active,
-                args.cache_miss_cost_s,
-                args.prefix_tokens,
-                t,
-                args.offloaded_tokens,
-            )?)
+            Some(policy.decide(&DecideArgs {
+                tool: key,
+                request_blocks: blocks,
+                mean_active_blocks: mean_active,
+                cache_miss_cost_s: args.cache_miss_cost_s,
+                prefix_tokens: args.prefix_tokens,
+                now: t,
+                offloaded_tokens: args.offloaded_tokens,
+            })?)
         };
         // Commit: nothing below can fail.
         self.now = t;
