@@ -11,33 +11,31 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from conftest import TEST_POLICY
 
 SCRIPT = r"""
-import json, sys
-sys.path.insert(0, sys.argv[1])
-import conftest  # the CPU pools and the torchvision shim, as in the other tests
+import json
+from ttlpolicy_sglang import testing  # the CPU pools and the torchvision shim, as in the tests
 from sglang.srt.plugins import load_plugins
 from sglang.srt.mem_cache.registry import registered_radix_cache_backends
 from sglang.srt.managers.schedule_policy import SchedulePolicy
 
 out = {"before": registered_radix_cache_backends()}
 try:  # not loaded yet: SGLang refuses the name, as it would refuse the flag
-    conftest.make_scheduler(256, "ttlpolicy", None)
+    testing.make_scheduler(256, "ttlpolicy", None)
 except ValueError as e:
     out["refused"] = "is not registered" in str(e)
 load_plugins()
 out["backends"] = registered_radix_cache_backends()
-s = conftest.make_scheduler(256, "ttlpolicy", conftest.FakeClock())
+s = testing.make_scheduler(256, "ttlpolicy", testing.FakeClock())
 out["cache"] = type(s.cache).__name__
-prompt = conftest.tokens(10_000, 50)
+prompt = testing.tokens(10_000, 50)
 first = s.submit(prompt, program="agent", tool="bash")
 assert s.schedule() == [first]
-s.finish(first, conftest.tokens(20_000, 5))
-anon = s.submit(conftest.tokens(30_000, 10))
-back = s.submit(prompt + conftest.tokens(20_000, 5) + [7], program="agent")
+s.finish(first, testing.tokens(20_000, 5))
+anon = s.submit(testing.tokens(30_000, 10))
+back = s.submit(prompt + testing.tokens(20_000, 5) + [7], program="agent")
 before = s.cache.ttl_stats()["schedule_calls"]
 s.policy.calc_priority(s.waiting, None)  # the method itself, as SGLang's scheduler calls it
 out["adapter_calls"] = s.cache.ttl_stats()["schedule_calls"] - before
@@ -49,9 +47,8 @@ print("RESULT " + json.dumps(out))
 
 def run(env_extra: dict[str, str]) -> dict:
     env = dict(os.environ, TTLPOLICY_POLICY=TEST_POLICY, **env_extra)
-    tests = str(Path(__file__).parent)
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, tests],
+        [sys.executable, "-c", SCRIPT],
         env=env,
         capture_output=True,
         text=True,
