@@ -46,7 +46,7 @@ from typing import Any
 from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim import Turn as SimTurn
-from vllm_replay import STOCK, TTL, Program, load_sessions
+from vllm_replay import STOCK, TTL, Program, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
 PAIRS = ((STOCK, "vllm"), (TTL, "ttlpolicy"))  # engine scheduler, simulator policy
@@ -60,8 +60,6 @@ def p90(xs: list[float]) -> float:
 
 def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dict[str, float]:
     """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements."""
-    from vllm import SamplingParams
-
     engine = llm.llm_engine
     sched = engine.engine_core.engine_core.scheduler
     preemptions = 0
@@ -79,24 +77,10 @@ def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dic
     ttfts: list[float] = []
     prompt_tokens = cached_tokens = output_tokens = 0
     t0 = time.monotonic()
-    counter = 0
     while any(p.done_s is None for p in programs):
         now = time.monotonic() - t0
-        for p in programs:
-            if p.done_s is None and p.in_flight is None and p.due_s <= now:
-                turn = p.turns[p.next_turn]
-                p.context += [p.rng.randrange(3, vocab) for _ in range(turn.new_tokens)]
-                last = p.next_turn == len(p.turns) - 1
-                counter += 1
-                rid = f"{p.pid}-{counter:06d}"
-                params = SamplingParams(
-                    max_tokens=turn.output_tokens, temperature=0.0, ignore_eos=True,
-                    extra_args={"program_id": p.pid, "tool": "bash", "last_turn": last},
-                )  # fmt: skip
-                engine.add_request(rid, {"prompt_token_ids": list(p.context)}, params)
-                p.in_flight, by_rid[rid], issued[rid] = rid, p, now
-                if p.first_s is None:
-                    p.first_s = now
+        for rid, p in issue_due_turns(engine, programs, now, vocab):
+            by_rid[rid], issued[rid] = p, now
         if not engine.has_unfinished_requests():
             time.sleep(0.002)  # every program is in a tool call
             continue

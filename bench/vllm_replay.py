@@ -80,6 +80,32 @@ def load_sessions(n: int, turns: int, max_context: int, max_out: int, time_scale
     return sessions
 
 
+def issue_due_turns(
+    engine: Any, programs: list[Program], now: float, vocab: int
+) -> list[tuple[str, Program]]:
+    """Send the next turn of every program whose tool call is over (its context grows by the
+    turn's new tokens); the (request id, program) pairs sent."""
+    from vllm import SamplingParams
+
+    sent = []
+    for p in programs:
+        if p.done_s is None and p.in_flight is None and p.due_s <= now:
+            turn = p.turns[p.next_turn]
+            p.context += [p.rng.randrange(3, vocab) for _ in range(turn.new_tokens)]
+            last = p.next_turn == len(p.turns) - 1
+            rid = f"{p.pid}-{p.next_turn:04d}"
+            params = SamplingParams(
+                max_tokens=turn.output_tokens, temperature=0.0, ignore_eos=True,
+                extra_args={"program_id": p.pid, "tool": "bash", "last_turn": last},
+            )  # fmt: skip
+            engine.add_request(rid, {"prompt_token_ids": list(p.context)}, params)
+            p.in_flight = rid
+            if p.first_s is None:
+                p.first_s = now
+            sent.append((rid, p))
+    return sent
+
+
 def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: int,
            vocab_hint: int) -> dict[str, Any]:  # fmt: skip
     from vllm import LLM, SamplingParams
@@ -104,25 +130,10 @@ def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: 
     prompt_tokens = cached_tokens = 0
     step_s: list[float] = []
     t0 = time.monotonic()
-    counter = 0
     while any(p.done_s is None for p in programs):
         now = time.monotonic() - t0
-        for p in programs:
-            if p.done_s is None and p.in_flight is None and p.due_s <= now:
-                turn = p.turns[p.next_turn]
-                p.context += [p.rng.randrange(3, vocab) for _ in range(turn.new_tokens)]
-                last = p.next_turn == len(p.turns) - 1
-                counter += 1
-                rid = f"{p.pid}-{counter:06d}"
-                params = SamplingParams(
-                    max_tokens=turn.output_tokens, temperature=0.0, ignore_eos=True,
-                    extra_args={"program_id": p.pid, "tool": "bash", "last_turn": last},
-                )  # fmt: skip
-                engine.add_request(rid, {"prompt_token_ids": list(p.context)}, params)
-                p.in_flight = rid
-                by_rid[rid] = p
-                if p.first_s is None:
-                    p.first_s = now
+        for rid, p in issue_due_turns(engine, programs, now, vocab):
+            by_rid[rid] = p
         if not engine.has_unfinished_requests():
             time.sleep(0.005)  # every program is in a tool call
             continue
