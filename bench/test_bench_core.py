@@ -13,6 +13,7 @@ import pytest
 from ttlpolicy.reference import policy as ref_policy
 from ttlpolicy.reference import solver as ref_solver
 
+_native: ModuleType | None
 try:
     from ttlpolicy import _native
 except ImportError:  # the reference alone still runs

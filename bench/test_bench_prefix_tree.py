@@ -19,6 +19,7 @@ import pytest
 from trace_paths import ROOT, missing_message, traces_dir
 from ttlpolicy.reference.prefix_tree import PrefixTree as ReferenceTree
 
+NativeTree: type | None
 try:
     from ttlpolicy._native import PrefixTree as NativeTree
 except ImportError:  # the reference alone still benchmarks

@@ -10,6 +10,7 @@ call through the harness and the binding.
 from __future__ import annotations
 
 import itertools
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from ttlpolicy import PolicyConfig
 from ttlpolicy.reference import policy as ref_policy
 from ttlpolicy.reference import scheduler as ref_scheduler
 
+_native: ModuleType | None
 try:
     from ttlpolicy import _native
 except ImportError:

@@ -66,7 +66,8 @@ def load_sessions(n: int, turns: int, max_context: int, max_out: int, time_scale
         if len(records) < turns:
             continue
         scale = max_context / max(r.input_tokens + r.output_tokens for r in records)
-        out, ctx = [], 0
+        out: list[Turn] = []
+        ctx = 0
         for r in records:
             target = max(int(r.input_tokens * scale), ctx + 8)
             o = max(1, min(max_out, int(r.output_tokens * scale)))
@@ -132,18 +133,18 @@ def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: 
         for out in outs:
             if not out.finished:
                 continue
-            p = by_rid.pop(out.request_id, None)
-            if p is None:
+            prog = by_rid.pop(out.request_id, None)
+            if prog is None:
                 continue
             prompt_tokens += len(out.prompt_token_ids or ())
             cached_tokens += out.num_cached_tokens or 0
-            p.context += list(out.outputs[0].token_ids)
-            p.in_flight = None
-            p.next_turn += 1
-            if p.next_turn == len(p.turns):
-                p.done_s = now
+            prog.context += list(out.outputs[0].token_ids)
+            prog.in_flight = None
+            prog.next_turn += 1
+            if prog.next_turn == len(prog.turns):
+                prog.done_s = now
             else:
-                p.due_s = now + p.turns[p.next_turn].gap_s
+                prog.due_s = now + prog.turns[prog.next_turn].gap_s
     stats = sched.ttl_stats() if hasattr(sched, "ttl_stats") else {}
     pct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
     result = {

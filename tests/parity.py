@@ -8,13 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from hypothesis import HealthCheck, settings
-
 REL = 1e-9
-
-#: `impl` and `backends` hold immutable backend descriptions, so sharing them across the
-#: examples of a hypothesis test is safe.
-fixture_ok = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 #: a cost-benefit setting where the cold-start policy pins (τ = μ·ln(B/(c·μ)) > 0)
 PINNING_MISS_COST_S = 100.0

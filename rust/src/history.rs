@@ -9,6 +9,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::error::{Error, Result};
+use crate::index_list::{linked, IndexList, Link};
 use crate::solver::fraction_table;
 use crate::validate::{int_in, non_negative, tool_key};
 
@@ -103,16 +104,18 @@ impl DurationWindow {
     }
 }
 
-const NIL: usize = usize::MAX;
+/// Tag of the recency list of tools.
+struct Recency;
 
 /// One tracked tool: its window and its place in the recency list.
 #[derive(Debug, Clone)]
 struct Slot {
     key: Box<str>,
     window: DurationWindow,
-    prev: usize,
-    next: usize,
+    recency: Link,
 }
+
+linked!(Slot, Recency, recency);
 
 /// Sliding windows of tool durations, per tool and global, with a cap on tracked tools.
 ///
@@ -123,10 +126,10 @@ struct Slot {
 pub struct ToolHistory {
     window: usize,
     max_tools: usize,
-    index: HashMap<Box<str>, usize>,
+    index: HashMap<Box<str>, u32>,
     slots: Vec<Slot>,
-    head: usize,
-    tail: usize,
+    /// Least recently observed first.
+    recency: IndexList<Recency>,
     global: DurationWindow,
     /// k / window for k in 0..=window, built once the first window is full: the solver reads
     /// P(τ) of a full window from it instead of dividing.
@@ -148,8 +151,7 @@ impl ToolHistory {
             max_tools,
             index: HashMap::new(),
             slots: Vec::new(),
-            head: NIL,
-            tail: NIL,
+            recency: IndexList::new(),
             global: DurationWindow::new(window),
             fractions: Vec::new(),
         })
@@ -172,13 +174,13 @@ impl ToolHistory {
             let key = tool_key(tool);
             let slot = match self.index.get(key) {
                 Some(&slot) => {
-                    self.unlink(slot);
+                    self.recency.unlink(&mut self.slots, slot);
                     slot
                 }
                 None => self.admit(key),
             };
-            self.link_last(slot);
-            self.slots[slot].window.push(d);
+            self.recency.push_back(&mut self.slots, slot);
+            self.slots[slot as usize].window.push(d);
         }
         self.global.push(d);
         // The global window fills first: every observation lands in it.
@@ -195,47 +197,26 @@ impl ToolHistory {
 
     /// A slot for a new tool: a fresh one, or the least recently observed tool's when full.
     /// The slot is returned unlinked.
-    fn admit(&mut self, key: &str) -> usize {
+    fn admit(&mut self, key: &str) -> u32 {
         let slot = if self.slots.len() < self.max_tools {
             self.slots.push(Slot {
                 key: key.into(),
                 window: DurationWindow::new(self.window),
-                prev: NIL,
-                next: NIL,
+                recency: Link::new(),
             });
-            self.slots.len() - 1
+            // max_tools <= MAX_TOOLS < u32::MAX
+            (self.slots.len() - 1) as u32
         } else {
-            let victim = self.head;
-            self.unlink(victim);
-            let old = std::mem::replace(&mut self.slots[victim].key, key.into());
+            let victim = self.recency.front().expect("max_tools >= 1 tools tracked");
+            self.recency.unlink(&mut self.slots, victim);
+            let slot = &mut self.slots[victim as usize];
+            let old = std::mem::replace(&mut slot.key, key.into());
+            slot.window.clear();
             self.index.remove(&old);
-            self.slots[victim].window.clear();
             victim
         };
         self.index.insert(key.into(), slot);
         slot
-    }
-
-    fn unlink(&mut self, slot: usize) {
-        let (prev, next) = (self.slots[slot].prev, self.slots[slot].next);
-        match prev {
-            NIL => self.head = next,
-            p => self.slots[p].next = next,
-        }
-        match next {
-            NIL => self.tail = prev,
-            n => self.slots[n].prev = prev,
-        }
-    }
-
-    fn link_last(&mut self, slot: usize) {
-        self.slots[slot].prev = self.tail;
-        self.slots[slot].next = NIL;
-        match self.tail {
-            NIL => self.head = slot,
-            t => self.slots[t].next = slot,
-        }
-        self.tail = slot;
     }
 
     /// The window of `tool` (None: the global window); None for an untracked tool.
@@ -245,7 +226,7 @@ impl ToolHistory {
             Some(t) => self
                 .index
                 .get(tool_key(t))
-                .map(|&slot| &self.slots[slot].window),
+                .map(|&slot| &self.slots[slot as usize].window),
         }
     }
 
@@ -271,13 +252,10 @@ impl ToolHistory {
 
     /// Tracked tools, least recently observed first.
     pub fn tools(&self) -> Vec<&str> {
-        let mut out = Vec::with_capacity(self.index.len());
-        let mut at = self.head;
-        while at != NIL {
-            out.push(&*self.slots[at].key);
-            at = self.slots[at].next;
-        }
-        out
+        self.recency
+            .iter(&self.slots)
+            .map(|slot| &*self.slots[slot as usize].key)
+            .collect()
     }
 
     /// Fraction of `tool`'s samples ≤ `t_s` (0.0 with no samples).

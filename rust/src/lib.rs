@@ -35,6 +35,7 @@ pub mod config;
 pub mod error;
 pub mod estimators;
 pub mod history;
+pub mod index_list;
 pub mod policy;
 pub mod prefix_tree;
 pub mod scheduler;

@@ -5,6 +5,7 @@ nothing.  Runs on both backends."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -151,7 +152,7 @@ def test_history_tool_type(impl, bad) -> None:
     before = history_state(h)
     refuses(lambda: h.observe(bad, 1.0), TypeError, "tool")
     for read in (h.count, h.mean, h.samples):
-        refuses(lambda read=read: read(bad), TypeError, "tool")
+        refuses(partial(read, bad), TypeError, "tool")
     refuses(lambda: h.cdf(bad, 1.0), TypeError, "tool")
     refuses(lambda: h.quantile(bad, 0.5), TypeError, "tool")
     assert history_state(h) == before

@@ -3,13 +3,14 @@ and the same exceptions on the Python reference and the Rust core."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import assert_same, fixture_ok, outcome, plain
+from parity import assert_same, outcome, plain
 from ttlpolicy import PolicyConfig
 
 NAN, INF = float("nan"), float("inf")
@@ -120,7 +121,6 @@ def policy_view(p: Any) -> tuple:
     )
 
 
-@settings(fixture_ok, max_examples=300, deadline=None)
 @given(configs(), st.lists(policy_ops, max_size=60))
 def test_policy_sequences_agree(backends, cfg, ops) -> None:
     ref, nat = (b.TTLPolicy(cfg) for b in backends)
@@ -143,7 +143,6 @@ history_ops = st.one_of(
 )
 
 
-@settings(fixture_ok, max_examples=200, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 3), st.lists(history_ops, max_size=60))
 def test_history_sequences_agree(backends, window, max_tools, ops) -> None:
     ref, nat = (b.ToolHistory(window, max_tools) for b in backends)
@@ -180,7 +179,6 @@ def run_estimators(b: Any, args: tuple, ops: list) -> list:
     return out
 
 
-@settings(fixture_ok, max_examples=200, deadline=None)
 @given(
     st.tuples(
         st.integers(1, 6),
@@ -205,7 +203,6 @@ def test_estimator_sequences_agree(backends, args, ops) -> None:
 solver_values = st.one_of(st.floats(0.0, 1e3), st.sampled_from(BAD_FLOATS + ODD_OK))
 
 
-@settings(fixture_ok, max_examples=300, deadline=None)
 @given(
     st.one_of(
         st.lists(st.one_of(st.floats(0.0, 50.0), st.integers(0, 20).map(float)), max_size=40),
@@ -217,7 +214,7 @@ solver_values = st.one_of(st.floats(0.0, 1e3), st.sampled_from(BAD_FLOATS + ODD_
     solver_values,
 )
 def test_solver_agrees_on_any_input(backends, samples, b, c, m) -> None:
-    ref, nat = (outcome(lambda be=be: be.solve_ttl(samples, b, c, m)) for be in backends)
+    ref, nat = (outcome(partial(be.solve_ttl, samples, b, c, m)) for be in backends)
     assert_same(ref, nat, f"{samples!r} {b!r} {c!r} {m!r}")
 
 

@@ -9,8 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import fixture_ok
-
 
 def eta_by_pairs(turns: list[int]) -> float:
     """−corr(k, N−k) over the explicit pairs, with numpy, clamped to [0, 1]."""
@@ -48,7 +46,6 @@ def test_eta_is_one_until_enough_programs(impl) -> None:
     assert e.count() == 5
 
 
-@fixture_ok
 @given(st.integers(1, 8), st.lists(st.integers(1, 200), min_size=1, max_size=30))
 def test_eta_is_the_windowed_correlation(impl, window, turns) -> None:
     e = impl.EtaEstimator(window=window, min_programs=0)
@@ -66,7 +63,6 @@ def test_eta_handles_the_largest_programs(impl) -> None:
     assert 0.0 <= e.eta <= 1.0
 
 
-@fixture_ok
 @given(st.integers(1, 6), st.lists(st.floats(0.0, 1e6), min_size=1, max_size=30))
 def test_out_of_order_cost_is_the_windowed_mean(impl, window, delays) -> None:
     t = impl.OutOfOrderCost(window=window)

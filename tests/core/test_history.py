@@ -9,8 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import fixture_ok
-
 MAX_NAME = 128
 
 tools_st = st.one_of(st.none(), st.sampled_from(["a", "b", "c", "d", "e"]))
@@ -38,7 +36,6 @@ class Model:
         return list(self.all) if tool is None else list(self.tools.get(tool, ()))
 
 
-@fixture_ok
 @given(st.integers(1, 6), st.integers(1, 4), observations)
 def test_windows_and_tool_cap_hold_under_any_sequence(impl, window, max_tools, obs) -> None:
     h = impl.ToolHistory(window=window, max_tools=max_tools)
@@ -56,7 +53,6 @@ def test_windows_and_tool_cap_hold_under_any_sequence(impl, window, max_tools, o
         assert h.samples(tool) == sorted(expected)
 
 
-@fixture_ok
 @given(st.lists(durations, min_size=1, max_size=50), durations, st.floats(0.0, 1.0))
 def test_cdf_quantile_mean_follow_their_definitions(impl, xs, t, q) -> None:
     h = impl.ToolHistory(window=64)
@@ -113,7 +109,6 @@ weird_names = st.one_of(
 )
 
 
-@fixture_ok
 @given(st.lists(weird_names, min_size=1, max_size=20))
 def test_untrusted_names_never_crash_and_are_capped(impl, names) -> None:
     h = impl.ToolHistory(window=4, max_tools=8)

@@ -87,7 +87,7 @@ def test_unconvertible_hashes_raise_alike(backends, hash_ids):
     for t in trees:
         t.insert([1, 9], 0.0)
     before = [tree_view(t) for t in trees]
-    results = []
+    results: list[tuple[object, ...]] = []
     for t in trees:
         try:
             t.insert(hash_ids, 1.0)
@@ -238,7 +238,7 @@ class DuckPolicy:
 
 
 def test_scheduler_refuses_a_duck_typed_policy_alike(backends):
-    results = [outcome(lambda be=be: be.ProgramScheduler(DuckPolicy(), 10, 1)) for be in backends]
+    results = [outcome(partial(be.ProgramScheduler, DuckPolicy(), 10, 1)) for be in backends]
     assert (
         results[0]
         == results[1]

@@ -8,8 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parity import fixture_ok
-
 durations = st.floats(0.0, 1e4, allow_nan=False, allow_infinity=False)
 # Coarse values make ties between samples and between objective values common.
 coarse = st.integers(0, 40).map(lambda i: i / 4)
@@ -24,22 +22,20 @@ def brute_force(samples: list[float], b: float, c: float, max_ttl: float) -> tup
     n = len(samples)
     if n == 0:
         return 0.0, 0.0
-    best_tau, best_value = 0.0, None
+    best_tau, best_value = 0.0, -math.inf
     for tau in sorted({0.0, *(s for s in samples if s <= max_ttl)}):
         k = sum(1 for s in samples if s <= tau)
         value = (k / n) * b - c * tau
-        if best_value is None or value > best_value:
+        if value > best_value:
             best_tau, best_value = tau, value
     return best_tau, best_value
 
 
-@fixture_ok
 @given(samples_st, benefit_st, cost_st, max_ttl_st)
 def test_equals_brute_force(impl, samples, b, c, max_ttl) -> None:
     assert impl.solve_ttl(samples, b, c, max_ttl) == brute_force(samples, b, c, max_ttl)
 
 
-@fixture_ok
 @given(samples_st, benefit_st, cost_st, max_ttl_st)
 def test_tau_is_zero_or_a_sample_within_the_cap(impl, samples, b, c, max_ttl) -> None:
     tau, _ = impl.solve_ttl(samples, b, c, max_ttl)
@@ -47,21 +43,18 @@ def test_tau_is_zero_or_a_sample_within_the_cap(impl, samples, b, c, max_ttl) ->
     assert tau <= max_ttl
 
 
-@fixture_ok
 @given(samples_st, benefit_st, benefit_st, cost_st, max_ttl_st)
 def test_tau_never_decreases_when_benefit_grows(impl, samples, b1, b2, c, max_ttl) -> None:
     lo, hi = sorted((b1, b2))
     assert impl.solve_ttl(samples, lo, c, max_ttl)[0] <= impl.solve_ttl(samples, hi, c, max_ttl)[0]
 
 
-@fixture_ok
 @given(samples_st, benefit_st, cost_st, cost_st, max_ttl_st)
 def test_tau_never_increases_when_cost_grows(impl, samples, b, c1, c2, max_ttl) -> None:
     lo, hi = sorted((c1, c2))
     assert impl.solve_ttl(samples, b, hi, max_ttl)[0] <= impl.solve_ttl(samples, b, lo, max_ttl)[0]
 
 
-@fixture_ok
 @given(samples_st, benefit_st, cost_st, max_ttl_st)
 def test_value_is_at_least_that_of_not_pinning(impl, samples, b, c, max_ttl) -> None:
     _, value = impl.solve_ttl(samples, b, c, max_ttl)

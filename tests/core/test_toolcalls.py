@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy._validate import MAX_TOOL_NAME_CHARS
@@ -118,7 +118,6 @@ def test_adversarial_input_is_fast() -> None:
 name_chars = st.characters(whitelist_categories=("Lu", "Ll", "Nd"), whitelist_characters="_-.")
 
 
-@settings(max_examples=300, deadline=None)
 @given(st.text(min_size=1, max_size=MAX_TOOL_NAME_CHARS, alphabet=name_chars))
 def test_any_valid_name_round_trips_in_every_json_format(name: str) -> None:
     call = {"name": name, "arguments": {"x": 1}}
@@ -157,7 +156,6 @@ fragments = st.sampled_from(
 )
 
 
-@settings(max_examples=500, deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=40), fragments), max_size=40).map("".join))
 def test_fuzz_never_raises_and_returns_a_short_name(text: str) -> None:
     name = tool_name(text)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import NATIVE
@@ -44,13 +44,12 @@ def fits(model, keys):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=150, deadline=None)
 @given(kw=params, ops=stream)
 def test_ttls_change_only_at_refits(backend, kw, ops):
     model = OnlineGroupTTL(**kw, backend=backend)
     seen: set[tuple[int, ...]] = set()
     now = 0.0
-    before = {}
+    before: dict[tuple[int, ...], tuple[float, float]] = {}
     for hashes, dt in ops:
         now += dt
         refits = model.refits
@@ -67,7 +66,6 @@ def test_ttls_change_only_at_refits(backend, kw, ops):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=150, deadline=None)
 @given(kw=params, ops=stream, cut=st.integers(0, 40))
 def test_fit_uses_only_past_accesses(backend, kw, ops, cut):
     """Two models fed the same past and different futures agree on everything up to the cut:
@@ -88,7 +86,6 @@ def test_fit_uses_only_past_accesses(backend, kw, ops, cut):
     assert past.accesses == cut
 
 
-@settings(max_examples=150, deadline=None)
 @given(kw=params, ops=stream)
 def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops):
     """An independent oracle: each group's window, computed here from the access times, gives
@@ -126,7 +123,6 @@ def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=100, deadline=None)
 @given(
     kw=params,
     ops=stream,
@@ -149,7 +145,6 @@ def test_memory_is_bounded(backend, kw, ops, max_blocks, max_idle_groups):
         assert all(len(g.reuse_s) <= kw["window"] for g in groups)
 
 
-@settings(max_examples=150, deadline=None)
 @given(kw=params, ops=stream, max_blocks=st.integers(1, 10))
 def test_backends_give_the_same_ttls(kw, ops, max_blocks):
     if NATIVE is None:

@@ -6,18 +6,10 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-
 # Small alphabets make shared prefixes, branching and re-insertion common.
-# `impl` only names a backend's classes: it holds no state, so sharing it across examples is safe.
-def props(n: int):
-    return settings(
-        max_examples=n, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-    )
-
-
 hash_seq = st.lists(st.integers(0, 3), min_size=0, max_size=12)
 ttl = st.one_of(st.just(math.inf), st.floats(0.0, 20.0))
 
@@ -39,7 +31,6 @@ def run_ops(tree, ops):
     return now
 
 
-@props(100)
 @given(seqs=st.lists(hash_seq, min_size=1, max_size=8))
 def test_inserted_sequence_and_its_prefixes_match_fully(impl, seqs):
     tree = impl.PrefixTree(max_nodes=1000)
@@ -50,7 +41,6 @@ def test_inserted_sequence_and_its_prefixes_match_fully(impl, seqs):
             assert tree.match_len(s[:k]) == k
 
 
-@props(100)
 @given(seqs=st.lists(hash_seq, max_size=10), probe=hash_seq)
 def test_insert_returns_the_held_prefix_it_found(impl, seqs, probe):
     tree = impl.PrefixTree(max_nodes=1000)
@@ -71,7 +61,6 @@ def _common_prefix(a, b):
     return n
 
 
-@props(150)
 @given(max_nodes=st.integers(1, 15), default_ttl=ttl, ops=ops_strategy())
 def test_node_bound_holds(impl, max_nodes, default_ttl, ops):
     tree = impl.PrefixTree(max_nodes=max_nodes, default_ttl_s=default_ttl)
@@ -88,7 +77,6 @@ def test_node_bound_holds(impl, max_nodes, default_ttl, ops):
         assert sum(g.blocks for g in tree.groups()) == len(tree)
 
 
-@props(150)
 @given(
     ops=ops_strategy(),
     ttls=st.dictionaries(
@@ -109,7 +97,6 @@ def test_expired_groups_hold_no_blocks(impl, ops, ttls, default_ttl, later):
     assert all(g.last_access_s + g.ttl_s >= now for g in tree.groups() if g.blocks)
 
 
-@props(100)
 @given(ops=ops_strategy(), depth=st.integers(1, 3))
 def test_group_hits_add_up_to_the_held_prefixes(impl, ops, depth):
     tree = impl.PrefixTree(max_nodes=8, group_depth=depth, default_ttl_s=3.0)

@@ -7,7 +7,7 @@ import math
 from functools import partial
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parity import close, outcome
@@ -48,9 +48,6 @@ def same(a, b):
     return close(a, b, abs_tol=1e-12)
 
 
-@settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
 @given(
     max_nodes=st.integers(1, 20),
     group_depth=st.integers(1, 3),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from parity import assert_same, outcome
@@ -102,9 +102,6 @@ def views(s, policy):
 
 
 # `backends` only names the two backends (no state): sharing it across examples is fine.
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
 @given(st.lists(ops, min_size=10, max_size=80))
 def test_backends_agree_on_any_sequence(backends, seq):
     config = PolicyConfig(min_tool_samples=2, min_total_samples=3, eta_min_programs=2)

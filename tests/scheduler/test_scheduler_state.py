@@ -9,6 +9,7 @@ the priority tuples; the decision itself is the policy's business, so the model 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -29,7 +30,7 @@ TOOLS = [None, "bash", "grep", "web"]
 
 
 class SchedulerModel(RuleBasedStateMachine):
-    impl = None  # set per backend
+    impl: Any = None  # set per backend
 
     def __init__(self) -> None:
         super().__init__()
@@ -251,10 +252,5 @@ def test_scheduler_state_machine(impl):
     machine = type(f"SchedulerModel_{impl.name}", (SchedulerModel,), {"impl": impl})
     run_state_machine_as_test(
         machine,
-        settings=settings(
-            max_examples=60,
-            stateful_step_count=40,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=settings(stateful_step_count=40, suppress_health_check=[HealthCheck.too_slow]),
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy.sim import (
@@ -106,7 +106,6 @@ def test_run_s_matches_step_by_step_sum() -> None:
     dk=st.floats(-10, 1e4),
     k=st.integers(0, 300),
 )
-@settings(max_examples=200, deadline=None)
 def test_run_s_is_the_sum_of_steps(c, m, tokens, a0, da, k0, dk, k) -> None:
     steps = StepModel(Line(*c), Line(*m))
     direct = sum(steps.step_s(tokens, a0 + j * da, k0 + j * dk) for j in range(k))
@@ -134,7 +133,7 @@ POLICIES = [
 class CheckedEngine(Engine):
     """Checks the memory books after every step."""
 
-    def _step(self, active):  # type: ignore[override]
+    def _step(self, active):
         super()._step(active)
         self.kv.check()
         held = sum(c.blocks for c in self.running)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -149,7 +150,7 @@ def test_infercept_picks_min_waste(tool_s: float, expected: str | None) -> None:
     pol.bind(fake_view(running_blocks=1000))
     w = pol.wastes(fake_call("x"), 200)
     verdict = pol.finished(fake_call("x"), 0.0, 200, last_turn=False)
-    choice = min(w, key=w.get)
+    choice = min(w, key=lambda k: w[k])
     assert pol.choices == {choice: 1}
     assert (
         verdict is {"preserve": Verdict.PIN, "swap": Verdict.SWAP, "discard": Verdict.FREE}[choice]
@@ -173,8 +174,8 @@ def test_infercept_swaps_to_cpu_and_reloads() -> None:
 def test_autellix_least_attained_service_first() -> None:
     pol = Autellix(quantum_s=1.0, levels=4)
     assert [pol.level(s) for s in (0.0, 0.99, 1.0, 2.5, 4.0, 1e9)] == [0, 0, 1, 2, 3, 3]
-    old = SimpleNamespace(prog=SimpleNamespace(attained_s=50.0), issue_s=0.0)
-    new = SimpleNamespace(prog=SimpleNamespace(attained_s=0.0), issue_s=10.0)
+    old: Any = SimpleNamespace(prog=SimpleNamespace(attained_s=50.0), issue_s=0.0)
+    new: Any = SimpleNamespace(prog=SimpleNamespace(attained_s=0.0), issue_s=10.0)
     pol.arrive(old, 10.0)
     pol.arrive(new, 10.0)
     assert pol.pop() is new and pol.pop() is old
@@ -182,8 +183,8 @@ def test_autellix_least_attained_service_first() -> None:
 
 def test_vllm_is_fcfs() -> None:
     pol = make_policy("vllm")
-    a = SimpleNamespace(issue_s=1.0)
-    b = SimpleNamespace(issue_s=0.5)
+    a: Any = SimpleNamespace(issue_s=1.0)
+    b: Any = SimpleNamespace(issue_s=0.5)
     pol.arrive(a, 1.0)
     pol.arrive(b, 1.0)
     assert pol.pop() is b

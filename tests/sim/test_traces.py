@@ -245,7 +245,11 @@ def test_untrusted_text_is_bounded(tmp_path):
     long = "x" * 100_000
     path = _write_session(tmp_path / "s.json", {"id": long, "requests": [_req(stop=long)]})
     (rec,) = read_trace(path)
-    assert len(rec.stop) == MAX_TEXT_CHARS and len(rec.session_id) == MAX_TEXT_CHARS
+    assert (
+        rec.stop is not None
+        and len(rec.stop) == MAX_TEXT_CHARS
+        and len(rec.session_id) == MAX_TEXT_CHARS
+    )
 
 
 def test_unknown_format_and_empty_dir(tmp_path):

@@ -28,13 +28,15 @@ def test_extra_args_name_the_program() -> None:
 
 def test_session_id_is_the_fallback_and_extra_args_win() -> None:
     assert program_of(request(None, "sess-1")) == ProgramInfo("sess-1", False, None)
-    assert program_of(request({"program_id": "p"}, "sess-1")).program_id == "p"
+    info = program_of(request({"program_id": "p"}, "sess-1"))
+    assert info is not None and info.program_id == "p"
 
 
 def test_http_spellings_of_last_turn() -> None:
     # vllm_xargs carries str/int/float only
     for v, want in ((1, True), ("true", True), ("1", True), (0, False), ("no", False)):
-        assert program_of(request({"program_id": "p", "last_turn": v})).last_turn is want
+        info = program_of(request({"program_id": "p", "last_turn": v}))
+        assert info is not None and info.last_turn is want
 
 
 def test_anonymous_and_malformed_requests_are_stock() -> None:

@@ -19,6 +19,7 @@ import heapq
 import itertools
 import math
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from .call import Call, ProgramRun
 from .hardware import Hardware
@@ -134,12 +135,12 @@ class Engine:
         while self._events and self._events[0][0] <= now:
             _, _, kind, obj = heapq.heappop(self._events)
             if kind == _PROGRAM:
-                run = ProgramRun(obj, now)  # type: ignore[arg-type]
+                run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
-                run, index = obj  # type: ignore[misc]
-                self._issue(run, index)
+                issued, index = cast(tuple[ProgramRun, int], obj)
+                self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
 
     def _issue(self, run: ProgramRun, index: int) -> None:

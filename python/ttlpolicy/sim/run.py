@@ -34,5 +34,6 @@ def simulate(
     elif rate_per_s is not None:
         engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
     else:
+        assert concurrency is not None  # exactly one of the two was given
         engine.use_concurrency(ConcurrencyArrivals(programs, concurrency, seed))
     return engine.run(progress)

@@ -181,11 +181,13 @@ def swe_agent_programs(
         n_turns = 2
         while n_turns < p.max_turns and rng.random() > 1.0 / max(p.mean_turns - 1.0, 1.0):
             n_turns += 1
-        ctx, turns, tool = p.prompt_tokens, [], None
+        ctx, tool = p.prompt_tokens, None
+        turns: list[Turn] = []
         for t in range(n_turns):
             outp = max(16, int(rng.expovariate(1.0 / p.output_mean_tokens)))
             think = 0.0
             if t:
+                assert tool is not None  # every turn but the last calls a tool
                 spec = p.tools[names.index(tool)]
                 think = spec[1] * math.exp(rng.gauss(0.0, spec[2]))
                 ctx += max(1, int(rng.expovariate(1.0 / p.observation_mean_tokens)))

@@ -12,11 +12,15 @@ from .metrics import AdapterMetrics
 
 if TYPE_CHECKING:
     from .queue import ProgramRequestQueue
-    from .scheduler import TTLScheduler
+    from .scheduler import TTLAsyncScheduler, TTLScheduler
 
 #: Names whose modules import vllm: loaded on first use, so that importing the package (or
 #: ``ttlpolicy_vllm.testing``, which must set vLLM's environment first) does not import vllm.
-_LAZY = {"ProgramRequestQueue": ".queue", "TTLScheduler": ".scheduler"}
+_LAZY = {
+    "ProgramRequestQueue": ".queue",
+    "TTLAsyncScheduler": ".scheduler",
+    "TTLScheduler": ".scheduler",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -27,4 +31,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["AdapterMetrics", "ProgramInfo", "ProgramRequestQueue", "TTLScheduler", "program_of"]
+__all__ = [
+    "AdapterMetrics",
+    "ProgramInfo",
+    "ProgramRequestQueue",
+    "TTLAsyncScheduler",
+    "TTLScheduler",
+    "program_of",
+]

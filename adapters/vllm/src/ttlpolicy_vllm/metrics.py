@@ -23,6 +23,7 @@ class AdapterMetrics:
     adapter_s: float = 0.0  # time spent in the adapter's own code, all schedule() calls
     step_s: float = 0.0  # whole schedule() calls, adapter included
     pinned_blocks_now: int = 0  # gauge, refreshed on each schedule()
+    offloaded_tokens_at_finish: int = 0  # prefix tokens the CPU offload tier held at finish
 
     @property
     def adapter_us_per_schedule(self) -> float:

@@ -35,19 +35,23 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import OrderedDict
 from typing import Any
 
 from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 import ttlpolicy
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
+from . import program_hints
 from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
+from .tier import offloaded_prefix_tokens
 
 # under "vllm." so that vLLM's logging configuration (handlers, VLLM_LOGGING_LEVEL) applies
 logger = init_logger("vllm.ttlpolicy_vllm")
@@ -56,6 +60,8 @@ logger = init_logger("vllm.ttlpolicy_vllm")
 ANONYMOUS = "\x00anonymous:"
 #: Output tokens decoded to look for a tool call when the client named none.
 TOOL_PARSE_TOKENS = 512
+#: Steps scheduled and awaiting their output that are remembered (the batch queue holds 2).
+MAX_STEPS_IN_FLIGHT = 8
 #: Statuses of a request that ended on its own (a pin may pay off); others are aborts.
 _STOPPED = (
     RequestStatus.FINISHED_STOPPED,
@@ -75,6 +81,16 @@ def _env_float(name: str, default: float, low: float, high: float) -> float:
 
 
 class TTLScheduler(Scheduler):
+    def __new__(cls, *args: Any, **kwargs: Any) -> TTLScheduler:
+        # Follow the engine's choice: with async scheduling on (vLLM's default on GPUs) the
+        # engine gets the AsyncScheduler-based variant, so CPU scheduling keeps overlapping
+        # GPU execution; otherwise the plain one.
+        if cls is TTLScheduler:
+            config = kwargs.get("vllm_config", args[0] if args else None)
+            if getattr(getattr(config, "scheduler_config", None), "async_scheduling", False):
+                cls = TTLAsyncScheduler
+        return super().__new__(cls)
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clock = time.monotonic  # the only clock; tests may replace it
@@ -98,8 +114,10 @@ class TTLScheduler(Scheduler):
         self._last_log = self.clock()
         self._programs_of: dict[str, ProgramInfo] = {}  # live program requests, by request id
         self._handover: dict[str, str] = {}  # request id -> program whose pin it consumed
-        self._step_started: float | None = None
-        self._step_prefill_tokens = 0
+        # (clock when scheduled, prefill tokens) of each step scheduled and not yet returned,
+        # by id of its SchedulerOutput: one in flight without async scheduling, up to the
+        # batch queue's depth with it (bounded, should an output never come back)
+        self._steps_in_flight: OrderedDict[int, tuple[float, int]] = OrderedDict()
         self._tokenizer: Any = None
         self._tokenizer_loaded = False
         self.waiting = ProgramRequestQueue(
@@ -146,7 +164,7 @@ class TTLScheduler(Scheduler):
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
-        self._after_schedule(out)
+        prefill_tokens = self._after_schedule(out)
         t_end = time.perf_counter()
         m = self.ttl_metrics
         m.schedule_calls += 1
@@ -156,7 +174,9 @@ class TTLScheduler(Scheduler):
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
-        self._step_started = self.clock()
+        self._steps_in_flight[id(out)] = (self.clock(), prefill_tokens)
+        while len(self._steps_in_flight) > MAX_STEPS_IN_FLIGHT:
+            self._steps_in_flight.popitem(last=False)
         return out
 
     def _reclaim_if_short(self, now: float) -> None:
@@ -179,7 +199,8 @@ class TTLScheduler(Scheduler):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.reclaims += 1
 
-    def _after_schedule(self, out: Any) -> None:
+    def _after_schedule(self, out: Any) -> int:
+        """Hand pins over to admitted requests; returns the step's prefill tokens."""
         prefill_tokens = 0
         for new in out.scheduled_new_reqs:
             rid = new.req_id
@@ -190,16 +211,19 @@ class TTLScheduler(Scheduler):
                 self.pins.release(pid)
                 self.ttl_metrics.pinned_prefix_hits += 1
                 self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
-        self._step_prefill_tokens = prefill_tokens
+        return prefill_tokens
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         t0 = time.perf_counter()
-        if self._step_started is not None and self._step_prefill_tokens > 0:
-            # The step's wall time prices its prefill tokens (decodes in the same batch
-            # add a little): the cache-miss model's measurements.
-            seconds = max(0.0, self.clock() - self._step_started)
-            self.policy.observe_prefill(self._step_prefill_tokens, seconds)
-        self._step_started = None
+        step = self._steps_in_flight.pop(id(scheduler_output), None)
+        if step is not None:
+            # The step's wall time, from its scheduling to its output, prices its prefill
+            # tokens (decodes in the same batch add a little): the cache-miss model's
+            # measurements.
+            started, prefill_tokens = step
+            if prefill_tokens > 0:
+                seconds = max(0.0, self.clock() - started)
+                self.policy.observe_prefill(prefill_tokens, seconds)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super().update_from_output(scheduler_output, model_runner_output)
 
@@ -235,17 +259,29 @@ class TTLScheduler(Scheduler):
         key = scheduler_key(rid)
         blocks = cached_blocks(self.kv_cache_manager, rid)
         tool = info.tool if info.tool is not None else self._parse_tool(request)
+        prefix_tokens = len(blocks) * self.block_size
+        now = self.clock()
+        # What the CPU offload tier already holds is a reload away, not a prefill: the pin
+        # is kept only when it beats that reload.
+        offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
         finished = self.programs.finish(
             key,
-            self.clock(),
+            now,
             min(len(blocks), self.total_blocks),
             tool=tool,
             last_turn=info.last_turn,
-            cache_miss_cost_s=self.policy.miss_cost_s(len(blocks) * self.block_size),
+            cache_miss_cost_s=self.policy.miss_cost_s(prefix_tokens, offloaded),
+            prefix_tokens=prefix_tokens,
+            offloaded_tokens=offloaded,
         )
+        self.ttl_metrics.offloaded_tokens_at_finish += offloaded
         if finished.ended is not None:
+            program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
-        elif finished.pin is not None:
+        elif finished.pin is None:
+            program_hints.note(rid, ended=False)
+        else:
+            program_hints.note(rid, ended=False, wait_s=max(0.0, finished.pin.deadline_s - now))
             self.pins.hold(pid, blocks)  # merged with a pin the program already held
             self.ttl_metrics.pins += 1
             self.ttl_metrics.pinned_blocks_total += len(blocks)
@@ -290,3 +326,9 @@ class TTLScheduler(Scheduler):
     def shutdown(self) -> None:
         self.ttl_metrics.log(logger)
         super().shutdown()
+
+
+class TTLAsyncScheduler(TTLScheduler, AsyncScheduler):
+    """``TTLScheduler`` on vLLM's ``AsyncScheduler`` (the next step is scheduled while the
+    current one runs).  ``TTLScheduler`` becomes this class by itself when the engine has
+    async scheduling on; name it directly to force it."""

@@ -17,6 +17,10 @@ class TTLPolicyPlugin:
 
     name = "ttlpolicy"
     uses_cpu_tier = False
+    # set by ``bind``, before the engine calls anything else
+    view: EngineView
+    ttl_policy: tp.TTLPolicy
+    sched: tp.ProgramScheduler
 
     def __init__(
         self, config: tp.PolicyConfig | None = None, pin_budget_fraction: float = 0.5
@@ -25,7 +29,6 @@ class TTLPolicyPlugin:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
         self.config = config
         self.pin_budget_fraction = pin_budget_fraction
-        self.sched = None
         self._calls: dict[str, Call] = {}
 
     def bind(self, view: EngineView) -> None:

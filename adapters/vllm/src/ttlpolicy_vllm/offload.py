@@ -1,0 +1,319 @@
+"""``TTLCachePolicy``: ttlpolicy's online group TTLs as the replacement policy of vLLM's CPU
+offload tier (vLLM 0.32 ``CachePolicy``), loaded by configuration only::
+
+    --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+      "kv_connector_extra_config": {"cpu_bytes_to_use": 8000000000,
+        "eviction_policy": "TTLCachePolicy", "cache_policy_module_path": "ttlpolicy_vllm.offload"}}'
+
+**What it decides** (every rule lives in ``ttlpolicy.OnlineGroupTTL``; this class only keeps
+vLLM's chunks in the order that rule gives):
+
+* A request's chunks, in prefix order (``on_request_finished``), are one access of the
+  library's model: grouping by prefix (``PrefixTree``: the first ``group_depth`` chunk hashes
+  name the group), reuse intervals per group, TTL and ROI per group refitted online every
+  ``refit_every`` requests.
+* ``evict(n, protected)`` takes, among chunks with ``ref_cnt == 0`` outside ``protected``:
+  first expired chunks (idle longer than their group's TTL) and chunks of programs that ended,
+  oldest deadline first; then the groups of lowest ROI; least recently used within a group
+  (a request's tail before its head); chunks of a request still running last among live
+  ones.  Chunks of a program known to wait on a tool
+  (``program_hints``, fed by ``TTLScheduler``) go last until that wait's deadline.
+  All or nothing: ``None`` and no change when ``n`` such chunks do not exist.
+* Chunks stored before their request finished have no group yet: they expire by the pooled
+  TTL from their insertion, and until then rank after every live group.
+
+Prices (``TTLPOLICY_OFFLOAD``, JSON, all optional; defaults in ``OffloadSettings``): benefit of a
+hit = prefill time saved minus reload time, priced at the GPU's $/hour; cost = the tier's
+$/GB-hour times the chunk's bytes.  Both in dollars, so τ and ROI are in dollars per chunk.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+
+from typing_extensions import override
+from vllm.v1.kv_offload.base import OffloadKey, ReqContext
+from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order_request_keys
+
+from ttlpolicy import OnlineGroupTTL
+
+from . import program_hints
+
+GroupKey = tuple[int, ...]
+#: the group of chunks stored before their request told us their prefix
+PENDING: GroupKey = ()
+
+
+@dataclass(frozen=True)
+class OffloadSettings:
+    """The tier's economics and the tuner's knobs.  Default prices are the ones the prefix-tree
+    comparison documents (bench/RESULTS.md): prefill at 20k tokens/s on a $4/hour GPU, host
+    DRAM at $0.0036/GiB-hour; a Llama-3.1-8B bf16 KV of 128 KiB per token; chunks of 16 tokens
+    (vLLM's block); reload over PCIe at 25 GB/s."""
+
+    gpu_price_per_hour: float = 4.0
+    tier_price_per_gib_hour: float = 0.0036
+    chunk_tokens: float = 16
+    kv_bytes_per_token: float = 131072
+    prefill_tokens_per_s: float = 20000.0
+    reload_bytes_per_s: float = 25e9
+    max_ttl_s: float = 3600.0
+    refit_every: int = 64
+    group_depth: int = 2
+    window: int = 256
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"OffloadSettings.{f.name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"OffloadSettings.{f.name} must be finite and >= 0, got {value!r}")
+        for name in ("reload_bytes_per_s", "prefill_tokens_per_s", "chunk_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"OffloadSettings.{name} must be > 0, got {getattr(self, name)!r}")
+
+    @classmethod
+    def from_env(cls, name: str = "TTLPOLICY_OFFLOAD") -> OffloadSettings:
+        raw = os.environ.get(name, "")
+        if not raw:
+            return cls()
+        try:
+            values = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{name} must be a JSON object: {e}") from None
+        if not isinstance(values, dict):
+            raise ValueError(f"{name} must be a JSON object, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"{name} has unknown fields {unknown}; known: {sorted(known)}")
+        return cls(**values)
+
+    @property
+    def chunk_bytes(self) -> float:
+        return self.chunk_tokens * self.kv_bytes_per_token
+
+    @property
+    def reload_s_per_chunk(self) -> float:
+        return self.chunk_bytes / self.reload_bytes_per_s
+
+    @property
+    def benefit_per_hit(self) -> float:
+        """Dollars a chunk hit saves: GPU time of its prefill minus its reload."""
+        prefill_s = self.chunk_tokens / self.prefill_tokens_per_s
+        saved_s = max(0.0, prefill_s - self.reload_s_per_chunk)
+        return saved_s * self.gpu_price_per_hour / 3600.0
+
+    @property
+    def price_per_chunk_s(self) -> float:
+        """Dollars one chunk costs per second held in the tier."""
+        return self.tier_price_per_gib_hour * self.chunk_bytes / 2**30 / 3600.0
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def key_hash(key: OffloadKey) -> int:
+    """A chunk key (block hash + KV group index) as the signed 64-bit id the prefix tree takes:
+    the block hash is already a strong hash, so its first 8 bytes are enough."""
+    return int.from_bytes(bytes(key[:8]).ljust(8, b"\0"), "big", signed=True)
+
+
+class TTLCachePolicy(CachePolicy):
+    """vLLM CachePolicy ordered by ttlpolicy's online group TTLs (module docstring)."""
+
+    def __init__(
+        self,
+        cache_capacity: int,
+        settings: OffloadSettings | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(cache_capacity)
+        self.settings = settings if settings is not None else OffloadSettings.from_env()
+        self.clock: Callable[[], float] = clock if clock is not None else time.monotonic
+        self._t0 = self.clock()
+        self._last_now = 0.0
+        self._make_model()
+        self.chunks: dict[OffloadKey, ChunkStatus] = {}
+        self._group_of: dict[OffloadKey, GroupKey] = {}
+        # per group, its chunks least recently used first, with each chunk's last access
+        self._lru: dict[GroupKey, OrderedDict[OffloadKey, float]] = {}
+        self._ended: dict[GroupKey, float] = {}  # group -> when its program ended
+        self._waiting: dict[GroupKey, float] = {}  # group -> end of its program's tool wait
+        self.evict_calls = 0
+        self.expired_evictions = 0
+
+    def _make_model(self) -> None:
+        s = self.settings
+        self.model = OnlineGroupTTL(
+            s.benefit_per_hit,
+            s.price_per_chunk_s,
+            s.max_ttl_s,
+            refit_every=s.refit_every,
+            max_blocks=max(1, 4 * self.cache_capacity),  # the shadow outlives a few evictions
+            group_depth=s.group_depth,
+            window=s.window,
+            max_idle_groups=max(1024, self.cache_capacity),
+        )
+
+    def _now(self) -> float:
+        # the model's time starts at 0 and never goes back, whatever the clock does
+        self._last_now = max(self._last_now, self.clock() - self._t0)
+        return self._last_now
+
+    # -- storage ----------------------------------------------------------------------------
+    @override
+    def get(self, key: OffloadKey) -> ChunkStatus | None:
+        return self.chunks.get(key)
+
+    @override
+    def insert(self, key: OffloadKey, chunk: ChunkStatus) -> None:
+        self.chunks[key] = chunk
+        self._place(key, self._group_of.get(key, PENDING), self._now())
+
+    @override
+    def remove(self, key: OffloadKey) -> None:
+        del self.chunks[key]
+        self._unplace(key)
+
+    @override
+    def clear(self) -> None:
+        self.chunks.clear()
+        self._group_of.clear()
+        self._lru.clear()
+        self._ended.clear()
+        self._waiting.clear()
+        self._make_model()
+
+    def _place(self, key: OffloadKey, group: GroupKey, now: float) -> None:
+        old = self._group_of.get(key)
+        if old is not None and old in self._lru:
+            chunks = self._lru[old]
+            chunks.pop(key, None)
+            if not chunks:
+                del self._lru[old]
+        self._group_of[key] = group
+        self._lru.setdefault(group, OrderedDict())[key] = now
+
+    def _unplace(self, key: OffloadKey) -> None:
+        group = self._group_of.pop(key, None)
+        if group is None:
+            return
+        chunks = self._lru.get(group)
+        if chunks is not None:
+            chunks.pop(key, None)
+            if not chunks:
+                del self._lru[group]
+                self._ended.pop(group, None)
+                self._waiting.pop(group, None)
+
+    # -- accesses ---------------------------------------------------------------------------
+    @override
+    def touch(self, keys: Iterable[OffloadKey], req_context: ReqContext) -> None:
+        now = self._now()
+        for key in reversed(list(keys)):  # tail first: the head ends most recent
+            group = self._group_of.get(key)
+            if group is not None and key in self.chunks:
+                self._lru[group].pop(key, None)
+                self._lru[group][key] = now
+
+    @override
+    def on_request_finished(
+        self,
+        key_groups: Sequence[Sequence[OffloadKey]],
+        insertion_only_keys: set[OffloadKey],
+        reused_keys: set[OffloadKey],
+        req_context: ReqContext,
+    ) -> None:
+        del insertion_only_keys, reused_keys
+        keys = order_request_keys(key_groups, req_context)
+        if not keys:
+            return
+        now = self._now()
+        path = [key_hash(k) for k in keys]
+        self.model.access(path, now)
+        hint = program_hints.lookup(req_context.req_id)
+        depth = self.settings.group_depth
+        touched: set[GroupKey] = set()
+        for i in range(len(keys) - 1, -1, -1):  # tail first: the head ends most recent
+            key = keys[i]
+            if key in self.chunks:
+                group = tuple(path[: min(i + 1, depth)])
+                self._place(key, group, now)
+                touched.add(group)
+        for group in touched:
+            self._ended.pop(group, None)
+            self._waiting.pop(group, None)
+            if hint is not None and hint.ended:
+                self._ended[group] = now
+            elif hint is not None and hint.wait_s is not None:
+                self._waiting[group] = now + hint.wait_s
+
+    # -- eviction ---------------------------------------------------------------------------
+    def rank(self, group: GroupKey, last_access_s: float, now: float) -> tuple[float, ...]:
+        """Eviction order of a chunk of ``group`` last used at ``last_access_s`` (smallest
+        first): (0, deadline) expired or program ended; (1, roi, last) live (roi = +inf for a
+        running request's chunks); (2, roi, last) its program waits on a tool until later."""
+        if group in self._ended:
+            return (0.0, self._ended[group])
+        model = self.model
+        if group is PENDING or not group:
+            # stored by a request still running: it will most likely be reused, so it goes
+            # after every live group, unless it outlives the pooled TTL
+            deadline = last_access_s + model.pooled()[0]
+            return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
+        deadline = last_access_s + model.ttl_s(group)
+        if deadline < now:
+            return (0.0, deadline)
+        roi = model.roi(group)
+        if self._waiting.get(group, -math.inf) > now:
+            return (2.0, roi, last_access_s)
+        return (1.0, roi, last_access_s)
+
+    def _candidates(self, group: GroupKey, protected: set[OffloadKey]) -> Iterator[tuple]:
+        """The group's evictable chunks, least recently used first: (key, last access, chunk)."""
+        for key, last in self._lru[group].items():
+            chunk = self.chunks[key]
+            if chunk.ref_cnt == 0 and key not in protected:
+                yield key, last, chunk
+
+    @override
+    def evict(
+        self, n: int, protected: set[OffloadKey]
+    ) -> list[tuple[OffloadKey, ChunkStatus]] | None:
+        if n == 0:
+            return []
+        self.evict_calls += 1
+        now = self._now()
+        # one entry per group: (rank of its next candidate, tie-break, group, candidate, rest)
+        heap: list[tuple[tuple[float, ...], int, GroupKey, tuple, Iterator[tuple]]] = []
+        for i, group in enumerate(self._lru):
+            it = self._candidates(group, protected)
+            first = next(it, None)
+            if first is not None:
+                heap.append((self.rank(group, first[1], now), i, group, first, it))
+        heapq.heapify(heap)
+        selected: list[tuple[OffloadKey, ChunkStatus]] = []
+        expired = 0
+        while heap and len(selected) < n:
+            rank, i, group, (key, _, chunk), it = heapq.heappop(heap)
+            selected.append((key, chunk))
+            expired += rank[0] == 0.0
+            following = next(it, None)
+            if following is not None:
+                heapq.heappush(heap, (self.rank(group, following[1], now), i, group, following, it))
+        if len(selected) < n:
+            return None  # all or nothing: nothing was changed
+        for key, _ in selected:
+            del self.chunks[key]
+            self._unplace(key)
+        self.expired_evictions += expired
+        return selected
