@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import ttlpolicy as tp
@@ -15,7 +15,6 @@ from ttlpolicy.group_ttl import OnlineGroupTTL
 from ttlpolicy.reuse_groups import NEW, ReuseClassTTL
 
 
-@settings(max_examples=50, deadline=None)
 @given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=8), min_size=1, max_size=30))
 def test_depth_groups_and_ttls_are_online_group_ttls(requests):
     src = DepthGroups([1.0, 0.5], [0.01, 0.001], 100.0)

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy.sim import roofline
@@ -127,7 +127,6 @@ requests = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     reqs=requests,
     hbm=st.integers(1, 4),
