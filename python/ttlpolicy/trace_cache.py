@@ -128,7 +128,7 @@ class BlockTrace:
 
 
 def _block_arrays(
-    records: Iterable[TraceRecord], block_tokens: int | None
+    records: Iterable[TraceRecord], block_tokens: int | None, source: str
 ) -> dict[str, np.ndarray]:
     """Requests in record order; agentic ones with their session's number and in-session time."""
     scopes = HashScopes()
@@ -152,7 +152,9 @@ def _block_arrays(
                     f"got {coarse}"
                 )
         elif r.block_tokens != trace_bt:
-            raise ValueError(f"mixed block sizes ({trace_bt} and {r.block_tokens} tokens)")
+            raise ValueError(
+                f"{source}: mixed block sizes ({trace_bt} and {r.block_tokens} tokens)"
+            )
         f = coarse // trace_bt
         ids = scopes.hash_ids(r)[f - 1 :: f]
         keys.extend(ids)
@@ -161,7 +163,10 @@ def _block_arrays(
         sizes.append((r.input_tokens, max(1, r.output_tokens)))
         session_of.append(r.session_id.split("/")[0])  # sub-agents start with their parent
     if not arrival:
-        raise ValueError("no request carries block hashes (hash_ids): nothing to replay")
+        raise ValueError(
+            f"{source}: no request carries block hashes (hash_ids): nothing to replay "
+            "(Azure traces record no prefixes)"
+        )
     numbers = {name: i for i, name in enumerate(dict.fromkeys(session_of))}
     offsets = np.zeros(len(arrival) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -201,7 +206,7 @@ def load_block_trace(
         "blocks",
         files_digest,
         {"block_tokens": block_tokens},
-        lambda: _block_arrays(read_trace(path), block_tokens),
+        lambda: _block_arrays(read_trace(path), block_tokens, str(path)),
     )
     arrival, session = a["arrival_s"], a["session"]
     n_sessions = int(session.max()) + 1

@@ -7,10 +7,12 @@ import json
 
 import pytest
 
+from trace_files import DATA
 from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.cli import main
 from ttlpolicy.plan.front import as_min, dominates
 
+AZURE = "AzureLLMInferenceTrace_conv_head1000.csv.gz"  # no prefixes: nothing to tier
 SMALL = [
     "--trace", str(MOONCAKE_HEAD), "--dram-gb", "64:512", "--ssd-gb", "512:2048",
     "--ttls", "60", "--groupings", "reuse", "--baseline", "dram=256", "--workers", "1",
@@ -70,6 +72,7 @@ def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch)
         (["--ttls", "abc"], "--ttls"),
         (["--workers", "0"], "--workers must be >= 1"),
         (["--hbm-fraction", "0"], "--hbm-fraction"),
+        (["--trace", str(DATA / "azure" / AZURE)], "no request carries block hashes"),
     ],
 )
 def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, args, message):
