@@ -17,16 +17,16 @@ failing it, and a tool name is normalised by ``ttlpolicy`` (bounded, never raise
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from ttlpolicy._validate import tool_key
+from ttlpolicy.ids import MAX_ID_BYTES, scheduler_id
 
 #: Longest program id taken from a request, in characters.
 MAX_PROGRAM_ID_CHARS = 256
 #: Longest id the ProgramScheduler accepts, in bytes of UTF-8.
-MAX_SCHEDULER_ID_BYTES = 1024
+MAX_SCHEDULER_ID_BYTES = MAX_ID_BYTES
 #: Request fields that may name the program, after ``custom_params["program_id"]``.
 PROGRAM_FIELDS = ("session_id", "routing_key", "extra_key")
 
@@ -42,14 +42,7 @@ def request_key(rid: Any) -> str:
     """The id under which the ProgramScheduler tracks an SGLang request.  SGLang takes ``rid``
     from clients, of any length; ids the ProgramScheduler would refuse (empty, over 1024
     bytes, lone surrogates, not a str) are tracked under a digest instead."""
-    text = rid if isinstance(rid, str) else repr(rid)
-    try:
-        if 0 < len(text.encode("utf-8")) <= MAX_SCHEDULER_ID_BYTES:
-            return text
-    except UnicodeEncodeError:
-        pass
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    return "\x00sha256:" + digest
+    return scheduler_id(rid if isinstance(rid, str) else repr(rid))
 
 
 def _as_id(value: Any) -> str | None:

@@ -8,29 +8,17 @@ ids are bounded, a malformed value makes the request anonymous rather than faili
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
 from ttlpolicy._validate import tool_key
+from ttlpolicy.ids import MAX_ID_BYTES, scheduler_id
 
 MAX_PROGRAM_ID_CHARS = 256
-#: What ttlpolicy.ProgramScheduler accepts as an id (bytes of UTF-8).
-MAX_SCHEDULER_ID_BYTES = 1024
-
-
-def scheduler_key(request_id: str) -> str:
-    """The id under which the ProgramScheduler tracks a vLLM request.  vLLM takes request ids
-    from clients (``X-Request-Id``), of any length; the ProgramScheduler refuses ids over
-    1024 bytes, empty ones or ones with lone surrogates, so those are tracked under a digest
-    instead of failing inside the engine.  Short, valid ids are used as they are."""
-    try:
-        if request_id and len(request_id.encode("utf-8")) <= MAX_SCHEDULER_ID_BYTES:
-            return request_id
-    except UnicodeEncodeError:  # lone surrogates
-        pass
-    raw = request_id.encode("utf-8", "surrogatepass")
-    return "\x00sha256:" + hashlib.sha256(raw).hexdigest()
+#: What ttlpolicy.ProgramScheduler accepts as an id (bytes of UTF-8); longer or invalid
+#: request ids are tracked under a digest (``scheduler_key``, from the library).
+MAX_SCHEDULER_ID_BYTES = MAX_ID_BYTES
+scheduler_key = scheduler_id
 
 
 @dataclass(frozen=True, slots=True)
