@@ -184,3 +184,64 @@ def test_makespan_grows_with_think_time() -> None:
     _, m2 = one([Turn(640, 5, 0, 0.0, "t"), Turn(700, 5, 10, 11.0, None)])
     assert m2.makespan_s - m1.makespan_s == pytest.approx(10.0, rel=1e-9)
     assert math.isclose(m1.completion_times_s()[0], m1.makespan_s)
+
+
+class StepTimeCheckedEngine(Engine):
+    """Checks every run of steps the engine plans: the step times it uses (computed once per
+    run, ``StepRun``) equal the step-by-step roofline sum over the batch's own shape."""
+
+    checked = 0
+
+    def _plan(self, active):
+        plan = super()._plan(active)
+        if plan is not None:
+            for k in {1, plan.steps // 2, plan.steps}:
+                if k >= 1:
+                    assert plan.times.s(k) == pytest.approx(self.direct_s(plan, k), rel=1e-9)
+                    self.checked += 1
+        return plan
+
+    def direct_s(self, plan, k: int) -> float:
+        total = 0.0
+        for j in range(k):
+            tokens, attn, kv = 0, 0.0, 0
+            for c in plan.decode:  # one token against the whole context (grows by one)
+                tokens += 1
+                attn += c.prompt + c.generated + j
+                kv += c.prompt + c.generated + j
+            for c, n in plan.chunks:  # a chunk of n after what was computed
+                done = c.computed + j * n
+                tokens += n
+                attn += n * done + n * (n + 1) / 2
+                kv += done + n
+            total += roofline_step_s(tokens, attn, kv)
+        return total
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["vllm", "ttlpolicy", "vllm-offload"]),
+    concurrency=st.integers(1, 8),
+)
+def test_cached_step_times_equal_fresh_ones(seed: int, policy: str, concurrency: int) -> None:
+    from ttlpolicy.sim.workload import ConcurrencyArrivals
+
+    hw = small_hw(3000)
+    engine = StepTimeCheckedEngine(hw, make_policy(policy), CFG)
+    engine.use_concurrency(ConcurrencyArrivals(swe_agent_programs(6, seed=seed), concurrency, 0))
+    engine.run()
+    assert engine.checked > 0
+
+
+@given(tokens=st.lists(st.integers(0, 200_000), min_size=1, max_size=30))
+def test_engine_view_prefill_s_is_the_hardware_s(tokens: list[int]) -> None:
+    """The view memoises prefill times by token count: each answer, asked in any order and
+    again, is the hardware's own."""
+    from ttlpolicy.sim.policies.vllm import VLLM
+
+    policy = VLLM()
+    Engine(HW, policy, CFG)  # binds the policy to the engine's view
+    view = policy.view
+    assert view is not None
+    for t in tokens + tokens[::-1]:
+        assert view.prefill_s(t) == HW.prefill_s(t, CFG.token_budget)

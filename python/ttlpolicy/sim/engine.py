@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import cast
 
 from .call import Call, ProgramRun
-from .hardware import Hardware
+from .hardware import Hardware, StepRun
 from .interface import EngineConfig, Policy, StepPlan, Verdict
 from .kv_cache import KVCache
 from .metrics import Metrics
@@ -36,6 +36,9 @@ class _View:
         self._e = engine
         self.hardware = engine.hw
         self.config = engine.config
+        # prefill_s by token count: a pure function of the (frozen) hardware and budget, asked
+        # at every finished call by the policies that weigh a miss cost
+        self._prefill_s: dict[int, float] = {}
 
     @property
     def now(self) -> float:
@@ -54,7 +57,10 @@ class _View:
         return self._e.kv.cpu_capacity > 0
 
     def prefill_s(self, tokens: int) -> float:
-        return self.hardware.prefill_s(tokens, self.config.token_budget)
+        s = self._prefill_s.get(tokens)
+        if s is None:
+            s = self._prefill_s[tokens] = self.hardware.prefill_s(tokens, self.config.token_budget)
+        return s
 
 
 _PROGRAM, _ISSUE, _READY = 0, 1, 2
@@ -104,17 +110,20 @@ class Engine:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
+        running = self.running
+        handle_events, admit, step = self._handle_events, self._admit, self._step
         while True:
-            self._handle_events()
-            self._admit()
-            active = [c for c in self.running if c.ready_s <= self.now]
+            handle_events()
+            admit()
+            now = self.now
+            active = [c for c in running if c.ready_s <= now]
             if not active:
                 t = self._next_event_s()
                 if t is None:
                     break
-                self._advance(max(t, self.now) - self.now)
+                self._advance(max(t, now) - now)
                 continue
-            self._step(active)
+            step(active)
             if progress is not None:
                 progress(self.metrics.programs_done)
         if self.running or self.policy.waiting():
@@ -128,11 +137,11 @@ class Engine:
         return self.metrics
 
     def _next_event_s(self) -> float | None:
-        times = [self._events[0][0]] if self._events else []
+        t = self._events[0][0] if self._events else None
         d = self.policy.next_deadline()
-        if d is not None:
-            times.append(d)
-        return min(times) if times else None
+        if d is not None and (t is None or d < t):
+            return d
+        return t
 
     def _advance(self, dt: float) -> None:
         self.metrics.pinned_block_s += self.kv.pinned * dt
@@ -161,17 +170,20 @@ class Engine:
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
 
     # -- admission ------------------------------------------------------------------------
-    def _blocks_for(self, tokens: int) -> int:
-        return -(-tokens // self.config.block_tokens)
-
     def _admit(self) -> None:
         cfg, policy, kv = self.config, self.policy, self.kv
-        budget_free = cfg.token_budget - sum(max(1, c.prompt - c.computed) for c in self.running)
-        while len(self.running) < cfg.max_seqs and budget_free > 0:
+        running = self.running
+        if len(running) >= cfg.max_seqs:
+            return
+        budget_free = cfg.token_budget
+        for c in running:
+            left = c.prompt - c.computed
+            budget_free -= left if left > 1 else 1
+        while len(running) < cfg.max_seqs and budget_free > 0:
             call = policy.peek()
             if call is None:
                 return
-            total = self._blocks_for(call.prompt)
+            total = -(-call.prompt // cfg.block_tokens)
             if total > kv.capacity:
                 raise ValueError(
                     f"program {call.program_id!r} call {call.turn_index} needs {total} KV blocks "
@@ -206,7 +218,7 @@ class Engine:
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
             policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
-            self.running.append(call)
+            running.append(call)
             budget_free -= call.prompt - call.computed
 
     # -- one step, or a run of identical steps --------------------------------------------
@@ -221,29 +233,35 @@ class Engine:
             if not active:
                 return
         k = plan.steps
-        steps = self.hw.steps
+        duration_s = plan.times.s
         # Stop at the next event.
         t_next = self._next_event_s()
-        dt = plan.duration_s(steps, k)
-        if t_next is not None and k > 1 and self.now + dt > t_next:
+        dt = duration_s(k)
+        now = self.now
+        if t_next is not None and k > 1 and now + dt > t_next:
             lo, hi = 1, k
             while lo < hi:
                 mid = (lo + hi) // 2
-                if self.now + plan.duration_s(steps, mid) >= t_next:
+                if now + duration_s(mid) >= t_next:
                     hi = mid
                 else:
                     lo = mid + 1
             k = lo
-            dt = plan.duration_s(steps, k)
+            dt = duration_s(k)
         self._advance(dt)
         self._apply(plan.decode, plan.chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
         """The next run of identical steps, or None after freeing memory (plan again)."""
-        cfg = self.config
-        dec = [c for c in active if c.computed >= c.prompt]
-        pre = [c for c in active if c.computed < c.prompt]
-        budget = cfg.token_budget - len(dec)
+        dec: list[Call] = []
+        pre: list[Call] = []
+        for c in active:
+            if c.computed >= c.prompt:
+                dec.append(c)
+            else:
+                pre.append(c)
+        n_dec = len(dec)
+        budget = self.config.token_budget - n_dec
         chunks: list[tuple[Call, int]] = []
         for c in pre:
             if budget <= 0:
@@ -251,7 +269,14 @@ class Engine:
             n = min(budget, c.prompt - c.computed)
             chunks.append((c, n))
             budget -= n
-        k = min((c.output - c.generated for c in dec), default=math.inf)
+        # steps until the first decoding call is done; its context, summed
+        k: float = math.inf
+        ctx = 0
+        for c in dec:
+            left = c.output - c.generated
+            if left < k:
+                k = left
+            ctx += c.prompt + c.generated
         if len(chunks) == 1 and budget == 0:
             c, n = chunks[0]
             k = min(k, (c.prompt - c.computed) // n)
@@ -259,32 +284,28 @@ class Engine:
             k = 1
         k = int(k)
         # Step shape: tokens, attention units, KV tokens touched; and their growth per step.
-        ctx = sum(c.prompt + c.generated for c in dec)
-        tokens = len(dec) + sum(n for _, n in chunks)
-        attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
-        kv0 = ctx + sum(c.computed + n for c, n in chunks)
-        d_attn = len(dec) + (chunks[0][1] ** 2 if k > 1 and chunks else 0)
-        d_kv = len(dec) + (chunks[0][1] if k > 1 and chunks else 0)
+        if chunks:
+            tokens = n_dec + sum(n for _, n in chunks)
+            attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
+            kv0 = ctx + sum(c.computed + n for c, n in chunks)
+            grow = chunks[0][1] if k > 1 else 0
+            d_attn = n_dec + grow**2
+            d_kv = n_dec + grow
+        else:
+            tokens = d_attn = d_kv = n_dec
+            attn0 = kv0 = ctx
         k = self._fit_memory(dec, k)
         if k == 0:
             return None
-        return StepPlan(
-            decode=dec,
-            chunks=chunks,
-            steps=k,
-            tokens=tokens,
-            attention0=attn0,
-            attention_growth=d_attn,
-            kv_tokens0=kv0,
-            kv_tokens_growth=d_kv,
-        )
+        return StepPlan(dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv))
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
         b = self.config.block_tokens
         need = 0
+        k1 = k - 1
         for c in dec:
             # after k steps the call holds prompt + generated + k − 1 tokens of KV
-            want = -(-(c.prompt + c.generated + k - 1) // b)
+            want = -(-(c.prompt + c.generated + k1) // b)
             if want > c.blocks:
                 need += want - c.blocks
         return need
@@ -292,7 +313,7 @@ class Engine:
     def _fit_memory(self, dec: list[Call], k: int) -> int:
         """The most steps (≤ k) whose decode growth fits; 0 after freeing memory (replan)."""
         kv = self.kv
-        avail = kv.available()
+        avail = kv.capacity - kv.used  # kv.available()
         if self._grow_need(dec, k) <= avail:
             return k
         lo, hi = 0, k
@@ -330,7 +351,7 @@ class Engine:
 
     def _apply(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> None:
         b = self.config.block_tokens
-        kv = self.kv
+        kv, m, now = self.kv, self.metrics, self.now
         done: list[Call] = []
         for c in dec:
             want = -(-(c.prompt + c.generated + k - 1) // b)
@@ -341,20 +362,24 @@ class Engine:
             c.generated += k
             if c.generated >= c.output:
                 done.append(c)
+        output_tokens = len(dec) * k
+        prefill_tokens = 0
         for c, n in chunks:
+            prefill_tokens += n
             c.computed += n * k
             if c.computed >= c.prompt:
+                output_tokens += 1
                 c.generated += 1
                 if c.first_token_s is None:
-                    c.first_token_s = self.now
-                    self.metrics.ttft(self.now - c.issue_s)
+                    c.first_token_s = now
+                    m.ttft(now - c.issue_s)
                 if c.generated >= c.output:
                     done.append(c)
-        self.metrics.output_tokens += len(dec) * k + sum(
-            1 for c, _ in chunks if c.computed >= c.prompt
-        )
-        self.metrics.prefill_tokens += sum(n for _, n in chunks) * k
-        self.peak_used_blocks = max(self.peak_used_blocks, kv.used + kv.cached)
+        m.output_tokens += output_tokens
+        m.prefill_tokens += prefill_tokens * k
+        used = kv.used + kv.cached
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
         for c in done:
             self._finish(c)
 

@@ -107,30 +107,54 @@ class StepModel:
     def run_s(
         self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, k: int
     ) -> float:
-        """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv), in closed form.
-
-        Each line is linear in j, so their difference changes sign at most once: sum the
-        larger line on each side of the crossing as an arithmetic series.
-        """
+        """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv), in closed form."""
         if k <= 0:
             return 0.0
-        a0 = self.compute.at(tokens, attn0, kv0)
-        da = self.compute.c_attn * d_attn + self.compute.c_kv * d_kv
-        b0 = self.memory.at(tokens, attn0, kv0)
-        db = self.memory.c_attn * d_attn + self.memory.c_kv * d_kv
-        # first j in [0, k] where the order of the two lines may flip
+        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv).s(k)
+
+
+class StepRun:
+    """The times of a run of steps whose shape grows by the same amounts each step: the
+    first step has ``tokens`` new tokens, ``attn0`` attention units and ``kv0`` KV tokens, and
+    each further step ``d_attn`` and ``d_kv`` more.  ``s(k)`` is the time of its first ``k``
+    steps; both lines' start and growth are computed once, as the engine asks for several
+    ``k`` (it searches for the one that reaches its next event).
+
+    Each line is linear in the step index, so their difference changes sign at most once:
+    ``s`` sums the larger line on each side of the crossing as an arithmetic series.
+    """
+
+    __slots__ = ("a0", "b0", "da", "db", "split")
+
+    def __init__(
+        self, model: StepModel, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float
+    ) -> None:
+        compute, memory = model.compute, model.memory
+        a0 = self.a0 = compute.at(tokens, attn0, kv0)
+        da = self.da = compute.c_attn * d_attn + compute.c_kv * d_kv
+        b0 = self.b0 = memory.at(tokens, attn0, kv0)
+        db = self.db = memory.c_attn * d_attn + memory.c_kv * d_kv
+        # the first step index where the order of the two lines may flip (None: never)
         diff0, ddiff = a0 - b0, da - db
-        if ddiff == 0.0:
-            split = k
-        else:
+        self.split: int | None = None
+        if ddiff != 0.0:
             cross = -diff0 / ddiff
-            split = min(k, max(0, math.ceil(cross))) if cross > 0 else 0
+            self.split = max(0, math.ceil(cross)) if cross > 0 else 0
+
+    def s(self, k: int) -> float:
+        """Time of the first ``k`` steps."""
+        if k <= 0:
+            return 0.0
+        split = k if self.split is None else min(k, self.split)
+        a0, da, b0, db = self.a0, self.da, self.b0, self.db
         total = 0.0
-        for lo, hi in ((0, split), (split, k)):
-            n = hi - lo
-            if n <= 0:
-                continue
-            mid = lo + (n - 1) / 2.0
+        if split > 0:
+            mid = (split - 1) / 2.0
+            va, vb = a0 + da * mid, b0 + db * mid
+            total += split * (va if va >= vb else vb)
+        n = k - split
+        if n > 0:
+            mid = split + (n - 1) / 2.0
             va, vb = a0 + da * mid, b0 + db * mid
             total += n * (va if va >= vb else vb)
         return total

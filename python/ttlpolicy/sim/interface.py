@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from .call import Call
 
 if TYPE_CHECKING:
-    from .hardware import Hardware, StepModel
+    from .hardware import Hardware, StepRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,29 +116,14 @@ class Policy(Protocol):
     def program_done(self, program_id: str, turns: int) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class StepPlan:
+class StepPlan(NamedTuple):
     """A run of ``steps`` identical engine steps: the running calls that decode, the prefill
-    chunks (call, tokens per step), and the step's shape for the step-time model — new
-    tokens, attention units and KV tokens touched in the first step, and how much the last
-    two grow per step (see ``hardware``)."""
+    chunks (call, tokens per step), and the step times of the run (``hardware.StepRun``,
+    built from the step's shape: new tokens, attention units and KV tokens touched in the
+    first step, and how much the last two grow per step).  A tuple: the engine makes one
+    per step."""
 
     decode: list[Call]
     chunks: list[tuple[Call, int]]
     steps: int
-    tokens: int
-    attention0: float
-    attention_growth: float
-    kv_tokens0: float
-    kv_tokens_growth: float
-
-    def duration_s(self, model: StepModel, steps: int) -> float:
-        """Time of the first ``steps`` steps of the run."""
-        return model.run_s(
-            self.tokens,
-            self.attention0,
-            self.attention_growth,
-            self.kv_tokens0,
-            self.kv_tokens_growth,
-            steps,
-        )
+    times: StepRun

@@ -68,8 +68,10 @@ class KVCache:
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""
+        if self.capacity - self.used - self.cached >= need:  # free_blocks: nothing to evict
+            return
         order = None
-        if self.eviction_order is not None and self.free_blocks < need and self._free:
+        if self.eviction_order is not None and self._free:
             order = iter(self.eviction_order(list(self._free)))
         while self.free_blocks < need and self._free:
             if order is None:
@@ -145,7 +147,7 @@ class KVCache:
 
     def grow(self, blocks: int) -> bool:
         """A running call needs ``blocks`` more (decode); False, changing nothing, if impossible."""
-        if blocks > self.available():
+        if blocks > self.capacity - self.used:  # available()
             return False
         self._evict(blocks)
         self.used += blocks
