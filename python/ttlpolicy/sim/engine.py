@@ -232,71 +232,79 @@ class Engine:
             active = [c for c in self.running if c.ready_s <= self.now]
             if not active:
                 return
-        k = plan.steps
-        duration_s = plan.times.s
+        dec, chunks, k, times = plan
+        duration_s = times.s
         # Stop at the next event.
         t_next = self._next_event_s()
         dt = duration_s(k)
         now = self.now
         if t_next is not None and k > 1 and now + dt > t_next:
-            lo, hi = 1, k
+            lo, hi = 1, k  # dt: the time of hi steps
             while lo < hi:
                 mid = (lo + hi) // 2
-                if now + duration_s(mid) >= t_next:
-                    hi = mid
+                dt_mid = duration_s(mid)
+                if now + dt_mid >= t_next:
+                    hi, dt = mid, dt_mid
                 else:
                     lo = mid + 1
-            k = lo
-            dt = duration_s(k)
+            k = hi
         self._advance(dt)
-        self._apply(plan.decode, plan.chunks, k)
+        self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
         """The next run of identical steps, or None after freeing memory (plan again)."""
+        # Decoding calls, their context summed, and the steps until the first of them is done.
         dec: list[Call] = []
         pre: list[Call] = []
+        k: float = math.inf
+        ctx = 0
         for c in active:
             if c.computed >= c.prompt:
                 dec.append(c)
+                left = c.output - c.generated
+                if left < k:
+                    k = left
+                ctx += c.prompt + c.generated
             else:
                 pre.append(c)
         n_dec = len(dec)
-        budget = self.config.token_budget - n_dec
+        # Prefill chunks from the rest of the token budget, in admission order.
         chunks: list[tuple[Call, int]] = []
+        budget = self.config.token_budget - n_dec
         for c in pre:
             if budget <= 0:
                 break
-            n = min(budget, c.prompt - c.computed)
+            n = c.prompt - c.computed
+            if n > budget:
+                n = budget
             chunks.append((c, n))
             budget -= n
-        # steps until the first decoding call is done; its context, summed
-        k: float = math.inf
-        ctx = 0
-        for c in dec:
-            left = c.output - c.generated
-            if left < k:
-                k = left
-            ctx += c.prompt + c.generated
-        if len(chunks) == 1 and budget == 0:
-            c, n = chunks[0]
-            k = min(k, (c.prompt - c.computed) // n)
-        elif chunks:
-            k = 1
-        k = int(k)
         # Step shape: tokens, attention units, KV tokens touched; and their growth per step.
-        if chunks:
-            tokens = n_dec + sum(n for _, n in chunks)
-            attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
-            kv0 = ctx + sum(c.computed + n for c, n in chunks)
-            grow = chunks[0][1] if k > 1 else 0
+        attn0: float
+        if not chunks:
+            tokens = d_attn = d_kv = n_dec
+            attn0 = kv0 = ctx
+        elif len(chunks) == 1:  # the sums below, over one chunk
+            c, n = chunks[0]
+            # one long prefill chunked at the full budget runs as long as its chunks last
+            k = min(k, (c.prompt - c.computed) // n) if budget == 0 else 1
+            tokens = n_dec + n
+            attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
+            kv0 = ctx + (c.computed + n)
+            grow = n if k > 1 else 0
             d_attn = n_dec + grow**2
             d_kv = n_dec + grow
         else:
-            tokens = d_attn = d_kv = n_dec
-            attn0 = kv0 = ctx
-        k = self._fit_memory(dec, k)
-        if k == 0:
-            return None
+            k = 1
+            tokens = n_dec + sum(n for _, n in chunks)
+            attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
+            kv0 = ctx + sum(c.computed + n for c, n in chunks)
+            d_attn = d_kv = n_dec
+        k = int(k)
+        if self._grow_need(dec, k) > self.kv.capacity - self.kv.used:  # kv.available()
+            k = self._fit_memory(dec, k)
+            if k == 0:
+                return None
         return StepPlan(dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv))
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
@@ -313,7 +321,7 @@ class Engine:
     def _fit_memory(self, dec: list[Call], k: int) -> int:
         """The most steps (≤ k) whose decode growth fits; 0 after freeing memory (replan)."""
         kv = self.kv
-        avail = kv.capacity - kv.used  # kv.available()
+        avail = kv.available()
         if self._grow_need(dec, k) <= avail:
             return k
         lo, hi = 0, k

@@ -145,7 +145,9 @@ class StepRun:
         """Time of the first ``k`` steps."""
         if k <= 0:
             return 0.0
-        split = k if self.split is None else min(k, self.split)
+        split = self.split
+        if split is None or split > k:
+            split = k
         a0, da, b0, db = self.a0, self.da, self.b0, self.db
         total = 0.0
         if split > 0:

@@ -68,26 +68,28 @@ class KVCache:
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""
-        if self.capacity - self.used - self.cached >= need:  # free_blocks: nothing to evict
+        free = self._free
+        short = need - (self.capacity - self.used - self.cached)  # need - free_blocks
+        if short <= 0 or not free:
             return
         order = None
-        if self.eviction_order is not None and self._free:
-            order = iter(self.eviction_order(list(self._free)))
-        while self.free_blocks < need and self._free:
+        if self.eviction_order is not None and len(free) > 1:  # one chain has one order
+            order = iter(self.eviction_order(list(free)))
+        while short > 0 and free:
             if order is None:
-                program, blocks = next(iter(self._free.items()))
+                program, blocks = next(iter(free.items()))
             else:
                 program = next(order)
-                blocks = self._free[program]
-            take = min(blocks, need - self.free_blocks)
+                blocks = free[program]
+            take = min(blocks, short)
             keep = blocks - take
             if keep:
-                self._free[program] = keep
+                free[program] = keep
+                self._chain[program] = keep
             else:
-                del self._free[program]
-            self._chain[program] = keep
-            if not keep:
-                del self._chain[program]
+                del free[program]
+                self._chain.pop(program, None)
+            short -= take
             self.cached -= take
             self.evicted_blocks += take
             if self.cpu_capacity:
@@ -147,9 +149,11 @@ class KVCache:
 
     def grow(self, blocks: int) -> bool:
         """A running call needs ``blocks`` more (decode); False, changing nothing, if impossible."""
-        if blocks > self.capacity - self.used:  # available()
+        free = self.capacity - self.used
+        if blocks > free:  # available()
             return False
-        self._evict(blocks)
+        if blocks > free - self.cached:  # free_blocks
+            self._evict(blocks)
         self.used += blocks
         return True
 
