@@ -18,7 +18,7 @@ from ttlpolicy.sim import (
     simulate,
     swe_agent_programs,
 )
-from ttlpolicy.sim.hardware import MODELS, Line, StepModel
+from ttlpolicy.sim.hardware import MODELS, Line, StepModel, StepRun
 from ttlpolicy.sim.policies import make_policy
 
 HW = roofline("llama-3.1-8b", "h100-80g")
@@ -245,3 +245,81 @@ def test_engine_view_prefill_s_is_the_hardware_s(tokens: list[int]) -> None:
     assert view is not None
     for t in tokens + tokens[::-1]:
         assert view.prefill_s(t) == HW.prefill_s(t, CFG.token_budget)
+
+
+def bisect_steps(times: StepRun, start_s: float, until_s: float, k: int) -> int:
+    """The engine's search before ``StepRun.reach``: a plain bisection of [1, k]."""
+    lo, hi = 1, k
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if start_s + times.s(mid) >= until_s:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@given(
+    c=st.tuples(*[st.floats(0, 1e-3)] * 4),
+    m=st.tuples(*[st.floats(0, 1e-3)] * 4),
+    tokens=st.integers(0, 10_000),
+    a0=st.floats(0, 1e9),
+    da=st.floats(0, 1e7),
+    k0=st.floats(0, 1e7),
+    dk=st.floats(0, 1e4),
+    k=st.integers(2, 400),
+    start_s=st.floats(0, 1e6),
+    fraction=st.floats(0, 1),
+)
+def test_reach_is_the_first_step_that_reaches(
+    c, m, tokens, a0, da, k0, dk, k, start_s, fraction
+) -> None:
+    """The search from a guess finds what a bisection of [1, k] finds, and that is the first
+    step count whose time reaches the target (non-negative lines: times never decrease)."""
+    times = StepRun(StepModel(Line(*c), Line(*m)), tokens, a0, da, k0, dk)
+    assert times.monotone
+    until_s = start_s + times.s(k) * fraction
+    j, s_j = times.reach(start_s, until_s, k, times.s(k))
+    assert j == bisect_steps(times, start_s, until_s, k)
+    assert s_j == times.s(j)
+    assert start_s + s_j >= until_s
+    assert j == 1 or start_s + times.s(j - 1) < until_s
+    assert all(times.s(i) <= times.s(i + 1) for i in range(k))
+
+
+@given(
+    c=st.tuples(*[st.floats(-1e-3, 1e-3)] * 4),
+    m=st.tuples(*[st.floats(-1e-3, 1e-3)] * 4),
+    a0=st.floats(0, 1e9),
+    da=st.floats(-1e5, 1e7),
+    k=st.integers(2, 400),
+    fraction=st.floats(0, 1),
+)
+def test_reach_bisects_when_times_may_fall(c, m, a0, da, k, fraction) -> None:
+    """Lines that may fall: the answer is the bisection's, whatever it is."""
+    times = StepRun(StepModel(Line(*c), Line(*m)), 100, a0, da, 1e5, 10)
+    until_s = times.s(k) * fraction
+    if times.s(k) >= until_s:
+        assert times.reach(0.0, until_s, k, times.s(k))[0] == bisect_steps(times, 0.0, until_s, k)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 1e5, 1, 1e5, 1),  # decode: the memory line, nearly flat
+        (8192, 3e7, 8192**2, 1e4, 8192),  # a long prefill: compute, growing fast
+        (64, 1e3, 2e6, 1e3, 64),  # memory first, then compute: the lines cross
+    ],
+)
+def test_reach_matches_bisection_everywhere(shape) -> None:
+    """Every target between no step and k steps, on shapes where the guess is off (crossing
+    lines) as well as where it is exact: the same answer as the bisection."""
+    times = StepRun(HW.steps, *shape)
+    for k in range(2, 70):
+        s_k = times.s(k)
+        for i in range(41):
+            until_s = 10.0 + s_k * i / 40
+            assert times.reach(10.0, until_s, k, s_k) == (
+                bisect_steps(times, 10.0, until_s, k),
+                times.s(bisect_steps(times, 10.0, until_s, k)),
+            )

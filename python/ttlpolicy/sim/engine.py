@@ -89,6 +89,7 @@ class Engine:
         self._ids = itertools.count()
         self._admits = itertools.count()
         self._arrivals: ConcurrencyArrivals | None = None
+        self._ready_max_s = 0.0  # the latest ready_s of any admitted call (reloads end then)
         self.peak_used_blocks = 0
         policy.bind(_View(self))
         # An optional hook of the policy: its eviction order of free cached chains.
@@ -110,13 +111,12 @@ class Engine:
 
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
-        running = self.running
         handle_events, admit, step = self._handle_events, self._admit, self._step
         while True:
             handle_events()
             admit()
             now = self.now
-            active = [c for c in running if c.ready_s <= now]
+            active = self._active(now)
             if not active:
                 t = self._next_event_s()
                 if t is None:
@@ -135,6 +135,12 @@ class Engine:
         self.metrics.evicted_blocks = self.kv.evicted_blocks
         self.metrics.offloaded_blocks = self.kv.offloaded_blocks
         return self.metrics
+
+    def _active(self, now: float) -> list[Call]:
+        """The running calls that may compute now (not waiting for a reload from the CPU)."""
+        if self._ready_max_s <= now:  # every reload is done
+            return self.running.copy()
+        return [c for c in self.running if c.ready_s <= now]
 
     def _next_event_s(self) -> float | None:
         t = self._events[0][0] if self._events else None
@@ -173,8 +179,8 @@ class Engine:
     def _admit(self) -> None:
         cfg, policy, kv = self.config, self.policy, self.kv
         running = self.running
-        if len(running) >= cfg.max_seqs:
-            return
+        if len(running) >= cfg.max_seqs or not policy.waiting():
+            return  # (nothing waits: peek would say None)
         budget_free = cfg.token_budget
         for c in running:
             left = c.prompt - c.computed
@@ -208,6 +214,8 @@ class Engine:
             call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
             if cpu_hit:
                 self._push(call.ready_s, _READY, call)
+                if call.ready_s > self._ready_max_s:
+                    self._ready_max_s = call.ready_s
             m = self.metrics
             if not call.preempted:
                 m.input_tokens += call.prompt
@@ -229,25 +237,16 @@ class Engine:
             plan = self._plan(active)
             if plan is not None:
                 break
-            active = [c for c in self.running if c.ready_s <= self.now]
+            active = self._active(self.now)
             if not active:
                 return
         dec, chunks, k, times = plan
-        duration_s = times.s
         # Stop at the next event.
         t_next = self._next_event_s()
-        dt = duration_s(k)
+        dt = times.s(k)
         now = self.now
         if t_next is not None and k > 1 and now + dt > t_next:
-            lo, hi = 1, k  # dt: the time of hi steps
-            while lo < hi:
-                mid = (lo + hi) // 2
-                dt_mid = duration_s(mid)
-                if now + dt_mid >= t_next:
-                    hi, dt = mid, dt_mid
-                else:
-                    lo = mid + 1
-            k = hi
+            k, dt = times.reach(now, t_next, k, dt)
         self._advance(dt)
         self._apply(dec, chunks, k)
 

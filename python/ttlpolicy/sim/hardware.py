@@ -124,7 +124,7 @@ class StepRun:
     ``s`` sums the larger line on each side of the crossing as an arithmetic series.
     """
 
-    __slots__ = ("a0", "b0", "da", "db", "split")
+    __slots__ = ("a0", "b0", "da", "db", "monotone", "split")
 
     def __init__(
         self, model: StepModel, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float
@@ -140,6 +140,10 @@ class StepRun:
         if ddiff != 0.0:
             cross = -diff0 / ddiff
             self.split = max(0, math.ceil(cross)) if cross > 0 else 0
+        # No line starts below zero or falls: then s(k), as computed (every operation rounds
+        # monotonically), never decreases with k, and "the clock reaches t after k steps"
+        # holds from one k on; ``reach`` may then start its search at a guess.
+        self.monotone = a0 >= 0.0 and b0 >= 0.0 and da >= 0.0 and db >= 0.0
 
     def s(self, k: int) -> float:
         """Time of the first ``k`` steps."""
@@ -160,6 +164,57 @@ class StepRun:
             va, vb = a0 + da * mid, b0 + db * mid
             total += n * (va if va >= vb else vb)
         return total
+
+    def reach(self, start_s: float, until_s: float, k: int, s_k: float) -> tuple[int, float]:
+        """The fewest steps ``j`` in [1, k] after which a clock at ``start_s`` reaches
+        ``until_s`` (``start_s + s(j) >= until_s``), and ``s(j)``.  ``s_k`` is ``s(k)``, which
+        must reach it.
+
+        A bisection of [1, k]; when ``s`` never decreases (``monotone``) the first step that
+        reaches is unique, so the bisection may start from the steps that the time left
+        allows (the larger line at the start, growing as it does), found in a probe or two,
+        and gives the same answer as from [1, k]."""
+        s = self.s
+        lo, hi, s_hi = 1, k, s_k
+        if self.monotone:
+            # s(j) ~ j·v0 + dv·j(j−1)/2 = left, solved for j (the stable form of the root)
+            v0, dv = (self.a0, self.da) if self.a0 >= self.b0 else (self.b0, self.db)
+            b = v0 - dv / 2.0
+            left = until_s - start_s
+            disc = b * b + 2.0 * dv * left
+            x = 2.0 * left / (b + math.sqrt(disc)) if b > 0.0 and disc >= 0.0 else math.nan
+            guess = k if not x < k else (1 if x < 1.0 else math.ceil(x))
+            up = False  # the answer is above the guess
+            if guess < k:
+                s_g = s(guess)
+                if start_s + s_g >= until_s:
+                    hi, s_hi = guess, s_g
+                else:
+                    lo, up = guess + 1, True
+            # Gallop away from the guess until the answer is bracketed (usually one probe).
+            step = 1
+            while lo < hi:
+                j = guess + step if up else guess - step
+                if j >= hi or j < lo:
+                    break
+                s_j = s(j)
+                if start_s + s_j >= until_s:
+                    hi, s_hi = j, s_j
+                    if up:
+                        break
+                else:
+                    lo = j + 1
+                    if not up:
+                        break
+                step *= 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            s_mid = s(mid)
+            if start_s + s_mid >= until_s:
+                hi, s_hi = mid, s_mid
+            else:
+                lo = mid + 1
+        return hi, s_hi
 
 
 @dataclass(frozen=True, slots=True)
