@@ -138,6 +138,12 @@ class CheckedEngine(Engine):
         self.kv.check()
         held = sum(c.blocks for c in self.running)
         assert held + self.kv.pinned <= self.kv.used <= self.kv.capacity
+        # a decoding call holds the KV of all its tokens but the last (the engine's bound on
+        # decode growth relies on it)
+        b = self.config.block_tokens
+        for c in self.running:
+            if c.computed >= c.prompt:
+                assert c.blocks >= -(-(c.prompt + c.generated - 1) // b)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -195,21 +201,23 @@ class StepTimeCheckedEngine(Engine):
     def _plan(self, active):
         plan = super()._plan(active)
         if plan is not None:
-            for k in {1, plan.steps // 2, plan.steps}:
+            decode, chunks, steps, times = plan
+            for k in {1, steps // 2, steps}:
                 if k >= 1:
-                    assert plan.times.s(k) == pytest.approx(self.direct_s(plan, k), rel=1e-9)
+                    direct = self.direct_s(decode, chunks, k)
+                    assert times.s(k) == pytest.approx(direct, rel=1e-9)
                     self.checked += 1
         return plan
 
-    def direct_s(self, plan, k: int) -> float:
+    def direct_s(self, decode, chunks, k: int) -> float:
         total = 0.0
         for j in range(k):
             tokens, attn, kv = 0, 0.0, 0
-            for c in plan.decode:  # one token against the whole context (grows by one)
+            for c in decode:  # one token against the whole context (grows by one)
                 tokens += 1
                 attn += c.prompt + c.generated + j
                 kv += c.prompt + c.generated + j
-            for c, n in plan.chunks:  # a chunk of n after what was computed
+            for c, n in chunks:  # a chunk of n after what was computed
                 done = c.computed + j * n
                 tokens += n
                 attn += n * done + n * (n + 1) / 2

@@ -241,12 +241,12 @@ class Engine:
             if not active:
                 return
         dec, chunks, k, times = plan
-        # Stop at the next event.
-        t_next = self._next_event_s()
         dt = times.s(k)
         now = self.now
-        if t_next is not None and k > 1 and now + dt > t_next:
-            k, dt = times.reach(now, t_next, k, dt)
+        if k > 1:  # stop at the next event
+            t_next = self._next_event_s()
+            if t_next is not None and now + dt > t_next:
+                k, dt = times.reach(now, t_next, k, dt)
         self._advance(dt)
         self._apply(dec, chunks, k)
 
@@ -300,11 +300,16 @@ class Engine:
             kv0 = ctx + sum(c.computed + n for c, n in chunks)
             d_attn = d_kv = n_dec
         k = int(k)
-        if self._grow_need(dec, k) > self.kv.capacity - self.kv.used:  # kv.available()
+        # Decode growth: a decoding call holds the KV of all but its last token, so k steps
+        # add at most ceil(k / block) blocks to it; only when that bound does not fit is the
+        # need counted (and the run shortened or memory freed).
+        avail = self.kv.capacity - self.kv.used  # kv.available()
+        b = self.config.block_tokens
+        if n_dec * -(-k // b) > avail and self._grow_need(dec, k) > avail:
             k = self._fit_memory(dec, k)
             if k == 0:
                 return None
-        return StepPlan(dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv))
+        return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv)
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
         b = self.config.block_tokens

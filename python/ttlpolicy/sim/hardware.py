@@ -124,7 +124,7 @@ class StepRun:
     ``s`` sums the larger line on each side of the crossing as an arithmetic series.
     """
 
-    __slots__ = ("a0", "b0", "da", "db", "monotone", "split")
+    __slots__ = ("a0", "b0", "da", "db", "split")
 
     def __init__(
         self, model: StepModel, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float
@@ -136,14 +136,18 @@ class StepRun:
         db = self.db = memory.c_attn * d_attn + memory.c_kv * d_kv
         # the first step index where the order of the two lines may flip (None: never)
         diff0, ddiff = a0 - b0, da - db
-        self.split: int | None = None
+        split = None
         if ddiff != 0.0:
             cross = -diff0 / ddiff
-            self.split = max(0, math.ceil(cross)) if cross > 0 else 0
-        # No line starts below zero or falls: then s(k), as computed (every operation rounds
-        # monotonically), never decreases with k, and "the clock reaches t after k steps"
-        # holds from one k on; ``reach`` may then start its search at a guess.
-        self.monotone = a0 >= 0.0 and b0 >= 0.0 and da >= 0.0 and db >= 0.0
+            split = max(0, math.ceil(cross)) if cross > 0 else 0
+        self.split: int | None = split
+
+    @property
+    def monotone(self) -> bool:
+        """No line starts below zero or falls: then s(k), as computed (every operation rounds
+        monotonically), never decreases with k, and "the clock reaches t after k steps" holds
+        from one k on; ``reach`` may then start its search at a guess."""
+        return self.a0 >= 0.0 and self.b0 >= 0.0 and self.da >= 0.0 and self.db >= 0.0
 
     def s(self, k: int) -> float:
         """Time of the first ``k`` steps."""

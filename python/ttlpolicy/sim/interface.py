@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from .call import Call
 
@@ -118,14 +118,8 @@ class Policy(Protocol):
     def program_done(self, program_id: str, turns: int) -> None: ...
 
 
-class StepPlan(NamedTuple):
-    """A run of ``steps`` identical engine steps: the running calls that decode, the prefill
-    chunks (call, tokens per step), and the step times of the run (``hardware.StepRun``,
-    built from the step's shape: new tokens, attention units and KV tokens touched in the
-    first step, and how much the last two grow per step).  A tuple: the engine makes one
-    per step."""
-
-    decode: list[Call]
-    chunks: list[tuple[Call, int]]
-    steps: int
-    times: StepRun
+#: A run of identical engine steps: the running calls that decode, the prefill chunks (call,
+#: tokens per step), the number of steps, and their step times (``hardware.StepRun``, built
+#: from the step's shape: new tokens, attention units and KV tokens touched in the first step,
+#: and how much the last two grow per step).  A plain tuple: the engine makes one per step.
+StepPlan = tuple[list[Call], list[tuple[Call, int]], int, "StepRun"]
