@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections.abc import Callable, Iterable
 from typing import cast
 
@@ -64,6 +63,7 @@ class _View:
 
 
 _PROGRAM, _ISSUE, _READY = 0, 1, 2
+_NO_LIMIT = 1 << 62  # steps of a run before any call limits it
 
 
 class Engine:
@@ -255,7 +255,7 @@ class Engine:
         # Decoding calls, their context summed, and the steps until the first of them is done.
         dec: list[Call] = []
         pre: list[Call] = []
-        k: float = math.inf
+        k = _NO_LIMIT
         ctx = 0
         for c in active:
             if c.computed >= c.prompt:
@@ -285,7 +285,7 @@ class Engine:
             attn0 = kv0 = ctx
         elif len(chunks) == 1:  # the sums below, over one chunk
             c, n = chunks[0]
-            # one long prefill chunked at the full budget runs as long as its chunks last
+            # one long prefill chunked at the full budget runs while its chunks last
             k = min(k, (c.prompt - c.computed) // n) if budget == 0 else 1
             tokens = n_dec + n
             attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
@@ -299,7 +299,7 @@ class Engine:
             attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
             kv0 = ctx + sum(c.computed + n for c, n in chunks)
             d_attn = d_kv = n_dec
-        k = int(k)
+        assert k != _NO_LIMIT, "a running call that does not decode gets a chunk"
         # Decode growth: a decoding call holds the KV of all but its last token, so k steps
         # add at most ceil(k / block) blocks to it; only when that bound does not fit is the
         # need counted (and the run shortened or memory freed).
