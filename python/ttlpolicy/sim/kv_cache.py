@@ -81,7 +81,7 @@ class KVCache:
             else:
                 program = next(order)
                 blocks = free[program]
-            take = min(blocks, short)
+            take = blocks if blocks < short else short
             keep = blocks - take
             if keep:
                 free[program] = keep
