@@ -112,11 +112,12 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
+        running = self.running
         while True:
             handle_events()
             admit()
             now = self.now
-            active = self._active(now)
+            active = running.copy() if self._ready_max_s <= now else self._active(now)
             if not active:
                 t = self._next_event_s()
                 if t is None:
@@ -247,7 +248,8 @@ class Engine:
             t_next = self._next_event_s()
             if t_next is not None and now + dt > t_next:
                 k, dt = times.reach(now, t_next, k, dt)
-        self._advance(dt)
+        self.metrics.pinned_block_s += self.kv.pinned * dt  # self._advance(dt)
+        self.now = now + dt
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
