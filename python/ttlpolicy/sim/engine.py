@@ -200,9 +200,11 @@ class Engine:
             reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
-                for program in policy.reclaim(total - kv.available_for(call.program_id), self.now):
+                released = policy.reclaim(total - kv.available_for(call.program_id), self.now)
+                for program in released:
                     kv.unpin(program)
-                got = kv.acquire(call.program_id, reusable, total)
+                # (nothing released: memory is as it was, acquire would refuse again)
+                got = kv.acquire(call.program_id, reusable, total) if released else None
                 if got is None:
                     return  # head-of-line waits for memory
             policy.pop()
