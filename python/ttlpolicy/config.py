@@ -101,6 +101,17 @@ class PolicyConfig(BaseModel):
         fields.update(overrides)
         return cls(**fields)
 
+    @classmethod
+    def for_engine(cls, raw_json: str | None) -> PolicyConfig:
+        """The config an engine adapter runs with: ``raw_json`` (its ``TTLPOLICY_POLICY``
+        knob; None or empty: the defaults), with load control (``admission``) on unless the
+        JSON sets it — the field's own default stays off, so existing configs keep their
+        meaning."""
+        cfg = cls.model_validate_json(raw_json) if raw_json else cls()
+        if "admission" not in cfg.model_fields_set:
+            cfg = cfg.model_copy(update={"admission": True})
+        return cfg
+
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_not_text(cls, value: Any, info: ValidationInfo) -> Any:

@@ -197,8 +197,11 @@ impl AdmissionControl {
             return f64::INFINITY;
         };
         let elapsed = t - since;
-        let history = policy.history();
         let cfg = policy.config();
+        if elapsed > cfg.max_ttl_s {
+            return f64::INFINITY; // away longer than any pin lasts: not expected back
+        }
+        let history = policy.history();
         let min = cfg.min_tool_samples.max(1) as usize;
         let window = match history.window_of(Some(tool)) {
             Some(w) if w.len() >= min => w,

@@ -90,6 +90,22 @@ def test_next_use_cold_start_and_no_tool(impl):
     assert ac.next_use_s("q", 1.0) == math.inf  # the turn ended without a tool
 
 
+def test_a_program_away_longer_than_max_ttl_is_not_expected_back(impl):
+    # A client that died during a tool call never ends its program: on the memoryless prior
+    # its next use would stay at mu·ln 2 forever and it would hold its place in the working
+    # set; past max_ttl_s (no pin lasts longer) it leaves it, and the waiting head gets in.
+    ac, _ = make(impl, total_blocks=100, prior_mean_s=10.0, max_ttl_s=60.0)
+    ac.arrive("dead", 0.0, 70)
+    assert ac.may_run("dead", 0.0)
+    ac.finish("dead", 1.0, 70, tool="bash", rebuild_s=30.0)
+    ac.arrive("next", 2.0, 40)
+    assert not ac.may_run("next", 2.0)  # dead is expected back in 6.9 s: 70 + 40 > 100
+    assert ac.next_use_s("dead", 61.0) == pytest.approx(10.0 * math.log(2.0))  # 60 s away
+    assert not ac.may_run("next", 61.0)
+    assert ac.next_use_s("dead", 61.5) == math.inf
+    assert ac.may_run("next", 61.5)  # still admitted, but out of the working set
+
+
 def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(impl):
     ac, policy = make(impl, min_tool_samples=1)
     for d in (2.0, 2.0, 2.0, 50.0):
@@ -193,3 +209,15 @@ def test_a_program_that_ends_and_comes_back_is_a_new_arrival(impl):
     ac.arrive("A", 0.5, 10)
     assert not ac.may_run("A", 0.5)  # B arrived first this time
     assert ac.may_run("B", 0.5) and ac.may_run("A", 0.5)
+
+
+def test_engines_run_with_load_control_unless_their_config_says_otherwise():
+    assert PolicyConfig().admission is False  # the library default: existing configs unchanged
+    assert PolicyConfig.for_engine(None).admission is True
+    assert PolicyConfig.for_engine("").admission is True
+    assert PolicyConfig.for_engine('{"max_ttl_s": 5.0}') == PolicyConfig(
+        max_ttl_s=5.0, admission=True
+    )
+    assert PolicyConfig.for_engine('{"admission": false}').admission is False
+    with pytest.raises(ValueError, match="admision"):
+        PolicyConfig.for_engine('{"admision": false}')  # a misspelt switch is refused

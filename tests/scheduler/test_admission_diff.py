@@ -14,7 +14,7 @@ from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D", "E"]
 TOOLS = [None, "bash", "grep", "é" * 200]
-CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0)
+CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0, max_ttl_s=50.0)
 
 ops = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),

@@ -22,8 +22,11 @@ Rules (the same in both backends):
   longer than ``e``, in ``median(D | D > e) − e`` seconds — ``D`` from the tool's window when
   it holds ``min_tool_samples``, else the global window, else an exponential prior of mean
   ``prior_mean_s`` (memoryless: ``μ·ln 2``).  A program whose last call ended without a tool
-  (the turn ended; it waits on a human or on nothing), or whose gap has outlasted every
-  recorded duration, is not expected back: ``inf``.
+  (the turn ended; it waits on a human or on nothing), whose gap has outlasted every
+  recorded duration, or who has been away longer than ``max_ttl_s`` (no pin lasts longer:
+  the policy never holds a context for such a gap, and a client that died during a tool
+  call leaves the working set after at most that long, even on the memoryless prior), is
+  not expected back: ``inf``.
 * **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
   next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
   to rebuild.  Rebuilding a context is a prefill that takes the engine's step budget, so it
@@ -50,7 +53,13 @@ program's request ahead of an admitted program's; while the oldest waiting progr
 refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
 oldest waiting program is admitted whatever its size (it fits: no request exceeds
 ``total_blocks``). So the oldest program waiting for admission is admitted after finitely
-many program ends, and programs start in arrival order.
+many program ends, and programs start in arrival order.  A program that never ends (its
+client vanished during a tool call) still stops blocking anyone once it has been away longer
+than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
+admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
+*not* admit the head merely because the engine is idle while admitted programs are away on
+short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
+JCT at contended load, ``bench/RESULTS.md``).
 
 Bad input raises before any state changes, as in ``scheduler``.
 """
@@ -181,8 +190,10 @@ class AdmissionControl:
         if prog.tool is None or prog.away_since_s is None:
             return math.inf
         elapsed = t - prog.away_since_s
-        history = self.policy._history
         cfg = self.policy.config
+        if elapsed > cfg.max_ttl_s:
+            return math.inf
+        history = self.policy._history
         window = history._window(prog.tool)
         if window is None or len(window) < max(cfg.min_tool_samples, 1):
             window = history._global
