@@ -22,16 +22,26 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
   them.  ``last_turn`` ends the program (its turn count feeds η); an abort ends it at once.
 
+* load control (``ttlpolicy.AdmissionControl``, on unless ``TTLPOLICY_POLICY`` says
+  ``"admission": false``) — every program's arrival and each finish (its blocks, tool, and
+  what losing its context costs) are reported to it; the waiting queue stops at a head whose
+  program the working-set rule refuses (``ProgramRequestQueue``), so a program starts only
+  when the contexts of the programs in progress, at their expected return times, leave room
+  for it; ends and aborts forget the program.  vLLM's prefix-cache eviction is LRU over its
+  free-block queue and not pluggable, so the library's next-use eviction order is not used.
+
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
 stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
-``PolicyConfig`` as JSON), ``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
+``PolicyConfig`` as JSON; load control is on unless it sets ``"admission": false``),
+``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -94,12 +104,7 @@ class TTLScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clock = time.monotonic  # the only clock; tests may replace it
-        raw_cfg = os.environ.get("TTLPOLICY_POLICY")
-        cfg = (
-            ttlpolicy.PolicyConfig.model_validate_json(raw_cfg)
-            if raw_cfg
-            else ttlpolicy.PolicyConfig()
-        )
+        cfg = ttlpolicy.PolicyConfig.for_engine(os.environ.get("TTLPOLICY_POLICY"))
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
@@ -107,6 +112,11 @@ class TTLScheduler(Scheduler):
         self.pin_budget_blocks = int(self.total_blocks * fraction)
         self.programs = ttlpolicy.ProgramScheduler(
             self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+        )
+        self.admission = (
+            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            if cfg.admission
+            else None
         )
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics()
@@ -125,6 +135,7 @@ class TTLScheduler(Scheduler):
             lambda: self.clock(),
             self._program_id_of,
             self._blocks_needed,
+            self.admission,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -171,6 +182,9 @@ class TTLScheduler(Scheduler):
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
         m.step_s += t_end - t_start
         m.pinned_blocks_now = self.pins.held_blocks()
+        if self.admission is not None:
+            m.admitted_programs_now = self.admission.admitted_count
+            m.programs_awaiting_admission_now = self.admission.waiting_count
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
@@ -264,17 +278,27 @@ class TTLScheduler(Scheduler):
         # What the CPU offload tier already holds is a reload away, not a prefill: the pin
         # is kept only when it beats that reload.
         offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
+        miss_s = self.policy.miss_cost_s(prefix_tokens, offloaded)
         finished = self.programs.finish(
             key,
             now,
             min(len(blocks), self.total_blocks),
             tool=tool,
             last_turn=info.last_turn,
-            cache_miss_cost_s=self.policy.miss_cost_s(prefix_tokens, offloaded),
+            cache_miss_cost_s=miss_s,
             prefix_tokens=prefix_tokens,
             offloaded_tokens=offloaded,
         )
         self.ttl_metrics.offloaded_tokens_at_finish += offloaded
+        if self.admission is not None:
+            self.admission.finish(
+                pid,
+                now,
+                min(len(blocks), self.total_blocks),
+                tool=tool,
+                rebuild_s=miss_s,
+                last_turn=info.last_turn,
+            )
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
@@ -290,6 +314,9 @@ class TTLScheduler(Scheduler):
         """A program ended in the ProgramScheduler (``key``: the request that ended it):
         free its pin, re-admit siblings."""
         self._release(ended.program_id)
+        if self.admission is not None and self.admission.program_count:
+            with contextlib.suppress(KeyError):  # ended there already (its last turn)
+                self.admission.end(ended.program_id)
         siblings = [r for r in ended.request_ids if r != key]
         if siblings:
             self.waiting.readmit(siblings)
