@@ -104,13 +104,12 @@ class PolicyConfig(BaseModel):
     @classmethod
     def for_engine(cls, raw_json: str | None) -> PolicyConfig:
         """The config an engine adapter runs with: ``raw_json`` (its ``TTLPOLICY_POLICY``
-        knob; None or empty: the defaults), with load control (``admission``) on unless the
-        JSON sets it — the field's own default stays off, so existing configs keep their
-        meaning."""
+        knob; None or empty: the defaults), with load control (``admission``,
+        ``evict_by_next_use``) on where the JSON does not set it — the fields' own defaults
+        stay off, so existing configs keep their meaning."""
         cfg = cls.model_validate_json(raw_json) if raw_json else cls()
-        if "admission" not in cfg.model_fields_set:
-            cfg = cfg.model_copy(update={"admission": True})
-        return cfg
+        on = {k: True for k in ("admission", "evict_by_next_use") if k not in cfg.model_fields_set}
+        return cfg.model_copy(update=on) if on else cfg
 
     @field_validator("*", mode="before")
     @classmethod

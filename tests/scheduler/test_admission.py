@@ -212,12 +212,15 @@ def test_a_program_that_ends_and_comes_back_is_a_new_arrival(impl):
 
 
 def test_engines_run_with_load_control_unless_their_config_says_otherwise():
-    assert PolicyConfig().admission is False  # the library default: existing configs unchanged
-    assert PolicyConfig.for_engine(None).admission is True
-    assert PolicyConfig.for_engine("").admission is True
+    # the library's defaults stay off: existing configs keep their meaning
+    assert not PolicyConfig().admission and not PolicyConfig().evict_by_next_use
+    on = PolicyConfig(admission=True, evict_by_next_use=True)
+    assert PolicyConfig.for_engine(None) == on
+    assert PolicyConfig.for_engine("") == on
     assert PolicyConfig.for_engine('{"max_ttl_s": 5.0}') == PolicyConfig(
-        max_ttl_s=5.0, admission=True
+        max_ttl_s=5.0, admission=True, evict_by_next_use=True
     )
-    assert PolicyConfig.for_engine('{"admission": false}').admission is False
+    off = PolicyConfig.for_engine('{"admission": false}')
+    assert not off.admission and off.evict_by_next_use
     with pytest.raises(ValueError, match="admision"):
         PolicyConfig.for_engine('{"admision": false}')  # a misspelt switch is refused

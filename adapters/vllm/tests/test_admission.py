@@ -3,9 +3,11 @@
 24 usable KV blocks of 32 tokens; each program's context is 13 blocks, so two programs'
 contexts exceed the memory.  With load control on (the default) a program that arrives while
 another is away on a short tool call waits in vLLM's queue until the first one ends (or
-stays away longer than ``max_ttl_s``), instead of evicting its context; with it off
-(``"admission": false`` in ``TTLPOLICY_POLICY``) the adapter behaves as before: the newcomer
-runs at once.  The adapter's clock is a FakeClock, moved by the tests.
+stays away longer than ``max_ttl_s``), instead of evicting its context; and free cached
+blocks are evicted latest next use first, not LRU.  With both off (``"admission": false,
+"evict_by_next_use": false`` in ``TTLPOLICY_POLICY``) the adapter behaves as before: the
+newcomer runs at once, eviction is LRU.  No pins here (budget 0): load control alone.  The
+adapter's clock is a FakeClock, moved by the tests.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ NUM_BLOCKS = 25  # 24 usable: vLLM keeps block 0 as its null block
 TTL = "ttlpolicy_vllm.TTLScheduler"
 PROMPT, OUT = 400, 8  # 408 tokens: 13 blocks needed, 12 full blocks cached at the finish
 MAX_TTL_S = json.loads(TEST_POLICY)["max_ttl_s"]
-ADMISSION_OFF = json.dumps({**json.loads(TEST_POLICY), "admission": False})
+ADMISSION_OFF = json.dumps(
+    {**json.loads(TEST_POLICY), "admission": False, "evict_by_next_use": False}
+)
 
 
 def engine_with(policy: str, tiny_model) -> Iterator[Engine]:
     mp = pytest.MonkeyPatch()
     mp.setenv("TTLPOLICY_POLICY", policy)
+    mp.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", "0")
     engine = make_engine(tiny_model, TTL, NUM_BLOCKS)
     mp.undo()
     yield engine
@@ -89,9 +94,9 @@ def waiting_and_running(engine: Engine) -> tuple[int, int]:
 
 
 def test_load_control_is_on_by_default(on, off) -> None:
-    assert on.scheduler.admission is not None
+    assert on.scheduler.admission is not None and on.scheduler.eviction is not None
     assert on.scheduler.policy.config.admission
-    assert off.scheduler.admission is None
+    assert off.scheduler.admission is None and off.scheduler.eviction is None
 
 
 def test_a_newcomer_waits_until_the_program_in_progress_ends(on) -> None:
@@ -103,6 +108,7 @@ def test_a_newcomer_waits_until_the_program_in_progress_ends(on) -> None:
     for _ in range(5):
         on.step()
     # a's 12-13 blocks plus b's 13 exceed the 24: b is held back, queued, nothing runs
+    # (stock vLLM, or the adapter with load control off, would run b and evict a's context)
     assert waiting_and_running(on) == (1, 0)
     assert not sched.admission.admitted("b")
     assert b not in on.outputs
@@ -163,3 +169,33 @@ def test_an_abort_while_held_back_ends_the_program(on) -> None:
     on.step()
     assert sched.admission.program_count == 1  # b forgotten, a still in progress
     on.turn(ctx_a + prompt(9, 20), 4, program_id="a", last_turn=True)
+
+
+def evict_under_pressure(engine: Engine) -> tuple[int, int]:
+    """x ends a turn calling a tool (expected back), then y ends a turn without one (not
+    expected back), 6 cached blocks each; then a 15-block request (admitted: 7 + 15 fit)
+    needs 3 of their 12 blocks.  Returns the prefix hits of x's and y's next turns."""
+    assert engine.clock is not None
+    contexts = []
+    for program, seed, tool in (("x", 11, "bash"), ("y", 12, None)):
+        p = prompt(seed, 200)  # 208 tokens with the output: 6 full blocks cached
+        named = {"tool": tool} if tool is not None else {}
+        out = engine.turn(p, OUT, program_id=program, **named)
+        contexts.append(p + list(out.outputs[0].token_ids))
+        engine.clock.advance(0.1)
+    engine.turn(prompt(13, 14 * BLOCK), OUT)  # anonymous, 456 tokens: 15 blocks
+    x2 = engine.turn(contexts[0] + prompt(14, 8), 2, program_id="x", last_turn=True)
+    y2 = engine.turn(contexts[1] + prompt(15, 8), 2, program_id="y", last_turn=True)
+    return x2.num_cached_tokens, y2.num_cached_tokens
+
+
+def test_the_context_expected_back_last_is_evicted_first(on) -> None:
+    x_hit, y_hit = evict_under_pressure(on)
+    assert x_hit == 6 * BLOCK, "x, expected back soon, kept its whole context"
+    assert y_hit < 6 * BLOCK, "y, not expected back, lost the blocks the newcomer needed"
+    assert on.scheduler.ttl_stats()["free_blocks_reordered"] > 0
+
+
+def test_off_eviction_is_lru(off) -> None:
+    x_hit, _ = evict_under_pressure(off)
+    assert x_hit < 6 * BLOCK, "LRU: x finished first, so its blocks went first"

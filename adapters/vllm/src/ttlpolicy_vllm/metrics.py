@@ -26,6 +26,7 @@ class AdapterMetrics:
     offloaded_tokens_at_finish: int = 0  # prefix tokens the CPU offload tier held at finish
     admitted_programs_now: int = 0  # gauge: programs admitted by load control
     programs_awaiting_admission_now: int = 0  # gauge: programs it holds back
+    free_blocks_reordered: int = 0  # free cached blocks moved into next-use eviction order
 
     @property
     def adapter_us_per_schedule(self) -> float:

@@ -33,9 +33,11 @@ class ProgramRequestQueue(RequestQueue):
         program_id_of: Callable[[Request], str],
         blocks_needed: Callable[[Request], int],
         admission: Any = None,
+        gated: bool = True,
     ) -> None:
         self._programs = programs
-        self._admission = admission  # an AdmissionControl, or None: no gate
+        self._admission = admission  # an AdmissionControl told of arrivals, or None
+        self._gated = gated and admission is not None  # its may_run gates the head
         self._clock = clock
         self._program_id_of = program_id_of
         self._blocks_needed = blocks_needed
@@ -98,7 +100,7 @@ class ProgramRequestQueue(RequestQueue):
         # vLLM's scan reads this before each peek: the gate of the module doc.
         if not self._requests:
             return False
-        if self._admission is None:
+        if not self._gated:
             return True
         rid = self._programs.peek()
         request = self._requests.get(rid) if rid is not None else None

@@ -27,8 +27,10 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   what losing its context costs) are reported to it; the waiting queue stops at a head whose
   program the working-set rule refuses (``ProgramRequestQueue``), so a program starts only
   when the contexts of the programs in progress, at their expected return times, leave room
-  for it; ends and aborts forget the program.  vLLM's prefix-cache eviction is LRU over its
-  free-block queue and not pluggable, so the library's next-use eviction order is not used.
+  for it; ends and aborts forget the program.  vLLM's prefix cache evicts from the head of
+  its free-block queue (LRU); with ``evict_by_next_use`` (on unless the JSON says false) the
+  free blocks of each program's latest turn are kept in the library's ``eviction_order``
+  instead (``NextUseOrder``), refreshed before a step after a turn finished or every second.
 
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
 stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
@@ -57,6 +59,7 @@ import ttlpolicy
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
+from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
@@ -70,6 +73,8 @@ logger = init_logger("vllm.ttlpolicy_vllm")
 ANONYMOUS = "\x00anonymous:"
 #: Output tokens decoded to look for a tool call when the client named none.
 TOOL_PARSE_TOKENS = 512
+#: Seconds after which the free blocks are put in eviction order again with no turn finished.
+EVICTION_REFRESH_S = 1.0
 #: Steps scheduled and awaiting their output that are remembered (the batch queue holds 2).
 MAX_STEPS_IN_FLIGHT = 8
 #: Statuses of a request that ended on its own (a pin may pay off); others are aborts.
@@ -115,9 +120,12 @@ class TTLScheduler(Scheduler):
         )
         self.admission = (
             ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
-            if cfg.admission
+            if cfg.admission or cfg.evict_by_next_use
             else None
         )
+        self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
+        self._eviction_stale = False  # a turn finished since the free queue was ordered
+        self._eviction_ordered_at = -math.inf
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics()
         self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
@@ -136,6 +144,7 @@ class TTLScheduler(Scheduler):
             self._program_id_of,
             self._blocks_needed,
             self.admission,
+            gated=cfg.admission,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -172,6 +181,7 @@ class TTLScheduler(Scheduler):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.expiries += 1
         self._reclaim_if_short(now)
+        self._order_free_blocks(now)
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
@@ -182,7 +192,7 @@ class TTLScheduler(Scheduler):
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
         m.step_s += t_end - t_start
         m.pinned_blocks_now = self.pins.held_blocks()
-        if self.admission is not None:
+        if self.admission is not None and self.policy.config.admission:
             m.admitted_programs_now = self.admission.admitted_count
             m.programs_awaiting_admission_now = self.admission.waiting_count
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
@@ -212,6 +222,20 @@ class TTLScheduler(Scheduler):
         for pin in self.programs.reclaim(short, now):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.reclaims += 1
+
+    def _order_free_blocks(self, now: float) -> None:
+        """Put the programs' free cached blocks in the library's eviction order, when a turn
+        finished since the last time or a second passed (next uses move with time)."""
+        if self.eviction is None or self.admission is None:
+            return
+        if not self._eviction_stale and now - self._eviction_ordered_at < EVICTION_REFRESH_S:
+            return
+        self._eviction_stale = False
+        self._eviction_ordered_at = now
+        programs = self.eviction.programs()
+        if programs:
+            order = self.admission.eviction_order(programs, now)
+            self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
     def _after_schedule(self, out: Any) -> int:
         """Hand pins over to admitted requests; returns the step's prefill tokens."""
@@ -299,6 +323,9 @@ class TTLScheduler(Scheduler):
                 rebuild_s=miss_s,
                 last_turn=info.last_turn,
             )
+        if self.eviction is not None and finished.ended is None:
+            self.eviction.note(pid, blocks)
+            self._eviction_stale = True
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
@@ -317,6 +344,8 @@ class TTLScheduler(Scheduler):
         if self.admission is not None and self.admission.program_count:
             with contextlib.suppress(KeyError):  # ended there already (its last turn)
                 self.admission.end(ended.program_id)
+        if self.eviction is not None:
+            self.eviction.forget(ended.program_id)
         siblings = [r for r in ended.request_ids if r != key]
         if siblings:
             self.waiting.readmit(siblings)
