@@ -122,6 +122,9 @@ class ProgramTracker:
         if waiting_queue and self.programs.pin_count:
             self._reclaim_for_head(waiting_queue[0], running_batch)
         self.metrics.pinned_tokens_now = self.pins.held_tokens()
+        if self.admission is not None:
+            self.metrics.admitted_programs_now = self.admission.admitted_count
+            self.metrics.programs_awaiting_admission_now = self.admission.waiting_count
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.metrics.log(logger)

@@ -21,7 +21,6 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   pin (tool name from ``extra_args["tool"]``, else parsed from the output when a tokenizer is
   loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
   them.  ``last_turn`` ends the program (its turn count feeds η); an abort ends it at once.
-
 * load control (``ttlpolicy.AdmissionControl``, on unless ``TTLPOLICY_POLICY`` says
   ``"admission": false``) — every program's arrival and each finish (its blocks, tool, and
   what losing its context costs) are reported to it; the waiting queue stops at a head whose
@@ -37,7 +36,8 @@ stock vLLM), are never pinned and are forgotten when they end (``abort``: no η 
 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
-``PolicyConfig`` as JSON; load control is on unless it sets ``"admission": false``),
+``PolicyConfig`` as JSON, read by ``PolicyConfig.for_engine``: ``"admission": false`` and
+``"evict_by_next_use": false`` turn load control off),
 ``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
 """
 
