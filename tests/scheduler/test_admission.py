@@ -224,3 +224,27 @@ def test_engines_run_with_load_control_unless_their_config_says_otherwise():
     assert not off.admission and off.evict_by_next_use
     with pytest.raises(ValueError, match="admision"):
         PolicyConfig.for_engine('{"admision": false}')  # a misspelt switch is refused
+
+
+def test_idle_programs_beyond_the_cap_are_forgotten_oldest_first(impl):
+    # Clients that vanish during a tool call never end their program: the state must not
+    # grow without bound (the ProgramScheduler's max_idle_programs, the same default).
+    policy = impl.TTLPolicy(PolicyConfig())
+    assert impl.AdmissionControl(policy, 100).max_idle_programs == 1 << 16
+    ac = impl.AdmissionControl(policy, 100, max_idle_programs=2)
+    for i, pid in enumerate(("a", "b", "c")):
+        ac.arrive(pid, float(i), 10)
+        assert ac.may_run(pid, float(i))
+    ac.finish("a", 3.0, 10, tool="bash")
+    ac.finish("b", 4.0, 10, tool="bash")
+    ac.arrive("a", 5.0, 10)  # a is back: no longer idle
+    ac.finish("c", 6.0, 10, tool="bash")  # idle: b, c
+    assert (ac.program_count, ac.dropped_idle_programs) == (3, 0)
+    ac.finish("a", 7.0, 10, tool="bash")  # idle: b, c, a: b, idle longest, is forgotten
+    assert (ac.program_count, ac.dropped_idle_programs) == (2, 1)
+    assert not ac.admitted("b") and ac.admitted("a") and ac.admitted("c")
+    assert ac.admitted_count == 2
+    with pytest.raises(KeyError):
+        ac.end("b")
+    with pytest.raises(ValueError, match="max_idle_programs"):
+        impl.AdmissionControl(policy, 100, max_idle_programs=-1)

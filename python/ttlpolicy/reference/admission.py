@@ -61,6 +61,12 @@ admission waits at most ``max_ttl_s`` on programs that do not come back.  Admiss
 short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
 JCT at contended load, ``bench/RESULTS.md``).
 
+Bounded state, as in ``ProgramScheduler``: a program with no live request is kept (its next
+request is its return, not a new arrival); at most ``max_idle_programs`` such idle programs
+are kept, the one idle longest forgotten first (as ``end``; counted in
+``dropped_idle_programs``), so clients that vanish without ending their program cannot grow
+the state without bound.
+
 Bad input raises before any state changes, as in ``scheduler``.
 """
 
@@ -69,11 +75,18 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import OrderedDict
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from .policy import MAX_BLOCKS
-from .scheduler import check_bool, check_id, check_ids
+from .scheduler import (
+    DEFAULT_MAX_IDLE_PROGRAMS,
+    MAX_IDLE_PROGRAMS,
+    check_bool,
+    check_id,
+    check_ids,
+)
 
 __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
 
@@ -98,12 +111,19 @@ class AdmissionControl:
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""
 
-    def __init__(self, policy: Any, total_blocks: Any) -> None:
+    def __init__(
+        self, policy: Any, total_blocks: Any, max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS
+    ) -> None:
         history = getattr(policy, "_history", None)
         if history is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self.max_idle_programs = int_in(
+            "max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS
+        )
+        self.dropped_idle_programs = 0
+        self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
         self._programs: dict[str, _Program] = {}
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
         self._admitted: set[str] = set()  # the working set is summed over these only
@@ -138,6 +158,7 @@ class AdmissionControl:
                 )
             prog = self._programs[pid] = _Program(t, blocks)
             heapq.heappush(self._pending, (t, pid))
+        self._idle.pop(pid, None)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
         prog.away_since_s = None
@@ -172,6 +193,11 @@ class AdmissionControl:
         prog.live -= 1
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
+            self._idle[pid] = None
+            while len(self._idle) > self.max_idle_programs:
+                oldest, _ = self._idle.popitem(last=False)
+                self._end(oldest, self._programs[oldest])
+                self.dropped_idle_programs += 1
 
     def end(self, program_id: Any) -> None:
         """The program ended (or was aborted): forget it."""
@@ -181,6 +207,7 @@ class AdmissionControl:
     def _end(self, pid: str, prog: _Program) -> None:
         if prog.admitted:
             self._admitted.discard(pid)
+        self._idle.pop(pid, None)
         del self._programs[pid]  # its _pending entry, if any, is skipped lazily
 
     # -- the rules ------------------------------------------------------------------------
