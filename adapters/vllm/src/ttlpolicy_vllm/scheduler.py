@@ -181,7 +181,8 @@ class TTLScheduler(Scheduler):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.expiries += 1
         self._reclaim_if_short(now)
-        self._order_free_blocks(now)
+        # a fresh reading: the queue's admission check above may have read a later one
+        self._order_free_blocks(self.clock())
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
