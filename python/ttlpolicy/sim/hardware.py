@@ -139,7 +139,8 @@ class StepRun:
         split = None
         if ddiff != 0.0:
             cross = -diff0 / ddiff
-            split = max(0, math.ceil(cross)) if cross > 0 else 0
+            if cross != math.inf:  # (infinite: no crossing within any number of steps)
+                split = max(0, math.ceil(cross)) if cross > 0 else 0
         self.split: int | None = split
 
     @property
