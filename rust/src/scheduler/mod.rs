@@ -534,6 +534,7 @@ impl ProgramScheduler {
         req.returning = false;
         req.running = true;
         self.queue.pop();
+        self.release_buried();
         let id = self.requests.id(slot).clone();
         if handover {
             // The pin passes to this request: its blocks are its prefix now.
@@ -719,6 +720,7 @@ impl ProgramScheduler {
                 self.queue.push(slot, self.key(slot));
             }
         }
+        self.release_buried();
     }
 
     /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
@@ -762,6 +764,13 @@ impl ProgramScheduler {
             let Some((q, _)) = self.idle.pop() else { break };
             self.programs.remove(q);
             self.dropped_idle_programs += 1;
+        }
+    }
+
+    /// Request slots the queue no longer names are free for new requests.
+    fn release_buried(&mut self) {
+        for slot in self.queue.drain_freed() {
+            self.requests.release(slot);
         }
     }
 
@@ -812,9 +821,16 @@ impl ProgramScheduler {
         }
         let mut dropped = Vec::with_capacity(prog.live.len());
         for slot in prog.live.iter() {
-            self.queue.remove(slot);
-            dropped.push(self.requests.remove(slot).0);
+            // A waiting request is buried in the queue (see queue.rs): its slot stays taken
+            // until the queue lets go of it.
+            let (rid, _) = if self.queue.bury(slot) {
+                self.requests.retire(slot)
+            } else {
+                self.requests.remove(slot)
+            };
+            dropped.push(rid);
         }
+        self.release_buried();
         dropped.sort();
         Ok(Ended {
             program_id: id,

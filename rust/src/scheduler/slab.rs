@@ -101,13 +101,26 @@ impl<T> Slab<T> {
 
     /// Frees `slot`; returns its id and value.
     pub(super) fn remove(&mut self, slot: usize) -> (Arc<str>, T) {
+        let removed = self.retire(slot);
+        self.release(slot);
+        removed
+    }
+
+    /// Forgets the id in `slot` and returns it with the value, but keeps the slot taken
+    /// (another structure still names it) until [`release`](Self::release).
+    pub(super) fn retire(&mut self, slot: usize) -> (Arc<str>, T) {
         let entry = self.slots[slot].take().expect("live slot");
         // Found by the stored hash and the slot number: no hashing, no string compare.
         if let Ok(found) = self.index.find_entry(entry.hash, |&s| s as usize == slot) {
             found.remove();
         }
-        self.free.push(slot);
         (entry.id, entry.value)
+    }
+
+    /// A retired slot may be reused.
+    pub(super) fn release(&mut self, slot: usize) {
+        debug_assert!(self.slots[slot].is_none(), "slot {slot} is live");
+        self.free.push(slot);
     }
 
     /// The id in `slot`.
@@ -154,6 +167,13 @@ mod tests {
         );
         *slab.get_mut(b) = 20;
         assert_eq!(*slab.get(b), 20);
+        // A retired slot is not reused until released.
+        assert_eq!(slab.retire(b), (Arc::from("b"), 20));
+        assert_eq!(slab.find("b"), None);
+        let d = slab.insert(Arc::from("d"), 4);
+        assert_ne!(d, b);
+        slab.release(b);
+        assert_eq!(slab.insert(Arc::from("e"), 5), b);
     }
 
     #[test]
