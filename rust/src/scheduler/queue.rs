@@ -160,6 +160,15 @@ impl<K: Ord> IndexedHeap<K> {
         true
     }
 
+    /// Starts loading the entry of `handle` (a hint: the result is not needed).
+    pub fn touch(&self, handle: usize) {
+        if let Some(&i) = self.pos.get(handle) {
+            if let Some(e) = self.heap.get(i) {
+                std::hint::black_box(e.1);
+            }
+        }
+    }
+
     /// The buried handles whose entries have left the heap: free to reuse now.
     pub fn drain_freed(&mut self) -> std::vec::Drain<'_, usize> {
         self.freed.drain(..)

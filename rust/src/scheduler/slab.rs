@@ -74,6 +74,18 @@ impl<T> Slab<T> {
             .map(|&s| s as usize)
     }
 
+    /// The stored hash of the id in `slot`.
+    pub(super) fn hash_of(&self, slot: usize) -> u64 {
+        self.slots[slot].as_ref().expect("live slot").hash
+    }
+
+    /// Starts loading what removing `slot` (whose id hashed to `hash`) will read: its table
+    /// entry and its value (a hint: the results are not needed).
+    pub(super) fn touch(&self, slot: usize, hash: u64) {
+        std::hint::black_box(self.index.find(hash, |&s| s as usize == slot));
+        std::hint::black_box(self.slots.get(slot).map(|e| e.is_some()));
+    }
+
     /// Stores `value` under `id` (which must not be live); returns its slot.
     pub(super) fn insert(&mut self, id: Arc<str>, value: T) -> usize {
         let hash = self.hasher.hash_one(&*id);
