@@ -809,10 +809,11 @@ impl ProgramScheduler {
         let slot = self.request_slot(request_id)?;
         let req = self.requests.get(slot);
         let p = req.program;
-        // Prefetch by hand (measured, random order at 100k waiting: 1.31 -> 0.96 us): the
-        // program's table entry and slot and the request's heap entry are each a cache
-        // miss, and the two chains (program entry -> its table probe; heap position -> heap
-        // entry) do not depend on each other. Loading them here, before `end` needs them,
+        // Prefetch by hand (measured, random order at 100k waiting: 1.31 -> 0.96 us, and
+        // 10-17 % more for the id's allocation, which the caller frees): the program's table
+        // entry, slot and id and the request's heap entry are each a cache miss, and the
+        // chains (program entry -> its table probe; heap position -> heap entry) do not
+        // depend on each other. Loading them here, before `end` and the caller need them,
         // lets the misses overlap instead of coming one after the other.
         self.programs.touch(p, req.program_hash);
         self.queue.touch(slot);

@@ -79,11 +79,13 @@ impl<T> Slab<T> {
         self.slots[slot].as_ref().expect("live slot").hash
     }
 
-    /// Starts loading what removing `slot` (whose id hashed to `hash`) will read: its table
-    /// entry and its value (a hint: the results are not needed).
+    /// Starts loading what removing `slot` (whose id hashed to `hash`) and then dropping
+    /// its id will read: its table entry, its slot and the id's allocation (a hint: the
+    /// results are not needed).
     pub(super) fn touch(&self, slot: usize, hash: u64) {
         std::hint::black_box(self.index.find(hash, |&s| s as usize == slot));
-        std::hint::black_box(self.slots.get(slot).map(|e| e.is_some()));
+        let entry = self.slots.get(slot).and_then(Option::as_ref);
+        std::hint::black_box(entry.map(|e| Arc::strong_count(&e.id)));
     }
 
     /// Stores `value` under `id` (which must not be live); returns its slot.
