@@ -11,8 +11,9 @@
 //! the program's waiting requests rank as pinned, and `expire` keeps a pin whose program has
 //! a waiting request (and releases only pins with `deadline < now`).
 //!
-//! Requests and programs live in slabs (a slot per live id, reused after it ends); the
-//! waiting queue and the pin orders are indexed heaps over those slots.
+//! Requests and programs live in slabs (a slot per live id, reused after it ends; an aborted
+//! waiting request's slot once the queue has let go of it, see `queue`); the waiting queue
+//! and the pin orders are indexed heaps over those slots.
 
 pub mod pins;
 pub mod queue;
