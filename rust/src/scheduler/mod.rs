@@ -811,7 +811,7 @@ impl ProgramScheduler {
         let req = self.requests.get(slot);
         let p = req.program;
         // Prefetch by hand (measured, random order at 100k waiting: 1.31 -> 0.96 us, and
-        // 10-17 % more for the id's allocation, which the caller frees): the program's table
+        // ~3 % more for the id's allocation, which the caller frees): the program's table
         // entry, slot and id and the request's heap entry are each a cache miss, and the
         // chains (program entry -> its table probe; heap position -> heap entry) do not
         // depend on each other. Loading them here, before `end` and the caller need them,
