@@ -178,7 +178,7 @@ class Engine:
                     f"but the engine holds {kv.capacity}: cap contexts (--max-context)"
                 )
             b = cfg.block_tokens
-            reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
+            reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
                 for program in policy.reclaim(total - kv.available_for(call.program_id), self.now):
@@ -316,7 +316,8 @@ class Engine:
         victim = max(self.running, key=lambda c: c.admit_seq)
         self.running.remove(victim)
         b = self.config.block_tokens
-        chain = min(victim.computed, victim.turn.input_tokens) // b
+        # vLLM cached every full block of computed KV, generated tokens' too
+        chain = (victim.computed + max(0, victim.generated - 1)) // b
         self.kv.release(victim.program_id, victim.blocks, chain, Verdict.FREE)
         # Recompute: the prompt now includes what was generated.
         victim.prompt = victim.prompt + victim.generated
@@ -364,7 +365,9 @@ class Engine:
         turns = run.program.turns
         last = call.turn_index == len(turns) - 1
         b = self.config.block_tokens
-        chain = call.turn.input_tokens // b
+        # vLLM caches every full block of computed KV, output included (the last token's KV
+        # is never computed): KVCacheManager.allocate_slots, vllm/v1/core/kv_cache_manager.py
+        chain = (call.prompt + call.generated - 1) // b
         run.attained_s += self.now - (call.admit_s or self.now)
         verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
         if last:

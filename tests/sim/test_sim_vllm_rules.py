@@ -1,0 +1,44 @@
+"""The simulator's engine follows vLLM v1's prefix-cache rules (vLLM 0.32.0), each stated
+here with the vLLM source line it comes from, on scenarios small enough to count by hand.
+``adapters/vllm/tests/test_fidelity_logic.py`` checks the same against the real scheduler."""
+
+from __future__ import annotations
+
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from ttlpolicy.sim.hardware import Hardware
+
+BLOCK = 16
+CFG = EngineConfig(block_tokens=BLOCK, token_budget=4096, max_seqs=8)
+
+
+def hw_blocks(blocks: int) -> Hardware:
+    base = roofline("llama-3.1-8b", "h100-80g")
+    per_block = BLOCK * base.kv_bytes_per_token
+    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
+
+
+def run(blocks: int, programs: list[tuple[float, Program]]) -> tuple[Engine, int]:
+    engine = Engine(hw_blocks(blocks), _policy(), CFG)
+    engine.add_programs(programs)
+    m = engine.run()
+    engine.kv.check()
+    return engine, m.hit_tokens
+
+
+def _policy():  # stock vLLM: FCFS, freed blocks to the LRU free queue
+    from ttlpolicy.sim.policies import make_policy
+
+    return make_policy("vllm")
+
+
+def test_generated_tokens_full_blocks_are_cached() -> None:
+    # vLLM caches every full block of computed tokens, output included:
+    # KVCacheManager.allocate_slots caches min(computed + new, request.num_tokens) tokens
+    # (vllm/v1/core/kv_cache_manager.py, "num_tokens_to_cache").  A call of 64 prompt tokens
+    # and 40 output tokens leaves KV for 64 + 40 - 1 = 103 tokens: 6 full blocks, so the next
+    # call (the whole context + 10 new tokens) hits 96 tokens, not the prompt's 64.
+    first = Turn(64, 40, 0, 0.0, "bash")
+    ctx = 64 + 40 + 10
+    second = Turn(ctx, 4, (64 + 40 - 1) // BLOCK, 1.0, None)
+    _, hits = run(100, [(0.0, Program("A", (first, second)))])
+    assert hits == 96
