@@ -42,3 +42,27 @@ def test_generated_tokens_full_blocks_are_cached() -> None:
     second = Turn(ctx, 4, (64 + 40 - 1) // BLOCK, 1.0, None)
     _, hits = run(100, [(0.0, Program("A", (first, second)))])
     assert hits == 96
+
+
+def test_a_finished_programs_blocks_stay_cached_and_evict_after_older_ones() -> None:
+    # vLLM frees a finished request's cached blocks to the END of its free queue
+    # (BlockPool.free_blocks appends hashed blocks, vllm/v1/core/block_pool.py,
+    # "blocks_to_evict_last"), so they stay cached and are evicted after every block freed
+    # before them, whether or not their program will ever return.  Here: 12 blocks.  B's
+    # first call leaves a 4-block chain (t ~ 0); A, a one-call program, leaves 4 blocks at
+    # t = 1 s; C needs 6 blocks at t = 2 s: 4 are free, so 2 must go, and the least recently
+    # freed are B's (its tail first).  B returns at t = 3 s and hits its first 2 blocks only.
+    # (Dropping A's blocks at once would leave 8 free: B would keep all 4.)
+    b_first = Turn(64, 1, 0, 0.0, "bash")
+    b_second = Turn(64 + 1 + 15, 1, 4, 3.0, None)
+    a_only = Turn(64, 1, 0, 0.0, None)
+    c_only = Turn(96, 1, 0, 0.0, None)
+    _, hits = run(
+        12,
+        [
+            (0.0, Program("B", (b_first, b_second))),
+            (1.0, Program("A", (a_only,))),
+            (2.0, Program("C", (c_only,))),
+        ],
+    )
+    assert hits == 2 * BLOCK

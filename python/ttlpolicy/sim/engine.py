@@ -371,9 +371,12 @@ class Engine:
         run.attained_s += self.now - (call.admit_s or self.now)
         verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
         if last:
-            self.kv.drop(call.program_id, call.blocks)
-        else:
-            self.kv.release(call.program_id, call.blocks, chain, verdict)
+            # vLLM frees the blocks still cached, to the most-recently-used end of its free
+            # queue (BlockPool.free_blocks, vllm/v1/core/block_pool.py): they are evicted after
+            # every older chain although the program never returns.  Its CPU-tier run goes.
+            self.kv.drop(call.program_id, 0)
+            verdict = Verdict.FREE
+        self.kv.release(call.program_id, call.blocks, chain, verdict)
         self.metrics.call_finished(call.program_id, self.now)
         if not last:
             nxt = turns[call.turn_index + 1]
