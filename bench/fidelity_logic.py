@@ -67,13 +67,13 @@ SAMPLED_TOKEN = 7  # what the fabricated model output samples (ignore_eos: never
 class Workload:
     """One configuration: ``fidelity.py``'s session scaling plus the engine's limits."""
 
-    programs: int = 12
-    turns: int = 8
+    programs: int = 16
+    turns: int = 10
     max_context: int = 6000
     max_out: int = 200
     time_scale: float = 0.02
     max_gap_s: float = 4.0
-    blocks: int = 1200  # usable KV blocks (vLLM adds its null block)
+    blocks: int = 3000  # usable KV blocks (vLLM adds its null block)
     block_size: int = 16
     token_budget: int = 2048
     max_seqs: int = 32
@@ -288,6 +288,15 @@ def replay_engine(
 
     sched._preempt_request = counted
     full_hits = _count_full_prompt_hits(sched)
+    pool = sched.kv_cache_manager.block_pool
+    evicted, evict = [0], pool._maybe_evict_cached_block
+
+    def count_evicted(block: Any) -> bool:
+        gone = evict(block)
+        evicted[0] += gone
+        return gone
+
+    pool._maybe_evict_cached_block = count_evicted
     submit = _Submitter(sched, w.block_size, clock)
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     by_rid: dict[str, Program] = {}
@@ -329,7 +338,6 @@ def replay_engine(
                 p.done_s = now
             else:
                 p.due_s = now + p.turns[p.next_turn].gap_s
-    pool = sched.kv_cache_manager.block_pool
     leaked = [b.block_id for b in pool.blocks if b.ref_cnt and not b.is_null]
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
@@ -345,6 +353,7 @@ def replay_engine(
         "steps": float(steps),
         "pins": float(sched.ttl_stats()["pins"]) if hasattr(sched, "ttl_stats") else 0.0,
         "full_prompt_hits": float(full_hits[0]),
+        "evicted_blocks": float(evicted[0]),  # cached blocks reused for others
         "free_blocks_end": float(pool.get_num_free_blocks()),
         "leaked_blocks": float(len(leaked)),
         "per_request": hits,
