@@ -32,6 +32,7 @@ import fidelity  # isort: skip
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -42,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy.sim import EngineConfig, Hardware, roofline, simulate
+from ttlpolicy.sim import EngineConfig, Hardware, Verdict, roofline, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
@@ -58,6 +59,8 @@ KNOBS = {
     "(vLLM keeps them cached, at the most-recently-used end)",
     "d": "a request's whole prompt is allocated when it is admitted (vLLM allocates chunk by "
     "chunk)",
+    "m": "TTLScheduler prices a lost prefix as the simulator's policy does, by the hardware "
+    "model's prefill time (the adapter fits the prefill times it observes)",
 }
 PAIRS = fidelity.PAIRS  # (engine scheduler, simulator policy)
 SAMPLED_TOKEN = 7  # what the fabricated model output samples (ignore_eos: never stops early)
@@ -168,7 +171,7 @@ class _Submitter:
         self.sched.add_request(req)
 
 
-def engine_like_sim(sched: Any, knobs: str) -> None:
+def engine_like_sim(sched: Any, knobs: str, hw: Hardware, token_budget: int) -> None:
     """Switch the vLLM behaviours named in ``knobs`` (``KNOBS``) to the simulator's."""
     unknown = set(knobs) - set(KNOBS)
     if unknown:
@@ -208,6 +211,22 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             return allocate(request, num_new_tokens, num_new_computed_tokens, *args, **kwargs)
 
         kvm.allocate_slots = whole_prompt
+    if "m" in knobs and hasattr(sched, "policy"):
+
+        def prefill_s(prefix_tokens: int, offloaded_tokens: int = 0) -> float:
+            return hw.prefill_s(prefix_tokens, token_budget)
+
+        sched.policy = _MissCost(sched.policy, prefill_s)
+
+
+class _MissCost:
+    """A ``ttlpolicy.TTLPolicy`` whose ``miss_cost_s`` is replaced (knob ``m``)."""
+
+    def __init__(self, policy: Any, miss_cost_s: Callable[..., float]) -> None:
+        self._policy, self.miss_cost_s = policy, miss_cost_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
 
 
 def _runner_output(sched: Any, out: Any) -> Any:
@@ -299,6 +318,8 @@ def replay_engine(
     pool._maybe_evict_cached_block = count_evicted
     submit = _Submitter(sched, w.block_size, clock)
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
+    finished_seq = {p.pid: i - len(programs) for i, p in enumerate(programs)}
+    finishes = itertools.count()
     by_rid: dict[str, Program] = {}
     issued: dict[str, float] = {}
     ttfts: list[float] = []
@@ -306,6 +327,9 @@ def replay_engine(
     cached: dict[str, int] = {}
     output_tokens = steps = 0
     while any(p.done_s is None for p in programs):
+        # Turns due at the same instant go in the order their previous turns finished (the
+        # simulator's event order), not by program index: virtual time makes such ties common.
+        programs.sort(key=lambda p: (p.due_s, finished_seq[p.pid]))
         for rid, p in issue_due_turns(submit, programs, now, vocab):
             by_rid[rid], issued[rid] = p, now
         if not sched.has_unfinished_requests():
@@ -338,6 +362,7 @@ def replay_engine(
                 p.done_s = now
             else:
                 p.due_s = now + p.turns[p.next_turn].gap_s
+                finished_seq[p.pid] = next(finishes)
     leaked = [b.block_id for b in pool.blocks if b.ref_cnt and not b.is_null]
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
@@ -376,6 +401,14 @@ def replay_sim(
         admitted(call, now, cache_dropped)
 
     pol.admitted = record  # type: ignore[method-assign]
+    pins, finished = [0], pol.finished
+
+    def count_pins(call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
+        verdict = finished(call, now, chain_blocks, last_turn)
+        pins[0] += verdict is Verdict.PIN
+        return verdict
+
+    pol.finished = count_pins  # type: ignore[method-assign]
     cfg = EngineConfig(w.block_size, w.token_budget, w.max_seqs)
     m = simulate(hw, pol, programs, open_loop=True, config=cfg)
     s = m.summary()
@@ -388,6 +421,7 @@ def replay_sim(
         "preemptions": s["preemptions"],
         "makespan_s": s["makespan_s"],
         "pinned_block_s": s["pinned_block_s"],
+        "pins": float(pins[0]),
         "per_request": hits,
     }
 
@@ -432,7 +466,7 @@ def run(
                 os.environ.pop("TTLPOLICY_POLICY")
             else:
                 os.environ["TTLPOLICY_POLICY"] = old
-        engine_like_sim(sched, knobs)
+        engine_like_sim(sched, knobs, hw, w.token_budget)
         engine = replay_engine(sched, hw, sessions, w, vocab=500)
         sim = replay_sim(hw, policy, sim_programs, w)
         rows.append({
