@@ -66,3 +66,15 @@ def test_a_finished_programs_blocks_stay_cached_and_evict_after_older_ones() -> 
         ],
     )
     assert hits == 2 * BLOCK
+
+
+def test_a_fully_cached_prompt_recomputes_its_last_block() -> None:
+    # The last prompt token must be computed (its logits), and vLLM recomputes its whole
+    # block: KVCacheManager.get_computed_blocks looks hits up to num_tokens - 1 tokens, in
+    # whole blocks (vllm/v1/core/kv_cache_manager.py, "max_cache_hit_length").  A call that
+    # sends the same 96 tokens again (6 blocks, all cached) hits 80 tokens, not 95.
+    first = Turn(96, 1, 0, 0.0, "bash")
+    again = Turn(96, 1, 96 // BLOCK, 1.0, None)
+    engine, hits = run(100, [(0.0, Program("A", (first, again)))])
+    assert hits == 80
+    assert engine.metrics.prefill_tokens == 96 + 16

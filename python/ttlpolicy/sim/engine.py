@@ -188,7 +188,11 @@ class Engine:
                     return  # head-of-line waits for memory
             policy.pop()
             gpu_hit, cpu_hit = got
-            hit_tokens = min((gpu_hit + cpu_hit) * b, call.prompt - 1)
+            # A fully cached prompt still computes its last token, and vLLM recomputes that
+            # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
+            # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
+            max_hit_blocks = (call.prompt - 1) // b
+            hit_tokens = min(gpu_hit + cpu_hit, max_hit_blocks) * b
             call.computed = hit_tokens
             call.blocks = total
             call.admit_s = self.now
@@ -201,7 +205,7 @@ class Engine:
                 m.input_tokens += call.prompt
                 m.hit_tokens += hit_tokens
                 m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
-                lost = max(0, min(reusable * b, call.prompt - 1) - hit_tokens)
+                lost = max(0, min(reusable, max_hit_blocks) * b - hit_tokens)
                 m.recomputed_tokens += lost
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
