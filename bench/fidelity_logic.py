@@ -268,6 +268,20 @@ def _next_event_s(sched: Any, programs: list[Program], now: float) -> float:
     return min(later)
 
 
+def _count_calls(obj: Any, method: str) -> list[int]:
+    """Wrap ``obj.method`` to count its calls (those returning a falsy bool not counted);
+    the count is ``[n]``, updated in place."""
+    count, call = [0], getattr(obj, method)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        result = call(*args, **kwargs)
+        count[0] += result is not False
+        return result
+
+    setattr(obj, method, counted)
+    return count
+
+
 def _count_full_prompt_hits(sched: Any) -> list[int]:
     """Count lookups where every block of the prompt is cached: vLLM then recomputes the whole
     last block (its hit stops at prompt − 1 tokens, block-aligned: ``get_computed_blocks`` in
@@ -297,25 +311,10 @@ def replay_engine(
         return now
 
     sched.clock = clock  # TTLScheduler's only clock (expiry, observed prefill times)
-    preemptions = 0
-    preempt = sched._preempt_request
-
-    def counted(*a: Any, **k: Any) -> Any:
-        nonlocal preemptions
-        preemptions += 1
-        return preempt(*a, **k)
-
-    sched._preempt_request = counted
-    full_hits = _count_full_prompt_hits(sched)
     pool = sched.kv_cache_manager.block_pool
-    evicted, evict = [0], pool._maybe_evict_cached_block
-
-    def count_evicted(block: Any) -> bool:
-        gone = evict(block)
-        evicted[0] += gone
-        return gone
-
-    pool._maybe_evict_cached_block = count_evicted
+    preemptions = _count_calls(sched, "_preempt_request")
+    evicted = _count_calls(pool, "_maybe_evict_cached_block")  # True: a cached block went
+    full_hits = _count_full_prompt_hits(sched)
     submit = _Submitter(sched, w.block_size, clock)
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     finished_seq = {p.pid: i - len(programs) for i, p in enumerate(programs)}
@@ -373,7 +372,7 @@ def replay_engine(
         "throughput_tok_s": output_tokens / makespan,
         "hit_rate": sum(h[1] for h in hits.values()) / prompt_tokens,
         "jct_mean_s": statistics.fmean(jct),
-        "preemptions": float(preemptions),
+        "preemptions": float(preemptions[0]),
         "makespan_s": makespan,
         "steps": float(steps),
         "pins": float(sched.ttl_stats()["pins"]) if hasattr(sched, "ttl_stats") else 0.0,
