@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import sim_sweep  # bench/, beside this script: the parsed-trace cache
+import sim_sweep  # bench/, beside this script: loads the sessions
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.report import format_table

@@ -6,17 +6,15 @@
 ``--trace`` defaults to ``claude-code/`` under ``TTLPOLICY_TRACES`` (default ``../shared/traces``
 beside the repository).
 
-Parsing the 471 sessions takes a minute or two; the parsed programs are cached under
-~/.cache/ttlpolicy/ keyed by the trace path and options.
+Parsing the 471 sessions takes a minute or two the first time; ``programs_from_trace`` keeps
+the parsed programs in the library's trace cache (``ttlpolicy.trace_cache``, keyed by the
+files' contents and the options), so a rerun loads them in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -30,21 +28,6 @@ SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
-def load(trace: str, options: dict | None = None):
-    """The programs of ``trace`` parsed with ``options`` (default ``OPTIONS``), cached."""
-    options = OPTIONS if options is None else options
-    key = hashlib.sha256(
-        f"{os.path.abspath(trace)}|{sorted(options.items())}".encode()
-    ).hexdigest()[:16]
-    cache = Path.home() / ".cache" / "ttlpolicy" / f"programs-{key}.pkl"
-    if cache.exists():
-        return pickle.loads(cache.read_bytes())
-    programs = programs_from_trace(trace, **options)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_bytes(pickle.dumps(programs))
-    return programs
-
-
 def load_sessions(trace_arg: str | None, options: dict | None = None):
     """The agentic sessions (``--trace``, else ``claude-code/`` under ``TTLPOLICY_TRACES``),
     loaded with a line on stderr; None, after saying why, when the folder is missing."""
@@ -53,7 +36,7 @@ def load_sessions(trace_arg: str | None, options: dict | None = None):
         print(missing_message(trace), file=sys.stderr)
         return None
     t0 = time.perf_counter()
-    programs = load(str(trace), options)
+    programs = programs_from_trace(str(trace), **(OPTIONS if options is None else options))
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
         f"(loaded in {time.perf_counter() - t0:.0f} s)",

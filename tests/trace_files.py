@@ -8,11 +8,15 @@ clone; a ``TTLPOLICY_TRACES`` that is set but lacks the files is an error, not a
 
 from __future__ import annotations
 
+import gzip
+import itertools
 import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+#: The shipped Mooncake excerpt (also the head of the full trace, line for line).
+MOONCAKE_EXCERPT = DATA / "mooncake" / "conversation_trace_head2000.jsonl.gz"
 _SET = os.environ.get("TTLPOLICY_TRACES")
 TRACES = Path(_SET) if _SET else ROOT.parent / "shared" / "traces"
 
@@ -32,10 +36,17 @@ if FULL:
     SESSIONS = _FULL["sessions"]
     MOONCAKE_REQUESTS = 12_031  # the traces' README
 else:
-    MOONCAKE = DATA / "mooncake" / "conversation_trace_head2000.jsonl.gz"
+    MOONCAKE = MOONCAKE_EXCERPT
     AZURE_CONV = DATA / "azure" / "AzureLLMInferenceTrace_conv_head1000.csv.gz"
     SESSIONS = DATA / "sessions"
     MOONCAKE_REQUESTS = 2_000  # tests/data/NOTICE
 
-#: First 400 requests of the Mooncake trace (tests/data/plan_README.md; Apache-2.0, licence beside).
-PLAN_MOONCAKE_HEAD = DATA / "plan_mooncake_head400.jsonl"
+
+def write_mooncake_head(dest_dir: Path, requests: int = 400) -> Path:
+    """The first ``requests`` lines of the Mooncake excerpt, unchanged, as a plain ``.jsonl``
+    in ``dest_dir`` (the planner tests need a trace small enough to plan in seconds)."""
+    with gzip.open(MOONCAKE_EXCERPT, "rt") as f:
+        lines = list(itertools.islice(f, requests))
+    out = dest_dir / f"mooncake_head{requests}.jsonl"
+    out.write_text("".join(lines))
+    return out

@@ -120,3 +120,39 @@ def test_trace_without_hashes_is_refused(tmp_path, capsys):
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,3,4\n")
     assert main(["groups", "--trace", str(path), "--no-progress"]) == 2
     assert "no request carries block hashes" in capsys.readouterr().err
+
+
+def _block_hour_price(text: str, tier: str) -> float:
+    (m,) = re.findall(rf"^tier {tier}: \$(\S+) per block-hour", text, re.M)
+    return float(m)
+
+
+def test_default_prices_come_from_the_price_table(tmp_path, capsys):
+    """``groups`` and ``plan`` price tiers from one table: a table with DRAM at twice the
+    shipped price doubles ``groups``' DRAM block-hour price and leaves SSD's as it was."""
+    from ttlpolicy.plan.prices import default_prices_path
+
+    base = ["groups", "--no-progress", "--max-sessions", "1", "--top", "0"]
+    assert main(base) == 0
+    shipped = capsys.readouterr().out
+    doc = json.loads(default_prices_path().read_text())
+    doc["tiers"]["dram"]["usd_per_gb_h"] *= 2
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps(doc))
+    assert main([*base, "--prices", str(table)]) == 0
+    dearer = capsys.readouterr().out
+    assert _block_hour_price(dearer, "dram") == pytest.approx(
+        2 * _block_hour_price(shipped, "dram"), rel=1e-2
+    )
+    assert _block_hour_price(dearer, "ssd") == _block_hour_price(shipped, "ssd")
+
+
+def test_a_bad_price_table_names_the_field(tmp_path, capsys):
+    from ttlpolicy.plan.prices import default_prices_path
+
+    doc = json.loads(default_prices_path().read_text())
+    del doc["tiers"]["ssd"]["usd_per_gb_h"]
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps(doc))
+    assert main(["groups", "--no-progress", "--prices", str(table)]) == 2
+    assert "tiers.ssd.usd_per_gb_h: missing" in capsys.readouterr().err

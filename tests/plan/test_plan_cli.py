@@ -8,21 +8,26 @@ import json
 import pytest
 
 from trace_files import DATA
-from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.cli import main
 from ttlpolicy.plan.front import as_min, dominates
 
 AZURE = "AzureLLMInferenceTrace_conv_head1000.csv.gz"  # no prefixes: nothing to tier
-SMALL = [
-    "--trace", str(MOONCAKE_HEAD), "--dram-gb", "64:512", "--ssd-gb", "512:2048",
+SMALL_OPTIONS = [
+    "--dram-gb", "64:512", "--ssd-gb", "512:2048",
     "--ttls", "60", "--groupings", "reuse", "--baseline", "dram=256", "--workers", "1",
     "--no-progress",
 ]  # fmt: skip
 
 
-def test_plan_writes_every_point_and_the_front(tmp_path, capsys):
+@pytest.fixture
+def small(mooncake_head) -> list[str]:
+    """A small plan of the Mooncake head: two DRAM and two SSD sizes, one TTL, one grouping."""
+    return ["--trace", str(mooncake_head), *SMALL_OPTIONS]
+
+
+def test_plan_writes_every_point_and_the_front(tmp_path, capsys, small):
     out = tmp_path / "plan.json"
-    assert main(["plan", *SMALL, "--exhaustive", "--json", str(out)]) == 0
+    assert main(["plan", *small, "--exhaustive", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     pts = doc["points"]
     assert doc["evaluations"] == len(pts) == doc["meta"]["grid_points"]
@@ -48,12 +53,12 @@ def test_plan_writes_every_point_and_the_front(tmp_path, capsys):
     assert lru[(512, 2048)]["hit_rate"] >= lru[(0, 0)]["hit_rate"]
 
 
-def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch):
+def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch, small):
     # A cache of its own: the suite's shared one may hold these points from an earlier test.
     monkeypatch.setenv("TTLPOLICY_CACHE", str(tmp_path / "cache"))
-    assert main(["plan", *SMALL, "--json", str(tmp_path / "a.json")]) == 0
+    assert main(["plan", *small, "--json", str(tmp_path / "a.json")]) == 0
     first = capsys.readouterr().err
-    assert main(["plan", *SMALL, "--json", str(tmp_path / "b.json")]) == 0
+    assert main(["plan", *small, "--json", str(tmp_path / "b.json")]) == 0
     second = capsys.readouterr().err
     assert "(0 simulated now" in second and "(0 simulated now" not in first
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
@@ -75,14 +80,14 @@ def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch)
         (["--trace", str(DATA / "azure" / AZURE)], "no request carries block hashes"),
     ],
 )
-def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, args, message):
+def test_bad_input_names_the_field_and_writes_nothing(tmp_path, capsys, args, message, small):
     out = tmp_path / "plan.json"
-    assert main(["plan", *SMALL, "--json", str(out), *args]) == 2
+    assert main(["plan", *small, "--json", str(out), *args]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_a_bad_price_file_names_the_field_and_writes_nothing(tmp_path, capsys):
+def test_a_bad_price_file_names_the_field_and_writes_nothing(tmp_path, capsys, small):
     from ttlpolicy.plan.prices import default_prices_path
 
     doc = json.loads(default_prices_path().read_text())
@@ -90,13 +95,13 @@ def test_a_bad_price_file_names_the_field_and_writes_nothing(tmp_path, capsys):
     prices = tmp_path / "prices.json"
     prices.write_text(json.dumps(doc))
     out = tmp_path / "plan.json"
-    assert main(["plan", *SMALL, "--prices", str(prices), "--json", str(out)]) == 2
+    assert main(["plan", *small, "--prices", str(prices), "--json", str(out)]) == 2
     assert "tiers.dram.usd_per_gb_h: missing" in capsys.readouterr().err
     assert not out.exists()
 
 
-def test_plot_is_written(tmp_path):
+def test_plot_is_written(tmp_path, small):
     pytest.importorskip("matplotlib")
     out = tmp_path / "front.png"
-    assert main(["plan", *SMALL, "--plot", str(out)]) == 0
+    assert main(["plan", *small, "--plot", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -6,7 +6,6 @@ import importlib.util
 
 import pytest
 
-from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.plan.objectives import Config, Setup
 from ttlpolicy.plan.pool import LocalPool, RayPool
 
@@ -25,8 +24,8 @@ def run(pool):
         pool.close()
 
 
-def test_process_pool_equals_in_process():
-    setup = Setup(str(MOONCAKE_HEAD), "llama-3.1-8b", "h100-80g")
+def test_process_pool_equals_in_process(mooncake_head):
+    setup = Setup(str(mooncake_head), "llama-3.1-8b", "h100-80g")
     assert run(LocalPool(setup, workers=2)) == run(LocalPool(setup, workers=1))
 
 
@@ -34,6 +33,6 @@ def test_process_pool_equals_in_process():
     importlib.util.find_spec("ray") is None,
     reason="ray is not installed (pip install 'ttlpolicy[ray]'); the Ray pool is untested here",
 )
-def test_ray_equals_in_process():
-    setup = Setup(str(MOONCAKE_HEAD), "llama-3.1-8b", "h100-80g")
+def test_ray_equals_in_process(mooncake_head):
+    setup = Setup(str(mooncake_head), "llama-3.1-8b", "h100-80g")
     assert run(RayPool(setup, workers=2)) == run(LocalPool(setup, workers=1))

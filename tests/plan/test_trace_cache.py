@@ -7,27 +7,26 @@ from typing import Any
 
 import numpy as np
 
-from trace_files import PLAN_MOONCAKE_HEAD as MOONCAKE_HEAD
 from ttlpolicy.sim.workload import programs_from_records
 from ttlpolicy.trace_cache import cache_dir, cached_programs, load_block_trace
 from ttlpolicy.traces import read_trace, sample_dir
 
 
-def test_block_form_from_cache_equals_the_parse(tmp_path):
-    first = load_block_trace(MOONCAKE_HEAD)
+def test_block_form_from_cache_equals_the_parse(mooncake_head):
+    first = load_block_trace(mooncake_head)
     assert list(cache_dir().glob("blocks-*.npz"))
-    again = load_block_trace(MOONCAKE_HEAD)
+    again = load_block_trace(mooncake_head)
     for name in ("arrival_s", "input_tokens", "output_tokens", "offsets", "keys"):
         assert np.array_equal(getattr(first, name), getattr(again, name))
-    recs = list(read_trace(MOONCAKE_HEAD))
+    recs = list(read_trace(mooncake_head))
     assert len(first) == len(recs) and first.block_tokens == 512
     assert first.keys[: len(recs[0].hash_ids)].tolist() == list(recs[0].hash_ids)
     assert np.all(np.diff(first.arrival_s) >= 0)
 
 
-def test_a_changed_file_is_parsed_again(tmp_path):
+def test_a_changed_file_is_parsed_again(tmp_path, mooncake_head):
     copy = tmp_path / "t.jsonl"
-    shutil.copy(MOONCAKE_HEAD, copy)
+    shutil.copy(mooncake_head, copy)
     a = load_block_trace(copy)
     copy.write_text("".join(copy.read_text().splitlines(keepends=True)[:50]))
     b = load_block_trace(copy)

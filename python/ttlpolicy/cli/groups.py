@@ -13,11 +13,11 @@ Economics (defaults; override on the command line):
   size (512 tokens for Mooncake, 64 for the agentic sessions).
 * benefit per block hit: the prefill it saves, block_tokens / prefill rate × GPU price; prefill
   rate 20,000 tokens/s (an 8B model on one H100: 2 × 8e9 FLOP/token at ~40 % of its 989 TFLOP/s
-  bf16 peak gives ~25k), GPU price $4 per GPU-hour (a 2025 on-demand H100 rate; clouds ranged
-  about $2–7).  Reloading from the tier is taken as free.
-* tier prices, $/GiB-hour: dram 0.0036 — the memory premium of AWS EC2 r7i.xlarge (32 GiB,
-  $0.2646/h) over c7i.xlarge (8 GiB, $0.1785/h), us-east-1 on demand; ssd 0.00011 — AWS EBS
-  gp3 at $0.08 per GB-month (/730 h).
+  bf16 peak gives ~25k); GPU price: the H100's in the shipped price table
+  (``ttlpolicy/data/prices.json``, the one ``ttlpolicy plan`` uses, sources beside each number;
+  ``--prices FILE`` reads another).
+  Reloading from the tier is taken as free.
+* tier prices: DRAM's and SSD's in that table, converted from $/GB-hour to $/GiB-hour.
 
 Agentic session files number their blocks per file: ids are made unique per file and all
 sessions start together at t = 0.
@@ -37,10 +37,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from ..plan.prices import Prices, load_prices
 from ..traces import HashScopes, read_trace, sample_dir
 from ._args import float_in, int_in
 
-DEFAULT_TIERS = {"dram": 0.0036, "ssd": 0.00011}
+
+def default_tiers(prices: Prices) -> dict[str, float]:
+    """Each tier's price in ``prices``, $ per GiB-hour."""
+    return {name: t.usd_per_gb_h * GIB / 1e9 for name, t in prices.tiers.items()}
+
+
 GLOBAL_TTL_GRID_S = (
     0.0,
     1.0,
@@ -100,7 +106,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tier",
         action="append",
         metavar="NAME=USD_PER_GIB_HOUR",
-        help="a tier and its price (repeatable; default: dram=0.0036 ssd=0.00011)",
+        help="a tier and its price (repeatable; default: dram and ssd at the shipped price "
+        "table's prices, ttlpolicy/data/prices.json)",
     )
     parser.add_argument(
         "--capacity-blocks",
@@ -140,8 +147,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gpu-usd-per-hour",
         metavar="USD",
         type=float_in(0.0, 1e6, low_open=True),
-        default=4.0,
-        help="GPU price, $ per GPU-hour",
+        default=None,
+        help="GPU price, $ per GPU-hour (default: the H100's in ttlpolicy/data/prices.json)",
     )
     parser.add_argument(
         "--top",
@@ -162,12 +169,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int_in(1, MAX_BLOCKS),
         help="read only the first N session files of a directory",
     )
+    parser.add_argument(
+        "--prices",
+        metavar="FILE",
+        help="price table giving the default tier and GPU prices (JSON, the layout of the "
+        "shipped ttlpolicy/data/prices.json, which is the default)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
-def parse_tiers(specs: Sequence[str] | None) -> dict[str, float]:
+def parse_tiers(specs: Sequence[str] | None, prices: Prices) -> dict[str, float]:
     if not specs:
-        return dict(DEFAULT_TIERS)
+        return default_tiers(prices)
     tiers = {}
     for spec in specs:
         name, sep, price = spec.partition("=")
@@ -297,12 +310,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     import ttlpolicy as tp
 
     out = out or sys.stdout
-    tiers = parse_tiers(args.tier)  # numbers were checked by their argparse types
+    prices = load_prices(args.prices)  # a bad table is refused before any replay
+    tiers = parse_tiers(args.tier, prices)  # numbers were checked by their argparse types
+    gpu_usd_per_h = args.gpu_usd_per_hour
+    if gpu_usd_per_h is None:
+        gpu_usd_per_h = prices.gpu("h100-80g")
 
     trace = args.trace or str(sample_dir())
     requests, block_tokens, scopes = load_requests(trace, args.max_requests, args.max_sessions)
     block_gib = args.bytes_per_token * block_tokens / GIB
-    benefit = block_tokens / args.prefill_tokens_per_s * args.gpu_usd_per_hour / 3600.0
+    benefit = block_tokens / args.prefill_tokens_per_s * gpu_usd_per_h / 3600.0
     grid = sorted({t for t in GLOBAL_TTL_GRID_S if t <= args.max_ttl_s} | {args.max_ttl_s})
     n_replays = 2 + len(grid) + 2 * len(tiers)
     total = n_replays * len(requests)
