@@ -61,6 +61,8 @@ KNOBS = {
     "chunk)",
     "m": "TTLScheduler prices a lost prefix as the simulator's policy does, by the hardware "
     "model's prefill time (the adapter fits the prefill times it observes)",
+    "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
+    "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
 }
 PAIRS = fidelity.PAIRS  # (engine scheduler, simulator policy)
 SAMPLED_TOKEN = 7  # what the fabricated model output samples (ignore_eos: never stops early)
@@ -150,7 +152,12 @@ def bare_scheduler(model_dir: Path, cls: str, w: Workload) -> Any:
 
 
 class _Submitter:
-    """``issue_due_turns``' engine: turns a prompt into vLLM's ``Request`` for the scheduler."""
+    """``issue_due_turns``' engine: turns a prompt into vLLM's ``Request`` for the scheduler.
+
+    vLLM knows each request by the number of requests issued before it, as the simulator
+    numbers its calls: ``ProgramScheduler`` breaks ties in its queue order (programs that
+    arrived at the same instant, common in virtual time) by request id, so both sides must
+    use the same ids.  ``names`` maps them back to ``issue_due_turns``' names."""
 
     def __init__(self, sched: Any, block_size: int, clock: Callable[[], float]) -> None:
         from vllm.utils.hashing import sha256_cbor
@@ -160,14 +167,16 @@ class _Submitter:
         self.sched = sched
         self.clock = clock
         self.hasher = get_request_block_hasher(block_size, sha256_cbor)
-        self.requests: dict[str, Any] = {}
+        self.requests: dict[str, Any] = {}  # by name
+        self.names: dict[str, str] = {}  # vLLM's request id → name
 
-    def add_request(self, rid: str, prompt: dict[str, list[int]], params: Any) -> None:
+    def add_request(self, name: str, prompt: dict[str, list[int]], params: Any) -> None:
         from vllm.v1.request import Request
 
+        rid = str(len(self.names))
         req = Request(rid, prompt["prompt_token_ids"], params, None,
                       arrival_time=self.clock(), block_hasher=self.hasher)  # fmt: skip
-        self.requests[rid] = req
+        self.requests[name], self.names[rid] = req, name
         self.sched.add_request(req)
 
 
@@ -217,6 +226,15 @@ def engine_like_sim(sched: Any, knobs: str, hw: Hardware, token_budget: int) -> 
             return hw.prefill_s(prefix_tokens, token_budget)
 
         sched.policy = _MissCost(sched.policy, prefill_s)
+    if "e" in knobs and hasattr(sched, "programs"):
+        add = sched.add_request
+
+        def expire_first(request: Any) -> None:
+            for pin in sched.programs.expire(sched.clock()):
+                sched.pins.release(pin.program_id)
+            add(request)
+
+        sched.add_request = expire_first
 
 
 class _MissCost:
@@ -344,8 +362,8 @@ def replay_engine(
         for client in outputs.values():  # what the engine reports as num_cached_tokens
             for o in client.outputs:
                 if o.prefill_stats is not None:
-                    cached[o.request_id] = o.prefill_stats.num_cached_tokens
-        for rid in out.num_scheduled_tokens:
+                    cached[submit.names[o.request_id]] = o.prefill_stats.num_cached_tokens
+        for rid in map(submit.names.__getitem__, out.num_scheduled_tokens):
             req = submit.requests[rid]
             if rid in issued and req.num_output_tokens:
                 ttfts.append(now - issued.pop(rid))
