@@ -43,13 +43,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy.sim import EngineConfig, Hardware, Verdict, roofline, simulate
+from ttlpolicy.sim import Hardware, Verdict, roofline
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.profile import prefill_shape
 from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, write_model_dir
-from vllm_replay import Program, issue_due_turns, load_sessions
+from vllm_replay import Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
 #: vLLM behaviours ``--engine-like-sim`` can switch to the simulator's (one letter each).
@@ -372,14 +372,8 @@ def replay_engine(
             p = by_rid.pop(rid)
             hits[rid] = [req.num_prompt_tokens, cached.pop(rid, 0)]
             output_tokens += req.num_output_tokens
-            p.context += list(req.output_token_ids)
-            p.in_flight = None
-            p.next_turn += 1
-            if p.next_turn == len(p.turns):
-                p.done_s = now
-            else:
-                p.due_s = now + p.turns[p.next_turn].gap_s
-                finished_seq[p.pid] = next(finishes)
+            finish_turn(p, list(req.output_token_ids), now)
+            finished_seq[p.pid] = next(finishes)
     leaked = [b.block_id for b in pool.blocks if b.ref_cnt and not b.is_null]
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
@@ -426,21 +420,8 @@ def replay_sim(
         return verdict
 
     pol.finished = count_pins  # type: ignore[method-assign]
-    cfg = EngineConfig(w.block_size, w.token_budget, w.max_seqs)
-    m = simulate(hw, pol, programs, open_loop=True, config=cfg)
-    s = m.summary()
-    return {
-        "ttft_mean_s": s["ttft_mean_s"],
-        "ttft_p90_s": fidelity.p90(m.ttfts_s),
-        "throughput_tok_s": s["throughput_tok_s"],
-        "hit_rate": s["hit_rate"],
-        "jct_mean_s": s["jct_mean_s"],
-        "preemptions": s["preemptions"],
-        "makespan_s": s["makespan_s"],
-        "pinned_block_s": s["pinned_block_s"],
-        "pins": float(pins[0]),
-        "per_request": hits,
-    }
+    out: dict[str, Any] = fidelity.replay_sim(hw, pol, programs, w.settings())
+    return out | {"pins": float(pins[0]), "per_request": hits}
 
 
 def request_diffs(engine: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
