@@ -6,6 +6,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use ttlpolicy_core::admission::AdmissionControl;
+use ttlpolicy_core::scheduler::DEFAULT_MAX_IDLE_PROGRAMS;
 
 use crate::convert::{call1, tool_now, type_name, Arg, Args};
 use crate::policy::PyTTLPolicy;
@@ -25,14 +26,24 @@ pub struct PyAdmissionControl {
 #[pymethods]
 impl PyAdmissionControl {
     #[new]
-    fn new(policy: &Bound<'_, PyAny>, total_blocks: Arg<i64>) -> PyResult<Self> {
+    #[pyo3(signature = (
+        policy, total_blocks, max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
+    ))]
+    fn new(
+        policy: &Bound<'_, PyAny>,
+        total_blocks: Arg<i64>,
+        max_idle_programs: Arg<i64>,
+    ) -> PyResult<Self> {
         let policy = policy.downcast::<PyTTLPolicy>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "policy must be a TTLPolicy, got {}",
                 type_name(policy)
             ))
         })?;
-        let inner = call1("total_blocks", total_blocks, AdmissionControl::new)?;
+        let mut args = Args::new();
+        let total = args.take("total_blocks", total_blocks);
+        let max_idle = args.take("max_idle_programs", max_idle_programs);
+        let inner = args.finish(AdmissionControl::with_max_idle_programs(total, max_idle))?;
         Ok(PyAdmissionControl {
             inner,
             policy: policy.clone().unbind(),
@@ -47,6 +58,16 @@ impl PyAdmissionControl {
     #[getter]
     fn total_blocks(&self) -> i64 {
         self.inner.total_blocks()
+    }
+
+    #[getter]
+    fn max_idle_programs(&self) -> usize {
+        self.inner.max_idle_programs()
+    }
+
+    #[getter]
+    fn dropped_idle_programs(&self) -> u64 {
+        self.inner.dropped_idle_programs()
     }
 
     fn arrive(

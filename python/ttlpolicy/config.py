@@ -101,6 +101,16 @@ class PolicyConfig(BaseModel):
         fields.update(overrides)
         return cls(**fields)
 
+    @classmethod
+    def for_engine(cls, raw_json: str | None) -> PolicyConfig:
+        """The config an engine adapter runs with: ``raw_json`` (its ``TTLPOLICY_POLICY``
+        knob; None or empty: the defaults), with load control (``admission``,
+        ``evict_by_next_use``) on where the JSON does not set it — the fields' own defaults
+        stay off, so existing configs keep their meaning."""
+        cfg = cls.model_validate_json(raw_json) if raw_json else cls()
+        on = {k: True for k in ("admission", "evict_by_next_use") if k not in cfg.model_fields_set}
+        return cfg.model_copy(update=on) if on else cfg
+
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_not_text(cls, value: Any, info: ValidationInfo) -> Any:

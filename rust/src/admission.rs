@@ -6,11 +6,11 @@
 //! `&TTLPolicy`, so the Python bindings keep using the very policy object the user holds.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 use crate::error::{Error, PyStr, Result};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
-use crate::scheduler::check_id;
+use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
 use crate::validate::{finite, int_in, non_negative, tool_key};
 
 /// Live programs tracked at once (each is forgotten when it ends).
@@ -25,6 +25,8 @@ struct Program {
     live: u64,
     tool: Option<String>,
     away_since_s: Option<f64>,
+    /// Key in `idle` while the program has no live request.
+    idle_seq: Option<u64>,
 }
 
 /// A pending entry: (first arrival, program id), oldest first.
@@ -56,18 +58,47 @@ pub struct AdmissionControl {
     /// Ids of the admitted programs (the working set is summed over them only).
     admitted: HashSet<String>,
     now: f64,
+    /// Programs with no live request, by when they became so (oldest first).
+    idle: BTreeMap<u64, String>,
+    idle_seq: u64,
+    max_idle_programs: usize,
+    dropped_idle_programs: u64,
 }
 
 impl AdmissionControl {
-    /// A controller for an engine of `total_blocks` KV blocks (1 to `MAX_BLOCKS`).
+    /// A controller for an engine of `total_blocks` KV blocks (1 to `MAX_BLOCKS`), keeping
+    /// at most [`DEFAULT_MAX_IDLE_PROGRAMS`] idle programs.
     pub fn new(total_blocks: i64) -> Result<Self> {
+        Self::with_max_idle_programs(total_blocks, DEFAULT_MAX_IDLE_PROGRAMS)
+    }
+
+    /// [`new`](Self::new) with a cap of `max_idle_programs` idle programs (no live request):
+    /// beyond it the one idle longest is forgotten, as by [`end`](Self::end).
+    pub fn with_max_idle_programs(total_blocks: i64, max_idle_programs: i64) -> Result<Self> {
+        let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
+        let max_idle_programs =
+            int_in("max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS)? as usize;
         Ok(AdmissionControl {
-            total_blocks: int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?,
+            total_blocks,
             programs: HashMap::new(),
             pending: BinaryHeap::new(),
             admitted: HashSet::new(),
             now: f64::NEG_INFINITY,
+            idle: BTreeMap::new(),
+            idle_seq: 0,
+            max_idle_programs,
+            dropped_idle_programs: 0,
         })
+    }
+
+    /// The cap on idle programs kept.
+    pub fn max_idle_programs(&self) -> usize {
+        self.max_idle_programs
+    }
+
+    /// Idle programs forgotten because of the cap.
+    pub fn dropped_idle_programs(&self) -> u64 {
+        self.dropped_idle_programs
     }
 
     /// The engine's KV blocks.
@@ -121,12 +152,16 @@ impl AdmissionControl {
                     live: 0,
                     tool: None,
                     away_since_s: None,
+                    idle_seq: None,
                 },
             );
             self.pending
                 .push(Reverse(Pending(t, program_id.to_owned())));
         }
         let prog = self.programs.get_mut(program_id).expect("inserted above");
+        if let Some(seq) = prog.idle_seq.take() {
+            self.idle.remove(&seq);
+        }
         prog.blocks = prog.blocks.max(blocks);
         prog.live += 1;
         prog.away_since_s = None;
@@ -168,6 +203,14 @@ impl AdmissionControl {
         if prog.live == 0 {
             prog.tool = tool.map(|s| tool_key(s).to_owned());
             prog.away_since_s = Some(t);
+            prog.idle_seq = Some(self.idle_seq);
+            self.idle.insert(self.idle_seq, program_id.to_owned());
+            self.idle_seq += 1;
+            while self.idle.len() > self.max_idle_programs {
+                let (_, oldest) = self.idle.pop_first().expect("longer than the cap");
+                self.end_known(&oldest);
+                self.dropped_idle_programs += 1;
+            }
         }
         Ok(())
     }
@@ -184,6 +227,9 @@ impl AdmissionControl {
             if prog.admitted {
                 self.admitted.remove(program_id);
             }
+            if let Some(seq) = prog.idle_seq {
+                self.idle.remove(&seq);
+            }
         }
     }
 
@@ -197,8 +243,11 @@ impl AdmissionControl {
             return f64::INFINITY;
         };
         let elapsed = t - since;
-        let history = policy.history();
         let cfg = policy.config();
+        if elapsed > cfg.max_ttl_s {
+            return f64::INFINITY; // away longer than any pin lasts: not expected back
+        }
+        let history = policy.history();
         let min = cfg.min_tool_samples.max(1) as usize;
         let window = match history.window_of(Some(tool)) {
             Some(w) if w.len() >= min => w,

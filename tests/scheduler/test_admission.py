@@ -90,6 +90,22 @@ def test_next_use_cold_start_and_no_tool(impl):
     assert ac.next_use_s("q", 1.0) == math.inf  # the turn ended without a tool
 
 
+def test_a_program_away_longer_than_max_ttl_is_not_expected_back(impl):
+    # A client that died during a tool call never ends its program: on the memoryless prior
+    # its next use would stay at mu·ln 2 forever and it would hold its place in the working
+    # set; past max_ttl_s (no pin lasts longer) it leaves it, and the waiting head gets in.
+    ac, _ = make(impl, total_blocks=100, prior_mean_s=10.0, max_ttl_s=60.0)
+    ac.arrive("dead", 0.0, 70)
+    assert ac.may_run("dead", 0.0)
+    ac.finish("dead", 1.0, 70, tool="bash", rebuild_s=30.0)
+    ac.arrive("next", 2.0, 40)
+    assert not ac.may_run("next", 2.0)  # dead is expected back in 6.9 s: 70 + 40 > 100
+    assert ac.next_use_s("dead", 61.0) == pytest.approx(10.0 * math.log(2.0))  # 60 s away
+    assert not ac.may_run("next", 61.0)
+    assert ac.next_use_s("dead", 61.5) == math.inf
+    assert ac.may_run("next", 61.5)  # still admitted, but out of the working set
+
+
 def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(impl):
     ac, policy = make(impl, min_tool_samples=1)
     for d in (2.0, 2.0, 2.0, 50.0):
@@ -193,3 +209,42 @@ def test_a_program_that_ends_and_comes_back_is_a_new_arrival(impl):
     ac.arrive("A", 0.5, 10)
     assert not ac.may_run("A", 0.5)  # B arrived first this time
     assert ac.may_run("B", 0.5) and ac.may_run("A", 0.5)
+
+
+def test_engines_run_with_load_control_unless_their_config_says_otherwise():
+    # the library's defaults stay off: existing configs keep their meaning
+    assert not PolicyConfig().admission and not PolicyConfig().evict_by_next_use
+    on = PolicyConfig(admission=True, evict_by_next_use=True)
+    assert PolicyConfig.for_engine(None) == on
+    assert PolicyConfig.for_engine("") == on
+    assert PolicyConfig.for_engine('{"max_ttl_s": 5.0}') == PolicyConfig(
+        max_ttl_s=5.0, admission=True, evict_by_next_use=True
+    )
+    off = PolicyConfig.for_engine('{"admission": false}')
+    assert not off.admission and off.evict_by_next_use
+    with pytest.raises(ValueError, match="admision"):
+        PolicyConfig.for_engine('{"admision": false}')  # a misspelt switch is refused
+
+
+def test_idle_programs_beyond_the_cap_are_forgotten_oldest_first(impl):
+    # Clients that vanish during a tool call never end their program: the state must not
+    # grow without bound (the ProgramScheduler's max_idle_programs, the same default).
+    policy = impl.TTLPolicy(PolicyConfig())
+    assert impl.AdmissionControl(policy, 100).max_idle_programs == 1 << 16
+    ac = impl.AdmissionControl(policy, 100, max_idle_programs=2)
+    for i, pid in enumerate(("a", "b", "c")):
+        ac.arrive(pid, float(i), 10)
+        assert ac.may_run(pid, float(i))
+    ac.finish("a", 3.0, 10, tool="bash")
+    ac.finish("b", 4.0, 10, tool="bash")
+    ac.arrive("a", 5.0, 10)  # a is back: no longer idle
+    ac.finish("c", 6.0, 10, tool="bash")  # idle: b, c
+    assert (ac.program_count, ac.dropped_idle_programs) == (3, 0)
+    ac.finish("a", 7.0, 10, tool="bash")  # idle: b, c, a: b, idle longest, is forgotten
+    assert (ac.program_count, ac.dropped_idle_programs) == (2, 1)
+    assert not ac.admitted("b") and ac.admitted("a") and ac.admitted("c")
+    assert ac.admitted_count == 2
+    with pytest.raises(KeyError):
+        ac.end("b")
+    with pytest.raises(ValueError, match="max_idle_programs"):
+        impl.AdmissionControl(policy, 100, max_idle_programs=-1)

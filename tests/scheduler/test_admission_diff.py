@@ -14,7 +14,7 @@ from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D", "E"]
 TOOLS = [None, "bash", "grep", "é" * 200]
-CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0)
+CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0, max_ttl_s=50.0)
 
 ops = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),
@@ -63,18 +63,18 @@ def views(ac, latest):
     """Every view at ``latest``, the latest time seen (no view moves the clock)."""
     per_program = tuple((ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS)
     return (ac.admitted_count, ac.waiting_count, ac.program_count, per_program,
-            ac.working_set_blocks(latest))  # fmt: skip
+            ac.working_set_blocks(latest), ac.dropped_idle_programs)  # fmt: skip
 
 
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(ops, min_size=5, max_size=80))
-def test_backends_agree_on_any_sequence(backends, seq):
+@given(st.lists(ops, min_size=5, max_size=80), st.sampled_from([0, 2, 1 << 16]))
+def test_backends_agree_on_any_sequence(backends, seq, max_idle):
     states = []
     for b in backends:
         policy = b.TTLPolicy(CONFIG)
-        states.append((b.AdmissionControl(policy, 100), policy))
+        states.append((b.AdmissionControl(policy, 100, max_idle), policy))
     now = latest = 0.0
     for op in seq:
         if op[0] == "tick":

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 from ttlpolicy_sglang import TTLRadixCache
 
-from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
+from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
 
 KV = 512
 TURN1 = 200  # prompt tokens of a program's first turn
@@ -70,6 +72,11 @@ def test_a_pin_is_protected_not_evictable_and_expires(policy_env) -> None:
 
 
 def test_pressure_reclaims_the_pin_before_a_request_waits(policy_env) -> None:
+    # Load control off: with it on, the newcomer would wait for agent-big to end instead of
+    # evicting its context (tests/test_admission.py).
+    policy_env.setenv(
+        "TTLPOLICY_POLICY", json.dumps({**json.loads(TEST_POLICY), "admission": False})
+    )
     s = make_scheduler(KV, "ttlpolicy", FakeClock())
     turn1(s, "agent-big")
     assert s.cache.protected_size() == TURN1 + OUT1

@@ -41,6 +41,18 @@ s.policy.calc_priority(s.waiting, None)  # the method itself, as SGLang's schedu
 out["adapter_calls"] = s.cache.ttl_stats()["schedule_calls"] - before
 out["order"] = [r.rid for r in s.waiting]
 out["expected"] = [back.rid, anon.rid]
+# load control: SGLang's PrefillAdder.add_one_req (patched by the plug-in's hook) refuses a
+# program the working set holds back before the adder looks at memory
+from sglang.srt.managers.schedule_policy import AddReqResult, PrefillAdder
+t = testing.make_scheduler(256, "ttlpolicy", testing.FakeClock())
+x = t.submit(testing.tokens(40_000, 150), program="x", tool="bash")
+assert t.schedule() == [x]
+t.finish(x, testing.tokens(41_000, 5))
+t.cache.ttl.clock.advance(0.5)
+y = t.submit(testing.tokens(42_000, 150), program="y")
+t.order()
+adder = type("Adder", (), {"tree_cache": t.cache})()
+out["held_back"] = PrefillAdder.add_one_req(adder, y) == AddReqResult.OTHER
 print("RESULT " + json.dumps(out))
 """
 
@@ -66,3 +78,4 @@ def test_the_launcher_loads_the_plugin_and_the_backend_orders_by_program() -> No
     assert out["cache"] == "TTLRadixCache"
     assert out["order"] == out["expected"], "the returning program runs first"
     assert out["adapter_calls"] == 1, "SGLang's calc_priority went through the adapter"
+    assert out["held_back"], "SGLang's prefill admission went through load control"

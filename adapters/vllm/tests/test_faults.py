@@ -294,5 +294,10 @@ def test_random_faults_in_process_leave_no_state_behind(tiny_model: Path) -> Non
         assert not queue.consumed and not queue._popped and not queue._removed
         assert len(queue) == 0
         assert sched.ttl_metrics.pins > 0  # the faults hit pinned programs too
+        # load control (on by default) tracks exactly the programs the ProgramScheduler
+        # does, none of them still waiting for admission once every request ran
+        ac = sched.admission
+        assert ac.program_count == sched.programs.program_count and ac.waiting_count == 0
+        assert all(ac.admitted(p) for p in sched.eviction.programs())  # no ended program
     finally:
         engine.llm.llm_engine.engine_core.shutdown()

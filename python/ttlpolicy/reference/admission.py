@@ -22,8 +22,11 @@ Rules (the same in both backends):
   longer than ``e``, in ``median(D | D > e) − e`` seconds — ``D`` from the tool's window when
   it holds ``min_tool_samples``, else the global window, else an exponential prior of mean
   ``prior_mean_s`` (memoryless: ``μ·ln 2``).  A program whose last call ended without a tool
-  (the turn ended; it waits on a human or on nothing), or whose gap has outlasted every
-  recorded duration, is not expected back: ``inf``.
+  (the turn ended; it waits on a human or on nothing), whose gap has outlasted every
+  recorded duration, or who has been away longer than ``max_ttl_s`` (no pin lasts longer:
+  the policy never holds a context for such a gap, and a client that died during a tool
+  call leaves the working set after at most that long, even on the memoryless prior), is
+  not expected back: ``inf``.
 * **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
   next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
   to rebuild.  Rebuilding a context is a prefill that takes the engine's step budget, so it
@@ -50,7 +53,19 @@ program's request ahead of an admitted program's; while the oldest waiting progr
 refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
 oldest waiting program is admitted whatever its size (it fits: no request exceeds
 ``total_blocks``). So the oldest program waiting for admission is admitted after finitely
-many program ends, and programs start in arrival order.
+many program ends, and programs start in arrival order.  A program that never ends (its
+client vanished during a tool call) still stops blocking anyone once it has been away longer
+than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
+admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
+*not* admit the head merely because the engine is idle while admitted programs are away on
+short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
+JCT at contended load, ``bench/RESULTS.md``).
+
+Bounded state, as in ``ProgramScheduler``: a program with no live request is kept (its next
+request is its return, not a new arrival); at most ``max_idle_programs`` such idle programs
+are kept, the one idle longest forgotten first (as ``end``; counted in
+``dropped_idle_programs``), so clients that vanish without ending their program cannot grow
+the state without bound.
 
 Bad input raises before any state changes, as in ``scheduler``.
 """
@@ -60,11 +75,18 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import OrderedDict
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from .policy import MAX_BLOCKS
-from .scheduler import check_bool, check_id, check_ids
+from .scheduler import (
+    DEFAULT_MAX_IDLE_PROGRAMS,
+    MAX_IDLE_PROGRAMS,
+    check_bool,
+    check_id,
+    check_ids,
+)
 
 __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
 
@@ -89,12 +111,19 @@ class AdmissionControl:
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""
 
-    def __init__(self, policy: Any, total_blocks: Any) -> None:
+    def __init__(
+        self, policy: Any, total_blocks: Any, max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS
+    ) -> None:
         history = getattr(policy, "_history", None)
         if history is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self.max_idle_programs = int_in(
+            "max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS
+        )
+        self.dropped_idle_programs = 0
+        self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
         self._programs: dict[str, _Program] = {}
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
         self._admitted: set[str] = set()  # the working set is summed over these only
@@ -129,6 +158,7 @@ class AdmissionControl:
                 )
             prog = self._programs[pid] = _Program(t, blocks)
             heapq.heappush(self._pending, (t, pid))
+        self._idle.pop(pid, None)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
         prog.away_since_s = None
@@ -163,6 +193,11 @@ class AdmissionControl:
         prog.live -= 1
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
+            self._idle[pid] = None
+            while len(self._idle) > self.max_idle_programs:
+                oldest, _ = self._idle.popitem(last=False)
+                self._end(oldest, self._programs[oldest])
+                self.dropped_idle_programs += 1
 
     def end(self, program_id: Any) -> None:
         """The program ended (or was aborted): forget it."""
@@ -172,6 +207,7 @@ class AdmissionControl:
     def _end(self, pid: str, prog: _Program) -> None:
         if prog.admitted:
             self._admitted.discard(pid)
+        self._idle.pop(pid, None)
         del self._programs[pid]  # its _pending entry, if any, is skipped lazily
 
     # -- the rules ------------------------------------------------------------------------
@@ -181,8 +217,10 @@ class AdmissionControl:
         if prog.tool is None or prog.away_since_s is None:
             return math.inf
         elapsed = t - prog.away_since_s
-        history = self.policy._history
         cfg = self.policy.config
+        if elapsed > cfg.max_ttl_s:
+            return math.inf
+        history = self.policy._history
         window = history._window(prog.tool)
         if window is None or len(window) < max(cfg.min_tool_samples, 1):
             window = history._global

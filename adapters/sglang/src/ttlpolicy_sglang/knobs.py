@@ -28,19 +28,16 @@ def env_float(name: str, default: float, low: float, high: float) -> float:
 @dataclass(frozen=True, slots=True)
 class Knobs:
     pin_budget_fraction: float  # TTLPOLICY_PIN_BUDGET_FRACTION: share of KV tokens pinned at most
-    policy: ttlpolicy.PolicyConfig  # TTLPOLICY_POLICY: a PolicyConfig as JSON
+    policy: ttlpolicy.PolicyConfig  # TTLPOLICY_POLICY: a PolicyConfig as JSON; see from_env
     log_interval_s: float  # TTLPOLICY_LOG_INTERVAL_S: 0 disables the periodic log line
 
     @classmethod
     def from_env(cls) -> Knobs:
-        raw_cfg = os.environ.get("TTLPOLICY_POLICY")
-        cfg = (
-            ttlpolicy.PolicyConfig.model_validate_json(raw_cfg)
-            if raw_cfg
-            else ttlpolicy.PolicyConfig()
-        )
+        """The knobs; load control (``PolicyConfig.admission``) is on unless
+        ``TTLPOLICY_POLICY`` sets ``"admission": false`` (the library's own default is off,
+        for existing users)."""
         return cls(
             pin_budget_fraction=env_float("TTLPOLICY_PIN_BUDGET_FRACTION", 0.5, 0.0, 1.0),
-            policy=cfg,
+            policy=ttlpolicy.PolicyConfig.for_engine(os.environ.get("TTLPOLICY_POLICY")),
             log_interval_s=env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9),
         )

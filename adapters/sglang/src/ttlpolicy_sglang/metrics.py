@@ -22,6 +22,8 @@ class AdapterMetrics:
     adapter_s: float = 0.0  # time in the adapter's own code, all calls
     sglang_order_s: float = 0.0  # time in SGLang's own calc_priority, under the adapter
     pinned_tokens_now: int = 0  # gauge, refreshed on each ordering
+    admitted_programs_now: int = 0  # gauge: programs admitted by load control
+    programs_awaiting_admission_now: int = 0  # gauge: programs it holds back
 
     @property
     def adapter_us_per_schedule(self) -> float:
@@ -35,13 +37,16 @@ class AdapterMetrics:
     def log(self, logger: logging.Logger) -> None:
         logger.info(
             "ttlpolicy: pins=%d (tokens now %d) expiries=%d reclaims=%d released=%d "
-            "pinned-prefix hits=%d adapter %.1f us/schedule over %d calls",
+            "pinned-prefix hits=%d admitted programs=%d awaiting admission=%d "
+            "adapter %.1f us/schedule over %d calls",
             self.pins,
             self.pinned_tokens_now,
             self.expiries,
             self.reclaims,
             self.released_at_once,
             self.pinned_prefix_hits,
+            self.admitted_programs_now,
+            self.programs_awaiting_admission_now,
             self.adapter_us_per_schedule,
             self.schedule_calls,
         )

@@ -2,8 +2,9 @@
 
 SGLang's launcher, engine and each scheduler process call ``load_plugins()``, which runs every
 ``sglang.srt.plugins`` entry point (``SGLANG_PLUGINS`` filters them by name): ``register``
-registers the ``ttlpolicy`` radix-cache backend and the waiting-queue ordering hook.  Both are
-inert unless the server is started with the backend selected.
+registers the ``ttlpolicy`` radix-cache backend, the waiting-queue ordering hook and the
+load-control hook on the prefill admission.  All are inert unless the server is started with
+the backend selected.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sglang.srt.mem_cache.registry import (
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
 from .cache import TTLRadixCache
-from .ordering import TARGET, calc_priority_by_program
+from .ordering import ADMISSION_TARGET, TARGET, admit_by_program, calc_priority_by_program
 
 BACKEND = "ttlpolicy"
 logger = logging.getLogger("sglang.ttlpolicy")
@@ -42,3 +43,4 @@ def register() -> None:
     if get_radix_cache_factory(BACKEND) is None:
         register_radix_cache_backend(BACKEND, build_cache)
         HookRegistry.register(TARGET, calc_priority_by_program, HookType.AROUND)
+        HookRegistry.register(ADMISSION_TARGET, admit_by_program, HookType.AROUND)

@@ -11,6 +11,11 @@ its answers on the radix tree (``TreeLockPins``).  SGLang drives it from two pla
   the locks move to the request until it is admitted and holds the prefix itself); then pins
   past their deadline are released, pins are reclaimed when the queue's head would not fit
   into free plus evictable memory, and the queue is sorted by ``ProgramScheduler.priority``;
+* SGLang's prefill admission (``may_run``, called for each candidate through the
+  ``PrefillAdder.add_one_req`` hook): with load control on (``ttlpolicy.AdmissionControl``,
+  the default) a request whose program the working-set rule refuses stops the pass there, as
+  a request that does not fit does; arrivals, finishes (footprint, tool, what losing the
+  context costs) and ends are reported to it beside the ProgramScheduler;
 * the tree cache (``TTLRadixCache``): a turn that finished ``finish``es, and if pinned the node
   its checkpoint ended on is locked; an abort ends the program and frees its pin; an eviction
   that the evictable tokens cannot cover reclaims pins first.
@@ -23,6 +28,7 @@ pinned, ended without an η sample.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -63,6 +69,12 @@ class ProgramTracker:
         self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
             self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+        )
+        # Load control: which programs may start (None: off, every program may).
+        self.admission = (
+            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            if knobs.policy.admission
+            else None
         )
         self.pins = TreeLockPins(cache)  # by program
         self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
@@ -110,6 +122,9 @@ class ProgramTracker:
         if waiting_queue and self.programs.pin_count:
             self._reclaim_for_head(waiting_queue[0], running_batch)
         self.metrics.pinned_tokens_now = self.pins.held_tokens()
+        if self.admission is not None:
+            self.metrics.admitted_programs_now = self.admission.admitted_count
+            self.metrics.programs_awaiting_admission_now = self.admission.waiting_count
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.metrics.log(logger)
@@ -120,11 +135,16 @@ class ProgramTracker:
             return (0, self.programs.priority(key))
         return (1, 0)  # not tracked (a duplicate rid): after the others, in queue order
 
+    def _program_id(self, key: str, info: ProgramInfo | None) -> str:
+        return info.program_id if info is not None else request_key(ANONYMOUS + key)
+
     def _arrive(self, key: str, req: Any, now: float) -> float:
         info = program_of(req)
-        program_id = info.program_id if info is not None else request_key(ANONYMOUS + key)
-        tokens = len(req.origin_input_ids) + len(req.output_ids)
-        pin = self.programs.arrive(key, program_id, now, self._blocks(tokens))
+        program_id = self._program_id(key, info)
+        blocks = self._blocks(len(req.origin_input_ids) + len(req.output_ids))
+        pin = self.programs.arrive(key, program_id, now, blocks)
+        if self.admission is not None:
+            self.admission.arrive(program_id, now, blocks)
         self._info[key] = info
         self._waiting[key] = req
         if pin is not None:
@@ -132,6 +152,16 @@ class ProgramTracker:
         # Arrivals seen in one pass keep the queue's order: each is stamped a tick later.
         self._t = math.nextafter(now, math.inf)
         return self._t
+
+    def may_run(self, req: Any) -> bool:
+        """May SGLang admit ``req`` now?  False only when load control refuses its program
+        (a request this pass has not seen arrive is let through, as stock)."""
+        if self.admission is None:
+            return True
+        key = request_key(req.rid)
+        if key not in self._waiting:
+            return True
+        return bool(self.admission.may_run(self._program_id(key, self._info[key]), self._now()))
 
     def _start(self, keys: Iterable[str], now: float) -> None:
         """The requests left the waiting queue to run.  The ProgramScheduler pops in its own
@@ -209,14 +239,24 @@ class ProgramTracker:
             self._ended(self.programs.abort(key), key)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
+        miss_s = self.policy.miss_cost_s(path_tokens)
         result = self.programs.finish(
             key,
             now,
             self._blocks(path_tokens),
             tool=tool,
             last_turn=info.last_turn,
-            cache_miss_cost_s=self.policy.miss_cost_s(path_tokens),
+            cache_miss_cost_s=miss_s,
         )
+        if self.admission is not None:
+            self.admission.finish(
+                info.program_id,
+                now,
+                self._blocks(path_tokens),
+                tool=tool,
+                rebuild_s=miss_s,
+                last_turn=info.last_turn,
+            )
         if result.ended is not None:
             self._ended(result.ended, key)
         elif result.pin is not None:
@@ -249,6 +289,9 @@ class ProgramTracker:
         its pin; its other live requests are no longer tracked there."""
         if self.pins.release(ended.program_id):
             self.metrics.released_at_once += 1
+        if self.admission is not None and self.admission.program_count:
+            with contextlib.suppress(KeyError):  # ended there already (its last turn)
+                self.admission.end(ended.program_id)
         for sibling in ended.request_ids:
             if sibling == key or sibling not in self._info:
                 continue

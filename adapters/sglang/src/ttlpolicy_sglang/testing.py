@@ -44,7 +44,7 @@ from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cac
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-from ttlpolicy_sglang.ordering import calc_priority_by_program
+from ttlpolicy_sglang.ordering import calc_priority_by_program, may_admit
 
 #: A policy that pins whenever the budget allows: an expensive cache miss, short tool calls.
 TEST_POLICY = (
@@ -162,11 +162,15 @@ class MiniScheduler:
         calc_priority_by_program(SchedulePolicy.calc_priority, self.policy, self.waiting, None)
 
     def schedule(self) -> list[Any]:
-        """Order the queue, then admit from its head while requests fit (PrefillAdder stops
-        at the first that does not).  Returns the admitted requests."""
+        """Order the queue, then admit from its head while requests fit and load control
+        lets their programs start (PrefillAdder stops at the first that does not).  Returns
+        the admitted requests."""
         self.order()
         admitted = []
-        while self.waiting and self._admit(self.waiting[0]):
+        # the load-control gate first, as the plug-in's hook on PrefillAdder.add_one_req
+        while (
+            self.waiting and may_admit(self.cache, self.waiting[0]) and self._admit(self.waiting[0])
+        ):
             admitted.append(self.waiting.pop(0))
         return admitted
 

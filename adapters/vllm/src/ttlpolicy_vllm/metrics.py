@@ -24,6 +24,9 @@ class AdapterMetrics:
     step_s: float = 0.0  # whole schedule() calls, adapter included
     pinned_blocks_now: int = 0  # gauge, refreshed on each schedule()
     offloaded_tokens_at_finish: int = 0  # prefix tokens the CPU offload tier held at finish
+    admitted_programs_now: int = 0  # gauge: programs admitted by load control
+    programs_awaiting_admission_now: int = 0  # gauge: programs it holds back
+    free_blocks_reordered: int = 0  # free cached blocks moved into next-use eviction order
 
     @property
     def adapter_us_per_schedule(self) -> float:
@@ -37,7 +40,7 @@ class AdapterMetrics:
     def log(self, logger: logging.Logger) -> None:
         logger.info(
             "ttlpolicy: pins=%d (blocks now %d) expiries=%d reclaims=%d released=%d "
-            "pinned-prefix hits=%d (%d tokens) "
+            "pinned-prefix hits=%d (%d tokens) admitted programs=%d awaiting admission=%d "
             "adapter %.1f us/schedule over %d calls",
             self.pins,
             self.pinned_blocks_now,
@@ -46,6 +49,8 @@ class AdapterMetrics:
             self.released_at_once,
             self.pinned_prefix_hits,
             self.pinned_prefix_hit_tokens,
+            self.admitted_programs_now,
+            self.programs_awaiting_admission_now,
             self.adapter_us_per_schedule,
             self.schedule_calls,
         )

@@ -6,6 +6,12 @@ keeps no order of its own: every operation is forwarded to the ``ProgramSchedule
 orders by ``(not preempted, not pinned, program arrival, request arrival, request id)``;
 this class only maps request ids back to vLLM ``Request`` objects.  Requests are tracked under
 ``scheduler_key(request_id)`` (the id itself unless it is too long for the ProgramScheduler).
+
+With load control (``ttlpolicy.AdmissionControl``, on by default) each new request also
+``arrive``s there, and the queue is *gated*: vLLM's scheduling scan runs ``while`` the queue is
+truthy, so the queue is falsy when the program of its head is refused by the working-set rule
+(``may_run``): nothing behind the head is scheduled either (program FCFS), the refused requests
+stay queued in their order and ``len()`` still counts them (vLLM keeps stepping).
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ class ProgramRequestQueue(RequestQueue):
         clock: Callable[[], float],
         program_id_of: Callable[[Request], str],
         blocks_needed: Callable[[Request], int],
+        admission: Any = None,
+        gated: bool = True,
     ) -> None:
         self._programs = programs
+        self._admission = admission  # an AdmissionControl told of arrivals, or None
+        self._gated = gated and admission is not None  # its may_run gates the head
         self._clock = clock
         self._program_id_of = program_id_of
         self._blocks_needed = blocks_needed
@@ -45,9 +55,11 @@ class ProgramRequestQueue(RequestQueue):
         if key in self._popped:
             self._requeue(key, request)
             return
-        pin = self._programs.arrive(
-            key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
-        )
+        program_id, now = self._program_id_of(request), self._clock()
+        blocks = self._blocks_needed(request)
+        pin = self._programs.arrive(key, program_id, now, blocks)
+        if self._admission is not None:
+            self._admission.arrive(program_id, now, blocks)
         if pin is not None:
             self.consumed[request.request_id] = pin
         self._requests[key] = request
@@ -85,7 +97,16 @@ class ProgramRequestQueue(RequestQueue):
                 self._removed.add(key)
 
     def __bool__(self) -> bool:
-        return bool(self._requests)
+        # vLLM's scan reads this before each peek: the gate of the module doc.
+        if not self._requests:
+            return False
+        if not self._gated:
+            return True
+        rid = self._programs.peek()
+        request = self._requests.get(rid) if rid is not None else None
+        if request is None:  # the head was removed by vLLM and is being settled
+            return True
+        return bool(self._admission.may_run(self._program_id_of(request), self._clock()))
 
     def __len__(self) -> int:
         return len(self._requests)

@@ -21,17 +21,29 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   pin (tool name from ``extra_args["tool"]``, else parsed from the output when a tokenizer is
   loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
   them.  ``last_turn`` ends the program (its turn count feeds η); an abort ends it at once.
+* load control (``ttlpolicy.AdmissionControl``, on unless ``TTLPOLICY_POLICY`` says
+  ``"admission": false``) — every program's arrival and each finish (its blocks, tool, and
+  what losing its context costs) are reported to it; the waiting queue stops at a head whose
+  program the working-set rule refuses (``ProgramRequestQueue``), so a program starts only
+  when the contexts of the programs in progress, at their expected return times, leave room
+  for it; ends and aborts forget the program.  vLLM's prefix cache evicts from the head of
+  its free-block queue (LRU); with ``evict_by_next_use`` (on unless the JSON says false) the
+  free blocks of each program's latest turn are kept in the library's ``eviction_order``
+  instead (``NextUseOrder``), refreshed before a step after a turn finished or every second.
 
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
 stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
-``PolicyConfig`` as JSON), ``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
+``PolicyConfig`` as JSON, read by ``PolicyConfig.for_engine``: ``"admission": false`` and
+``"evict_by_next_use": false`` turn load control off),
+``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -47,6 +59,7 @@ import ttlpolicy
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
+from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
@@ -60,6 +73,8 @@ logger = init_logger("vllm.ttlpolicy_vllm")
 ANONYMOUS = "\x00anonymous:"
 #: Output tokens decoded to look for a tool call when the client named none.
 TOOL_PARSE_TOKENS = 512
+#: Seconds after which the free blocks are put in eviction order again with no turn finished.
+EVICTION_REFRESH_S = 1.0
 #: Steps scheduled and awaiting their output that are remembered (the batch queue holds 2).
 MAX_STEPS_IN_FLIGHT = 8
 #: Statuses of a request that ended on its own (a pin may pay off); others are aborts.
@@ -94,12 +109,7 @@ class TTLScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clock = time.monotonic  # the only clock; tests may replace it
-        raw_cfg = os.environ.get("TTLPOLICY_POLICY")
-        cfg = (
-            ttlpolicy.PolicyConfig.model_validate_json(raw_cfg)
-            if raw_cfg
-            else ttlpolicy.PolicyConfig()
-        )
+        cfg = ttlpolicy.PolicyConfig.for_engine(os.environ.get("TTLPOLICY_POLICY"))
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
@@ -108,6 +118,14 @@ class TTLScheduler(Scheduler):
         self.programs = ttlpolicy.ProgramScheduler(
             self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
         )
+        self.admission = (
+            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            if cfg.admission or cfg.evict_by_next_use
+            else None
+        )
+        self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
+        self._eviction_stale = False  # a turn finished since the free queue was ordered
+        self._eviction_ordered_at = -math.inf
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics()
         self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
@@ -125,6 +143,8 @@ class TTLScheduler(Scheduler):
             lambda: self.clock(),
             self._program_id_of,
             self._blocks_needed,
+            self.admission,
+            gated=cfg.admission,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -161,6 +181,8 @@ class TTLScheduler(Scheduler):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.expiries += 1
         self._reclaim_if_short(now)
+        # a fresh reading: the queue's admission check above may have read a later one
+        self._order_free_blocks(self.clock())
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
@@ -171,6 +193,9 @@ class TTLScheduler(Scheduler):
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
         m.step_s += t_end - t_start
         m.pinned_blocks_now = self.pins.held_blocks()
+        if self.admission is not None and self.policy.config.admission:
+            m.admitted_programs_now = self.admission.admitted_count
+            m.programs_awaiting_admission_now = self.admission.waiting_count
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
@@ -198,6 +223,20 @@ class TTLScheduler(Scheduler):
         for pin in self.programs.reclaim(short, now):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.reclaims += 1
+
+    def _order_free_blocks(self, now: float) -> None:
+        """Put the programs' free cached blocks in the library's eviction order, when a turn
+        finished since the last time or a second passed (next uses move with time)."""
+        if self.eviction is None or self.admission is None:
+            return
+        if not self._eviction_stale and now - self._eviction_ordered_at < EVICTION_REFRESH_S:
+            return
+        self._eviction_stale = False
+        self._eviction_ordered_at = now
+        programs = self.eviction.programs()
+        if programs:
+            order = self.admission.eviction_order(programs, now)
+            self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
     def _after_schedule(self, out: Any) -> int:
         """Hand pins over to admitted requests; returns the step's prefill tokens."""
@@ -264,17 +303,30 @@ class TTLScheduler(Scheduler):
         # What the CPU offload tier already holds is a reload away, not a prefill: the pin
         # is kept only when it beats that reload.
         offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
+        miss_s = self.policy.miss_cost_s(prefix_tokens, offloaded)
         finished = self.programs.finish(
             key,
             now,
             min(len(blocks), self.total_blocks),
             tool=tool,
             last_turn=info.last_turn,
-            cache_miss_cost_s=self.policy.miss_cost_s(prefix_tokens, offloaded),
+            cache_miss_cost_s=miss_s,
             prefix_tokens=prefix_tokens,
             offloaded_tokens=offloaded,
         )
         self.ttl_metrics.offloaded_tokens_at_finish += offloaded
+        if self.admission is not None:
+            self.admission.finish(
+                pid,
+                now,
+                min(len(blocks), self.total_blocks),
+                tool=tool,
+                rebuild_s=miss_s,
+                last_turn=info.last_turn,
+            )
+        if self.eviction is not None and finished.ended is None:
+            self.eviction.note(pid, blocks)
+            self._eviction_stale = True
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
@@ -290,6 +342,11 @@ class TTLScheduler(Scheduler):
         """A program ended in the ProgramScheduler (``key``: the request that ended it):
         free its pin, re-admit siblings."""
         self._release(ended.program_id)
+        if self.admission is not None and self.admission.program_count:
+            with contextlib.suppress(KeyError):  # ended there already (its last turn)
+                self.admission.end(ended.program_id)
+        if self.eviction is not None:
+            self.eviction.forget(ended.program_id)
         siblings = [r for r in ended.request_ids if r != key]
         if siblings:
             self.waiting.readmit(siblings)
