@@ -31,6 +31,7 @@ from __future__ import annotations
 import fidelity  # isort: skip
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -39,7 +40,7 @@ import random
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -439,6 +440,31 @@ def request_diffs(engine: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]
 
 
 # -- one configuration, both schedulers ------------------------------------------------------
+def adapter_env(policy: str, hw: Hardware) -> dict[str, str]:
+    """TTLScheduler's knobs for the simulator's policy ``policy``: the same ``PolicyConfig``
+    (load-control switches as the simulator's plug-in sets them) and pin budget."""
+    plugin = make_policy(policy)
+    switches = getattr(plugin, "_switches", {"admission": False, "evict_by_next_use": False})
+    cfg = {"kv_bytes_per_token": hw.kv_bytes_per_token, **switches}
+    budget = getattr(plugin, "pin_budget_fraction", 0.5)
+    return {"TTLPOLICY_POLICY": json.dumps(cfg), "TTLPOLICY_PIN_BUDGET_FRACTION": str(budget)}
+
+
+@contextlib.contextmanager
+def _adapter_settings(env: dict[str, str]) -> Iterator[None]:
+    """``env`` set while a scheduler reads it (at construction), then as it was."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k)
+            else:
+                os.environ[k] = v
+
+
 def run(
     w: Workload,
     model_dir: Path,
@@ -446,24 +472,15 @@ def run(
     model: str = "llama-3.1-8b",
     gpu: str = "h100-80g",
     knobs: str = "",
-    policy_json: str | None = None,
     pairs: tuple[tuple[str, str], ...] = PAIRS,
 ) -> list[dict[str, Any]]:
     sessions = w.sessions()
     hw = hardware(model, gpu, w.blocks, w.block_size)
     sim_programs = fidelity.sim_programs(sessions, w.block_size)
-    cfg = policy_json or json.dumps({"kv_bytes_per_token": hw.kv_bytes_per_token})
     rows = []
     for cls, policy in pairs:
-        old = os.environ.get("TTLPOLICY_POLICY")
-        os.environ["TTLPOLICY_POLICY"] = cfg  # the adapter's policy as the simulator's
-        try:
+        with _adapter_settings(adapter_env(policy, hw)):
             sched = bare_scheduler(model_dir, cls, w)
-        finally:
-            if old is None:
-                os.environ.pop("TTLPOLICY_POLICY")
-            else:
-                os.environ["TTLPOLICY_POLICY"] = old
         engine_like_sim(sched, knobs, hw, w.token_budget)
         engine = replay_engine(sched, hw, sessions, w, vocab=500)
         sim = replay_sim(hw, policy, sim_programs, w)
