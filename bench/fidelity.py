@@ -46,7 +46,8 @@ from typing import Any
 from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim import Turn as SimTurn
-from vllm_replay import STOCK, TTL, Program, issue_due_turns, load_sessions
+from ttlpolicy.sim.interface import Policy
+from vllm_replay import STOCK, TTL, Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
 PAIRS = ((STOCK, "vllm"), (TTL, "ttlpolicy"))  # engine scheduler, simulator policy
@@ -95,13 +96,7 @@ def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dic
             prompt_tokens += len(out.prompt_token_ids or ())
             cached_tokens += out.num_cached_tokens or 0
             output_tokens += len(out.outputs[0].token_ids)
-            p.context += list(out.outputs[0].token_ids)
-            p.in_flight = None
-            p.next_turn += 1
-            if p.next_turn == len(p.turns):
-                p.done_s = now
-            else:
-                p.due_s = now + p.turns[p.next_turn].gap_s
+            finish_turn(p, list(out.outputs[0].token_ids), now)
     pins = sched.ttl_stats()["pins"] if hasattr(sched, "ttl_stats") else 0
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
@@ -134,7 +129,7 @@ def sim_programs(sessions: list[list[ReplayTurn]], block_tokens: int) -> list[Si
 
 
 def replay_sim(
-    hw: Hardware, policy: str, programs: list[SimProgram], settings: EngineSettings
+    hw: Hardware, policy: str | Policy, programs: list[SimProgram], settings: EngineSettings
 ) -> dict[str, float]:
     cfg = EngineConfig(settings.block_size, settings.token_budget, settings.max_seqs)
     m = simulate(hw, policy, programs, open_loop=True, config=cfg)

@@ -10,6 +10,7 @@ call through the harness and the binding.
 from __future__ import annotations
 
 import itertools
+import random
 from types import ModuleType
 
 import numpy as np
@@ -62,7 +63,11 @@ class Loaded:
         # ids made before timing, so the figures do not include Python string formatting
         n = 2 * (ROUNDS + 1) * OPS  # with room for the harness's own extra calls
         self.new_ids = iter([f"n{i}" for i in range(n)])
+        # in id order: the first arrivals, laid out together in memory and mostly in the
+        # heap's upper levels; at random: any waiting request, every structure it touches
+        # cold (the worst case, reported beside it)
         self.waiting_ids = iter(ids[:n])
+        self.random_waiting_ids = iter(random.Random(0).sample(ids, n))
 
 
 @pytest.fixture(params=BACKENDS)
@@ -100,6 +105,12 @@ def test_pop(benchmark, loaded):
 @pytest.mark.benchmark(group="scheduler: remove = abort (per op)")
 def test_abort(benchmark, loaded):
     s, ids = loaded.s, loaded.waiting_ids
+    run(benchmark, lambda: s.abort(next(ids)))
+
+
+@pytest.mark.benchmark(group="scheduler: remove = abort, random waiting request (per op)")
+def test_abort_random(benchmark, loaded):
+    s, ids = loaded.s, loaded.random_waiting_ids
     run(benchmark, lambda: s.abort(next(ids)))
 
 

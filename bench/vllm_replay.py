@@ -106,6 +106,18 @@ def issue_due_turns(
     return sent
 
 
+def finish_turn(p: Program, output_ids: list[int], now: float) -> None:
+    """A program's turn finished at ``now`` with ``output_ids``: its context grows by them and
+    its next turn is due after its tool gap (or the program is done)."""
+    p.context += output_ids
+    p.in_flight = None
+    p.next_turn += 1
+    if p.next_turn == len(p.turns):
+        p.done_s = now
+    else:
+        p.due_s = now + p.turns[p.next_turn].gap_s
+
+
 def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: int,
            vocab_hint: int) -> dict[str, Any]:  # fmt: skip
     from vllm import LLM, SamplingParams
@@ -149,13 +161,7 @@ def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: 
                 continue
             prompt_tokens += len(out.prompt_token_ids or ())
             cached_tokens += out.num_cached_tokens or 0
-            prog.context += list(out.outputs[0].token_ids)
-            prog.in_flight = None
-            prog.next_turn += 1
-            if prog.next_turn == len(prog.turns):
-                prog.done_s = now
-            else:
-                prog.due_s = now + prog.turns[prog.next_turn].gap_s
+            finish_turn(prog, list(out.outputs[0].token_ids), now)
     stats = sched.ttl_stats() if hasattr(sched, "ttl_stats") else {}
     pct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
     result = {

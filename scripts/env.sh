@@ -16,7 +16,4 @@ install_dev() {
 cached_venv "$VENV" install_dev
 export VIRTUAL_ENV="$VENV"
 export PATH="$VENV/bin:$PATH"
-echo "==> building ttlpolicy (Rust core + Python package) into $VENV" \
-  "(first build: 2-5 min compiling the Rust core; then seconds)" >&2
-(cd "$ROOT" && CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$VENV")" \
-  maturin develop --release --quiet >/dev/null)
+build_native "$VENV"

@@ -22,11 +22,6 @@ install_sglang() {
   "$1/bin/python" -m pip install -q --no-deps "$SGLANG_PIN"
 }
 cached_venv "$SGLANG_VENV" install_sglang
-echo "==> installing ttlpolicy and ttlpolicy-sglang into $SGLANG_VENV" >&2
-(
-  export VIRTUAL_ENV="$SGLANG_VENV" PATH="$SGLANG_VENV/bin:$PATH"
-  cd "$ROOT"
-  CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$SGLANG_VENV")" \
-    maturin develop --release --quiet >/dev/null
-  python -m pip install -q --no-deps --no-build-isolation -e adapters/sglang
-)
+build_native "$SGLANG_VENV"
+echo "==> installing ttlpolicy-sglang into $SGLANG_VENV" >&2
+"$SGLANG_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/adapters/sglang"

@@ -23,11 +23,6 @@ install_vllm() {
   pip_install "$1/bin/python" --no-deps "$VLLM_PIN"
 }
 cached_venv "$VLLM_VENV" install_vllm
-echo "==> installing ttlpolicy and ttlpolicy-vllm into $VLLM_VENV" >&2
-(
-  export VIRTUAL_ENV="$VLLM_VENV" PATH="$VLLM_VENV/bin:$PATH"
-  cd "$ROOT"
-  CARGO_TARGET_DIR="$ROOT/target/venvs/$(basename "$VLLM_VENV")" \
-    maturin develop --release --quiet >/dev/null
-  python -m pip install -q --no-deps --no-build-isolation -e adapters/vllm
-)
+build_native "$VLLM_VENV"
+echo "==> installing ttlpolicy-vllm into $VLLM_VENV" >&2
+"$VLLM_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/adapters/vllm"

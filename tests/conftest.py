@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -102,3 +103,14 @@ def private_trace_cache(tmp_path_factory: pytest.TempPathFactory) -> Any:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TTLPOLICY_CACHE", str(cache))
         yield cache
+
+
+@pytest.fixture(scope="session")
+def mooncake_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The planner tests plan a 400-request head of the shipped Mooncake excerpt (seconds,
+    not minutes), written once per session.  (A fixture here, not in a ``tests/plan/
+    conftest.py``: a second module named ``conftest`` shadows this one for tests that import
+    it.)"""
+    from trace_files import write_mooncake_head
+
+    return write_mooncake_head(tmp_path_factory.mktemp("mooncake"))

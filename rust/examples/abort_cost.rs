@@ -2,7 +2,8 @@
 //! waiting single-request programs, aborted in id order or at random, in bursts of 200;
 //! prints the median and best per-abort time.
 //!
-//! `cargo run --release -p ttlpolicy-core --example abort_cost -- 100000 random`
+//! `cargo run --release -p ttlpolicy-core --example abort_cost -- 100000 random [aborts]`
+//! (`aborts`, default 8000: more of them make a longer run to profile).
 
 use std::time::Instant;
 
@@ -17,6 +18,9 @@ fn main() {
         .nth(1)
         .map_or(100_000, |s| s.parse().expect("waiting: a count"));
     let random = std::env::args().nth(2).as_deref() == Some("random");
+    let aborts: usize = std::env::args()
+        .nth(3)
+        .map_or(ABORTS, |s| s.parse().expect("aborts: a count"));
     let mut policy = TTLPolicy::new(PolicyConfig::default()).expect("default config");
     let mut s = ProgramScheduler::new(10 * waiting as i64 + 10, 10).expect("scheduler");
     let ids: Vec<String> = (0..waiting).map(|i| format!("w{i}")).collect();
@@ -33,7 +37,7 @@ fn main() {
             order.swap(i, (x >> 33) as usize % (i + 1));
         }
     }
-    let mut per_abort_ns: Vec<f64> = order[..ABORTS.min(waiting)]
+    let mut per_abort_ns: Vec<f64> = order[..aborts.min(waiting)]
         .chunks(BURST)
         .map(|burst| {
             let t = Instant::now();

@@ -53,6 +53,7 @@ def test_readme_figures_are_what_the_demo_prints(demo) -> None:
         demo["vllm", 16],
     ]
     assert quoted == [round(x, 1) for x in printed]
-    # "GPU-only ttlpolicy ties stock vLLM"
-    for load in loads:
-        assert demo["ttlpolicy", load] == pytest.approx(demo["vllm", load], rel=0.002)
+    # "GPU-only `ttlpolicy` finishes 0.2 % sooner than stock vLLM" (at 8 and 16; at 2 and 4
+    # every policy is within 0.2 %, above)
+    for load in (8, 16):
+        assert round(100 * (1 - demo["ttlpolicy", load] / demo["vllm", load]), 1) == 0.2

@@ -197,7 +197,7 @@ class Engine:
                     f"but the engine holds {kv.capacity}: cap contexts (--max-context)"
                 )
             b = cfg.block_tokens
-            reusable = call.turn.input_tokens // b if call.preempted else call.turn.reusable_blocks
+            reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
                 released = policy.reclaim(total - kv.available_for(call.program_id), self.now)
@@ -209,7 +209,11 @@ class Engine:
                     return  # head-of-line waits for memory
             policy.pop()
             gpu_hit, cpu_hit = got
-            hit_tokens = min((gpu_hit + cpu_hit) * b, call.prompt - 1)
+            # A fully cached prompt still computes its last token, and vLLM recomputes that
+            # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
+            # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
+            max_hit_blocks = (call.prompt - 1) // b
+            hit_tokens = min(gpu_hit + cpu_hit, max_hit_blocks) * b
             call.computed = hit_tokens
             call.blocks = total
             call.admit_s = self.now
@@ -224,7 +228,7 @@ class Engine:
                 m.input_tokens += call.prompt
                 m.hit_tokens += hit_tokens
                 m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
-                lost = max(0, min(reusable * b, call.prompt - 1) - hit_tokens)
+                lost = max(0, min(reusable, max_hit_blocks) * b - hit_tokens)
                 m.recomputed_tokens += lost
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
@@ -353,7 +357,8 @@ class Engine:
         victim = max(self.running, key=lambda c: c.admit_seq)
         self.running.remove(victim)
         b = self.config.block_tokens
-        chain = min(victim.computed, victim.turn.input_tokens) // b
+        # vLLM cached every full block of computed KV, generated tokens' too
+        chain = (victim.computed + max(0, victim.generated - 1)) // b
         self.kv.release(victim.program_id, victim.blocks, chain, Verdict.FREE)
         # Recompute: the prompt now includes what was generated.
         victim.prompt = victim.prompt + victim.generated
@@ -405,13 +410,18 @@ class Engine:
         turns = run.program.turns
         last = call.turn_index == len(turns) - 1
         b = self.config.block_tokens
-        chain = call.turn.input_tokens // b
+        # vLLM caches every full block of computed KV, output included (the last token's KV
+        # is never computed): KVCacheManager.allocate_slots, vllm/v1/core/kv_cache_manager.py
+        chain = (call.prompt + call.generated - 1) // b
         run.attained_s += self.now - (call.admit_s or self.now)
         verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
         if last:
-            self.kv.drop(call.program_id, call.blocks)
-        else:
-            self.kv.release(call.program_id, call.blocks, chain, verdict)
+            # vLLM frees the blocks still cached, to the most-recently-used end of its free
+            # queue (BlockPool.free_blocks, vllm/v1/core/block_pool.py): they are evicted after
+            # every older chain although the program never returns.  Its CPU-tier run goes.
+            self.kv.drop(call.program_id, 0)
+            verdict = Verdict.FREE
+        self.kv.release(call.program_id, call.blocks, chain, verdict)
         self.metrics.call_finished(call.program_id, self.now)
         if not last:
             nxt = turns[call.turn_index + 1]

@@ -100,7 +100,7 @@ class Policy(Protocol):
 
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         """A call ended; what becomes of its first ``chain_blocks`` (ignored on the last turn:
-        the program's blocks are dropped)."""
+        the program's blocks go to the free queue, as vLLM frees them)."""
         ...
 
     def expire(self, now: float) -> list[str]:

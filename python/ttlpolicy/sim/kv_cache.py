@@ -1,7 +1,8 @@
 """Block-granular KV memory with prefix reuse, an LRU free queue and an optional CPU tier.
 
 A program runs one LLM call at a time and each call's context extends the previous one's, so
-a program's reusable KV is one *chain*: the leading full blocks of its last call's input.  A
+a program's reusable KV is one *chain*: the leading full blocks of its last call's KV (input
+and output, as vLLM caches them).  A
 returning call reuses the common prefix (by block hash, computed when the workload is built)
 of its input with that chain.  The chain is in one of four states:
 
@@ -16,8 +17,8 @@ of its input with that chain.  The chain is in one of four states:
 * on the CPU tier, when one is configured: blocks evicted from the GPU chain (or swapped out
   whole) stay reloadable there, as a contiguous run after the GPU part, LRU as well.
 
-Blocks beyond the chain (the partial last block, the generated tokens) are private to the
-call and freed when it ends.  ``free_blocks + cached_blocks + used_blocks == capacity``
+Blocks beyond the chain (the partial last block) are private to the call and freed when it
+ends.  ``free_blocks + cached_blocks + used_blocks == capacity``
 always; nothing ever exceeds the capacity.
 """
 
