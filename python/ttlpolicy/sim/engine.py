@@ -374,15 +374,21 @@ class Engine:
         b = self.config.block_tokens
         kv, m, now = self.kv, self.metrics, self.now
         done: list[Call] = []
+        growth = 0
         for c in dec:
             want = -(-(c.prompt + c.generated + k - 1) // b)
             if want > c.blocks:
-                ok = kv.grow(want - c.blocks)
-                assert ok, "decode growth was checked against free memory"
+                growth += want - c.blocks
                 c.blocks = want
             c.generated += k
             if c.generated >= c.output:
                 done.append(c)
+        # One allocation for the step's decode growth: the same blocks are evicted as by one
+        # allocation per call, since a policy's eviction order is a sort by a key of its own
+        # (the order of what is left after an eviction is the rest of the same order).
+        if growth:
+            ok = kv.grow(growth)
+            assert ok, "decode growth was checked against free memory"
         output_tokens = len(dec) * k
         prefill_tokens = 0
         for c, n in chunks:

@@ -47,6 +47,8 @@ class KVCache:
         self.evicted_blocks = 0
         self.offloaded_blocks = 0
         # A policy's eviction order of free chains (programs, first to go first); None: LRU.
+        # It must sort by a key of each program's own (then the order of a subset is the
+        # same order with the others left out), and the engine relies on it.
         self.eviction_order: Callable[[list[str]], list[str]] | None = None
 
     # -- views ----------------------------------------------------------------------------

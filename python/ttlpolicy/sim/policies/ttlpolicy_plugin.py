@@ -61,6 +61,9 @@ class TTLPolicyPlugin:
         self.admission = None
         if cfg.admission or cfg.evict_by_next_use:
             self.admission = tp.AdmissionControl(self.ttl_policy, total_blocks=total)
+        # Whether the working-set rule gates the head of the queue (the config is fixed).
+        self._gated = self.admission is not None and bool(cfg.admission)
+        self._block_tokens = view.config.block_tokens
 
     @staticmethod
     def _total_blocks(view: EngineView) -> int:
@@ -68,7 +71,7 @@ class TTLPolicyPlugin:
 
     # -- queue ----------------------------------------------------------------------------
     def arrive(self, call: Call, now: float) -> bool:
-        b = self.view.config.block_tokens
+        b = self._block_tokens
         rid = str(call.call_id)
         self._calls[rid] = call
         blocks = min(-(-call.prompt // b), self._total)
@@ -85,11 +88,7 @@ class TTLPolicyPlugin:
             return None
         call = self._calls[rid]
         ac = self.admission
-        if (
-            ac is not None
-            and self.config_admission
-            and not ac.may_run(call.program_id, self.view.now)
-        ):
+        if self._gated and ac is not None and not ac.may_run(call.program_id, self.view.now):
             return None  # the head waits for admission (FCFS: nobody younger may pass)
         return call
 
@@ -106,7 +105,7 @@ class TTLPolicyPlugin:
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
         del self._calls[rid]
-        tokens = chain_blocks * self.view.config.block_tokens
+        tokens = chain_blocks * self._block_tokens
         miss_s = self.miss_cost_s(tokens)
         done = self.sched.finish(
             rid,
@@ -138,13 +137,10 @@ class TTLPolicyPlugin:
     def program_done(self, program_id: str, turns: int) -> None:
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
-    @property
-    def config_admission(self) -> bool:
-        return self.ttl_policy.config.admission
-
     def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
         """An optional hook of the engine: the order in which free cached chains are evicted
-        (programs, first to go first), or None for LRU."""
+        (programs, first to go first), or None for LRU.  The library's order is a sort by a
+        key of each program's own, which the engine relies on (``KVCache.eviction_order``)."""
         if self.admission is None or not self.ttl_policy.config.evict_by_next_use:
             return None
         ac, view = self.admission, self.view
