@@ -5,6 +5,8 @@ set resident where stock eviction would thrash it."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
@@ -125,3 +127,42 @@ def test_both_backends_drive_the_simulation_alike(monkeypatch) -> None:
     python = simulate(hw, "ttlpolicy", programs, rate_per_s=2.0, seed=1, config=CFG).summary()
     assert python == native
     assert native["recomputed_tokens"] > 0 or native["preemptions"] > 0  # under pressure
+
+
+@given(
+    chains=st.lists(st.integers(1, 12), min_size=1, max_size=8),
+    keys=st.lists(st.floats(-1e3, 1e3), min_size=8, max_size=8),
+    grows=st.lists(st.integers(1, 10), min_size=1, max_size=5),
+    cpu=st.sampled_from([0, 20]),
+)
+def test_one_allocation_evicts_what_one_per_call_would(chains, keys, grows, cpu) -> None:
+    """The engine allocates a step's decode growth at once (``Engine._apply``); that evicts
+    the same blocks, in the same order, as one allocation per call, when the eviction order
+    sorts by a key of each program's own (as the library's does)."""
+
+    def cache() -> KVCache:
+        kv = KVCache(sum(chains) + 4, cpu)
+        for i, blocks in enumerate(chains):
+            kv.acquire(f"p{i}", 0, blocks)
+        for i, blocks in enumerate(chains):
+            kv.release(f"p{i}", blocks, blocks, Verdict.FREE)
+        kv.eviction_order = lambda programs: sorted(programs, key=lambda p: keys[int(p[1:])])
+        return kv
+
+    total = min(sum(grows), sum(chains) + 4)
+    each, once = cache(), cache()
+    left = total
+    for g in grows:
+        g = min(g, left)
+        if g:
+            assert each.grow(g)
+        left -= g
+    assert once.grow(total)
+    for kv in (each, once):
+        kv.check()
+    state = [
+        (kv.used, kv.cached, kv.evicted_blocks, kv.offloaded_blocks, kv.cpu_used,
+         dict(kv._free), list(kv._free), dict(kv._chain), list(kv._cpu.items()))
+        for kv in (each, once)
+    ]  # fmt: skip
+    assert state[0] == state[1]

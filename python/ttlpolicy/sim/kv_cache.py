@@ -99,6 +99,7 @@ class KVCache:
                 self._to_cpu(program, keep, keep + take)
 
     def _to_cpu(self, program: str, start: int, end: int) -> None:
+        new_start, new_end = start, end  # the blocks written now; a run they extend was earlier
         old = self._cpu.pop(program, None)
         if old is not None:
             self.cpu_used -= old[1] - old[0]
@@ -119,7 +120,7 @@ class KVCache:
         if length:
             self._cpu[program] = (start, end)
             self.cpu_used += length
-            self.offloaded_blocks += length
+            self.offloaded_blocks += max(0, min(new_end, end) - max(new_start, start))
 
     # -- a call's life --------------------------------------------------------------------
     def acquire(
