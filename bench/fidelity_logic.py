@@ -494,7 +494,7 @@ def run(
 def summary_table(rows: list[dict[str, Any]]) -> str:
     """``fidelity.table``'s rows, then the per-request hit differences."""
     agree = fidelity.ranking(rows) if len(rows) == 2 else {}
-    lines = [fidelity.table(rows, agree) if agree else fidelity.table(rows, {})]
+    lines = [fidelity.table(rows, agree)]
     for r in rows:
         d, e = r["requests"], r["engine"]
         lines.append(

@@ -61,8 +61,8 @@ class TTLPolicyPlugin:
         self.admission = None
         if cfg.admission or cfg.evict_by_next_use:
             self.admission = tp.AdmissionControl(self.ttl_policy, total_blocks=total)
-        # Whether the working-set rule gates the head of the queue (the config is fixed).
-        self._gated = self.admission is not None and bool(cfg.admission)
+        # The controller whose working-set rule gates the head of the queue, if it does.
+        self._gate = self.admission if cfg.admission else None
         self._block_tokens = view.config.block_tokens
 
     @staticmethod
@@ -87,8 +87,8 @@ class TTLPolicyPlugin:
         if rid is None:
             return None
         call = self._calls[rid]
-        ac = self.admission
-        if self._gated and ac is not None and not ac.may_run(call.program_id, self.view.now):
+        gate = self._gate
+        if gate is not None and not gate.may_run(call.program_id, self.view.now):
             return None  # the head waits for admission (FCFS: nobody younger may pass)
         return call
 
