@@ -60,8 +60,6 @@ KNOBS = {
     "(vLLM keeps them cached, at the most-recently-used end)",
     "d": "a request's whole prompt is allocated when it is admitted (vLLM allocates chunk by "
     "chunk)",
-    "m": "TTLScheduler prices a lost prefix as the simulator's policy does, by the hardware "
-    "model's prefill time (the adapter fits the prefill times it observes)",
     "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
     "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
 }
@@ -181,7 +179,7 @@ class _Submitter:
         self.sched.add_request(req)
 
 
-def engine_like_sim(sched: Any, knobs: str, hw: Hardware, token_budget: int) -> None:
+def engine_like_sim(sched: Any, knobs: str) -> None:
     """Switch the vLLM behaviours named in ``knobs`` (``KNOBS``) to the simulator's."""
     unknown = set(knobs) - set(KNOBS)
     if unknown:
@@ -221,12 +219,6 @@ def engine_like_sim(sched: Any, knobs: str, hw: Hardware, token_budget: int) -> 
             return allocate(request, num_new_tokens, num_new_computed_tokens, *args, **kwargs)
 
         kvm.allocate_slots = whole_prompt
-    if "m" in knobs and hasattr(sched, "policy"):
-
-        def prefill_s(prefix_tokens: int, offloaded_tokens: int = 0) -> float:
-            return hw.prefill_s(prefix_tokens, token_budget)
-
-        sched.policy = _MissCost(sched.policy, prefill_s)
     if "e" in knobs and hasattr(sched, "programs"):
         add = sched.add_request
 
@@ -236,16 +228,6 @@ def engine_like_sim(sched: Any, knobs: str, hw: Hardware, token_budget: int) -> 
             add(request)
 
         sched.add_request = expire_first
-
-
-class _MissCost:
-    """A ``ttlpolicy.TTLPolicy`` whose ``miss_cost_s`` is replaced (knob ``m``)."""
-
-    def __init__(self, policy: Any, miss_cost_s: Callable[..., float]) -> None:
-        self._policy, self.miss_cost_s = policy, miss_cost_s
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._policy, name)
 
 
 def _runner_output(sched: Any, out: Any) -> Any:
@@ -481,7 +463,7 @@ def run(
     for cls, policy in pairs:
         with _adapter_settings(adapter_env(policy, hw)):
             sched = bare_scheduler(model_dir, cls, w)
-        engine_like_sim(sched, knobs, hw, w.token_budget)
+        engine_like_sim(sched, knobs)
         engine = replay_engine(sched, hw, sessions, w, vocab=500)
         sim = replay_sim(hw, policy, sim_programs, w)
         rows.append({

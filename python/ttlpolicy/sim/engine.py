@@ -95,6 +95,9 @@ class Engine:
         # An optional hook of the policy: its eviction order of free cached chains.
         order = getattr(policy, "eviction_order", None)
         self.kv.eviction_order = order() if order is not None else None
+        # An optional hook of the policy: ``stepped(chunks, step_s)`` after each step that
+        # prefilled (a run of identical steps reports its first: the rest continue its chunks).
+        self._stepped = getattr(policy, "stepped", None)
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -256,6 +259,8 @@ class Engine:
                 k, dt = times.reach(now, t_next, k, dt)
         self.metrics.pinned_block_s += self.kv.pinned * dt  # self._advance(dt)
         self.now = now + dt
+        if chunks and self._stepped is not None:
+            self._stepped(chunks, times.s(1) if k > 1 else dt)
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:

@@ -1,7 +1,13 @@
 """ttlpolicy: the full CacheTTL model, driven through the library — ``ttlpolicy.TTLPolicy``
 decides each pin's TTL, ``ttlpolicy.ProgramScheduler`` orders the waiting queue, keeps the
 pin table, expires and reclaims pins.  No rule of theirs is restated here: this module only
-translates engine events into their calls and their answers into engine actions.
+translates engine events into their calls and their answers into engine actions, as the vLLM
+adapter (``ttlpolicy_vllm.TTLScheduler``, what users deploy) translates vLLM's.
+
+The cost of a lost prefix is the library's ``TTLPolicy.miss_cost_s``, fed as the adapter
+feeds it: after each step that started a call's prefill, the tokens of those first chunks
+and the step's seconds (``observe_prefill``); the policy's configured defaults until its fit
+has enough samples.  The simulator's own prefill time is not used: the adapter has none.
 """
 
 from __future__ import annotations
@@ -43,14 +49,13 @@ class TTLPolicyPlugin:
         }
         self.pin_budget_fraction = pin_budget_fraction
         self._calls: dict[str, Call] = {}
+        # calls admitted fresh (not after a preemption) whose first prefill chunk has not run
+        self._unstarted: set[int] = set()
 
     def bind(self, view: EngineView) -> None:
         self.view = view
         total = self._total_blocks(view)
-        hw = view.hardware
-        cfg = self.config or tp.PolicyConfig(
-            kv_bytes_per_token=hw.kv_bytes_per_token, **self._switches
-        )
+        cfg = self.config or self._default_config(view)
         self.ttl_policy = tp.TTLPolicy(cfg)
         self._total = total
         self.sched = tp.ProgramScheduler(
@@ -64,6 +69,11 @@ class TTLPolicyPlugin:
         # The controller whose working-set rule gates the head of the queue, if it does.
         self._gate = self.admission if cfg.admission else None
         self._block_tokens = view.config.block_tokens
+
+    def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+        return tp.PolicyConfig(
+            kv_bytes_per_token=view.hardware.kv_bytes_per_token, **self._switches
+        )
 
     @staticmethod
     def _total_blocks(view: EngineView) -> int:
@@ -100,7 +110,25 @@ class TTLPolicyPlugin:
 
     # -- events ---------------------------------------------------------------------------
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
-        pass  # the scheduler learns of admission through ``pop``
+        # (the scheduler learns of admission through ``pop``)  A preempted call resumes: vLLM
+        # lists it apart from new requests, and the adapter takes no prefill sample from it.
+        if call.preempted:
+            self._unstarted.discard(call.call_id)
+        else:
+            self._unstarted.add(call.call_id)
+
+    def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
+        """A step ran these prefill chunks in ``step_s``: as ``TTLScheduler`` does, the first
+        chunks of newly admitted calls, summed, and the step's seconds (decodes in the same
+        batch included) are one sample of the policy's prefill-time fit."""
+        unstarted = self._unstarted
+        tokens = 0
+        for call, n in chunks:
+            if call.call_id in unstarted:
+                unstarted.remove(call.call_id)
+                tokens += n
+        if tokens:
+            self.ttl_policy.observe_prefill(tokens, step_s)
 
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
@@ -122,8 +150,9 @@ class TTLPolicyPlugin:
         return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
-        """What losing ``tokens`` of cached prefix costs on this engine: recomputing them."""
-        return self.view.prefill_s(tokens)
+        """What losing ``tokens`` of cached prefix costs, as the policy has measured this
+        engine: recomputing them (``TTLPolicy.miss_cost_s``)."""
+        return self.ttl_policy.miss_cost_s(tokens)
 
     def expire(self, now: float) -> list[str]:
         return [pin.program_id for pin in self.sched.expire(now)]
@@ -150,13 +179,33 @@ class TTLPolicyPlugin:
 class TTLPolicyOffload(TTLPolicyPlugin):
     """ttlpolicy on an engine with a CPU tier (as ``vllm-offload``): blocks evicted from the
     GPU stay reloadable, so a dropped cache costs its reload time when that is cheaper than
-    recomputing it — the miss cost the policy weighs against holding the blocks."""
+    recomputing it — the miss cost the policy weighs against holding the blocks.
+
+    As the adapter with vLLM's offloading connector: the library prices the miss
+    (``min(prefill(all), reload(offloaded) + prefill(rest))``) with the host link's bandwidth
+    in its config.  The simulated tier takes blocks when the GPU evicts them where vLLM's
+    connector stores them as they are computed; either way the GPU copy, once lost, is in the
+    tier, so the offloaded tokens are the prefix up to the tier's size."""
 
     name = "ttlpolicy-offload"
     uses_cpu_tier = True
 
+    def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+        hw = view.hardware
+        return (
+            super()
+            ._default_config(view)
+            .model_copy(
+                update={"offload_bandwidth_bytes_per_s": hw.kv_bytes_per_token / hw.transfer_s(1)}
+            )
+        )
+
     def miss_cost_s(self, tokens: int) -> float:
-        return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
+        view = self.view
+        tier_tokens = view.hardware.cpu_capacity_blocks(view.config.block_tokens) * (
+            view.config.block_tokens
+        )
+        return self.ttl_policy.miss_cost_s(tokens, min(tokens, tier_tokens))
 
 
 #: Mechanisms of the default model that a variant name may switch off (ablation).
