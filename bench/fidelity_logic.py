@@ -13,7 +13,8 @@ is left between the two sides is logic: scheduling order, chunking, block accoun
 prefix-cache hits, preemption.
 
 Both of vLLM's schedulers run (stock ``Scheduler`` and ``ttlpolicy_vllm.TTLScheduler``, whose
-clock is the virtual one) and the simulator with policies ``vllm`` and ``ttlpolicy`` on the
+clock is the virtual one) and the simulator with policies ``vllm`` and ``ttlpolicy:adapter``
+(``ttlpolicy`` pricing a lost prefix as the adapter does; ``--sim-policy`` to change it) on the
 same hardware, KV blocks, block size, token budget and maximum sequences.  Per side: mean and
 p90 TTFT, output throughput, prefix hit rate, mean program completion, preemptions, and the
 simulator's error on each; per request, the prompt tokens served from cache on each side.
@@ -63,7 +64,8 @@ KNOBS = {
     "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
     "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
 }
-PAIRS = fidelity.PAIRS  # (engine scheduler, simulator policy)
+#: (engine scheduler, simulator policy): the simulator's ttlpolicy with the adapter's rules
+PAIRS = ((fidelity.STOCK, "vllm"), (fidelity.TTL, "ttlpolicy:adapter"))
 SAMPLED_TOKEN = 7  # what the fabricated model output samples (ignore_eos: never stops early)
 
 

@@ -1,5 +1,6 @@
-"""The simulator's ``ttlpolicy`` follows the vLLM adapter's rules (``TTLScheduler``, what users
-deploy), each stated here with the adapter's line it comes from.
+"""The simulator's ``ttlpolicy:adapter`` follows the vLLM adapter's rules (``TTLScheduler``,
+what users deploy), each stated here with the adapter's line it comes from; the default
+``ttlpolicy`` keeps the simulator's exact prefill time as its miss cost.
 ``adapters/vllm/tests/test_fidelity_logic.py`` runs both side by side on vLLM's scheduler."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class _Recorder:
         return recorded
 
 
-def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy"):
+def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy:adapter"):
     plugin = make_policy(policy)
     engine = Engine(hw, plugin, CFG)  # binds the plug-in
     log: list[tuple[str, Any]] = []
@@ -164,13 +165,48 @@ def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> 
 
     for tier_blocks, tokens in ((100_000, 50_000), (10, 50_000), (10, 100)):
         hw = hw_blocks(1000, cpu_blocks=tier_blocks)
-        plugin = make_policy("ttlpolicy-offload")
+        plugin = make_policy("ttlpolicy-offload:adapter")
         Engine(hw, plugin, CFG)
         held = min(tokens, tier_blocks * BLOCK)
         rest = prefill(tokens - held) if tokens > held else 0.0
         expected = min(prefill(tokens), hw.transfer_s(held) + rest)
         assert plugin.miss_cost_s(tokens) == pytest.approx(expected, rel=1e-12)
     # and a tier-less ttlpolicy prices the full prefill
-    plugin = make_policy("ttlpolicy")
+    plugin = make_policy("ttlpolicy:adapter")
     Engine(hw_blocks(1000), plugin, CFG)
     assert plugin.miss_cost_s(50_000) == pytest.approx(prefill(50_000), rel=1e-12)
+
+
+def test_by_default_a_miss_costs_the_simulators_exact_prefill_and_nothing_is_fitted() -> None:
+    # The default keeps the oracle: Hardware.prefill_s of the lost prefix (with a CPU tier,
+    # the cheaper of that and its transfer), and the policy's fit is never fed.
+    hw = hw_blocks(2000, cpu_blocks=100_000)
+    _, _, log = run(hw, [(0.0, _returning_program(12))], policy="ttlpolicy")
+    assert samples(log) == []
+    finishes = [(args, kwargs) for name, (args, kwargs) in log if name == "finish"]
+    assert len(finishes) == 12
+    for args, kwargs in finishes:
+        exact = hw.prefill_s(args[2] * BLOCK, CFG.token_budget)
+        assert kwargs["cache_miss_cost_s"] == pytest.approx(exact, rel=1e-12)
+    plugin = make_policy("ttlpolicy-offload")
+    Engine(hw, plugin, CFG)
+    assert plugin.miss_cost_s(50_000) == pytest.approx(
+        min(hw.prefill_s(50_000, CFG.token_budget), hw.transfer_s(50_000)), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "name, adapter, admission, pin_fraction",
+    [
+        ("ttlpolicy:adapter", True, True, 0.5),
+        ("ttlpolicy-offload:adapter+admission", True, False, 0.5),
+        ("ttlpolicy:adapter+pins", True, True, 0.0),
+        ("ttlpolicy:pins", False, True, 0.0),
+    ],
+)
+def test_the_adapter_word_joins_the_variant_names(name, adapter, admission, pin_fraction) -> None:
+    plugin = make_policy(name)
+    Engine(hw_blocks(100), plugin, CFG)
+    assert plugin.name == name
+    assert (plugin.adapter, plugin.ttl_policy.config.admission) == (adapter, admission)
+    assert plugin.pin_budget_fraction == pin_fraction

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import ttlpolicy as tp
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.kv_cache import KVCache
@@ -83,11 +82,8 @@ def two_programs() -> list[tuple[float, Program]]:
     return [(0.0, a), (1.0, b)]
 
 
-def run(name: str, config: tp.PolicyConfig | None = None):
-    policy = make_policy(name)
-    if config is not None:
-        policy.config = config
-    engine = Engine(hw_with(300), policy, CFG)
+def run(name: str):
+    engine = Engine(hw_with(300), make_policy(name), CFG)
     engine.add_programs(two_programs())
     m = engine.run()
     assert m.programs_done == 2
@@ -96,19 +92,8 @@ def run(name: str, config: tp.PolicyConfig | None = None):
 
 def test_admission_keeps_the_working_set_resident() -> None:
     # B would evict A's context while A is in a 2 s gap; rebuilding it takes ~20 s, so A's
-    # context is in the working set and B waits until A ends: A never recomputes.  The
-    # policy prices a rebuild by what it knows of the engine's prefill: here told the slow
-    # engine's rate (as TTLPOLICY_POLICY can tell the adapter; it would learn it from the
-    # steps it times after min_prefill_samples of them, more than this run has).
-    rate = SLOW.prefill_s(200 * 64, CFG.token_budget) / (200 * 64)
-    config = tp.PolicyConfig(
-        kv_bytes_per_token=SLOW.kv_bytes_per_token,
-        admission=True,
-        evict_by_next_use=True,
-        prefill_base_s=0.0,
-        prefill_s_per_token=rate,
-    )
-    assert run("ttlpolicy", config).recomputed_tokens == 0
+    # context is in the working set and B waits until A ends: A never recomputes.
+    assert run("ttlpolicy").recomputed_tokens == 0
 
 
 def test_without_admission_the_scenario_thrashes() -> None:

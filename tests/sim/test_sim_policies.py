@@ -194,11 +194,7 @@ def test_ttlpolicy_drives_the_library() -> None:
     """Tool durations reach the policy's history through ProgramScheduler, and a pin it
     grants is honoured by the engine (held until the program returns)."""
     slow = roofline("llama-3.1-8b", "h100-80g", efficiency=0.01)  # rebuilding is expensive
-    # the policy told the slow engine's prefill rate (it has too few steps to fit it)
-    rate = slow.prefill_s(100 * 64, CFG.token_budget) / (100 * 64)
-    cfg = tp.PolicyConfig(
-        prior_mean_s=0.5, min_total_samples=1000, min_tool_samples=0, prefill_s_per_token=rate
-    )
+    cfg = tp.PolicyConfig(prior_mean_s=0.5, min_total_samples=1000, min_tool_samples=0)
     plugin = TTLPolicyPlugin(cfg, pin_budget_fraction=1.0)
     _e, m = run(plugin, [(0.0, agent(0.5, turns=4))], hw_with(1000, base=slow))
     assert plugin.ttl_policy.tool_count("tool_use") == 3

@@ -30,6 +30,7 @@ NAMES = (
     "ttlpolicy:evict",
     "ttlpolicy:pins",
     "ttlpolicy:classic",  # the model before load control
+    "ttlpolicy:adapter",  # a lost prefix priced as the vLLM adapter prices it (+-joinable)
 )
 SIMPLE = {
     "vllm": VLLM,

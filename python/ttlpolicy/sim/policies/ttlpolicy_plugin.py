@@ -4,10 +4,15 @@ pin table, expires and reclaims pins.  No rule of theirs is restated here: this 
 translates engine events into their calls and their answers into engine actions, as the vLLM
 adapter (``ttlpolicy_vllm.TTLScheduler``, what users deploy) translates vLLM's.
 
-The cost of a lost prefix is the library's ``TTLPolicy.miss_cost_s``, fed as the adapter
-feeds it: after each step that started a call's prefill, the tokens of those first chunks
-and the step's seconds (``observe_prefill``); the policy's configured defaults until its fit
-has enough samples.  The simulator's own prefill time is not used: the adapter has none.
+The cost of a lost prefix: by default the simulator's exact prefill time (an oracle the
+adapter lacks).  With ``adapter=True`` (variant ``ttlpolicy:adapter``) it is priced as the
+adapter prices it: the library's ``TTLPolicy.miss_cost_s``, fed as the adapter feeds it —
+after each step that started a call's prefill, the tokens of those first chunks and the
+step's seconds (``observe_prefill``); the policy's configured line until its fit has enough
+samples.  Not the default because that fit costs the load-control results (issue 10) their
+gain on long contexts: fitted on chunks of at most one token budget it extrapolates a
+concave quadratic to 0 s beyond them (bench/RESULTS.md, "Simulator fidelity — the TTL
+policy as the adapter runs it").
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class TTLPolicyPlugin:
         admission: bool = True,
         evict_by_next_use: bool = True,
         classic: bool = False,
+        adapter: bool = False,
     ) -> None:
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
@@ -48,6 +54,7 @@ class TTLPolicyPlugin:
             "evict_by_next_use": evict_by_next_use and not classic,
         }
         self.pin_budget_fraction = pin_budget_fraction
+        self.adapter = adapter  # price a lost prefix by the policy's fit, as TTLScheduler
         self._calls: dict[str, Call] = {}
         # calls admitted fresh (not after a preemption) whose first prefill chunk has not run
         self._unstarted: set[int] = set()
@@ -121,6 +128,8 @@ class TTLPolicyPlugin:
         """A step ran these prefill chunks in ``step_s``: as ``TTLScheduler`` does, the first
         chunks of newly admitted calls, summed, and the step's seconds (decodes in the same
         batch included) are one sample of the policy's prefill-time fit."""
+        if not self.adapter:
+            return  # (the simulator's exact prefill time prices misses: no fit to feed)
         unstarted = self._unstarted
         tokens = 0
         for call, n in chunks:
@@ -150,9 +159,17 @@ class TTLPolicyPlugin:
         return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
-        """What losing ``tokens`` of cached prefix costs, as the policy has measured this
-        engine: recomputing them (``TTLPolicy.miss_cost_s``)."""
-        return self.ttl_policy.miss_cost_s(tokens)
+        """What losing ``tokens`` of cached prefix costs: as the policy has measured this
+        engine (``TTLPolicy.miss_cost_s``) with ``adapter``, else exactly."""
+        if self.adapter:
+            return self.ttl_policy.miss_cost_s(tokens, self._offloaded_tokens(tokens))
+        return self._exact_miss_cost_s(tokens)
+
+    def _offloaded_tokens(self, tokens: int) -> int:
+        return 0  # no offload tier
+
+    def _exact_miss_cost_s(self, tokens: int) -> float:
+        return self.view.prefill_s(tokens)  # recomputing them
 
     def expire(self, now: float) -> list[str]:
         return [pin.program_id for pin in self.sched.expire(now)]
@@ -181,9 +198,9 @@ class TTLPolicyOffload(TTLPolicyPlugin):
     GPU stay reloadable, so a dropped cache costs its reload time when that is cheaper than
     recomputing it — the miss cost the policy weighs against holding the blocks.
 
-    As the adapter with vLLM's offloading connector: the library prices the miss
-    (``min(prefill(all), reload(offloaded) + prefill(rest))``) with the host link's bandwidth
-    in its config.  The simulated tier takes blocks when the GPU evicts them where vLLM's
+    With ``adapter``, as the adapter with vLLM's offloading connector: the library prices the
+    miss (``min(prefill(all), reload(offloaded) + prefill(rest))``) with the host link's
+    bandwidth in its config.  The simulated tier takes blocks when the GPU evicts them where vLLM's
     connector stores them as they are computed; either way the GPU copy, once lost, is in the
     tier, so the offloaded tokens are the prefix up to the tier's size."""
 
@@ -200,39 +217,45 @@ class TTLPolicyOffload(TTLPolicyPlugin):
             )
         )
 
-    def miss_cost_s(self, tokens: int) -> float:
-        view = self.view
-        tier_tokens = view.hardware.cpu_capacity_blocks(view.config.block_tokens) * (
-            view.config.block_tokens
-        )
-        return self.ttl_policy.miss_cost_s(tokens, min(tokens, tier_tokens))
+    def _offloaded_tokens(self, tokens: int) -> int:
+        block = self.view.config.block_tokens
+        return min(tokens, self.view.hardware.cpu_capacity_blocks(block) * block)
+
+    def _exact_miss_cost_s(self, tokens: int) -> float:
+        return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
 
 
 #: Mechanisms of the default model that a variant name may switch off (ablation).
 MECHANISMS = ("admission", "evict", "pins")
+#: A variant word that switches a rule to the vLLM adapter's (``TTLPolicyPlugin.adapter``).
+ADAPTER = "adapter"
 
 
 def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
-    model before load control (no admission, LRU eviction, pins by the cost model)."""
+    model before load control (no admission, LRU eviction, pins by the cost model);
+    ``adapter`` (alone or with mechanisms: ``ttlpolicy:adapter+admission``) prices a lost
+    prefix as the vLLM adapter does."""
     cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
-    off = {v.strip() for v in variant.split("+") if v.strip()}
+    words = {v.strip() for v in variant.split("+") if v.strip()}
+    adapter = ADAPTER in words
+    off = words - {ADAPTER}
     if off == {"classic"}:
-        plugin = cls(classic=True)
-        plugin.name = f"{base}:classic"
-        return plugin
-    unknown = off - set(MECHANISMS)
-    if unknown:
-        raise ValueError(
-            f"unknown mechanism {sorted(unknown)[0][:64]!r} in {base}:{variant[:64]}; "
-            f"known: {', '.join(MECHANISMS)}, or classic"
+        plugin = cls(classic=True, adapter=adapter)
+    else:
+        unknown = off - set(MECHANISMS)
+        if unknown:
+            raise ValueError(
+                f"unknown mechanism {sorted(unknown)[0][:64]!r} in {base}:{variant[:64]}; "
+                f"known: {', '.join(MECHANISMS)}, classic, or {ADAPTER}"
+            )
+        plugin = cls(
+            admission="admission" not in off,
+            evict_by_next_use="evict" not in off,
+            pin_budget_fraction=0.0 if "pins" in off else 0.5,
+            adapter=adapter,
         )
-    plugin = cls(
-        admission="admission" not in off,
-        evict_by_next_use="evict" not in off,
-        pin_budget_fraction=0.0 if "pins" in off else 0.5,
-    )
-    if off:
-        plugin.name = f"{base}:{'+'.join(sorted(off))}"
+    if words:
+        plugin.name = f"{base}:{'+'.join(sorted(words))}"
     return plugin
