@@ -195,18 +195,16 @@ def test_by_default_a_miss_costs_the_simulators_exact_prefill_and_nothing_is_fit
     )
 
 
-@pytest.mark.parametrize(
-    "name, adapter, admission, pin_fraction",
-    [
+def test_the_adapter_word_joins_the_variant_names() -> None:
+    # (name, adapter rules, admission, pin budget fraction)
+    for name, adapter, admission, pins in (
         ("ttlpolicy:adapter", True, True, 0.5),
         ("ttlpolicy-offload:adapter+admission", True, False, 0.5),
         ("ttlpolicy:adapter+pins", True, True, 0.0),
         ("ttlpolicy:pins", False, True, 0.0),
-    ],
-)
-def test_the_adapter_word_joins_the_variant_names(name, adapter, admission, pin_fraction) -> None:
-    plugin = make_policy(name)
-    Engine(hw_blocks(100), plugin, CFG)
-    assert plugin.name == name
-    assert (plugin.adapter, plugin.ttl_policy.config.admission) == (adapter, admission)
-    assert plugin.pin_budget_fraction == pin_fraction
+    ):
+        plugin = make_policy(name)
+        Engine(hw_blocks(100), plugin, CFG)
+        got = (plugin.name, plugin.adapter, plugin.ttl_policy.config.admission)
+        assert got == (name, adapter, admission)
+        assert plugin.pin_budget_fraction == pins
