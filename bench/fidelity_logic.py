@@ -63,6 +63,8 @@ KNOBS = {
     "chunk)",
     "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
     "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
+    "o": "TTLScheduler puts the free queue in eviction order before every step, nearer the "
+    "simulator's order at each eviction (the adapter: after a turn finished or every second)",
 }
 #: (engine scheduler, simulator policy): the simulator's ttlpolicy with the adapter's rules
 PAIRS = ((fidelity.STOCK, "vllm"), (fidelity.TTL, "ttlpolicy:adapter"))
@@ -230,6 +232,14 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             add(request)
 
         sched.add_request = expire_first
+    if "o" in knobs and hasattr(sched, "_order_free_blocks"):
+        order = sched._order_free_blocks
+
+        def every_step(now: float) -> None:
+            sched._eviction_stale = True
+            order(now)
+
+        sched._order_free_blocks = every_step
 
 
 def _runner_output(sched: Any, out: Any) -> Any:
