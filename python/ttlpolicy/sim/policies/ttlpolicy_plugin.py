@@ -9,10 +9,11 @@ adapter lacks).  With ``adapter=True`` (variant ``ttlpolicy:adapter``) it is pri
 adapter prices it: the library's ``TTLPolicy.miss_cost_s``, fed as the adapter feeds it —
 after each step that started a call's prefill, the tokens of those first chunks and the
 step's seconds (``observe_prefill``); the policy's configured line until its fit has enough
-samples.  Not the default because that fit costs the load-control results (issue 10) their
-gain on long contexts: fitted on chunks of at most one token budget it extrapolates a
-concave quadratic to 0 s beyond them (bench/RESULTS.md, "Simulator fidelity — the TTL
-policy as the adapter runs it").
+samples.  Not the default because that fit costs the load-control results (issue 10) most
+of their gain on long contexts: its samples are first chunks of at most one token budget,
+their attention over the cached prefix unaccounted, and it prices contexts of 60k-130k
+tokens at about half their prefill time (median; bench/RESULTS.md, "Simulator fidelity —
+the TTL policy as the adapter runs it"; ``bench/miss_fit_probe.py``).
 """
 
 from __future__ import annotations
