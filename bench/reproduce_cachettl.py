@@ -53,6 +53,10 @@ SENSITIVITY: tuple[tuple[str, dict[str, Any]], ...] = (
         "70B TP4 on 4×A100 (KV for ~450k tokens), output 1,000",
         {"output_mean_tokens": 1000.0, "engine": "70b"},
     ),
+    (
+        "Table 2's tokens read as the last call's context (~74k; 6,900 per turn), output 1,000",
+        {"output_mean_tokens": 1000.0, "observation_mean_tokens": 6900.0},
+    ),
 )
 #: The paper's 8B on one B200, unless a sensitivity row says otherwise.
 MODEL, GPU = "llama-3.1-8b", "b200"
@@ -70,15 +74,17 @@ class Runner:
 
     def jct(self, workload: str, policy: str, rate: float, *, offload: bool = False,
             turn_scale: int = 1, output_mean_tokens: float | None = None,
-            keep_whole_output: bool = False, engine: str = "8b") -> float:  # fmt: skip
+            keep_whole_output: bool = False, engine: str = "8b",
+            observation_mean_tokens: float | None = None) -> float:  # fmt: skip
         key = (workload, policy, rate, offload, turn_scale, output_mean_tokens,
-               keep_whole_output, engine)  # fmt: skip
+               keep_whole_output, engine, observation_mean_tokens)  # fmt: skip
         if key not in self._cache:
             model, gpu = (MODEL, GPU) if engine == "8b" else ("llama-3.1-70b", "a100-80g")
             hw = paper_hardware(model, gpu, offload=offload)
             progs = paper_programs(workload, self.programs, self.seed, turn_scale=turn_scale,
                                    output_mean_tokens=output_mean_tokens,
-                                   keep_whole_output=keep_whole_output)  # fmt: skip
+                                   keep_whole_output=keep_whole_output,
+                                   observation_mean_tokens=observation_mean_tokens)  # fmt: skip
             t0 = time.perf_counter()
             m = simulate(hw, policy, progs, rate_per_s=rate, seed=self.seed, config=PAPER_ENGINE,
                          cpu_tier=offload or None)  # fmt: skip
@@ -94,6 +100,7 @@ class Runner:
                     "turn_scale": turn_scale,
                     "output_mean_tokens": output_mean_tokens,
                     "keep_whole_output": keep_whole_output,
+                    "observation_mean_tokens": observation_mean_tokens,
                     "engine": f"{model} on {gpu}",
                     "summary": s,
                 }
