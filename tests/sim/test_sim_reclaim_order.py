@@ -20,7 +20,11 @@ LONG_CONTEXTS = dataclasses.replace(
 )
 
 
-@pytest.mark.parametrize("policy", ["static-ttl", "cachettl", "continuum", "ttlpolicy"])
+@pytest.mark.parametrize(
+    "policy",
+    ["static-ttl", "cachettl", "static-ttl:fcfs-reclaim", "cachettl:fcfs-reclaim", "continuum",
+     "ttlpolicy"],
+)  # fmt: skip
 def test_every_call_runs_once_when_reclaiming_reorders_the_queue(policy) -> None:
     programs = paper_programs(LONG_CONTEXTS, 100, 0)
     hw = paper_hardware("llama-3.1-8b", "b200", offload=False)
@@ -29,3 +33,46 @@ def test_every_call_runs_once_when_reclaiming_reorders_the_queue(policy) -> None
     # each call's prompt counted once at its (first) admission: the programs' prompts exactly
     assert m.input_tokens == sum(t.input_tokens for p in programs for t in p.turns)
     assert len(m.ttfts_s) == sum(len(p.turns) for p in programs)
+
+
+def test_fcfs_reclaim_is_a_variant_of_the_published_rows_only() -> None:
+    from ttlpolicy.sim.policies import make_policy
+
+    for base in ("cachettl", "static-ttl"):
+        plain, fcfs = make_policy(base), make_policy(f"{base}:fcfs-reclaim")
+        assert type(plain) is type(fcfs)
+        assert (plain.fcfs_reclaim, fcfs.fcfs_reclaim) == (False, True)
+        assert fcfs.name == f"{base}:fcfs-reclaim"
+    for bad in ("program-fcfs:fcfs-reclaim", "cachettl:fcfs", "continuum:fcfs-reclaim"):
+        with pytest.raises(ValueError, match="unknown policy"):
+            make_policy(bad)
+
+
+def test_fcfs_reclaim_keeps_older_pins_for_a_younger_head() -> None:
+    """On the memory-tight setting the published rule, as read, hands older programs' pins to
+    younger heads; keeping them is what makes pins pay (more prefix hits than without)."""
+    programs = paper_programs(LONG_CONTEXTS, 100, 0)
+    hw = paper_hardware("llama-3.1-8b", "b200", offload=False)
+    hits = {
+        p: simulate(hw, p, programs, rate_per_s=0.13, seed=0, config=PAPER_ENGINE).summary()[
+            "hit_rate"
+        ]
+        for p in ("program-fcfs", "cachettl", "cachettl:fcfs-reclaim")
+    }
+    assert hits["cachettl:fcfs-reclaim"] > hits["cachettl"] + 0.05
+    assert hits["cachettl:fcfs-reclaim"] > hits["program-fcfs"] + 0.05
+
+
+@pytest.mark.parametrize("policy", ["static-ttl:fcfs-reclaim", "cachettl:fcfs-reclaim"])
+def test_fcfs_reclaim_cannot_deadlock_behind_a_preempted_call(policy) -> None:
+    """A preempted call heads the queue before pinned programs' waiting calls, which then
+    cannot expire their pins; were it to take only younger pins, nothing would run again
+    (with every generated token kept, contexts ~3.7x Table 2's, the run stalled with 65
+    calls waiting). A preempted call was running: it may take any pin, as running calls do."""
+    programs = paper_programs(
+        "swe-bench", 100, 0, output_mean_tokens=3500.0, keep_whole_output=True
+    )
+    hw = paper_hardware("llama-3.1-8b", "b200", offload=False)
+    m = simulate(hw, policy, programs, rate_per_s=0.13, seed=0, config=PAPER_ENGINE)
+    assert m.summary()["programs"] == len(programs)
+    assert m.preemptions > 0  # the situation arose

@@ -200,7 +200,10 @@ class Engine:
             reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
-                released = policy.reclaim(total - kv.available_for(call.program_id), self.now)
+                need = total - kv.available_for(call.program_id)
+                # a preempted call was running: it asks as running calls do (any pin)
+                asker = None if call.preempted else call.program_id
+                released = policy.reclaim(need, self.now, asker)
                 if not released:
                     return  # head-of-line waits for memory (acquire would refuse again)
                 for program in released:
