@@ -38,6 +38,10 @@ class _View:
         # prefill_s by token count: a pure function of the (frozen) hardware and budget, asked
         # at every finished call by the policies that weigh a miss cost
         self._prefill_s: dict[int, float] = {}
+        # prefill_s of whole chunks by their count: the hardware sums a prefill chunk by chunk,
+        # the full ones first, so a prefill is the sum of its full chunks plus its last chunk
+        # alone (from where the full ones end) — the same floats added in the same order
+        self._full_chunks_s: dict[int, float] = {}
 
     @property
     def now(self) -> float:
@@ -58,7 +62,13 @@ class _View:
     def prefill_s(self, tokens: int) -> float:
         s = self._prefill_s.get(tokens)
         if s is None:
-            s = self._prefill_s[tokens] = self.hardware.prefill_s(tokens, self.config.token_budget)
+            hw, budget = self.hardware, self.config.token_budget
+            chunks, rest = divmod(tokens, budget)
+            full_s = self._full_chunks_s.get(chunks)
+            if full_s is None:
+                full_s = self._full_chunks_s[chunks] = hw.prefill_s(chunks * budget, budget)
+            s = full_s + hw.prefill_s(rest, budget, chunks * budget)
+            self._prefill_s[tokens] = s
         return s
 
 
@@ -117,7 +127,7 @@ class Engine:
             handle_events()
             admit()
             now = self.now
-            active = running.copy() if self._ready_max_s <= now else self._active(now)
+            active = running if self._ready_max_s <= now else self._active(now)
             if not active:
                 t = self._next_event_s()
                 if t is None:
@@ -138,9 +148,10 @@ class Engine:
         return self.metrics
 
     def _active(self, now: float) -> list[Call]:
-        """The running calls that may compute now (not waiting for a reload from the CPU)."""
+        """The running calls that may compute now (not waiting for a reload from the CPU):
+        the batch itself when every reload is done (a step reads it before changing it)."""
         if self._ready_max_s <= now:  # every reload is done
-            return self.running.copy()
+            return self.running
         return [c for c in self.running if c.ready_s <= now]
 
     def _next_event_s(self) -> float | None:
@@ -248,12 +259,14 @@ class Engine:
             if not active:
                 return
         dec, chunks, k, times = plan
-        dt = times.s(k)
         now = self.now
-        if k > 1:  # stop at the next event
+        if isinstance(times, StepRun):  # a run of k > 1 steps: stop at the next event
+            dt = times.s(k)
             t_next = self._next_event_s()
             if t_next is not None and now + dt > t_next:
                 k, dt = times.reach(now, t_next, k, dt)
+        else:  # one step
+            dt = times
         self.metrics.pinned_block_s += self.kv.pinned * dt  # self._advance(dt)
         self.now = now + dt
         self._apply(dec, chunks, k)
@@ -317,6 +330,8 @@ class Engine:
             k = self._fit_memory(dec, k)
             if k == 0:
                 return None
+        if k == 1:  # one step's time, as StepRun.s(1) gives it, without building the run
+            return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0)
         return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv)
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
