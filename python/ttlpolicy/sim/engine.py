@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import cast
 
 from .call import Call, ProgramRun
@@ -43,9 +44,9 @@ class _View:
         # alone (from where the full ones end) — the same floats added in the same order
         self._full_chunks_s: dict[int, float] = {}
 
-    @property
-    def now(self) -> float:
-        return self._e.now
+    # the engine's clock, read without a Python frame (policies read it at every peek, pop
+    # and eviction order)
+    now = property(attrgetter("_e.now"), doc="The engine's clock, seconds.")
 
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
@@ -122,10 +123,11 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
-        running = self.running
+        running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         while True:
             handle_events()
-            admit()
+            if len(running) < max_seqs and policy.waiting():  # (else peek would say None)
+                admit()
             now = self.now
             active = running if self._ready_max_s <= now else self._active(now)
             if not active:
@@ -171,8 +173,9 @@ class Engine:
         if deadline is not None and deadline <= now:
             for program in self.policy.expire(now):
                 self.kv.unpin(program)
-        while self._events and self._events[0][0] <= now:
-            _, _, kind, obj = heapq.heappop(self._events)
+        events = self._events
+        while events and events[0][0] <= now:
+            _, _, kind, obj = heapq.heappop(events)
             if kind == _PROGRAM:
                 run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
@@ -189,10 +192,9 @@ class Engine:
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:
+        """Admits waiting calls; ``run`` calls it when a sequence slot is free and a call waits."""
         cfg, policy, kv = self.config, self.policy, self.kv
         running = self.running
-        if len(running) >= cfg.max_seqs or not policy.waiting():
-            return  # (nothing waits: peek would say None)
         budget_free = cfg.token_budget
         for c in running:
             left = c.prompt - c.computed
@@ -279,12 +281,14 @@ class Engine:
         k = _NO_LIMIT
         ctx = 0
         for c in active:
-            if c.computed >= c.prompt:
+            prompt = c.prompt
+            if c.computed >= prompt:
                 dec.append(c)
-                left = c.output - c.generated
+                generated = c.generated
+                left = c.output - generated
                 if left < k:
                     k = left
-                ctx += c.prompt + c.generated
+                ctx += prompt + generated
             else:
                 pre.append(c)
         n_dec = len(dec)
@@ -324,7 +328,8 @@ class Engine:
         # Decode growth: a decoding call holds the KV of all but its last token, so k steps
         # add at most ceil(k / block) blocks to it; only when that bound does not fit is the
         # need counted (and the run shortened or memory freed).
-        avail = self.kv.capacity - self.kv.used  # kv.available()
+        kv = self.kv
+        avail = kv.capacity - kv.used  # kv.available()
         b = self.config.block_tokens
         if n_dec * -(-k // b) > avail and self._grow_need(dec, k) > avail:
             k = self._fit_memory(dec, k)
@@ -391,12 +396,13 @@ class Engine:
         done: list[Call] = []
         growth = 0
         for c in dec:
-            want = -(-(c.prompt + c.generated + k - 1) // b)
+            generated = c.generated + k
+            want = -(-(c.prompt + generated - 1) // b)
             if want > c.blocks:
                 growth += want - c.blocks
                 c.blocks = want
-            c.generated += k
-            if c.generated >= c.output:
+            c.generated = generated
+            if generated >= c.output:
                 done.append(c)
         # One allocation for the step's decode growth: the same blocks are evicted as by one
         # allocation per call, since a policy's eviction order is a sort by a key of its own

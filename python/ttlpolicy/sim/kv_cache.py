@@ -130,8 +130,8 @@ class KVCache:
         the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
         nothing — when memory cannot hold it even after evicting every free chain."""
         chain = self._chain.get(program, 0)
-        if total_blocks > self.available_for(program):
-            return None
+        if total_blocks > self.capacity - self.used + self._pins.get(program, 0):
+            return None  # (more than available_for(program))
         gpu_hit = min(chain, reusable_blocks, total_blocks)
         cpu_hit = 0
         run = self._cpu.pop(program, None)
