@@ -185,7 +185,7 @@ class Engine:
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
-                issued, index = cast(tuple[ProgramRun, int], obj)
+                issued, index = cast("tuple[ProgramRun, int]", obj)  # (no alias built per event)
                 self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
 
@@ -230,7 +230,8 @@ class Engine:
             # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
             # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
             max_hit_blocks = (call.prompt - 1) // b
-            hit_tokens = min(gpu_hit + cpu_hit, max_hit_blocks) * b
+            hit_blocks = gpu_hit + cpu_hit
+            hit_tokens = (hit_blocks if hit_blocks < max_hit_blocks else max_hit_blocks) * b
             call.computed = hit_tokens
             call.blocks = total
             call.admit_s = self.now
@@ -244,9 +245,11 @@ class Engine:
             if not call.preempted:
                 m.input_tokens += call.prompt
                 m.hit_tokens += hit_tokens
-                m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
-                lost = max(0, min(reusable, max_hit_blocks) * b - hit_tokens)
-                m.recomputed_tokens += lost
+                if cpu_hit:
+                    m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
+                lost = (reusable if reusable < max_hit_blocks else max_hit_blocks) * b - hit_tokens
+                if lost > 0:
+                    m.recomputed_tokens += lost
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
             policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
@@ -315,7 +318,12 @@ class Engine:
         elif len(chunks) == 1:  # the sums below, over one chunk
             c, n = chunks[0]
             # one long prefill chunked at the full budget runs while its chunks last
-            k = min(k, (c.prompt - c.computed) // n) if budget == 0 else 1
+            if budget == 0:
+                runs = (c.prompt - c.computed) // n
+                if runs < k:
+                    k = runs
+            else:
+                k = 1
             tokens = n_dec + n
             attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
             kv0 = ctx + (c.computed + n)
@@ -445,7 +453,8 @@ class Engine:
         # is never computed): KVCacheManager.allocate_slots, vllm/v1/core/kv_cache_manager.py
         chain = (call.prompt + call.generated - 1) // b
         run.attained_s += self.now - (call.admit_s or self.now)
-        verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
+        held = call.blocks
+        verdict = self.policy.finished(call, self.now, chain if chain < held else held, last)
         if last:
             # vLLM frees the blocks still cached, to the most-recently-used end of its free
             # queue (BlockPool.free_blocks, vllm/v1/core/block_pool.py): they are evicted after

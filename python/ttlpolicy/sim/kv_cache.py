@@ -132,7 +132,9 @@ class KVCache:
         chain = self._chain.get(program, 0)
         if total_blocks > self.capacity - self.used + self._pins.get(program, 0):
             return None  # (more than available_for(program))
-        gpu_hit = min(chain, reusable_blocks, total_blocks)
+        gpu_hit = chain if chain < reusable_blocks else reusable_blocks
+        if total_blocks < gpu_hit:
+            gpu_hit = total_blocks
         cpu_hit = 0
         run = self._cpu.pop(program, None)
         if run is not None:
@@ -169,7 +171,7 @@ class KVCache:
         ``SWAP`` (to the CPU tier, or ``FREE`` without one)."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"verdict must be a Verdict, got {verdict!r}")
-        chain = min(chain_blocks, held_blocks)
+        chain = chain_blocks if chain_blocks < held_blocks else held_blocks
         self.used -= held_blocks
         if chain == 0:
             return
