@@ -276,7 +276,9 @@ class Engine:
                 k, dt = times.reach(now, t_next, k, dt)
         else:  # one step
             dt = times
-        self.metrics.pinned_block_s += self.kv.pinned * dt  # self._advance(dt)
+        pinned = self.kv.pinned
+        if pinned:  # (adding 0 * dt, +0.0, would leave the sum as it is)
+            self.metrics.pinned_block_s += pinned * dt  # self._advance(dt)
         self.now = now + dt
         self._apply(dec, chunks, k)
 

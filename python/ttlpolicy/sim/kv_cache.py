@@ -29,6 +29,9 @@ from collections.abc import Callable
 
 from .interface import Verdict
 
+# (a member read through the Enum class costs a metaclass lookup: ~0.1 µs per release)
+_PIN, _SWAP = Verdict.PIN, Verdict.SWAP
+
 
 class KVCache:
     def __init__(self, capacity_blocks: int, cpu_capacity_blocks: int = 0) -> None:
@@ -175,11 +178,11 @@ class KVCache:
         self.used -= held_blocks
         if chain == 0:
             return
-        if verdict is Verdict.SWAP and self.cpu_capacity:
+        if verdict is _SWAP and self.cpu_capacity:
             self._to_cpu(program, 0, chain)
             return
         self._chain[program] = chain
-        if verdict is Verdict.PIN:
+        if verdict is _PIN:
             self.used += chain
             self.pinned += chain
             self._pins[program] = chain
