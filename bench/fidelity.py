@@ -6,7 +6,10 @@ gaps × ``--time-scale``, capped), a KV cache of ``--blocks`` blocks so that pro
 It runs on the engine under vLLM's stock ``Scheduler`` and ``ttlpolicy_vllm.TTLScheduler``,
 and in the simulator (policies ``vllm`` and ``ttlpolicy``) on a hardware profile calibrated
 on the same engine (``ttlpolicy_vllm.calibrate``; ``--profile`` reuses one) with the same KV
-blocks, block size, token budget and maximum sequences.
+blocks, block size, token budget and maximum sequences — and on a second profile fitted to
+the steps the stock replay itself ran (``StepRecorder``: each step's shape and wall time, under
+the replay's own load; the TTL replay's steps are out of that fit's sample), which separates
+the step-time model's error from the calibration's.
 
 Per scheduler: mean and p90 TTFT, output throughput (tokens/s over the run), prefix hit rate,
 mean program completion time, preemptions; the simulator's relative error on each (hit rate:
@@ -22,9 +25,11 @@ from __future__ import annotations
 from ttlpolicy_vllm.calibrate import (  # isort: skip
     SHAPES,
     EngineSettings,
+    StepRecorder,
     add_engine_arguments,
     calibrate_llm,
     device_name,
+    fit_rows,
     make_llm,
     settings_from,
     usable_blocks,
@@ -59,8 +64,11 @@ def p90(xs: list[float]) -> float:
     return s[int(0.9 * (len(s) - 1))] if s else 0.0
 
 
-def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dict[str, float]:
-    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements."""
+def replay_engine(
+    llm: Any, sessions: list[list[ReplayTurn]], vocab: int, recorder: StepRecorder
+) -> dict[str, float]:
+    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements.
+    Every step goes through ``recorder``."""
     engine = llm.llm_engine
     sched = engine.engine_core.engine_core.scheduler
     preemptions = 0
@@ -85,7 +93,7 @@ def replay_engine(llm: Any, sessions: list[list[ReplayTurn]], vocab: int) -> dic
         if not engine.has_unfinished_requests():
             time.sleep(0.002)  # every program is in a tool call
             continue
-        outs = engine.step()
+        outs = recorder.step(engine)
         now = time.monotonic() - t0
         for out in outs:
             if out.request_id in issued and out.outputs[0].token_ids:
@@ -185,10 +193,24 @@ def table(rows: list[dict[str, Any]], agree: dict[str, bool]) -> str:
     return "\n".join(lines)
 
 
+def step_fit(hw: Hardware, rows: list[tuple[float, float, float, float]]) -> dict[str, float]:
+    """How well ``hw``'s step model describes measured steps: the mean relative error, and the
+    measured and modelled total step time."""
+    errs = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
+    return {
+        "steps": len(rows),
+        "mean_rel_error": statistics.fmean(errs) if errs else float("nan"),
+        "measured_s": sum(r[3] for r in rows),
+        "modelled_s": sum(hw.steps.step_s(*r[:3]) for r in rows),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(ap)
     ap.add_argument("--profile", default=None, help="calibrated profile (default: calibrate now)")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="no probe calibration: simulate on the replay-fitted profile")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=2, help="calibration: measurements per shape")
     ap.add_argument("--programs", type=int, default=6)
     ap.add_argument("--turns", type=int, default=6)
@@ -201,23 +223,24 @@ def main() -> int:
     args = ap.parse_args()
     settings = settings_from(args)
     shape = SHAPES[args.shape]
+    device = device_name(args.device)
     sessions = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
                              args.time_scale, args.max_gap_s)  # fmt: skip
     if len(sessions) < args.programs:
         print(f"only {len(sessions)} sessions have {args.turns} turns", file=sys.stderr)
     t_start = time.perf_counter()
-    hw: Hardware | None = load_profile(args.profile) if args.profile else None
+    probe: Hardware | None = load_profile(args.profile) if args.profile else None
     record: dict[str, Any] = {}
-    rows = []
+    runs = []  # per engine scheduler: its measurements and its recorded steps
     with tempfile.TemporaryDirectory() as d:
         model = write_model_dir(Path(d), shape)
         for cls, policy in PAIRS:
             llm = make_llm(model, shape, settings, cls)
-            if hw is None:  # calibrate on the first engine, before its replay
-                hw, record = calibrate_llm(llm, shape, settings, device_name(args.device),
-                                           repeats=args.repeats)  # fmt: skip
+            if probe is None and not args.no_probe:  # on the first engine, before its replay
+                probe, record = calibrate_llm(llm, shape, settings, device,
+                                              repeats=args.repeats)  # fmt: skip
                 if args.save_profile:
-                    save_profile(args.save_profile, hw, record)
+                    save_profile(args.save_profile, probe, record)
                 fit = 100 * record["fit_mean_rel_error"]
                 print(f"calibrated in {record['measure_s']:.0f} s, fit error {fit:.1f} % mean",
                       file=sys.stderr)  # fmt: skip
@@ -226,20 +249,45 @@ def main() -> int:
             if hasattr(sched, "ttl_metrics"):
                 sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
             vocab = min(500, len(llm.get_tokenizer()))
-            engine = replay_engine(llm, sessions, vocab)
+            recorder = StepRecorder(llm)
+            engine = replay_engine(llm, sessions, vocab, recorder)
             llm.llm_engine.engine_core.shutdown()
             del llm, sched
             gc.collect()
-            # The simulator gets exactly the engine's usable KV blocks.
-            kv_bytes = float(blocks * settings.block_size * hw.kv_bytes_per_token)
-            sim_hw = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
-            sim = replay_sim(sim_hw, policy, sim_programs(sessions, settings.block_size), settings)
             name = cls.rsplit(".", 1)[1]
-            rows.append({"scheduler": name, "policy": policy, "engine": engine, "sim": sim,
-                         "error": errors(engine, sim), "kv_blocks": blocks})  # fmt: skip
+            runs.append({"scheduler": name, "policy": policy, "engine": engine, "blocks": blocks,
+                         "steps": recorder.rows, "model_s": recorder.model_s})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
-    agree = ranking(rows)
-    print(table(rows, agree))
+    # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
+    # then out of sample).
+    replay_hw, _ = fit_rows(runs[0]["steps"], shape, settings, device, runs[0]["blocks"])
+    profiles = {"replay": replay_hw} if probe is None else {"probe": probe, "replay": replay_hw}
+    results: dict[str, Any] = {}
+    programs = sim_programs(sessions, settings.block_size)
+    for pname, hw in profiles.items():
+        rows = []
+        for run in runs:
+            # The simulator gets exactly the engine's usable KV blocks.
+            kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
+            sim = replay_sim(dataclasses.replace(hw, kv_capacity_bytes=kv_bytes), run["policy"],
+                             programs, settings)  # fmt: skip
+            rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
+                         "engine": run["engine"], "sim": sim,
+                         "error": errors(run["engine"], sim), "kv_blocks": run["blocks"],
+                         "step_fit": step_fit(hw, run["steps"])})  # fmt: skip
+        agree = ranking(rows)
+        results[pname] = {"rows": rows, "same_ranking": agree}
+        print(f"profile: {pname}")
+        print(table(rows, agree))
+        for r in rows:
+            f = r["step_fit"]
+            print(f"  {r['scheduler']} steps: {f['steps']}, measured {f['measured_s']:.2f} s, "
+                  f"modelled {f['modelled_s']:.2f} s, mean step error "
+                  f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
+    for run in runs:
+        total = sum(r[3] for r in run["steps"])
+        share = sum(run["model_s"]) / total if total else float("nan")
+        print(f"{run['scheduler']}: {100 * share:.0f} % of step time in the model executor")
     if args.json:
         meta = {
             "args": vars(args),
@@ -249,8 +297,9 @@ def main() -> int:
             "wall_s": time.perf_counter() - t_start,
             "calibration": {k: v for k, v in record.items() if k != "rows"},
         }
+        steps = {r["scheduler"]: {"rows": r["steps"], "model_s": r["model_s"]} for r in runs}
         Path(args.json).write_text(
-            json.dumps({"meta": meta, "rows": rows, "same_ranking": agree}, indent=1) + "\n"
+            json.dumps({"meta": meta, "profiles": results, "steps": steps}, indent=1) + "\n"
         )
     return 0
 

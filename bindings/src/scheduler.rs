@@ -501,13 +501,19 @@ impl PyProgramScheduler {
         call1("now", now, |t| slf.borrow_mut().inner.expire(t)).map(pins_list)
     }
 
+    #[pyo3(signature = (blocks_needed, now, for_program=None))]
     fn reclaim(
         slf: &Bound<'_, Self>,
         blocks_needed: Arg<i64>,
         now: Arg<f64>,
+        for_program: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyPin>> {
+        let pid = match for_program {
+            Some(obj) if !obj.is_none() => Some(id_str("for_program", obj)?),
+            _ => None,
+        };
         call2(("blocks_needed", blocks_needed), ("now", now), |need, t| {
-            slf.borrow_mut().inner.reclaim(need, t)
+            slf.borrow_mut().inner.reclaim_for(need, t, pid)
         })
         .map(pins_list)
     }

@@ -330,8 +330,11 @@ class ProgramScheduler:
     def expire(self, now: SupportsFloat) -> list[Pin]:
         """Pins with ``deadline_s <= now``, removed, by (deadline, program id); with
         ``pin_handover == "schedule"``: ``deadline_s < now`` and no request of theirs waiting."""
-    def reclaim(self, blocks_needed: SupportsIndex, now: SupportsFloat) -> list[Pin]:
-        """Pins removed latest-arrived program first until ``blocks_needed`` are released."""
+    def reclaim(
+        self, blocks_needed: SupportsIndex, now: SupportsFloat, for_program: str | None = None
+    ) -> list[Pin]:
+        """Pins removed latest-arrived program first until ``blocks_needed`` are released;
+        with ``for_program``, only pins of programs that arrived after it."""
     def record_queueing_delay(self, delay_s: SupportsFloat) -> None: ...
     def end_program(self, program_id: str) -> Ended: ...
     def abort(self, request_id: str) -> Ended:

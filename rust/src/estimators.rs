@@ -239,6 +239,54 @@ pub fn solve3(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
     Some(out)
 }
 
+/// The normal equations `m·x = v` solved with no coefficient below zero; None when a system on
+/// the way is singular. The unconstrained solution first; while a coefficient is negative, the
+/// most negative one (the first of equals) is fixed at 0 and the rest re-solved — an
+/// active-set approximation of non-negative least squares, exact when the unconstrained
+/// solution has no negative coefficient. The reference's very operations.
+pub fn solve_non_negative(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
+    let mut active: Vec<usize> = vec![0, 1, 2];
+    loop {
+        let k = active.len();
+        let sol: Vec<f64> = match k {
+            3 => solve3(m, v)?.to_vec(),
+            2 => {
+                let (i, j) = (active[0], active[1]);
+                let (a00, a01, a10, a11) = (m[i][i], m[i][j], m[j][i], m[j][j]);
+                let d = a00 * a11 - a01 * a10;
+                if d == 0.0 || !d.is_finite() {
+                    return None;
+                }
+                vec![(v[i] * a11 - a01 * v[j]) / d, (a00 * v[j] - v[i] * a10) / d]
+            }
+            _ => {
+                let i = active[0];
+                if m[i][i] == 0.0 || !m[i][i].is_finite() {
+                    return None;
+                }
+                vec![v[i] / m[i][i]]
+            }
+        };
+        if !sol.iter().all(|c| c.is_finite()) {
+            return None;
+        }
+        let mut worst = 0;
+        for i in 1..k {
+            if sol[i] < sol[worst] {
+                worst = i;
+            }
+        }
+        if sol[worst] >= 0.0 || k == 1 {
+            let mut out = [0.0; 3];
+            for (&i, &c) in active.iter().zip(&sol) {
+                out[i] = if c > 0.0 { c } else { 0.0 };
+            }
+            return Some(out);
+        }
+        active.remove(worst);
+    }
+}
+
 /// A quadratic needs three distinct token counts; with fewer the normal equations are
 /// singular and only rounding keeps the determinant off zero, giving wild coefficients.
 fn has_three_distinct(points: &VecDeque<(f64, f64)>) -> bool {
@@ -258,9 +306,9 @@ fn has_three_distinct(points: &VecDeque<(f64, f64)>) -> bool {
 
 /// Seconds to rebuild a dropped prefix.
 ///
-/// Prefill: `a + b·n + c·n²` (n tokens), least squares over the last `window` measured
-/// (tokens, seconds) pairs once `min_samples` are in and the fit is well posed; the
-/// configured defaults before that. Reload: `tokens · kv_bytes_per_token / bandwidth` when an
+/// Prefill: `a + b·n + c·n²` (n tokens), least squares with a, b, c >= 0 (so the price never
+/// falls as the prefix grows) over the last `window` measured (tokens, seconds) pairs once
+/// `min_samples` are in and the fit is well posed; the configured defaults before that. Reload: `tokens · kv_bytes_per_token / bandwidth` when an
 /// offload tier holds the blocks. The miss cost is the smaller of the two. Predictions are
 /// never negative.
 #[derive(Debug, Clone)]
@@ -350,11 +398,11 @@ impl CacheMissModel {
             y1 += x * y;
             y2 += x2 * y;
         }
+        // No coefficient below zero: the measured prefills are first chunks of at most one
+        // token budget, and a concave free fit of them (c < 0) extrapolates the price of a
+        // long context down to 0 s — the contexts most worth keeping would look free to lose.
         let m = [[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]];
-        let [a, b, c] = solve3(&m, &[y0, y1, y2])?;
-        if !(a.is_finite() && b.is_finite() && c.is_finite()) {
-            return None;
-        }
+        let [a, b, c] = solve_non_negative(&m, &[y0, y1, y2])?;
         Some((
             a,
             b / TOKENS_PER_UNIT,

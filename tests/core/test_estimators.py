@@ -155,11 +155,14 @@ def test_reload_bytes_are_exact_beyond_2_63(impl) -> None:
 
 
 def test_predictions_are_never_negative(impl) -> None:
+    """A falling curve (measurement noise: time cannot fall with work) is priced by the best
+    fit with no negative coefficient — here its mean — never below zero, never falling."""
     m = impl.CacheMissModel(min_samples=3, window=3)
     for n, s in ((1000, 3.0), (2000, 2.0), (3000, 0.0)):  # a falling curve
         m.observe_prefill(n, s)
     assert m.fitted
-    assert m.prefill_s(10_000) == 0.0
+    assert m.coefficients == pytest.approx((5.0 / 3.0, 0.0, 0.0))
+    assert m.prefill_s(10_000) == pytest.approx(5.0 / 3.0)
     assert all(m.prefill_s(n) >= 0.0 for n in range(0, 50_000, 997))
 
 
@@ -174,3 +177,22 @@ def test_constructor_settings_are_visible(impl) -> None:
     t = impl.OutOfOrderCost()
     assert (t.window, t.mean_s, t.count()) == (256, 0.0, 0)
     assert math.isfinite(impl.CacheMissModel().prefill_s(1 << 40))
+
+
+def test_a_concave_fit_never_prices_a_longer_prefix_lower(impl) -> None:
+    """The prefills an engine measures are first chunks of at most one token budget, and the
+    steps that carry them often carry decodes too, so the short ones look slow: a free
+    quadratic through such points is concave and prices a 8k-token prefix at 0 s. The fit
+    keeps every coefficient >= 0: a longer prefix never costs less to rebuild."""
+    points = [(256, 0.040), (512, 0.070), (1024, 0.120), (1536, 0.160), (2048, 0.190)]
+    free = np.polyfit([n for n, _ in points], [s for _, s in points], 2)
+    assert free[0] < 0 and np.polyval(free, 8000) < 0  # what an unconstrained fit says
+    m = impl.CacheMissModel(window=64, min_samples=4)
+    for n, s in points * 2:
+        m.observe_prefill(n, s)
+    assert m.fitted and min(m.coefficients) >= 0.0
+    prices = [m.prefill_s(n) for n in range(0, 200_001, 1000)]
+    assert prices == sorted(prices)
+    # the measured range is still described (least squares over the points kept)
+    assert max(abs(m.prefill_s(n) - s) / s for n, s in points) < 0.2
+    assert m.prefill_s(100_000) > 20 * m.prefill_s(2048)

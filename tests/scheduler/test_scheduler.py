@@ -123,6 +123,26 @@ def test_expire_and_reclaim_orders(impl):
     assert s.next_deadline_s is None and s.pinned_blocks == 0
 
 
+def test_reclaim_for_a_program_keeps_its_own_and_older_programs_pins(impl):
+    """Program-level FCFS applied to memory: a request of program B may take the pins of
+    programs that arrived after B (C), never B's own nor an older program's (A), even when
+    that leaves it short; without ``for_program`` any pin goes, latest-arrived first."""
+    s, _ = make(impl, budget=1000)
+    for i, pid in enumerate(["A", "B", "C"]):
+        run_one(s, f"{pid}1", pid, float(i))
+    for pid in "ABC":
+        s.finish(f"{pid}1", 3.0, 10, tool="t", cache_miss_cost_s=PINNING_MISS_COST_S)
+    assert {p.program_id for p in s.pins()} == {"A", "B", "C"}
+    assert [p.program_id for p in s.reclaim(100, 3.0, for_program="B")] == ["C"]
+    assert [p.program_id for p in s.reclaim(100, 3.0, for_program="A")] == ["B"]
+    assert s.reclaim(100, 3.0, for_program="A") == []  # A's own pin stays
+    assert [p.program_id for p in s.reclaim(100, 3.0)] == ["A"]
+    with pytest.raises(KeyError, match="for_program"):
+        s.reclaim(1, 3.0, for_program="nobody")
+    with pytest.raises(ValueError, match="for_program"):
+        s.reclaim(1, 3.0, for_program="")
+
+
 def test_last_turn_ends_program_and_observes_eta_input(impl):
     s, _policy = make(impl)
     run_one(s, "a1", "A", 0.0)

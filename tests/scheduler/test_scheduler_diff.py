@@ -43,6 +43,7 @@ ops = st.one_of(
     ),
     st.tuples(st.just("expire")),
     st.tuples(st.just("reclaim"), st.integers(0, 80)),
+    st.tuples(st.just("reclaim_for"), st.integers(0, 80), st.sampled_from(PROGRAMS)),
     st.tuples(st.just("end"), st.sampled_from(PROGRAMS)),
     st.tuples(st.just("abort"), st.sampled_from(REQUESTS)),
     st.tuples(st.just("delay"), st.sampled_from([0.0, 1.5, -1.0])),
@@ -88,6 +89,8 @@ def apply(s, now: float, op: tuple, step: int):
         return s.expire(now)
     if kind == "reclaim":
         return s.reclaim(op[1], now)
+    if kind == "reclaim_for":
+        return s.reclaim(op[1], now, for_program=op[2])
     if kind == "end":
         return s.end_program(op[1])
     if kind == "abort":

@@ -56,6 +56,16 @@ def test_keep_whole_output_grows_contexts_by_every_generated_token() -> None:
             assert t.input_tokens > prev.input_tokens + prev.output_tokens
 
 
+def test_observation_tokens_set_how_fast_contexts_grow() -> None:
+    """Table 2's tokens read as the last call's context: ~6.9k appended per turn instead of
+    ~0.75k (everything else drawn the same)."""
+    base = describe(paper_programs("swe-bench", 200, seed=1))["prompt_tokens"][0]
+    grown = paper_programs("swe-bench", 200, seed=1, observation_mean_tokens=6900.0)
+    last = sum(p.turns[-1].input_tokens for p in grown) / len(grown)
+    assert last == pytest.approx(70_126, rel=0.2)  # the last call's context, not the sum
+    assert describe(grown)["prompt_tokens"][0] > 4 * base
+
+
 def test_turn_scale_repeats_turns_with_tokens_divided() -> None:
     one = paper_programs("bfcl", 10, seed=2)
     three = paper_programs("bfcl", 10, seed=2, turn_scale=3)
@@ -73,6 +83,8 @@ def test_turn_scale_repeats_turns_with_tokens_divided() -> None:
         ({"workload": "bfcl", "n": 0}, "n"),
         ({"workload": "bfcl", "turn_scale": 0}, "turn_scale"),
         ({"workload": "bfcl", "output_mean_tokens": float("nan")}, "output_mean_tokens"),
+        ({"workload": "bfcl", "observation_mean_tokens": 0.0}, "observation_mean_tokens"),
+        ({"workload": "bfcl", "observation_mean_tokens": math.inf}, "observation_mean_tokens"),
     ],
 )
 def test_generator_bad_input_names_the_field(kwargs, field) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ttlpolicy_vllm.calibrate import (  # isort: skip
     EngineSettings,
     Shape,
+    StepRecorder,
     calibrate_llm,
     make_llm,
     usable_blocks,
@@ -18,16 +19,15 @@ from ttlpolicy.sim import load_profile, save_profile
 from ttlpolicy.sim.profile import prefill_shape
 
 TINY = Shape(2, 64, 2, 2, 32, 128, 512, "float32")
+SETTINGS = EngineSettings(blocks=24, block_size=32, token_budget=256, max_seqs=4, max_model_len=256)
 
 
 def test_calibrate_measures_the_engine_and_writes_a_loadable_profile(tmp_path) -> None:
-    settings = EngineSettings(blocks=24, block_size=32, token_budget=256, max_seqs=4,
-                              max_model_len=256)  # fmt: skip
-    llm = make_llm(write_model_dir(tmp_path / "m", TINY), TINY, settings,
+    llm = make_llm(write_model_dir(tmp_path / "m", TINY), TINY, SETTINGS,
                    "vllm.v1.core.sched.scheduler.Scheduler")  # fmt: skip
     try:
         free = usable_blocks(llm)
-        hw, record = calibrate_llm(llm, TINY, settings, "cpu", repeats=1)
+        hw, record = calibrate_llm(llm, TINY, SETTINGS, "cpu", repeats=1)
         assert usable_blocks(llm) == free  # the engine is left idle, nothing held
     finally:
         llm.llm_engine.engine_core.shutdown()
@@ -50,3 +50,31 @@ def test_calibrate_measures_the_engine_and_writes_a_loadable_profile(tmp_path) -
     assert json.loads(path.read_text())["calibration"]["settings"]["blocks"] == 24
     # The fit describes what it was fitted on, roughly (a loaded, shared machine).
     assert 0 <= record["fit_mean_rel_error"] < 1.0
+
+
+def test_step_recorder_records_each_step_with_the_simulator_shape(tmp_path) -> None:
+    """A replay's own steps as calibration rows: a lone prompt's prefill step has the shape of
+    ``prefill_shape(n)``, each decode step that of its one request's context, and the model
+    executor's share of a step is part of that step's time."""
+    from vllm import SamplingParams
+
+    from ttlpolicy.sim.profile import decode_shape
+
+    llm = make_llm(write_model_dir(tmp_path / "m", TINY), TINY, SETTINGS,
+                   "vllm.v1.core.sched.scheduler.Scheduler")  # fmt: skip
+    try:
+        recorder = StepRecorder(llm)
+        engine = llm.llm_engine
+        prompt = list(range(3, 103))  # 100 tokens, one chunk
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        engine.add_request("r0", {"prompt_token_ids": prompt}, params)
+        while engine.has_unfinished_requests():
+            recorder.step(engine)
+    finally:
+        llm.llm_engine.engine_core.shutdown()
+    shapes = [tuple(r[:3]) for r in recorder.rows]
+    # one prefill step (it samples the first token), then a decode step per further token:
+    # the k-th reads the prompt and the k tokens generated before it
+    assert shapes == [prefill_shape(100)] + [decode_shape([100 + k]) for k in (1, 2, 3)]
+    assert len(recorder.model_s) == len(recorder.rows)
+    assert all(0 < m <= r[3] for m, r in zip(recorder.model_s, recorder.rows, strict=True))

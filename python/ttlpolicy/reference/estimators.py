@@ -132,13 +132,51 @@ def solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
     return out
 
 
+def solve_non_negative(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """The normal equations ``m·x = v`` (3×3) solved with no coefficient below zero; None when
+    a system on the way is singular.  The unconstrained solution first; while a coefficient is
+    negative, the most negative one (the first of equals) is fixed at 0 and the rest re-solved
+    — an active-set approximation of non-negative least squares, exact when the unconstrained
+    solution has no negative coefficient."""
+    active = [0, 1, 2]
+    while True:
+        k = len(active)
+        sub = [[m[i][j] for j in active] for i in active]
+        rhs = [v[i] for i in active]
+        if k == 3:
+            sol = solve3(sub, rhs)
+        elif k == 2:
+            d = sub[0][0] * sub[1][1] - sub[0][1] * sub[1][0]
+            if d == 0.0 or not math.isfinite(d):
+                return None
+            sol = [(rhs[0] * sub[1][1] - sub[0][1] * rhs[1]) / d,
+                   (sub[0][0] * rhs[1] - rhs[0] * sub[1][0]) / d]  # fmt: skip
+        else:
+            if sub[0][0] == 0.0 or not math.isfinite(sub[0][0]):
+                return None
+            sol = [rhs[0] / sub[0][0]]
+        if sol is None or not all(math.isfinite(c) for c in sol):
+            return None
+        worst = 0
+        for i in range(1, k):
+            if sol[i] < sol[worst]:
+                worst = i
+        if sol[worst] >= 0.0 or k == 1:
+            out = [0.0, 0.0, 0.0]
+            for i, c in zip(active, sol, strict=True):
+                out[i] = max(0.0, c)
+            return out
+        del active[worst]
+
+
 @synchronized
 class CacheMissModel:
     """Seconds to rebuild a dropped prefix.
 
-    Prefill: ``a + b·n + c·n²`` (n tokens), least squares over the last ``window`` measured
-    (tokens, seconds) pairs once ``min_samples`` are in and the fit is well posed; the
-    configured defaults before that.  Reload: ``tokens · kv_bytes_per_token / bandwidth``
+    Prefill: ``a + b·n + c·n²`` (n tokens), least squares with a, b, c >= 0 (so the price
+    never falls as the prefix grows) over the last ``window`` measured (tokens, seconds)
+    pairs once ``min_samples`` are in and the fit is well posed; the configured defaults
+    before that.  Reload: ``tokens · kv_bytes_per_token / bandwidth``
     when an offload tier holds the blocks.  The miss cost is the smaller of the two.
     Predictions are never negative.
     """
@@ -196,8 +234,11 @@ class CacheMissModel:
             y0 += y
             y1 += x * y
             y2 += x2 * y
-        sol = solve3([[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]], [y0, y1, y2])
-        if sol is None or not all(math.isfinite(c) for c in sol):
+        # No coefficient below zero: the measured prefills are first chunks of at most one
+        # token budget, and a concave free fit of them (c < 0) extrapolates the price of a
+        # long context down to 0 s — the contexts most worth keeping would look free to lose.
+        sol = solve_non_negative([[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]], [y0, y1, y2])
+        if sol is None:
             return None
         a, b, c = sol
         return a, b / TOKENS_PER_UNIT, c / (TOKENS_PER_UNIT * TOKENS_PER_UNIT)

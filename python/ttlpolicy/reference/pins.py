@@ -100,15 +100,18 @@ class PinTable:
             out.append(pin)
         return out
 
-    def reclaim(self, blocks_needed: int) -> list[Pin]:
+    def reclaim(self, blocks_needed: int, keep_until: tuple[float, str] | None = None) -> list[Pin]:
         """Removes pins, latest-arrived program first, until ``blocks_needed`` blocks are
-        released or no pin is left."""
+        released or no pin is left — keeping, when ``keep_until`` is given, the pins of
+        programs whose ``(arrival_s, program_id)`` is at most it."""
         order = sorted(self._pins, key=lambda pid: (self._arrival_s[pid], pid), reverse=True)
         out: list[Pin] = []
         released = 0
         for program_id in order:
             if released >= blocks_needed:
                 break
+            if keep_until is not None and (self._arrival_s[program_id], program_id) <= keep_until:
+                break  # every pin left is of a program no younger than ``keep_until``
             pin = self.remove(program_id)
             assert pin is not None
             released += pin.blocks

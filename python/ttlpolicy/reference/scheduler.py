@@ -406,13 +406,23 @@ class ProgramScheduler:
                            self._programs[pin.program_id].arrival_s)  # fmt: skip
         return self._note_unpinned(out)
 
-    def reclaim(self, blocks_needed: Any, now: Any) -> list[Pin]:
+    def reclaim(self, blocks_needed: Any, now: Any, for_program: Any = None) -> list[Pin]:
         """Releases pins, latest-arrived program first, until at least ``blocks_needed``
-        blocks are released or no pin is left; returns them in release order."""
+        blocks are released or no pin is left; returns them in release order.
+
+        ``for_program``: the program whose request needs the blocks.  Its own pin and the
+        pins of programs that arrived before it are kept (program-level FCFS: an older
+        program's cache is not given to a younger one).  None: any pin."""
         need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
+        keep_until = None
+        if for_program is not None:
+            pid = check_id("for_program", for_program)
+            if pid not in self._programs:
+                raise KeyError(f"unknown for_program: {pid!r}")
+            keep_until = (self._programs[pid].arrival_s, pid)
         t = self._check_now(now)
         self._now = t
-        released = self._pins.reclaim(need)
+        released = self._pins.reclaim(need, keep_until)
         if self._at_schedule:
             for pin in released:
                 self._rekey_waiting(pin.program_id)

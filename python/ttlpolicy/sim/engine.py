@@ -217,14 +217,28 @@ class Engine:
             reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.acquire(call.program_id, reusable, total)
             if got is None:
-                released = policy.reclaim(total - kv.available_for(call.program_id), self.now)
+                need = total - kv.available_for(call.program_id)
+                # a preempted call was running: it asks as running calls do (any pin)
+                asker = None if call.preempted else call.program_id
+                released = policy.reclaim(need, self.now, asker)
+                if not released:
+                    return  # head-of-line waits for memory (acquire would refuse again)
                 for program in released:
                     kv.unpin(program)
-                # (nothing released: memory is as it was, acquire would refuse again)
-                got = kv.acquire(call.program_id, reusable, total) if released else None
+                if policy.peek() is not call:
+                    # A program that lost its pin lost its place too (pinned programs go
+                    # first under the published order): admit the new head.  Each pass
+                    # releases a pin, so this ends.
+                    continue
+                got = kv.acquire(call.program_id, reusable, total)
                 if got is None:
                     return  # head-of-line waits for memory
-            policy.pop()
+            popped = policy.pop()
+            if popped is not call:
+                raise RuntimeError(
+                    f"policy {policy.name!r} popped call {popped.call_id} after peeking "
+                    f"{call.call_id}: pop must return the call peek returned"
+                )
             gpu_hit, cpu_hit = got
             # A fully cached prompt still computes its last token, and vLLM recomputes that
             # token's whole block (hits stop at prompt - 1 tokens, block-aligned:

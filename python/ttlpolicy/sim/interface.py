@@ -89,7 +89,9 @@ class Policy(Protocol):
         """The call to admit next, or None (always None when ``waiting()`` is 0)."""
         ...
 
-    def pop(self) -> Call: ...
+    def pop(self) -> Call:
+        """Removes and returns the call ``peek`` just returned (the engine checks)."""
+        ...
 
     def waiting(self) -> int: ...
 
@@ -107,8 +109,10 @@ class Policy(Protocol):
         """Programs whose pins end at or before ``now``."""
         ...
 
-    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
-        """Programs whose pins to give up so that ``blocks_needed`` more can be allocated."""
+    def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
+        """Programs whose pins to give up so that ``blocks_needed`` more can be allocated;
+        ``for_program``: the program whose new waiting call needs them (None: running or
+        preempted calls need them)."""
         ...
 
     def next_deadline(self) -> float | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .interface import EngineConfig
 from .workload import Program, Turn
@@ -122,14 +122,22 @@ def paper_programs(
     block_tokens: int = 16,
     output_mean_tokens: float | None = None,
     keep_whole_output: bool = False,
+    observation_mean_tokens: float | None = None,
 ) -> list[Program]:
     """``n`` programs of ``workload`` (``"swe-bench"`` or ``"bfcl"``); the same arguments give
     the same programs.  ``output_mean_tokens`` overrides the workload's output length;
     ``keep_whole_output`` keeps every generated token in the next prompt (reasoning included:
-    contexts then outgrow Table 2's)."""
+    contexts then outgrow Table 2's); ``observation_mean_tokens`` overrides the tool output
+    appended per turn (how fast contexts grow)."""
     w = WORKLOADS.get(workload) if isinstance(workload, str) else workload
     if w is None:
         raise ValueError(f"workload must be one of {sorted(WORKLOADS)}, got {workload!r}")
+    if observation_mean_tokens is not None:
+        if not observation_mean_tokens >= 1 or not math.isfinite(observation_mean_tokens):
+            raise ValueError(
+                f"observation_mean_tokens must be >= 1, got {observation_mean_tokens!r}"
+            )
+        w = replace(w, observation_mean_tokens=float(observation_mean_tokens))
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if not isinstance(turn_scale, int) or turn_scale < 1:

@@ -730,10 +730,33 @@ impl ProgramScheduler {
     /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
     /// are released or no pin is left.
     pub fn reclaim(&mut self, blocks_needed: i64, now: f64) -> Result<Vec<Pin>> {
+        self.reclaim_for(blocks_needed, now, None)
+    }
+
+    /// [`reclaim`](Self::reclaim) for a request of program `for_program`: that program's own
+    /// pin and the pins of programs that arrived before it are kept (program-level FCFS: an
+    /// older program's cache is not given to a younger one). `None`: any pin.
+    pub fn reclaim_for(
+        &mut self,
+        blocks_needed: i64,
+        now: f64,
+        for_program: Option<&str>,
+    ) -> Result<Vec<Pin>> {
         let need = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
+        let keep_until = match for_program {
+            None => None,
+            Some(pid) => {
+                check_id("for_program", pid)?;
+                let p = self
+                    .programs
+                    .find(pid)
+                    .ok_or_else(|| Error::unknown("for_program", PyStr(pid)))?;
+                Some((self.programs.get(p).arrival_s, pid))
+            }
+        };
         let t = self.check_now(now)?;
         self.now = t;
-        let released = self.pins.reclaim_slots(need);
+        let released = self.pins.reclaim_slots_after(need, keep_until);
         let mut out = Vec::with_capacity(released.len());
         for (slot, pin) in released {
             if self.at_schedule() {

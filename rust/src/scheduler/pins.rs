@@ -137,12 +137,28 @@ impl PinTable {
 
     /// [`reclaim`](Self::reclaim), with the program slots.
     pub fn reclaim_slots(&mut self, blocks_needed: i64) -> Vec<(usize, Pin)> {
+        self.reclaim_slots_after(blocks_needed, None)
+    }
+
+    /// [`reclaim_slots`](Self::reclaim_slots), keeping the pins of programs whose
+    /// `(program_arrival_s, program_id)` is at most `keep_until` (that program's own included).
+    pub fn reclaim_slots_after(
+        &mut self,
+        blocks_needed: i64,
+        keep_until: Option<(f64, &str)>,
+    ) -> Vec<(usize, Pin)> {
         let mut out = Vec::new();
         let mut released = 0;
         while released < blocks_needed {
-            let Some((slot, _)) = self.by_arrival.peek() else {
+            let Some((slot, Reverse((t, id)))) = self.by_arrival.peek() else {
                 break;
             };
+            if let Some((arrival_s, program_id)) = keep_until {
+                let order = t.cmp(&Time(arrival_s)).then_with(|| (**id).cmp(program_id));
+                if order != std::cmp::Ordering::Greater {
+                    break; // every pin left is of a program no younger than `keep_until`
+                }
+            }
             let pin = self.remove(slot).expect("a heap entry has a pin");
             released += pin.blocks;
             out.push((slot, pin));

@@ -64,6 +64,30 @@ fn reclaim_latest_program_first_and_expire_by_deadline() {
 }
 
 #[test]
+fn reclaim_for_a_program_keeps_its_own_and_older_pins() {
+    let (mut s, mut pol) = setup();
+    for (i, p) in ["A", "B", "C"].iter().enumerate() {
+        let rid = format!("{p}1");
+        s.arrive(&mut pol, &rid, p, i as f64, 1).unwrap();
+        s.pop(&mut pol, i as f64).unwrap();
+    }
+    for p in ["A", "B", "C"] {
+        let fin = s.finish(&mut pol, &format!("{p}1"), 3.0, 10, pinning("t"));
+        assert!(fin.unwrap().pin.is_some());
+    }
+    let ids = |pins: Vec<Pin>| -> Vec<String> {
+        pins.into_iter().map(|p| p.program_id.to_string()).collect()
+    };
+    assert_eq!(ids(s.reclaim_for(100, 3.0, Some("B")).unwrap()), ["C"]);
+    assert!(s.reclaim_for(100, 3.0, Some("B")).unwrap().is_empty());
+    assert_eq!(ids(s.reclaim(100, 3.0).unwrap()), ["B", "A"]);
+    assert!(matches!(
+        s.reclaim_for(1, 3.0, Some("nobody")),
+        Err(Error::UnknownKey { .. })
+    ));
+}
+
+#[test]
 fn errors_change_nothing() {
     let (mut s, mut pol) = setup();
     s.arrive(&mut pol, "a1", "A", 5.0, 1).unwrap();

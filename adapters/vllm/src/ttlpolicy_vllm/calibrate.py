@@ -139,6 +139,73 @@ def _timed_step(engine: Any) -> tuple[float, list[Any]]:
     return time.perf_counter() - s, outs
 
 
+def scheduled_shape(scheduler: Any, out: Any) -> tuple[float, float, float]:
+    """(tokens, attn, kv) of the step ``out`` that ``scheduler.schedule()`` just returned, as
+    the simulator counts it: the sum over scheduled requests of ``prefill_shape(new tokens,
+    tokens computed before)`` (a decode is a chunk of one)."""
+    tokens = attn = kv = 0.0
+    for rid, n in out.num_scheduled_tokens.items():
+        before = scheduler.requests[rid].num_computed_tokens - n  # schedule() advanced it
+        t, a, k = prefill_shape(n, before)
+        tokens, attn, kv = tokens + t, attn + a, kv + k
+    return tokens, attn, kv
+
+
+class StepRecorder:
+    """The steps an engine runs while it serves, as calibration rows (tokens, attn, kv,
+    seconds): each step's shape from its ``schedule()`` output, its time the wall time of
+    ``engine.step()`` around it (host work included, as a served request waits for it).
+    ``model_s`` holds, per row, the part spent in the model executor.
+
+    Fitting the rows of a replay gives a profile measured under the replay's own conditions
+    — the same load on a shared machine, the same mix of step shapes — where the probe
+    (``measure_steps``) runs minutes apart on isolated shapes."""
+
+    def __init__(self, llm: Any) -> None:
+        core = llm.llm_engine.engine_core.engine_core
+        self.rows: list[tuple[float, float, float, float]] = []
+        self.model_s: list[float] = []
+        self._shape: tuple[float, float, float] | None = None
+        self._exec_s = 0.0
+        sched, executor = core.scheduler, core.model_executor
+        schedule, execute, sample = (
+            sched.schedule,
+            executor.execute_model,
+            executor.sample_tokens,
+        )
+
+        def recorded_schedule(*a: Any, **k: Any) -> Any:
+            out = schedule(*a, **k)
+            if out.total_num_scheduled_tokens > 0:
+                self._shape = scheduled_shape(sched, out)
+            return out
+
+        def timed(f: Any) -> Any:
+            def call(*a: Any, **k: Any) -> Any:
+                s = time.perf_counter()
+                try:
+                    return f(*a, **k)
+                finally:
+                    self._exec_s += time.perf_counter() - s
+
+            return call
+
+        sched.schedule = recorded_schedule
+        executor.execute_model = timed(execute)
+        executor.sample_tokens = timed(sample)
+
+    def step(self, engine: Any) -> list[Any]:
+        """``engine.step()``, recorded when it ran the model."""
+        self._shape, self._exec_s = None, 0.0
+        s = time.perf_counter()
+        outs = engine.step()
+        dt = time.perf_counter() - s
+        if self._shape is not None:
+            self.rows.append((*self._shape, dt))
+            self.model_s.append(self._exec_s)
+        return outs
+
+
 def measure_steps(
     llm: Any,
     *,
@@ -249,6 +316,20 @@ def calibrate_llm(
         repeats=repeats,
     )
     seconds = time.perf_counter() - t0
+    hw, record = fit_rows(rows, shape, settings, device_name, usable_blocks(llm))
+    record["measure_s"] = seconds
+    return hw, record
+
+
+def fit_rows(
+    rows: list[tuple[float, float, float, float]],
+    shape: Shape,
+    settings: EngineSettings,
+    device_name: str,
+    kv_blocks: int,
+) -> tuple[Hardware, dict[str, Any]]:
+    """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seconds) of a model of
+    ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record."""
     model = ModelSpec(
         f"llama-{shape.layers}x{shape.hidden}",
         shape.params,
@@ -263,7 +344,7 @@ def calibrate_llm(
     # offloading policies (a guess: 10 GB/s).
     device = GPUSpec(device_name, 0.0, 0.0, 0.0, 1e10)
     hw = fit_hardware(
-        model, device, rows, kv_capacity_blocks=usable_blocks(llm), block_tokens=settings.block_size
+        model, device, rows, kv_capacity_blocks=kv_blocks, block_tokens=settings.block_size
     )
     errors = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
     record = {
@@ -274,7 +355,6 @@ def calibrate_llm(
         "rows": [list(r) for r in rows],
         "fit_mean_rel_error": statistics.fmean(errors),
         "fit_max_rel_error": max(errors),
-        "measure_s": seconds,
     }
     return hw, record
 

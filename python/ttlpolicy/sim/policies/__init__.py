@@ -25,11 +25,22 @@ NAMES = (
     "cachettl",
     "static-ttl",
     "program-fcfs",
+    # the published model with program-FCFS reclaim (a waiting call takes younger pins only)
+    "cachettl:fcfs-reclaim",
+    "static-ttl:fcfs-reclaim",
     # ablations (also on ttlpolicy-offload, and '+'-joined): the named mechanism switched off
     "ttlpolicy:admission",
     "ttlpolicy:evict",
     "ttlpolicy:pins",
     "ttlpolicy:classic",  # the model before load control
+)
+#: the published model, its ablation rows, and its reclaim variant
+CACHETTL_NAMES = (
+    "cachettl",
+    "static-ttl",
+    "program-fcfs",
+    "cachettl:fcfs-reclaim",
+    "static-ttl:fcfs-reclaim",
 )
 SIMPLE = {
     "vllm": VLLM,
@@ -50,10 +61,10 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import make_ttlpolicy
 
         return make_ttlpolicy(base, variant)
-    if name in ("cachettl", "static-ttl", "program-fcfs"):
-        from .cachettl import CacheTTL, ProgramFCFS, StaticTTL
+    if name in CACHETTL_NAMES:
+        from .cachettl import make_cachettl
 
-        return {"cachettl": CacheTTL, "static-ttl": StaticTTL, "program-fcfs": ProgramFCFS}[name]()
+        return make_cachettl(base, variant)
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:

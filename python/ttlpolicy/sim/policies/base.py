@@ -65,7 +65,7 @@ class QueuePolicy:
     def expire(self, now: float) -> list[str]:
         return []
 
-    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+    def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         return []
 
     def next_deadline(self) -> float | None:
@@ -153,7 +153,7 @@ class PinningPolicy(QueuePolicy):
     def expire(self, now: float) -> list[str]:
         return self.table.expire(now)
 
-    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+    def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         return self.table.reclaim(blocks_needed)
 
     def next_deadline(self) -> float | None:

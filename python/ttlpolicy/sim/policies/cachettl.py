@@ -63,3 +63,15 @@ class StaticTTL(CacheTTL):
 class ProgramFCFS(CacheTTL):
     name = "program-fcfs"
     overrides: ClassVar[dict[str, Any]] = {"max_ttl_s": 0.0}
+
+
+def make_cachettl(base: str, variant: str = "") -> CacheTTL:
+    """``cachettl``, ``static-ttl`` or ``program-fcfs``; the variant ``fcfs-reclaim`` (on the
+    first two) keeps program-level FCFS when memory is reclaimed: a waiting call takes only
+    the pins of programs that arrived after its own, where the published rule, as read,
+    gives any pin, latest-arrived first, to whatever heads the queue."""
+    policy = {"cachettl": CacheTTL, "static-ttl": StaticTTL, "program-fcfs": ProgramFCFS}[base]()
+    if variant == "fcfs-reclaim":
+        policy.fcfs_reclaim = True
+        policy.name = f"{base}:{variant}"
+    return policy

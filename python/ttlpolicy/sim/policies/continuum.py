@@ -86,7 +86,7 @@ class Continuum(QueuePolicy):
         ends = self._expirable()
         return ends[0][0] if ends else None
 
-    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
+    def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         assert self.view is not None, "bind() first"
         if self.view.running_count > 1:
             return []

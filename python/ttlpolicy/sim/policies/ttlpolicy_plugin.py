@@ -19,6 +19,8 @@ class TTLPolicyPlugin:
 
     name = "ttlpolicy"
     uses_cpu_tier = False
+    #: whether a waiting call may take only the pins of programs younger than its own
+    fcfs_reclaim = False
     # set by ``bind``, before the engine calls anything else
     view: EngineView
     ttl_policy: tp.TTLPolicy
@@ -130,8 +132,11 @@ class TTLPolicyPlugin:
     def expire(self, now: float) -> list[str]:
         return [pin.program_id for pin in self.sched.expire(now)]
 
-    def reclaim(self, blocks_needed: int, now: float) -> list[str]:
-        return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now)]
+    def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
+        # ``fcfs_reclaim``: a waiting call takes only younger programs' pins (the library's
+        # rule for ``for_program``); otherwise any pin, latest-arrived program first.
+        pid = for_program if self.fcfs_reclaim else None
+        return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
 
     def next_deadline(self) -> float | None:
         return self.sched.next_deadline_s
