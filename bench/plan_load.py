@@ -11,6 +11,7 @@ first load builds it.  Then each policy's engine loop runs on the loaded program
 flight, as ``compare``'s default), reported as LLM calls per CPU second (wall time printed
 beside: the development machine is shared).  ``--repeat N`` runs each loop N times and
 reports the best and the median (neighbours slow CPU time too, by up to a fifth here).
+The library backend is printed (``TTLPOLICY_BACKEND=python`` runs the Python reference).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 from typing import Any
 
 from trace_paths import traces_dir
+from ttlpolicy._backend import backend
 from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate
 from ttlpolicy.traces import read_trace
 
@@ -50,7 +52,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs of each loop (best, median)")
     args = ap.parse_args()
     os.environ["TTLPOLICY_CACHE"] = tempfile.mkdtemp(prefix="ttlpolicy-bench-")
-    print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine)")
+    print(f"load average at start: {os.getloadavg()[0]:.1f} (2-core machine); backend {backend}")
     # the first call parses (as compare did before the cache) and stores the entry
     parsed, t_parse = timed(lambda: programs_from_trace(args.trace, **OPTIONS))
     cached, t_cached = timed(lambda: programs_from_trace(args.trace, **OPTIONS))

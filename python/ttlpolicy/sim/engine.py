@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable
+from operator import attrgetter
 from typing import cast
 
 from .call import Call, ProgramRun
@@ -38,10 +39,14 @@ class _View:
         # prefill_s by token count: a pure function of the (frozen) hardware and budget, asked
         # at every finished call by the policies that weigh a miss cost
         self._prefill_s: dict[int, float] = {}
+        # prefill_s of whole chunks by their count: the hardware sums a prefill chunk by chunk,
+        # the full ones first, so a prefill is the sum of its full chunks plus its last chunk
+        # alone (from where the full ones end) — the same floats added in the same order
+        self._full_chunks_s: dict[int, float] = {}
 
-    @property
-    def now(self) -> float:
-        return self._e.now
+    # the engine's clock, read without a Python frame (policies read it at every peek, pop
+    # and eviction order)
+    now = property(attrgetter("_e.now"), doc="The engine's clock, seconds.")
 
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
@@ -58,7 +63,13 @@ class _View:
     def prefill_s(self, tokens: int) -> float:
         s = self._prefill_s.get(tokens)
         if s is None:
-            s = self._prefill_s[tokens] = self.hardware.prefill_s(tokens, self.config.token_budget)
+            hw, budget = self.hardware, self.config.token_budget
+            chunks, rest = divmod(tokens, budget)
+            full_s = self._full_chunks_s.get(chunks)
+            if full_s is None:
+                full_s = self._full_chunks_s[chunks] = hw.prefill_s(chunks * budget, budget)
+            s = full_s + hw.prefill_s(rest, budget, chunks * budget)
+            self._prefill_s[tokens] = s
         return s
 
 
@@ -67,6 +78,10 @@ _NO_LIMIT = 1 << 62  # steps of a run before any call limits it
 
 
 class Engine:
+    #: Time a single step with ``StepModel.step_s`` (the float ``StepRun.s(1)`` gives) rather
+    #: than through a ``StepRun``; off, the plain path, which a test compares it with.
+    one_step_shortcut = True
+
     def __init__(
         self,
         hw: Hardware,
@@ -115,12 +130,13 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
-        running = self.running
+        running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         while True:
             handle_events()
-            admit()
+            if len(running) < max_seqs and policy.waiting():  # (else peek would say None)
+                admit()
             now = self.now
-            active = running.copy() if self._ready_max_s <= now else self._active(now)
+            active = running if self._ready_max_s <= now else self._active(now)
             if not active:
                 t = self._next_event_s()
                 if t is None:
@@ -141,9 +157,10 @@ class Engine:
         return self.metrics
 
     def _active(self, now: float) -> list[Call]:
-        """The running calls that may compute now (not waiting for a reload from the CPU)."""
+        """The running calls that may compute now (not waiting for a reload from the CPU):
+        the batch itself when every reload is done (a step reads it before changing it)."""
         if self._ready_max_s <= now:  # every reload is done
-            return self.running.copy()
+            return self.running
         return [c for c in self.running if c.ready_s <= now]
 
     def _next_event_s(self) -> float | None:
@@ -163,14 +180,15 @@ class Engine:
         if deadline is not None and deadline <= now:
             for program in self.policy.expire(now):
                 self.kv.unpin(program)
-        while self._events and self._events[0][0] <= now:
-            _, _, kind, obj = heapq.heappop(self._events)
+        events = self._events
+        while events and events[0][0] <= now:
+            _, _, kind, obj = heapq.heappop(events)
             if kind == _PROGRAM:
                 run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
-                issued, index = cast(tuple[ProgramRun, int], obj)
+                issued, index = cast("tuple[ProgramRun, int]", obj)  # (no alias built per event)
                 self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
 
@@ -181,10 +199,9 @@ class Engine:
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:
+        """Admits waiting calls; ``run`` calls it when a sequence slot is free and a call waits."""
         cfg, policy, kv = self.config, self.policy, self.kv
         running = self.running
-        if len(running) >= cfg.max_seqs or not policy.waiting():
-            return  # (nothing waits: peek would say None)
         budget_free = cfg.token_budget
         for c in running:
             left = c.prompt - c.computed
@@ -230,7 +247,8 @@ class Engine:
             # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
             # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
             max_hit_blocks = (call.prompt - 1) // b
-            hit_tokens = min(gpu_hit + cpu_hit, max_hit_blocks) * b
+            hit_blocks = gpu_hit + cpu_hit
+            hit_tokens = (hit_blocks if hit_blocks < max_hit_blocks else max_hit_blocks) * b
             call.computed = hit_tokens
             call.blocks = total
             call.admit_s = self.now
@@ -244,9 +262,11 @@ class Engine:
             if not call.preempted:
                 m.input_tokens += call.prompt
                 m.hit_tokens += hit_tokens
-                m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
-                lost = max(0, min(reusable, max_hit_blocks) * b - hit_tokens)
-                m.recomputed_tokens += lost
+                if cpu_hit:
+                    m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
+                lost = (reusable if reusable < max_hit_blocks else max_hit_blocks) * b - hit_tokens
+                if lost > 0:
+                    m.recomputed_tokens += lost
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
             policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
@@ -265,13 +285,17 @@ class Engine:
             if not active:
                 return
         dec, chunks, k, times = plan
-        dt = times.s(k)
         now = self.now
-        if k > 1:  # stop at the next event
+        if isinstance(times, StepRun):  # a run of k > 1 steps: stop at the next event
+            dt = times.s(k)
             t_next = self._next_event_s()
             if t_next is not None and now + dt > t_next:
                 k, dt = times.reach(now, t_next, k, dt)
-        self.metrics.pinned_block_s += self.kv.pinned * dt  # self._advance(dt)
+        else:  # one step
+            dt = times
+        pinned = self.kv.pinned
+        if pinned:  # (adding 0 * dt, +0.0, would leave the sum as it is)
+            self.metrics.pinned_block_s += pinned * dt  # self._advance(dt)
         self.now = now + dt
         if chunks and self._stepped is not None:
             self._stepped(chunks, times.s(1) if k > 1 else dt)
@@ -285,12 +309,14 @@ class Engine:
         k = _NO_LIMIT
         ctx = 0
         for c in active:
-            if c.computed >= c.prompt:
+            prompt = c.prompt
+            if c.computed >= prompt:
                 dec.append(c)
-                left = c.output - c.generated
+                generated = c.generated
+                left = c.output - generated
                 if left < k:
                     k = left
-                ctx += c.prompt + c.generated
+                ctx += prompt + generated
             else:
                 pre.append(c)
         n_dec = len(dec)
@@ -313,7 +339,12 @@ class Engine:
         elif len(chunks) == 1:  # the sums below, over one chunk
             c, n = chunks[0]
             # one long prefill chunked at the full budget runs while its chunks last
-            k = min(k, (c.prompt - c.computed) // n) if budget == 0 else 1
+            if budget == 0:
+                runs = (c.prompt - c.computed) // n
+                if runs < k:
+                    k = runs
+            else:
+                k = 1
             tokens = n_dec + n
             attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
             kv0 = ctx + (c.computed + n)
@@ -330,12 +361,15 @@ class Engine:
         # Decode growth: a decoding call holds the KV of all but its last token, so k steps
         # add at most ceil(k / block) blocks to it; only when that bound does not fit is the
         # need counted (and the run shortened or memory freed).
-        avail = self.kv.capacity - self.kv.used  # kv.available()
+        kv = self.kv
+        avail = kv.capacity - kv.used  # kv.available()
         b = self.config.block_tokens
         if n_dec * -(-k // b) > avail and self._grow_need(dec, k) > avail:
             k = self._fit_memory(dec, k)
             if k == 0:
                 return None
+        if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
+            return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0)
         return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv)
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
@@ -395,12 +429,13 @@ class Engine:
         done: list[Call] = []
         growth = 0
         for c in dec:
-            want = -(-(c.prompt + c.generated + k - 1) // b)
+            generated = c.generated + k
+            want = -(-(c.prompt + generated - 1) // b)
             if want > c.blocks:
                 growth += want - c.blocks
                 c.blocks = want
-            c.generated += k
-            if c.generated >= c.output:
+            c.generated = generated
+            if generated >= c.output:
                 done.append(c)
         # One allocation for the step's decode growth: the same blocks are evicted as by one
         # allocation per call, since a policy's eviction order is a sort by a key of its own
@@ -439,7 +474,8 @@ class Engine:
         # is never computed): KVCacheManager.allocate_slots, vllm/v1/core/kv_cache_manager.py
         chain = (call.prompt + call.generated - 1) // b
         run.attained_s += self.now - (call.admit_s or self.now)
-        verdict = self.policy.finished(call, self.now, min(chain, call.blocks), last)
+        held = call.blocks
+        verdict = self.policy.finished(call, self.now, chain if chain < held else held, last)
         if last:
             # vLLM frees the blocks still cached, to the most-recently-used end of its free
             # queue (BlockPool.free_blocks, vllm/v1/core/block_pool.py): they are evicted after

@@ -125,5 +125,7 @@ class Policy(Protocol):
 #: A run of identical engine steps: the running calls that decode, the prefill chunks (call,
 #: tokens per step), the number of steps, and their step times (``hardware.StepRun``, built
 #: from the step's shape: new tokens, attention units and KV tokens touched in the first step,
-#: and how much the last two grow per step).  A plain tuple: the engine makes one per step.
-StepPlan = tuple[list[Call], list[tuple[Call, int]], int, "StepRun"]
+#: and how much the last two grow per step) — for a single step, its seconds instead (a third
+#: of the steps: the float ``StepRun.s(1)`` would give, without building the run).  A plain
+#: tuple: the engine makes one per step.
+StepPlan = tuple[list[Call], list[tuple[Call, int]], int, "StepRun | float"]

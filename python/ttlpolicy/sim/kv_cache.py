@@ -29,6 +29,9 @@ from collections.abc import Callable
 
 from .interface import Verdict
 
+# (a member read through the Enum class costs a metaclass lookup: ~0.1 µs per release)
+_PIN, _SWAP = Verdict.PIN, Verdict.SWAP
+
 
 class KVCache:
     def __init__(self, capacity_blocks: int, cpu_capacity_blocks: int = 0) -> None:
@@ -130,9 +133,11 @@ class KVCache:
         the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
         nothing — when memory cannot hold it even after evicting every free chain."""
         chain = self._chain.get(program, 0)
-        if total_blocks > self.available_for(program):
-            return None
-        gpu_hit = min(chain, reusable_blocks, total_blocks)
+        if total_blocks > self.capacity - self.used + self._pins.get(program, 0):
+            return None  # (more than available_for(program))
+        gpu_hit = chain if chain < reusable_blocks else reusable_blocks
+        if total_blocks < gpu_hit:
+            gpu_hit = total_blocks
         cpu_hit = 0
         run = self._cpu.pop(program, None)
         if run is not None:
@@ -169,15 +174,15 @@ class KVCache:
         ``SWAP`` (to the CPU tier, or ``FREE`` without one)."""
         if not isinstance(verdict, Verdict):
             raise TypeError(f"verdict must be a Verdict, got {verdict!r}")
-        chain = min(chain_blocks, held_blocks)
+        chain = chain_blocks if chain_blocks < held_blocks else held_blocks
         self.used -= held_blocks
         if chain == 0:
             return
-        if verdict is Verdict.SWAP and self.cpu_capacity:
+        if verdict is _SWAP and self.cpu_capacity:
             self._to_cpu(program, 0, chain)
             return
         self._chain[program] = chain
-        if verdict is Verdict.PIN:
+        if verdict is _PIN:
             self.used += chain
             self.pinned += chain
             self._pins[program] = chain

@@ -94,7 +94,9 @@ class TTLPolicyPlugin:
         b = self._block_tokens
         rid = str(call.call_id)
         self._calls[rid] = call
-        blocks = min(-(-call.prompt // b), self._total)
+        blocks = -(-call.prompt // b)
+        if blocks > self._total:
+            blocks = self._total
         if self.admission is not None:
             self.admission.arrive(call.program_id, now, blocks)
         return self.sched.arrive(rid, call.program_id, now, blocks) is not None
