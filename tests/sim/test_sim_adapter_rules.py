@@ -14,11 +14,18 @@ from ttlpolicy import PolicyConfig
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.policies import make_policy
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 from ttlpolicy.sim.profile import prefill_shape
 
 BLOCK = 16
 CFG = EngineConfig(block_tokens=BLOCK, token_budget=2048, max_seqs=8)
 DEFAULTS = PolicyConfig()  # the miss-cost model's coefficients before it has a fit
+
+
+def ttl(name: str) -> TTLPolicyPlugin:
+    plugin = make_policy(name)
+    assert isinstance(plugin, TTLPolicyPlugin)
+    return plugin
 
 
 def hw_blocks(blocks: int, cpu_blocks: int = 0) -> Hardware:
@@ -47,7 +54,7 @@ class _Recorder:
 
 
 def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy:adapter"):
-    plugin = make_policy(policy)
+    plugin = ttl(policy)
     engine = Engine(hw, plugin, CFG)  # binds the plug-in
     log: list[tuple[str, Any]] = []
     plugin.ttl_policy = _Recorder(plugin.ttl_policy, log, "observe_prefill")
@@ -165,14 +172,14 @@ def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> 
 
     for tier_blocks, tokens in ((100_000, 50_000), (10, 50_000), (10, 100)):
         hw = hw_blocks(1000, cpu_blocks=tier_blocks)
-        plugin = make_policy("ttlpolicy-offload:adapter")
+        plugin = ttl("ttlpolicy-offload:adapter")
         Engine(hw, plugin, CFG)
         held = min(tokens, tier_blocks * BLOCK)
         rest = prefill(tokens - held) if tokens > held else 0.0
         expected = min(prefill(tokens), hw.transfer_s(held) + rest)
         assert plugin.miss_cost_s(tokens) == pytest.approx(expected, rel=1e-12)
     # and a tier-less ttlpolicy prices the full prefill
-    plugin = make_policy("ttlpolicy:adapter")
+    plugin = ttl("ttlpolicy:adapter")
     Engine(hw_blocks(1000), plugin, CFG)
     assert plugin.miss_cost_s(50_000) == pytest.approx(prefill(50_000), rel=1e-12)
 
@@ -188,7 +195,7 @@ def test_by_default_a_miss_costs_the_simulators_exact_prefill_and_nothing_is_fit
     for args, kwargs in finishes:
         exact = hw.prefill_s(args[2] * BLOCK, CFG.token_budget)
         assert kwargs["cache_miss_cost_s"] == pytest.approx(exact, rel=1e-12)
-    plugin = make_policy("ttlpolicy-offload")
+    plugin = ttl("ttlpolicy-offload")
     Engine(hw, plugin, CFG)
     assert plugin.miss_cost_s(50_000) == pytest.approx(
         min(hw.prefill_s(50_000, CFG.token_budget), hw.transfer_s(50_000)), rel=1e-12
@@ -203,7 +210,7 @@ def test_the_adapter_word_joins_the_variant_names() -> None:
         ("ttlpolicy:adapter+pins", True, True, 0.0),
         ("ttlpolicy:pins", False, True, 0.0),
     ):
-        plugin = make_policy(name)
+        plugin = ttl(name)
         Engine(hw_blocks(100), plugin, CFG)
         got = (plugin.name, plugin.adapter, plugin.ttl_policy.config.admission)
         assert got == (name, adapter, admission)

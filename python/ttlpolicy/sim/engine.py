@@ -298,7 +298,7 @@ class Engine:
             self.metrics.pinned_block_s += pinned * dt  # self._advance(dt)
         self.now = now + dt
         if chunks and self._stepped is not None:
-            self._stepped(chunks, times.s(1) if k > 1 else dt)
+            self._stepped(chunks, times.s(1) if isinstance(times, StepRun) and k > 1 else dt)
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
