@@ -260,7 +260,8 @@ def main() -> int:
             print(f"{name}: engine done", file=sys.stderr)
     # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
     # then out of sample).
-    replay_hw, _ = fit_rows(runs[0]["steps"], shape, settings, device, runs[0]["blocks"])
+    replay_hw, _ = fit_rows(runs[0]["steps"], shape, settings, device, runs[0]["blocks"],
+                            relative=False)  # fmt: skip
     profiles = {"replay": replay_hw} if probe is None else {"probe": probe, "replay": replay_hw}
     results: dict[str, Any] = {}
     programs = sim_programs(sessions, settings.block_size)

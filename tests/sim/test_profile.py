@@ -197,3 +197,26 @@ def test_compare_refuses_a_profile_with_the_paper_workload(tmp_path, capsys) -> 
     argv = ["compare", "--workload", workload, "--hardware", str(path)]
     assert main(argv) == 2
     assert "--hardware or --workload" in capsys.readouterr().err
+
+
+def test_a_fit_in_seconds_keeps_the_total_of_noisy_single_steps() -> None:
+    """A replay's own steps are measured once each, and on a shared CPU a third of them run
+    several times slower: a relative fit follows the fast ones and predicts far less time than
+    the run took; a fit in seconds (with its intercept) keeps the run's total."""
+    import random
+
+    from ttlpolicy.sim.hardware import fit_line
+
+    rng = random.Random(5)
+    rows = []
+    for i in range(300):
+        shape = decode_shape([64 + 7 * i] * (1 + i % 4)) if i % 5 else prefill_shape(32 + i)
+        base = 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2]
+        rows.append((*shape, base * (5.0 if rng.random() < 0.3 else 1.0)))
+    total = sum(r[3] for r in rows)
+
+    def predicted(line) -> float:
+        return sum(line.at(*r[:3]) for r in rows)
+
+    assert predicted(fit_line(rows)) < 0.8 * total
+    assert predicted(fit_line(rows, relative=False)) == pytest.approx(total, rel=0.01)

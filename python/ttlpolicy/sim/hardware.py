@@ -284,9 +284,10 @@ def roofline(
     return Hardware(m, g, StepModel(compute, memory), kv_bytes, cpu_tier_bytes)
 
 
-def fit_line(rows: Iterable[Sequence[float]]) -> Line:
+def fit_line(rows: Iterable[Sequence[float]], *, relative: bool = True) -> Line:
     """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, with no negative
-    coefficient, that minimises the squared relative error.
+    coefficient, that minimises the squared relative error (``relative=False``: the squared
+    error in seconds).
 
     At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
     make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
@@ -303,8 +304,11 @@ def fit_line(rows: Iterable[Sequence[float]]) -> Line:
     y = data[:, 3]
     # Least squares on relative error (each row weighted by 1 / its time): a run holds many
     # short decode steps and few long prefills, and an absolute fit would trade the former's
-    # accuracy for the latter's.
-    w = 1.0 / np.maximum(y, max(float(y.max()), 1e-12) * 1e-6)
+    # accuracy for the latter's.  Steps measured once each on a noisy machine (a replay's
+    # own) are better fitted in seconds: a relative fit follows the fast mode of a skewed
+    # spread and under-predicts the total; a fit in seconds with an intercept matches it.
+    floor = max(float(y.max()), 1e-12) * 1e-6
+    w = 1.0 / np.maximum(y, floor) if relative else np.ones_like(y)
     xw, yw = x * w[:, None], y * w
     # No coefficient below zero (a step never gets faster with more work, nor takes negative
     # time): a noisy measurement can make a free fit say so.  Drop the most negative term

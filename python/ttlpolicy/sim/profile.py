@@ -60,6 +60,7 @@ def fit_hardware(
     *,
     kv_capacity_blocks: int,
     block_tokens: int,
+    relative: bool = True,
 ) -> Hardware:
     """A ``Hardware`` whose step time is the least-squares line through ``rows``
     ((tokens, attn, kv, seconds) per measured step) and whose KV room is exactly
@@ -69,7 +70,7 @@ def fit_hardware(
             f"kv_capacity_blocks and block_tokens must be > 0, "
             f"got {kv_capacity_blocks!r}, {block_tokens!r}"
         )
-    line = fit_line(rows)
+    line = fit_line(rows, relative=relative)
     kv_bytes = float(kv_capacity_blocks * block_tokens * model.kv_bytes_per_token)
     return Hardware(model, device, StepModel(line, line), kv_bytes)
 

@@ -327,9 +327,13 @@ def fit_rows(
     settings: EngineSettings,
     device_name: str,
     kv_blocks: int,
+    *,
+    relative: bool = True,
 ) -> tuple[Hardware, dict[str, Any]]:
     """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seconds) of a model of
-    ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record."""
+    ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record.  ``relative``:
+    minimise relative error (medians of repeated shapes) or error in seconds (single noisy
+    steps, as a replay records them: ``hardware.fit_line``)."""
     model = ModelSpec(
         f"llama-{shape.layers}x{shape.hidden}",
         shape.params,
@@ -344,7 +348,12 @@ def fit_rows(
     # offloading policies (a guess: 10 GB/s).
     device = GPUSpec(device_name, 0.0, 0.0, 0.0, 1e10)
     hw = fit_hardware(
-        model, device, rows, kv_capacity_blocks=kv_blocks, block_tokens=settings.block_size
+        model,
+        device,
+        rows,
+        kv_capacity_blocks=kv_blocks,
+        block_tokens=settings.block_size,
+        relative=relative,
     )
     errors = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
     record = {
