@@ -4,7 +4,7 @@ The workload is ``bench/vllm_replay.py``'s: N programs in flight, each replaying
 sample session scaled to the small model (contexts to ``--max-context`` tokens, recorded tool
 gaps × ``--time-scale``, capped), a KV cache of ``--blocks`` blocks so that programs compete.
 It runs on the engine under vLLM's stock ``Scheduler`` and ``ttlpolicy_vllm.TTLScheduler``,
-and in the simulator (policies ``vllm`` and ``ttlpolicy``) on a hardware profile calibrated
+and in the simulator (policies ``vllm`` and ``ttlpolicy:adapter``) on a hardware profile calibrated
 on the same engine (``ttlpolicy_vllm.calibrate``; ``--profile`` reuses one) with the same KV
 blocks, block size, token budget and maximum sequences — and on a second profile fitted to
 the steps the stock replay itself ran (``StepRecorder``: each step's shape and wall time, under
@@ -55,7 +55,8 @@ from ttlpolicy.sim.interface import Policy
 from vllm_replay import STOCK, TTL, Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
-PAIRS = ((STOCK, "vllm"), (TTL, "ttlpolicy"))  # engine scheduler, simulator policy
+# engine scheduler, simulator policy (the TTL policy priced as the adapter prices a miss)
+PAIRS = ((STOCK, "vllm"), (TTL, "ttlpolicy:adapter"))
 METRICS = ("ttft_mean_s", "ttft_p90_s", "throughput_tok_s", "hit_rate", "jct_mean_s")
 
 

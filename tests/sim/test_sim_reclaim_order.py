@@ -37,9 +37,11 @@ def test_every_call_runs_once_when_reclaiming_reorders_the_queue(policy) -> None
 
 def test_fcfs_reclaim_is_a_variant_of_the_published_rows_only() -> None:
     from ttlpolicy.sim.policies import make_policy
+    from ttlpolicy.sim.policies.cachettl import CacheTTL
 
     for base in ("cachettl", "static-ttl"):
         plain, fcfs = make_policy(base), make_policy(f"{base}:fcfs-reclaim")
+        assert isinstance(plain, CacheTTL) and isinstance(fcfs, CacheTTL)
         assert type(plain) is type(fcfs)
         assert (plain.fcfs_reclaim, fcfs.fcfs_reclaim) == (False, True)
         assert fcfs.name == f"{base}:fcfs-reclaim"
