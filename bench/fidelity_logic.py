@@ -49,8 +49,7 @@ from ttlpolicy.sim import Hardware, Verdict, roofline
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
-from ttlpolicy.sim.profile import prefill_shape
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, write_model_dir
+from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, scheduled_shape, write_model_dir
 from vllm_replay import Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
@@ -254,15 +253,9 @@ def _runner_output(sched: Any, out: Any) -> Any:
 
 
 def step_s(hw: Hardware, sched: Any, out: Any) -> float:
-    """How long the simulator's hardware model says this step takes: the sum over scheduled
-    requests of ``prefill_shape(new tokens, tokens computed before)`` (a decode is a chunk
-    of one), priced by the step-time model."""
-    tokens = attn = kv = 0.0
-    for rid, n in out.num_scheduled_tokens.items():
-        before = sched.requests[rid].num_computed_tokens - n  # schedule() already advanced it
-        t, a, k = prefill_shape(n, before)
-        tokens, attn, kv = tokens + t, attn + a, kv + k
-    return hw.steps.step_s(tokens, attn, kv)
+    """How long the simulator's hardware model says this step takes: its shape as the
+    simulator counts it (``calibrate.scheduled_shape``), priced by the step-time model."""
+    return hw.steps.step_s(*scheduled_shape(sched, out))
 
 
 def _next_event_s(sched: Any, programs: list[Program], now: float) -> float:
