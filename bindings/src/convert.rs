@@ -273,6 +273,20 @@ pub fn call2<A: Sentinel, B: Sentinel, T>(
     args.finish(call(a, b))
 }
 
+/// The core call `call` on three converted arguments, with [`Args`]' error order.
+pub fn call3<A: Sentinel, B: Sentinel, C: Sentinel, T>(
+    (field_a, arg_a): (&'static str, Arg<A>),
+    (field_b, arg_b): (&'static str, Arg<B>),
+    (field_c, arg_c): (&'static str, Arg<C>),
+    call: impl FnOnce(A, B, C) -> ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
+    let mut args = Args::new();
+    let a = args.take(field_a, arg_a);
+    let b = args.take(field_b, arg_b);
+    let c = args.take(field_c, arg_c);
+    args.finish(call(a, b, c))
+}
+
 /// An untrusted tool name: `str` or None. A str that is not valid UTF-8 (lone surrogates)
 /// gets U+FFFD for each, exactly like the reference's utf-16 surrogatepass/replace round
 /// trip. Valid names are borrowed, not copied. (The core cuts the name to its length cap.)

@@ -21,7 +21,7 @@ use ttlpolicy_core::policy::{DecideArgs, PinDecision, PolicyConfig, Source, TTLP
 use ttlpolicy_core::solver;
 
 use crate::convert::{
-    call1, call2, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
+    call1, call2, call3, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
 };
 use crate::value::{self, Fields};
 
@@ -287,10 +287,20 @@ impl PyCacheMissModel {
         Ok(PyCacheMissModel { inner })
     }
 
-    fn observe_prefill(slf: &Bound<'_, Self>, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
-        call2(("tokens", tokens), ("seconds", seconds), |n, s| {
-            slf.borrow_mut().inner.observe_prefill(n, s)
-        })
+    #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
+    fn observe_prefill(
+        slf: &Bound<'_, Self>,
+        tokens: Arg<i64>,
+        seconds: Arg<f64>,
+        cached_tokens: Arg<i64>,
+    ) -> PyResult<()> {
+        let cached = ("cached_tokens", cached_tokens);
+        call3(
+            ("tokens", tokens),
+            ("seconds", seconds),
+            cached,
+            |n, s, k| slf.borrow_mut().inner.observe_prefill(n, s, k),
+        )
     }
 
     #[getter]
@@ -608,10 +618,20 @@ impl PyTTLPolicy {
         })
     }
 
-    fn observe_prefill(slf: &Bound<'_, Self>, tokens: Arg<i64>, seconds: Arg<f64>) -> PyResult<()> {
-        call2(("tokens", tokens), ("seconds", seconds), |n, s| {
-            slf.borrow_mut().inner.observe_prefill(n, s)
-        })
+    #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
+    fn observe_prefill(
+        slf: &Bound<'_, Self>,
+        tokens: Arg<i64>,
+        seconds: Arg<f64>,
+        cached_tokens: Arg<i64>,
+    ) -> PyResult<()> {
+        let cached = ("cached_tokens", cached_tokens);
+        call3(
+            ("tokens", tokens),
+            ("seconds", seconds),
+            cached,
+            |n, s, k| slf.borrow_mut().inner.observe_prefill(n, s, k),
+        )
     }
 
     // -- read-only views --------------------------------------------------------------------

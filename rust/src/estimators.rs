@@ -289,10 +289,10 @@ pub fn solve_non_negative(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
 
 /// A quadratic needs three distinct token counts; with fewer the normal equations are
 /// singular and only rounding keeps the determinant off zero, giving wild coefficients.
-fn has_three_distinct(points: &VecDeque<(f64, f64)>) -> bool {
+fn has_three_distinct(points: &VecDeque<(f64, f64, f64)>) -> bool {
     let mut seen: [f64; 2] = [f64::NAN; 2];
     let mut distinct = 0;
-    for &(x, _) in points {
+    for &(x, _, _) in points {
         if !seen[..distinct].contains(&x) {
             if distinct == 2 {
                 return true;
@@ -318,8 +318,9 @@ pub struct CacheMissModel {
     offload_bandwidth_bytes_per_s: Option<f64>,
     window: usize,
     min_samples: usize,
-    /// (tokens / TOKENS_PER_UNIT, seconds), in arrival order.
-    points: VecDeque<(f64, f64)>,
+    /// (tokens, attention units `tokens·(tokens + 2·cached)`, seconds), in TOKENS_PER_UNIT,
+    /// in arrival order.
+    points: VecDeque<(f64, f64, f64)>,
     /// Fitted (a, b, c) in per-token units.
     fit: Option<(f64, f64, f64)>,
 }
@@ -369,14 +370,20 @@ impl CacheMissModel {
         })
     }
 
-    /// Records one measured prefill of `tokens` tokens taking `seconds`, and refits.
-    pub fn observe_prefill(&mut self, tokens: i64, seconds: f64) -> Result<()> {
+    /// Records one measured prefill chunk of `tokens` new tokens after `cached_tokens`
+    /// already computed, taking `seconds`, and refits. Its attention term is
+    /// `c·tokens·(tokens + 2·cached)` — the part of `c·(cached + tokens)²` it adds — so the
+    /// chunks of one prefix sum to `c·prefix²`.
+    pub fn observe_prefill(&mut self, tokens: i64, seconds: f64, cached_tokens: i64) -> Result<()> {
         let n = int_in("tokens", tokens, 0, MAX_TOKENS)?;
         let s = non_negative("seconds", seconds)?;
+        let k = int_in("cached_tokens", cached_tokens, 0, MAX_TOKENS)?;
         if self.points.len() == self.window {
             self.points.pop_front();
         }
-        self.points.push_back((n as f64 / TOKENS_PER_UNIT, s));
+        let x = n as f64 / TOKENS_PER_UNIT;
+        let q = x * (x + 2.0 * (k as f64 / TOKENS_PER_UNIT));
+        self.points.push_back((x, q, s));
         self.fit = self.refit();
         Ok(())
     }
@@ -385,23 +392,24 @@ impl CacheMissModel {
         if self.points.len() < self.min_samples || !has_three_distinct(&self.points) {
             return None;
         }
-        let (mut s0, mut s1, mut s2, mut s3, mut s4) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        // Features 1, x and q (q = x² for a chunk with nothing cached before it).
+        let (mut s0, mut s1, mut sxx, mut sq, mut sxq, mut sqq) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0);
         let (mut y0, mut y1, mut y2) = (0.0, 0.0, 0.0);
-        for &(x, y) in &self.points {
-            let x2 = x * x;
+        for &(x, q, y) in &self.points {
             s0 += 1.0;
             s1 += x;
-            s2 += x2;
-            s3 += x2 * x;
-            s4 += x2 * x2;
+            sxx += x * x;
+            sq += q;
+            sxq += q * x;
+            sqq += q * q;
             y0 += y;
             y1 += x * y;
-            y2 += x2 * y;
+            y2 += q * y;
         }
         // No coefficient below zero: the measured prefills are first chunks of at most one
         // token budget, and a concave free fit of them (c < 0) extrapolates the price of a
         // long context down to 0 s — the contexts most worth keeping would look free to lose.
-        let m = [[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]];
+        let m = [[s0, s1, sq], [s1, sxx, sxq], [sq, sxq, sqq]];
         let [a, b, c] = solve_non_negative(&m, &[y0, y1, y2])?;
         Some((
             a,
@@ -617,7 +625,7 @@ mod tests {
         for i in 0..20 {
             let n = 500 * (i + 1);
             let x = n as f64;
-            m.observe_prefill(n, a + b * x + c * x * x).unwrap();
+            m.observe_prefill(n, a + b * x + c * x * x, 0).unwrap();
         }
         assert!(m.fitted());
         let (fa, fb, fc) = m.coefficients();
@@ -647,12 +655,12 @@ mod tests {
         let mut m = model();
         for i in 0..10 {
             // Two token counts: singular in exact arithmetic, not quite in floats.
-            m.observe_prefill(100 + i % 2, 1.0 + 1e-3 * i as f64)
+            m.observe_prefill(100 + i % 2, 1.0 + 1e-3 * i as f64, 0)
                 .unwrap();
         }
         assert!(!m.fitted());
         assert_eq!(m.coefficients(), (0.01, 1e-4, 0.0));
-        m.observe_prefill(5000, 2.0).unwrap();
+        m.observe_prefill(5000, 2.0, 0).unwrap();
         assert!(m.fitted());
     }
 }

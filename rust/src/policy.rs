@@ -192,8 +192,9 @@ impl TTLPolicy {
     }
 
     /// Records a measured prefill (for the cache-miss model).
-    pub fn observe_prefill(&mut self, tokens: i64, seconds: f64) -> Result<()> {
-        self.miss_model.observe_prefill(tokens, seconds)
+    pub fn observe_prefill(&mut self, tokens: i64, seconds: f64, cached_tokens: i64) -> Result<()> {
+        self.miss_model
+            .observe_prefill(tokens, seconds, cached_tokens)
     }
 
     // -- read-only views -------------------------------------------------------------------
@@ -484,7 +485,7 @@ mod tests {
         assert!(p.observe_tool(Some("a"), f64::NAN).is_err());
         assert!(p.observe_program(0).is_err());
         assert!(p.observe_queueing_delay(f64::INFINITY).is_err());
-        assert!(p.observe_prefill(-1, 1.0).is_err());
+        assert!(p.observe_prefill(-1, 1.0, 0).is_err());
         assert_eq!(p.tool_count(None), 0);
         assert_eq!((p.eta(), p.out_of_order_cost_s()), (1.0, 0.0));
         let bad = PolicyConfig {

@@ -245,6 +245,7 @@ def test_miss_model_token_counts(impl, bad, exc) -> None:
         m.observe_prefill(n, n / 1e4)
     before = miss_state(m)
     refuses(lambda: m.observe_prefill(bad, 1.0), exc, "tokens")
+    refuses(lambda: m.observe_prefill(100, 1.0, bad), exc, "cached_tokens")
     refuses(lambda: m.prefill_s(bad), exc, "tokens")
     refuses(lambda: m.reload_s(bad), exc, "tokens")
     refuses(lambda: m.miss_cost_s(bad), exc, "prefix_tokens")

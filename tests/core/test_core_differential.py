@@ -37,6 +37,7 @@ def make_policy_ops(floats: Any, ints: Any, tools: Any) -> Any:
         st.tuples(st.just("observe_program"), st.one_of(st.integers(1, 60), ints)),
         st.tuples(st.just("observe_queueing_delay"), floats),
         st.tuples(st.just("observe_prefill"), ints, floats),
+        st.tuples(st.just("observe_prefill"), ints, floats, ints),
         st.tuples(st.just("miss_cost_s"), ints, ints),
         st.tuples(st.just("tool_count"), tools),
         st.tuples(
@@ -159,6 +160,12 @@ estimator_ops = st.one_of(
     st.tuples(st.just("ooo"), floats),
     st.tuples(st.just("prefill"), ints, floats),
     st.tuples(st.just("prefill"), st.integers(0, 20_000), st.floats(0.0, 10.0)),
+    st.tuples(
+        st.just("prefill"),
+        st.integers(0, 20_000),
+        st.floats(0.0, 10.0),
+        st.integers(0, 200_000),
+    ),
     st.tuples(st.just("prefill_s"), ints),
     st.tuples(st.just("reload_s"), ints),
     st.tuples(st.just("miss_cost_s"), ints, ints),

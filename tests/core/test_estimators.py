@@ -196,3 +196,31 @@ def test_a_concave_fit_never_prices_a_longer_prefix_lower(impl) -> None:
     # the measured range is still described (least squares over the points kept)
     assert max(abs(m.prefill_s(n) - s) / s for n, s in points) < 0.2
     assert m.prefill_s(100_000) > 20 * m.prefill_s(2048)
+
+
+def test_chunks_after_cached_prefixes_price_a_long_prefix_whole(impl) -> None:
+    """What an engine measures: first chunks of at most one token budget (2048), most of them
+    after a long cached prefix, each step's time including the chunk's attention over that
+    prefix. Told the cached tokens, the fit prices a 100k-token prefix as its chunked
+    prefill costs (the attention of its chunks sums to c·100k²); not told, it fits the chunks
+    as if they started from nothing and misprices the prefix (here several times over; on
+    the agent sweep, at a median half of its prefill time)."""
+    a, b, c = 0.02, 5e-5, 2e-10  # a true engine: chunk of n after k cached = a + b·n + c·n(n+2k)
+    rng = np.random.default_rng(3)
+    samples = []
+    for _ in range(200):
+        n = int(rng.integers(200, 2049))
+        k = int(rng.integers(0, 120_000))
+        samples.append((n, k, a + b * n + c * n * (n + 2 * k)))
+    told, blind = impl.CacheMissModel(min_samples=8), impl.CacheMissModel(min_samples=8)
+    for n, k, s in samples:
+        told.observe_prefill(n, s, cached_tokens=k)
+        blind.observe_prefill(n, s)
+    whole = b * 100_000 + c * 100_000**2  # the prefix's chunks: attention c·P², one b·P
+    assert told.prefill_s(100_000) == pytest.approx(a + whole, rel=1e-6)
+    assert abs(blind.prefill_s(100_000) - (a + whole)) > 0.2 * (a + whole)
+    # without cached tokens the model is the quadratic of chunks from nothing, as before
+    fresh = impl.CacheMissModel(min_samples=8)
+    for n in range(256, 256 * 17, 256):
+        fresh.observe_prefill(n, a + b * n + c * n * n, cached_tokens=0)
+    assert fresh.prefill_s(10_000) == pytest.approx(a + b * 1e4 + c * 1e8, rel=1e-6)

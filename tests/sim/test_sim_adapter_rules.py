@@ -69,16 +69,17 @@ def lone_step_s(hw: Hardware, chunk: int, start: int) -> float:
     return hw.steps.step_s(*prefill_shape(chunk, start))
 
 
-def samples(log: list[tuple[str, Any]]) -> list[tuple[int, float]]:
+def samples(log: list[tuple[str, Any]]) -> list[tuple[int, float, int]]:
     return [args for name, (args, _) in log if name == "observe_prefill"]
 
 
 def test_a_prefill_sample_is_a_new_calls_first_chunk_and_its_steps_seconds() -> None:
     # TTLScheduler._after_schedule sums num_scheduled_tokens over scheduled_new_reqs (the
     # first chunk of each request admitted in the step; its later chunks are running
-    # requests), and update_from_output passes them with the step's seconds to
-    # TTLPolicy.observe_prefill.  One program alone: a 5000-token prompt runs in chunks of
-    # 2048, 2048, 904 and gives one sample, 2048 tokens at a lone 2048-token step; its
+    # requests), and update_from_output passes them with the step's seconds and the tokens
+    # cached before them to TTLPolicy.observe_prefill.  One program alone: a 5000-token
+    # prompt runs in chunks of 2048, 2048, 904 and gives one sample, 2048 tokens at a lone
+    # 2048-token step; its
     # return (5000 + 40 output + 300 new) hits the 314 full blocks of the 5039 tokens of KV
     # and gives 5340 - 5024 = 316 tokens at 5024.
     hw = hw_blocks(1000)
@@ -86,8 +87,8 @@ def test_a_prefill_sample_is_a_new_calls_first_chunk_and_its_steps_seconds() -> 
     second = Turn(5340, 5, 314, 2.0, None)
     _, _, log = run(hw, [(0.0, Program("A", (first, second)))])
     assert samples(log) == [
-        (2048, pytest.approx(lone_step_s(hw, 2048, 0), rel=1e-12)),
-        (316, pytest.approx(lone_step_s(hw, 316, 5024), rel=1e-12)),
+        (2048, pytest.approx(lone_step_s(hw, 2048, 0), rel=1e-12), 0),
+        (316, pytest.approx(lone_step_s(hw, 316, 5024), rel=1e-12), 5024),
     ]
 
 
@@ -99,7 +100,7 @@ def test_first_chunks_of_one_step_are_one_sample() -> None:
     b = Program("B", (Turn(500, 3, 0, 0.0, None),))
     _, _, log = run(hw, [(0.0, a), (0.0, b)])
     shape = np.add(prefill_shape(300, 0), prefill_shape(500, 0))
-    assert samples(log) == [(800, pytest.approx(hw.steps.step_s(*shape), rel=1e-12))]
+    assert samples(log) == [(800, pytest.approx(hw.steps.step_s(*shape), rel=1e-12), 0)]
 
 
 def test_a_resumed_preempted_call_gives_no_sample() -> None:
@@ -113,7 +114,7 @@ def test_a_resumed_preempted_call_gives_no_sample() -> None:
     b = Program("B", (Turn(64, 60, 0, 0.0, None),))
     _, metrics, log = run(hw, [(0.0, a), (0.0, b)])
     assert metrics.preemptions >= 1
-    assert [n for n, _ in samples(log)] == [128]
+    assert [n for n, *_ in samples(log)] == [128]
 
 
 def _returning_program(turns: int) -> Program:
@@ -132,12 +133,13 @@ def _returning_program(turns: int) -> Program:
 def test_a_lost_prefix_is_priced_by_the_policys_fit_of_its_samples() -> None:
     # TTLScheduler._finish_program_request prices a finished request's cached prefix with
     # TTLPolicy.miss_cost_s(prefix tokens) — the configured line until min_prefill_samples
-    # samples of three sizes are in, then the least-squares quadratic through the samples —
-    # and hands it to ProgramScheduler.finish as cache_miss_cost_s.  The simulator's own
-    # prefill time is not used.  Checked at each finish against a fit computed here.
+    # samples of three sizes are in, then the least-squares a + b·n + c·n(n + 2·cached)
+    # through the samples, priced at a + b·P + c·P² — and hands it to ProgramScheduler.finish
+    # as cache_miss_cost_s.  The simulator's own prefill time is not used.  Checked at each
+    # finish against a fit computed here.
     hw = hw_blocks(2000)
     _, _, log = run(hw, [(0.0, _returning_program(12))])
-    seen: list[tuple[int, float]] = []
+    seen: list[tuple[int, float, int]] = []
     checked = fitted = 0
     for name, (args, kwargs) in log:
         if name == "observe_prefill":
@@ -153,8 +155,11 @@ def test_a_lost_prefix_is_priced_by_the_policys_fit_of_its_samples() -> None:
             )
             assert miss_s != pytest.approx(hw.prefill_s(prefix_tokens, CFG.token_budget))
         else:
-            x, y = np.array(seen, dtype=float).T
-            expected = max(0.0, float(np.polyval(np.polyfit(x, y, 2), prefix_tokens)))
+            n, y, cached = np.array(seen, dtype=float).T
+            design = np.column_stack([np.ones_like(n), n, n * (n + 2 * cached)])
+            a, b, c = np.linalg.lstsq(design, y, rcond=None)[0]
+            assert min(a, b, c) >= 0  # (else the library's fit drops a term: not this case)
+            expected = a + b * prefix_tokens + c * prefix_tokens**2
             fitted += 1
         assert miss_s == pytest.approx(expected, rel=1e-6, abs=1e-9)
         checked += 1

@@ -204,16 +204,24 @@ class CacheMissModel:
         )
         self.window = int_in("window", window, 1, MAX_WINDOW)
         self.min_samples = int_in("min_samples", min_samples, 3, MAX_WINDOW)
-        self._points: deque[tuple[float, float]] = deque()
+        # (tokens, attention units: tokens·(tokens + 2·cached), seconds), in TOKENS_PER_UNIT
+        self._points: deque[tuple[float, float, float]] = deque()
         # Coefficients in per-token units: (a, b, c) with prefill = a + b·n + c·n².
         self._fit: tuple[float, float, float] | None = None
 
-    def observe_prefill(self, tokens: Any, seconds: Any) -> None:
+    def observe_prefill(self, tokens: Any, seconds: Any, cached_tokens: Any = 0) -> None:
+        """A prefill chunk of ``tokens`` new tokens after ``cached_tokens`` already computed
+        took ``seconds``.  Its attention term is ``c·tokens·(tokens + 2·cached)`` — the part
+        of ``c·(cached + tokens)²`` it adds — so chunks of one prefix sum to ``c·prefix²``: a
+        model fitted on first chunks after long cached prefixes prices a whole prefix right
+        (without ``cached_tokens`` those chunks look cheap and a long prefix is priced low)."""
         n = int_in("tokens", tokens, 0, 1 << 40)
         s = non_negative("seconds", seconds)
+        k = int_in("cached_tokens", cached_tokens, 0, 1 << 40)
         if len(self._points) == self.window:
             self._points.popleft()
-        self._points.append((n / TOKENS_PER_UNIT, s))
+        x = n / TOKENS_PER_UNIT
+        self._points.append((x, x * (x + 2.0 * (k / TOKENS_PER_UNIT)), s))
         self._fit = self._refit()
 
     def _refit(self) -> tuple[float, float, float] | None:
@@ -221,23 +229,24 @@ class CacheMissModel:
             return None
         # A quadratic needs three distinct token counts; with fewer the normal equations are
         # singular and only rounding keeps the determinant off zero, giving wild coefficients.
-        if len({x for x, _ in self._points}) < 3:
+        if len({x for x, _, _ in self._points}) < 3:
             return None
-        s0 = s1 = s2 = s3 = s4 = y0 = y1 = y2 = 0.0
-        for x, y in self._points:
-            x2 = x * x
+        # Features 1, x and q (q = x² for a chunk with nothing cached before it).
+        s0 = s1 = sxx = sq = sxq = sqq = y0 = y1 = y2 = 0.0
+        for x, q, y in self._points:
             s0 += 1.0
             s1 += x
-            s2 += x2
-            s3 += x2 * x
-            s4 += x2 * x2
+            sxx += x * x
+            sq += q
+            sxq += q * x
+            sqq += q * q
             y0 += y
             y1 += x * y
-            y2 += x2 * y
+            y2 += q * y
         # No coefficient below zero: the measured prefills are first chunks of at most one
         # token budget, and a concave free fit of them (c < 0) extrapolates the price of a
         # long context down to 0 s — the contexts most worth keeping would look free to lose.
-        sol = solve_non_negative([[s0, s1, s2], [s1, s2, s3], [s2, s3, s4]], [y0, y1, y2])
+        sol = solve_non_negative([[s0, s1, sq], [s1, sxx, sxq], [sq, sxq, sqq]], [y0, y1, y2])
         if sol is None:
             return None
         a, b, c = sol

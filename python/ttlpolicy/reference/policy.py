@@ -90,8 +90,8 @@ class TTLPolicy:
     def observe_queueing_delay(self, delay_s: Any) -> None:
         self._ooo.observe(delay_s)
 
-    def observe_prefill(self, tokens: Any, seconds: Any) -> None:
-        self._miss_model.observe_prefill(tokens, seconds)
+    def observe_prefill(self, tokens: Any, seconds: Any, cached_tokens: Any = 0) -> None:
+        self._miss_model.observe_prefill(tokens, seconds, cached_tokens)
 
     # -- read-only views ------------------------------------------------------------------
     @property

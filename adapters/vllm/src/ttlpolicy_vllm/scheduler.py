@@ -16,7 +16,7 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   ``schedule`` (its ``pop`` of a returning request without a pin feeds T, in the
   ProgramScheduler).  Afterwards: count pinned-prefix hits.
 * ``update_from_output`` — the step's wall time, when it ran prefill, feeds the cache-miss
-  model (seconds per prefill token).
+  model (the new requests' first chunks and the tokens cached before them).
 * ``_free_request`` — a program request that stopped: ``ProgramScheduler.finish`` decides the
   pin (tool name from ``extra_args["tool"]``, else parsed from the output when a tokenizer is
   loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
@@ -135,7 +135,8 @@ class TTLScheduler(Scheduler):
         # (clock when scheduled, prefill tokens) of each step scheduled and not yet returned,
         # by id of its SchedulerOutput: one in flight without async scheduling, up to the
         # batch queue's depth with it (bounded, should an output never come back)
-        self._steps_in_flight: OrderedDict[int, tuple[float, int]] = OrderedDict()
+        # per step in flight: (scheduled at, prefill tokens, their mean cached start)
+        self._steps_in_flight: OrderedDict[int, tuple[float, int, int]] = OrderedDict()
         self._tokenizer: Any = None
         self._tokenizer_loaded = False
         self.waiting = ProgramRequestQueue(
@@ -186,7 +187,7 @@ class TTLScheduler(Scheduler):
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
-        prefill_tokens = self._after_schedule(out)
+        prefill_tokens, cached_tokens = self._after_schedule(out)
         t_end = time.perf_counter()
         m = self.ttl_metrics
         m.schedule_calls += 1
@@ -199,7 +200,7 @@ class TTLScheduler(Scheduler):
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
-        self._steps_in_flight[id(out)] = (self.clock(), prefill_tokens)
+        self._steps_in_flight[id(out)] = (self.clock(), prefill_tokens, cached_tokens)
         while len(self._steps_in_flight) > MAX_STEPS_IN_FLIGHT:
             self._steps_in_flight.popitem(last=False)
         return out
@@ -238,19 +239,23 @@ class TTLScheduler(Scheduler):
             order = self.admission.eviction_order(programs, now)
             self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
-    def _after_schedule(self, out: Any) -> int:
-        """Hand pins over to admitted requests; returns the step's prefill tokens."""
-        prefill_tokens = 0
+    def _after_schedule(self, out: Any) -> tuple[int, int]:
+        """Hand pins over to admitted requests; returns the step's prefill tokens (first
+        chunks of new requests) and the tokens cached before them, token-weighted mean (the
+        cache-miss model prices a chunk's attention over what precedes it)."""
+        prefill_tokens = weighted_start = 0
         for new in out.scheduled_new_reqs:
             rid = new.req_id
-            prefill_tokens += out.num_scheduled_tokens.get(rid, 0)
+            chunk = out.num_scheduled_tokens.get(rid, 0)
+            prefill_tokens += chunk
+            weighted_start += chunk * new.num_computed_tokens
             pid = self._handover.pop(rid, None)
             if pid is not None:
                 # Admitted: its own references now hold the prefix; drop the pin's.
                 self.pins.release(pid)
                 self.ttl_metrics.pinned_prefix_hits += 1
                 self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
-        return prefill_tokens
+        return prefill_tokens, weighted_start // prefill_tokens if prefill_tokens else 0
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         t0 = time.perf_counter()
@@ -259,10 +264,10 @@ class TTLScheduler(Scheduler):
             # The step's wall time, from its scheduling to its output, prices its prefill
             # tokens (decodes in the same batch add a little): the cache-miss model's
             # measurements.
-            started, prefill_tokens = step
+            started, prefill_tokens, cached_tokens = step
             if prefill_tokens > 0:
                 seconds = max(0.0, self.clock() - started)
-                self.policy.observe_prefill(prefill_tokens, seconds)
+                self.policy.observe_prefill(prefill_tokens, seconds, cached_tokens)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super().update_from_output(scheduler_output, model_runner_output)
 

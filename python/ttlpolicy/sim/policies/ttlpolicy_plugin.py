@@ -124,6 +124,8 @@ class TTLPolicyPlugin:
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
         # (the scheduler learns of admission through ``pop``)  A preempted call resumes: vLLM
         # lists it apart from new requests, and the adapter takes no prefill sample from it.
+        if not self.adapter:
+            return  # (no prefill fit to feed: nothing to track)
         if call.preempted:
             self._unstarted.discard(call.call_id)
         else:
@@ -131,18 +133,20 @@ class TTLPolicyPlugin:
 
     def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
         """A step ran these prefill chunks in ``step_s``: as ``TTLScheduler`` does, the first
-        chunks of newly admitted calls, summed, and the step's seconds (decodes in the same
-        batch included) are one sample of the policy's prefill-time fit."""
+        chunks of newly admitted calls, summed, with the tokens cached before them
+        (token-weighted mean), and the step's seconds (decodes in the same batch included) are
+        one sample of the policy's prefill-time fit."""
         if not self.adapter:
             return  # (the simulator's exact prefill time prices misses: no fit to feed)
         unstarted = self._unstarted
-        tokens = 0
+        tokens = weighted_start = 0
         for call, n in chunks:
             if call.call_id in unstarted:
                 unstarted.remove(call.call_id)
                 tokens += n
+                weighted_start += n * call.computed  # (the step has not run yet)
         if tokens:
-            self.ttl_policy.observe_prefill(tokens, step_s)
+            self.ttl_policy.observe_prefill(tokens, step_s, weighted_start // tokens)
 
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
