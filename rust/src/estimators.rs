@@ -245,11 +245,14 @@ pub fn solve3(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
 /// active-set approximation of non-negative least squares, exact when the unconstrained
 /// solution has no negative coefficient. The reference's very operations.
 pub fn solve_non_negative(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
-    let mut active: Vec<usize> = vec![0, 1, 2];
+    // The terms still free (their first `k` entries) and their solution: fixed-size, as the
+    // miss model refits at every observed prefill.
+    let mut active = [0usize, 1, 2];
+    let mut k = 3;
     loop {
-        let k = active.len();
-        let sol: Vec<f64> = match k {
-            3 => solve3(m, v)?.to_vec(),
+        let mut sol = [0.0f64; 3];
+        match k {
+            3 => sol = solve3(m, v)?,
             2 => {
                 let (i, j) = (active[0], active[1]);
                 let (a00, a01, a10, a11) = (m[i][i], m[i][j], m[j][i], m[j][j]);
@@ -257,33 +260,36 @@ pub fn solve_non_negative(m: &Mat3, v: &[f64; 3]) -> Option<[f64; 3]> {
                 if d == 0.0 || !d.is_finite() {
                     return None;
                 }
-                vec![(v[i] * a11 - a01 * v[j]) / d, (a00 * v[j] - v[i] * a10) / d]
+                sol[0] = (v[i] * a11 - a01 * v[j]) / d;
+                sol[1] = (a00 * v[j] - v[i] * a10) / d;
             }
             _ => {
                 let i = active[0];
                 if m[i][i] == 0.0 || !m[i][i].is_finite() {
                     return None;
                 }
-                vec![v[i] / m[i][i]]
+                sol[0] = v[i] / m[i][i];
             }
-        };
+        }
+        let sol = &sol[..k];
         if !sol.iter().all(|c| c.is_finite()) {
             return None;
         }
         let mut worst = 0;
-        for i in 1..k {
-            if sol[i] < sol[worst] {
+        for (i, &c) in sol.iter().enumerate().skip(1) {
+            if c < sol[worst] {
                 worst = i;
             }
         }
         if sol[worst] >= 0.0 || k == 1 {
             let mut out = [0.0; 3];
-            for (&i, &c) in active.iter().zip(&sol) {
+            for (&i, &c) in active[..k].iter().zip(sol) {
                 out[i] = if c > 0.0 { c } else { 0.0 };
             }
             return Some(out);
         }
-        active.remove(worst);
+        active.copy_within(worst + 1..k, worst);
+        k -= 1;
     }
 }
 
