@@ -25,6 +25,7 @@ from __future__ import annotations
 from ttlpolicy_vllm.calibrate import (  # isort: skip
     SHAPES,
     EngineSettings,
+    Row,
     StepRecorder,
     add_engine_arguments,
     calibrate_llm,
@@ -194,15 +195,15 @@ def table(rows: list[dict[str, Any]], agree: dict[str, bool]) -> str:
     return "\n".join(lines)
 
 
-def step_fit(hw: Hardware, rows: list[tuple[float, float, float, float]]) -> dict[str, float]:
-    """How well ``hw``'s step model describes measured steps: the mean relative error, and the
-    measured and modelled total step time."""
-    errs = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
+def step_fit(hw: Hardware, rows: list[Row]) -> dict[str, float]:
+    """How well ``hw``'s step model describes measured steps (tokens, attn, kv, seqs, seconds):
+    the mean relative error, and the measured and modelled total step time."""
+    errs = [abs(hw.steps.step_s(*r[:4]) - r[4]) / r[4] for r in rows if r[4] > 0]
     return {
         "steps": len(rows),
         "mean_rel_error": statistics.fmean(errs) if errs else float("nan"),
-        "measured_s": sum(r[3] for r in rows),
-        "modelled_s": sum(hw.steps.step_s(*r[:3]) for r in rows),
+        "measured_s": sum(r[4] for r in rows),
+        "modelled_s": sum(hw.steps.step_s(*r[:4]) for r in rows),
     }
 
 
@@ -257,7 +258,8 @@ def main() -> int:
             gc.collect()
             name = cls.rsplit(".", 1)[1]
             runs.append({"scheduler": name, "policy": policy, "engine": engine, "blocks": blocks,
-                         "steps": recorder.rows, "model_s": recorder.model_s})  # fmt: skip
+                         "steps": recorder.rows, "model_s": recorder.model_s,
+                         "chunks": recorder.chunks})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
     # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
     # then out of sample).
@@ -287,7 +289,7 @@ def main() -> int:
                   f"modelled {f['modelled_s']:.2f} s, mean step error "
                   f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
     for run in runs:
-        total = sum(r[3] for r in run["steps"])
+        total = sum(r[4] for r in run["steps"])
         share = sum(run["model_s"]) / total if total else float("nan")
         print(f"{run['scheduler']}: {100 * share:.0f} % of step time in the model executor")
     if args.json:
@@ -299,7 +301,10 @@ def main() -> int:
             "wall_s": time.perf_counter() - t_start,
             "calibration": {k: v for k, v in record.items() if k != "rows"},
         }
-        steps = {r["scheduler"]: {"rows": r["steps"], "model_s": r["model_s"]} for r in runs}
+        steps = {
+            r["scheduler"]: {"rows": r["steps"], "model_s": r["model_s"], "chunks": r["chunks"]}
+            for r in runs
+        }
         Path(args.json).write_text(
             json.dumps({"meta": meta, "profiles": results, "steps": steps}, indent=1) + "\n"
         )

@@ -7,7 +7,7 @@ model, write a hardware profile (``ttlpolicy compare --hardware profile.json``).
 The recipe (``measure_steps``): isolated prefills at growing sizes, alone in the engine (the
 attention term makes their time quadratic in the size), prefills after a cached prefix (the
 context term), and decode steps at growing batch and context.  Every measured step becomes a
-row (tokens, attn, kv, seconds) with the simulator's own step shapes
+row (tokens, attn, kv, seqs, seconds) with the simulator's own step shapes
 (``ttlpolicy.sim.profile.prefill_shape`` / ``decode_shape``), and ``fit_hardware`` fits them.
 Each shape is measured ``repeats`` times and its median kept: the machines here are shared.
 
@@ -32,7 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from ttlpolicy.sim.hardware import GPUSpec, Hardware, ModelSpec
-from ttlpolicy.sim.profile import decode_shape, fit_hardware, prefill_shape, save_profile
+from ttlpolicy.sim.profile import (
+    StepShape,
+    decode_shape,
+    fit_hardware,
+    prefill_shape,
+    save_profile,
+    step_shape,
+)
+
+#: A measured step: its shape (tokens, attn, kv, seqs) and its seconds.
+Row = tuple[float, float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -139,23 +149,28 @@ def _timed_step(engine: Any) -> tuple[float, list[Any]]:
     return time.perf_counter() - s, outs
 
 
-def scheduled_shape(scheduler: Any, out: Any) -> tuple[float, float, float]:
-    """(tokens, attn, kv) of the step ``out`` that ``scheduler.schedule()`` just returned, as
-    the simulator counts it: the sum over scheduled requests of ``prefill_shape(new tokens,
-    tokens computed before)`` (a decode is a chunk of one)."""
-    tokens = attn = kv = 0.0
-    for rid, n in out.num_scheduled_tokens.items():
-        before = scheduler.requests[rid].num_computed_tokens - n  # schedule() advanced it
-        t, a, k = prefill_shape(n, before)
-        tokens, attn, kv = tokens + t, attn + a, kv + k
-    return tokens, attn, kv
+def scheduled_chunks(scheduler: Any, out: Any) -> list[tuple[int, int]]:
+    """(new tokens, tokens computed before) of each request in the step ``out`` that
+    ``scheduler.schedule()`` just returned (a decode is a chunk of one)."""
+    return [
+        (n, scheduler.requests[rid].num_computed_tokens - n)  # schedule() advanced it
+        for rid, n in out.num_scheduled_tokens.items()
+    ]
+
+
+def scheduled_shape(scheduler: Any, out: Any) -> StepShape:
+    """(tokens, attn, kv, seqs) of the step ``out`` that ``scheduler.schedule()`` just
+    returned, as the simulator counts it (``profile.step_shape`` of its chunks)."""
+    return step_shape(scheduled_chunks(scheduler, out))
 
 
 class StepRecorder:
     """The steps an engine runs while it serves, as calibration rows (tokens, attn, kv,
-    seconds): each step's shape from its ``schedule()`` output, its time the wall time of
-    ``engine.step()`` around it (host work included, as a served request waits for it).
-    ``model_s`` holds, per row, the part spent in the model executor.
+    seqs, seconds): each step's shape from its ``schedule()`` output, its time the wall time
+    of ``engine.step()`` around it (host work included, as a served request waits for it).
+    ``model_s`` holds, per row, the part spent in the model executor, and ``chunks`` the
+    step's (new tokens, tokens before) per request, from which other shapes can be computed
+    offline.
 
     Fitting the rows of a replay gives a profile measured under the replay's own conditions
     — the same load on a shared machine, the same mix of step shapes — where the probe
@@ -163,9 +178,10 @@ class StepRecorder:
 
     def __init__(self, llm: Any) -> None:
         core = llm.llm_engine.engine_core.engine_core
-        self.rows: list[tuple[float, float, float, float]] = []
+        self.rows: list[Row] = []
         self.model_s: list[float] = []
-        self._shape: tuple[float, float, float] | None = None
+        self.chunks: list[list[tuple[int, int]]] = []
+        self._chunks: list[tuple[int, int]] | None = None
         self._exec_s = 0.0
         sched, executor = core.scheduler, core.model_executor
         schedule, execute, sample = (
@@ -177,7 +193,7 @@ class StepRecorder:
         def recorded_schedule(*a: Any, **k: Any) -> Any:
             out = schedule(*a, **k)
             if out.total_num_scheduled_tokens > 0:
-                self._shape = scheduled_shape(sched, out)
+                self._chunks = scheduled_chunks(sched, out)
             return out
 
         def timed(f: Any) -> Any:
@@ -196,13 +212,14 @@ class StepRecorder:
 
     def step(self, engine: Any) -> list[Any]:
         """``engine.step()``, recorded when it ran the model."""
-        self._shape, self._exec_s = None, 0.0
+        self._chunks, self._exec_s = None, 0.0
         s = time.perf_counter()
         outs = engine.step()
         dt = time.perf_counter() - s
-        if self._shape is not None:
-            self.rows.append((*self._shape, dt))
+        if self._chunks is not None:
+            self.rows.append((*step_shape(self._chunks), dt))
             self.model_s.append(self._exec_s)
+            self.chunks.append(self._chunks)
         return outs
 
 
@@ -215,8 +232,9 @@ def measure_steps(
     decode_steps: int = 6,
     repeats: int = 3,
     vocab: int = 500,
-) -> list[tuple[float, float, float, float]]:
-    """Rows (tokens, attn, kv, seconds) measured on ``llm``'s engine, which must be idle.
+) -> list[Row]:
+    """Rows (tokens, attn, kv, seqs, seconds) measured on ``llm``'s engine, which must be
+    idle.
 
     ``prefill_sizes``: lone prompts prefilled in one step (each ≤ the token budget).
     ``cached_prefills``: (cached, new) — a prompt of ``cached`` tokens, then one extending it
@@ -249,7 +267,7 @@ def measure_steps(
     for n in (max(prefill_sizes), min(prefill_sizes)):
         submit(tokens(n), 4)
     drain()
-    samples: dict[tuple[float, float, float], list[float]] = {}
+    samples: dict[StepShape, list[float]] = {}
     for r in range(repeats):
         _log(f"calibration round {r + 1}/{repeats}")
         for n in prefill_sizes:
@@ -322,7 +340,7 @@ def calibrate_llm(
 
 
 def fit_rows(
-    rows: list[tuple[float, float, float, float]],
+    rows: list[Row],
     shape: Shape,
     settings: EngineSettings,
     device_name: str,
@@ -330,10 +348,10 @@ def fit_rows(
     *,
     relative: bool = True,
 ) -> tuple[Hardware, dict[str, Any]]:
-    """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seconds) of a model of
-    ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record.  ``relative``:
-    minimise relative error (medians of repeated shapes) or error in seconds (single noisy
-    steps, as a replay records them: ``hardware.fit_line``)."""
+    """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seqs, seconds) of a
+    model of ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record.
+    ``relative``: minimise relative error (medians of repeated shapes) or error in seconds
+    (single noisy steps, as a replay records them: ``hardware.fit_line``)."""
     model = ModelSpec(
         f"llama-{shape.layers}x{shape.hidden}",
         shape.params,
@@ -355,7 +373,7 @@ def fit_rows(
         block_tokens=settings.block_size,
         relative=relative,
     )
-    errors = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
+    errors = [abs(hw.steps.step_s(*r[:4]) - r[4]) / r[4] for r in rows if r[4] > 0]
     record = {
         "engine": "vllm " + _vllm_version(),
         "device": device_name,
