@@ -259,7 +259,7 @@ def main() -> int:
             name = cls.rsplit(".", 1)[1]
             runs.append({"scheduler": name, "policy": policy, "engine": engine, "blocks": blocks,
                          "steps": recorder.rows, "model_s": recorder.model_s,
-                         "chunks": recorder.chunks})  # fmt: skip
+                         "cpu_s": recorder.cpu_s, "chunks": recorder.chunks})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
     # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
     # then out of sample).
@@ -302,7 +302,7 @@ def main() -> int:
             "calibration": {k: v for k, v in record.items() if k != "rows"},
         }
         steps = {
-            r["scheduler"]: {"rows": r["steps"], "model_s": r["model_s"], "chunks": r["chunks"]}
+            r["scheduler"]: {"rows": r["steps"]} | {k: r[k] for k in ("model_s", "cpu_s", "chunks")}
             for r in runs
         }
         Path(args.json).write_text(

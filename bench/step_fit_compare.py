@@ -62,8 +62,15 @@ FORMS: dict[str, Callable[[Chunks], Shape]] = {
 }
 
 
-def rows_of(steps: dict[str, Any], form: Callable[[Chunks], Shape]) -> list[tuple[float, ...]]:
-    return [(*form(c), r[-1]) for c, r in zip(steps["chunks"], steps["rows"], strict=True)]
+def seconds_of(steps: dict[str, Any], clock: str) -> list[float]:
+    """Each step's wall seconds (``wall``) or the process's CPU seconds in it (``cpu``)."""
+    return [r[-1] for r in steps["rows"]] if clock == "wall" else list(steps["cpu_s"])
+
+
+def rows_of(
+    steps: dict[str, Any], form: Callable[[Chunks], Shape], clock: str
+) -> list[tuple[float, ...]]:
+    return [(*form(c), t) for c, t in zip(steps["chunks"], seconds_of(steps, clock), strict=True)]
 
 
 def is_prefill(chunks: Chunks) -> bool:
@@ -89,19 +96,38 @@ def describe(line: Line, rows: list[tuple[float, ...]], chunks: list[Chunks]) ->
     return out
 
 
-def compare(data: dict[str, Any]) -> dict[str, Any]:
+def undisturbed(steps: dict[str, Any], min_cpu_per_wall: float) -> dict[str, Any]:
+    """Only the steps during which the process kept ``min_cpu_per_wall`` CPUs busy.
+
+    On the shared machine another job on one core stalls the engine's other thread at every
+    OpenMP barrier: such a step takes several times as long, and its CPU time per wall
+    second drops from ~2 (both engine threads computing) to ~1 (one spinning at the
+    barrier).  The ratio tells the steps that measure the engine from those that measure the
+    other job."""
+    keep = [
+        i
+        for i, (r, c) in enumerate(zip(steps["rows"], steps["cpu_s"], strict=True))
+        if r[-1] > 0 and c / r[-1] >= min_cpu_per_wall
+    ]
+    return {k: [steps[k][i] for i in keep] for k in ("rows", "cpu_s", "chunks")}
+
+
+def compare(
+    data: dict[str, Any], clock: str = "wall", min_cpu_per_wall: float = 0.0
+) -> dict[str, Any]:
     steps = data["steps"]
     stock, ttl = steps["Scheduler"], steps["TTLScheduler"]
+    if min_cpu_per_wall > 0:
+        stock, ttl = undisturbed(stock, min_cpu_per_wall), undisturbed(ttl, min_cpu_per_wall)
     results: dict[str, Any] = {}
     for name, form in FORMS.items():
-        fits = {}
-        for label, s in (("stock", stock), ("ttl", ttl)):
-            fits[label] = fit_line(rows_of(s, form), relative=False)
+        rows = {"stock": rows_of(stock, form, clock), "ttl": rows_of(ttl, form, clock)}
+        fits = {k: fit_line(v, relative=False) for k, v in rows.items()}
         results[name] = {
             "coefficients": {k: vars_of(v) for k, v in fits.items()},
-            "stock in sample": describe(fits["stock"], rows_of(stock, form), stock["chunks"]),
-            "ttl in sample": describe(fits["ttl"], rows_of(ttl, form), ttl["chunks"]),
-            "stock fit on ttl": describe(fits["stock"], rows_of(ttl, form), ttl["chunks"]),
+            "stock in sample": describe(fits["stock"], rows["stock"], stock["chunks"]),
+            "ttl in sample": describe(fits["ttl"], rows["ttl"], ttl["chunks"]),
+            "stock fit on ttl": describe(fits["stock"], rows["ttl"], ttl["chunks"]),
         }
     return results
 
@@ -136,6 +162,12 @@ def table(results: dict[str, Any]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("steps", help="a fidelity.py --json file (with each step's chunks)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="fit wall seconds per step, or the process's CPU seconds (recorded "
+                    "with one engine thread: robust to other jobs on the machine)")  # fmt: skip
+    ap.add_argument("--min-cpu-per-wall", type=float, default=0.0,
+                    help="keep only steps whose CPU seconds per wall second reach this (1.8 "
+                    "with the engine's 2 threads: steps no other job stalled)")  # fmt: skip
     ap.add_argument("--json", default=None, help="write the comparison here")
     args = ap.parse_args()
     data = json.loads(Path(args.steps).read_text())
@@ -143,7 +175,11 @@ def main() -> int:
         print(f"{args.steps}: no per-step chunks (recorded before StepRecorder kept them)",
               file=sys.stderr)  # fmt: skip
         return 2
-    results = compare(data)
+    results = compare(data, args.clock, args.min_cpu_per_wall)
+    for name in ("Scheduler", "TTLScheduler"):
+        s = data["steps"][name]
+        kept = undisturbed(s, args.min_cpu_per_wall) if args.min_cpu_per_wall > 0 else s
+        print(f"{name}: {len(kept['rows'])} of {len(s['rows'])} steps kept")
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")

@@ -16,7 +16,7 @@ from ttlpolicy_vllm.calibrate import (  # isort: skip
 import json
 
 from ttlpolicy.sim import load_profile, save_profile
-from ttlpolicy.sim.profile import prefill_shape
+from ttlpolicy.sim.profile import prefill_shape, step_shape
 
 TINY = Shape(2, 64, 2, 2, 32, 128, 512, "float32")
 SETTINGS = EngineSettings(blocks=24, block_size=32, token_budget=256, max_seqs=4, max_model_len=256)
@@ -43,6 +43,12 @@ def test_calibrate_measures_the_engine_and_writes_a_loadable_profile(tmp_path) -
     # The cached prefill really hit the engine's prefix cache: a 124-token prompt leaves 3
     # full blocks of 32; extended by 62 tokens, the second prompt's chunk starts after them.
     assert prefill_shape(124 + 62 - 96, 96) in shapes
+    # and a short chunk after a long prefix: 186 tokens cache 5 blocks, extended by 16
+    assert prefill_shape(186 + 16 - 160, 160) in shapes
+    # Prompts prefilled together in one step: the same tokens as one prompt of their sum,
+    # as many sequences as prompts (limit 248: 2 × 62, 4 × 31; max_seqs 4 stops at 4).
+    assert step_shape([(62, 0)] * 2) in shapes and step_shape([(31, 0)] * 4) in shapes
+    assert max(r[3] for r in rows if r[1] != r[2]) == 4  # (decodes have attn == kv)
     # Decode batches of 1 and 4 requests: a token and a sequence each.
     assert {1.0, 4.0} <= {r[0] for r in rows if r[1] == r[2] and r[0] == r[3] and r[0] <= 4}
     assert hw.kv_capacity_blocks(32) == free
@@ -88,3 +94,4 @@ def test_step_recorder_records_each_step_with_the_simulator_shape(tmp_path) -> N
     assert recorder.chunks == [[(100, 0), (60, 0)], *decodes]
     assert len(recorder.model_s) == len(recorder.rows)
     assert all(0 < m <= r[4] for m, r in zip(recorder.model_s, recorder.rows, strict=True))
+    assert len(recorder.cpu_s) == len(recorder.rows) and all(c > 0 for c in recorder.cpu_s)

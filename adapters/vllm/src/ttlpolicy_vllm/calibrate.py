@@ -27,6 +27,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,9 +169,11 @@ class StepRecorder:
     """The steps an engine runs while it serves, as calibration rows (tokens, attn, kv,
     seqs, seconds): each step's shape from its ``schedule()`` output, its time the wall time
     of ``engine.step()`` around it (host work included, as a served request waits for it).
-    ``model_s`` holds, per row, the part spent in the model executor, and ``chunks`` the
-    step's (new tokens, tokens before) per request, from which other shapes can be computed
-    offline.
+    ``model_s`` holds, per row, the part spent in the model executor, ``cpu_s`` the CPU time
+    the process spent in the step (all its threads: with one engine thread, a measure of the
+    step's work that other jobs on a shared machine barely move, where wall time doubles),
+    and ``chunks`` the step's (new tokens, tokens before) per request, from which other
+    shapes can be computed offline.
 
     Fitting the rows of a replay gives a profile measured under the replay's own conditions
     — the same load on a shared machine, the same mix of step shapes — where the probe
@@ -180,6 +183,7 @@ class StepRecorder:
         core = llm.llm_engine.engine_core.engine_core
         self.rows: list[Row] = []
         self.model_s: list[float] = []
+        self.cpu_s: list[float] = []
         self.chunks: list[list[tuple[int, int]]] = []
         self._chunks: list[tuple[int, int]] | None = None
         self._exec_s = 0.0
@@ -213,12 +217,13 @@ class StepRecorder:
     def step(self, engine: Any) -> list[Any]:
         """``engine.step()``, recorded when it ran the model."""
         self._chunks, self._exec_s = None, 0.0
-        s = time.perf_counter()
+        s, cpu = time.perf_counter(), time.process_time()
         outs = engine.step()
-        dt = time.perf_counter() - s
+        dt, cpu = time.perf_counter() - s, time.process_time() - cpu
         if self._chunks is not None:
             self.rows.append((*step_shape(self._chunks), dt))
             self.model_s.append(self._exec_s)
+            self.cpu_s.append(cpu)
             self.chunks.append(self._chunks)
         return outs
 
@@ -229,6 +234,7 @@ def measure_steps(
     prefill_sizes: list[int],
     cached_prefills: list[tuple[int, int]],
     decode_points: list[tuple[int, int]],
+    multi_prefills: Sequence[tuple[int, int]] = (),
     decode_steps: int = 6,
     repeats: int = 3,
     vocab: int = 500,
@@ -239,6 +245,9 @@ def measure_steps(
     ``prefill_sizes``: lone prompts prefilled in one step (each ≤ the token budget).
     ``cached_prefills``: (cached, new) — a prompt of ``cached`` tokens, then one extending it
     by ``new``: the second step's chunk attends to the cached context.
+    ``multi_prefills``: (prompts, tokens) — that many prompts of that many tokens submitted
+    together and prefilled in one step: the same tokens as a lone prompt of their sum, more
+    sequences (what tells the per-sequence term from the per-token one).
     ``decode_points``: (batch, context) — that many requests of that context decoding
     together, ``decode_steps`` steps each.
     """
@@ -287,6 +296,14 @@ def measure_steps(
             total = cached + new
             samples.setdefault(prefill_shape(total - hit, hit), []).append(dt)
             drain()
+        for k, m in multi_prefills:
+            llm.reset_prefix_cache()
+            for _ in range(k):
+                submit(tokens(m), 1)
+            dt, outs = _timed_step(engine)
+            if len(outs) == k:  # all prefilled in that one step (each finished: 1 token)
+                samples.setdefault(step_shape([(m, 0)] * k), []).append(dt)
+            drain()
         for batch, ctx in decode_points:
             llm.reset_prefix_cache()
             rids = {submit(tokens(ctx), decode_steps + 2) for _ in range(batch)}
@@ -317,7 +334,11 @@ def calibrate_llm(
     budget = settings.token_budget
     limit = min(budget, settings.max_model_len - 8)
     sizes = sorted({max(16, limit * k // 4) for k in range(1, 5)})
-    cached = [(limit // 2, limit // 4)]
+    # a chunk after a cached prefix, and short chunks after a long one (a returning program's
+    # new tool output: the shape the TTL scheduler's replay runs most)
+    cached = [(limit // 2, limit // 4), (3 * limit // 4, 16), (3 * limit // 4, limit // 8)]
+    # half the largest prefill, split over 2, 4, 8 prompts in one step
+    multi = [(k, limit // (2 * k)) for k in (2, 4, 8) if k <= settings.max_seqs]
     batches = sorted({b for b in (1, 4, 16, 64) if b <= settings.max_seqs})
     room = (settings.blocks - 2) * settings.block_size
     points = []
@@ -331,6 +352,7 @@ def calibrate_llm(
         prefill_sizes=sizes,
         cached_prefills=cached,
         decode_points=points,
+        multi_prefills=multi,
         repeats=repeats,
     )
     seconds = time.perf_counter() - t0
