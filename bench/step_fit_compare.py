@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ttlpolicy.sim.hardware import Line, fit_line
 from ttlpolicy.sim.profile import step_shape
 
@@ -125,11 +127,21 @@ def compare(
         fits = {k: fit_line(v, relative=False) for k, v in rows.items()}
         results[name] = {
             "coefficients": {k: vars_of(v) for k, v in fits.items()},
+            # the per-sequence slope of an unconstrained least-squares fit (fit_line drops a
+            # negative term): how well the steps identify it at all
+            "free_c_seq": {k: free_c_seq(v) for k, v in rows.items()},
             "stock in sample": describe(fits["stock"], rows["stock"], stock["chunks"]),
             "ttl in sample": describe(fits["ttl"], rows["ttl"], ttl["chunks"]),
             "stock fit on ttl": describe(fits["stock"], rows["ttl"], ttl["chunks"]),
         }
     return results
+
+
+def free_c_seq(rows: list[tuple[float, ...]]) -> float:
+    data = np.asarray(rows, dtype=float)
+    x = np.column_stack([np.ones(len(data)), data[:, :4]])
+    sol, *_ = np.linalg.lstsq(x, data[:, 4], rcond=None)
+    return float(sol[4])
 
 
 def vars_of(line: Line) -> dict[str, float]:
@@ -154,7 +166,8 @@ def table(results: dict[str, Any]) -> str:
             lines.append(
                 f"{'':<12} {label + ' fit':<17} c0 {1e3 * c['c0']:.2f} ms, c_tok "
                 f"{1e6 * c['c_tok']:.1f} us, c_attn {1e9 * c['c_attn']:.2f} ns, c_kv "
-                f"{1e9 * c['c_kv']:.1f} ns, c_seq {1e3 * c['c_seq']:.2f} ms"
+                f"{1e9 * c['c_kv']:.1f} ns, c_seq {1e3 * c['c_seq']:.2f} ms "
+                f"(unconstrained {1e3 * r['free_c_seq'][label]:+.2f} ms)"
             )
     return "\n".join(lines)
 
