@@ -81,8 +81,12 @@ class TTLPolicyPlugin:
         self._block_tokens = view.config.block_tokens
 
     def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+        # (the engine chunks prefills at its token budget, as vLLM does: a lost prefix is
+        # rebuilt in that many steps; the fitted price, with ``adapter``, counts them)
         return tp.PolicyConfig(
-            kv_bytes_per_token=view.hardware.kv_bytes_per_token, **self._switches
+            kv_bytes_per_token=view.hardware.kv_bytes_per_token,
+            prefill_chunk_tokens=view.config.token_budget,
+            **self._switches,
         )
 
     @staticmethod
