@@ -54,7 +54,7 @@ class _Recorder:
         return recorded
 
 
-def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy:adapter"):
+def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy"):
     plugin = ttl(policy)
     engine = Engine(hw, plugin, CFG)  # binds the plug-in
     log: list[tuple[str, Any]] = []
@@ -196,31 +196,46 @@ def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> 
     assert plugin.miss_cost_s(50_000) == pytest.approx(prefill(50_000), rel=1e-12)
 
 
-def test_by_default_a_miss_costs_the_simulators_exact_prefill_and_nothing_is_fitted() -> None:
-    # The default keeps the oracle: Hardware.prefill_s of the lost prefix (with a CPU tier,
+def test_the_default_prices_as_the_adapter_and_adapter_names_the_default() -> None:
+    hw = hw_blocks(2000)
+    logs = [run(hw, [(0.0, _returning_program(12))], policy=p)[2] for p in POLICIES]
+    assert logs[0] == logs[1] and samples(logs[0])  # (the fit is fed)
+    assert ttl("ttlpolicy-offload").adapter and not ttl("ttlpolicy-offload:exact").adapter
+    with pytest.raises(ValueError, match="two pricings"):
+        ttl("ttlpolicy:adapter+exact")
+
+
+POLICIES = ("ttlpolicy", "ttlpolicy:adapter")
+
+
+def test_exact_prices_a_miss_at_the_simulators_prefill_and_fits_nothing() -> None:
+    # ``:exact`` keeps the oracle: Hardware.prefill_s of the lost prefix (with a CPU tier,
     # the cheaper of that and its transfer), and the policy's fit is never fed.
     hw = hw_blocks(2000, cpu_blocks=100_000)
-    _, _, log = run(hw, [(0.0, _returning_program(12))], policy="ttlpolicy")
+    _, _, log = run(hw, [(0.0, _returning_program(12))], policy="ttlpolicy:exact")
     assert samples(log) == []
     finishes = [(args, kwargs) for name, (args, kwargs) in log if name == "finish"]
     assert len(finishes) == 12
     for args, kwargs in finishes:
         exact = hw.prefill_s(args[2] * BLOCK, CFG.token_budget)
         assert kwargs["cache_miss_cost_s"] == pytest.approx(exact, rel=1e-12)
-    plugin = ttl("ttlpolicy-offload")
+    plugin = ttl("ttlpolicy-offload:exact")
     Engine(hw, plugin, CFG)
     assert plugin.miss_cost_s(50_000) == pytest.approx(
         min(hw.prefill_s(50_000, CFG.token_budget), hw.transfer_s(50_000)), rel=1e-12
     )
 
 
-def test_the_adapter_word_joins_the_variant_names() -> None:
+def test_the_pricing_words_join_the_variant_names() -> None:
     # (name, adapter rules, admission, pin budget fraction)
     for name, adapter, admission, pins in (
         ("ttlpolicy:adapter", True, True, 0.5),
         ("ttlpolicy-offload:adapter+admission", True, False, 0.5),
         ("ttlpolicy:adapter+pins", True, True, 0.0),
-        ("ttlpolicy:pins", False, True, 0.0),
+        ("ttlpolicy:pins", True, True, 0.0),
+        ("ttlpolicy:exact", False, True, 0.5),
+        ("ttlpolicy-offload:admission+exact", False, False, 0.5),
+        ("ttlpolicy:exact+pins", False, True, 0.0),
     ):
         plugin = ttl(name)
         Engine(hw_blocks(100), plugin, CFG)
