@@ -254,6 +254,7 @@ pub struct PyCacheMissModel {
 #[pymethods]
 impl PyCacheMissModel {
     #[new]
+    #[allow(clippy::too_many_arguments)] // the reference constructor's keyword arguments
     #[pyo3(signature = (
         prefill_base_s = Arg::Ok(CacheMissModel::DEFAULT_PREFILL_BASE_S),
         prefill_s_per_token = Arg::Ok(CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN),
@@ -262,6 +263,7 @@ impl PyCacheMissModel {
         offload_bandwidth_bytes_per_s = None,
         window = Arg::Ok(CacheMissModel::DEFAULT_WINDOW),
         min_samples = Arg::Ok(CacheMissModel::DEFAULT_MIN_SAMPLES),
+        prefill_chunk_tokens = None,
     ))]
     fn new(
         prefill_base_s: Arg<f64>,
@@ -271,6 +273,7 @@ impl PyCacheMissModel {
         offload_bandwidth_bytes_per_s: Option<Arg<f64>>,
         window: Arg<i64>,
         min_samples: Arg<i64>,
+        prefill_chunk_tokens: Option<Arg<i64>>,
     ) -> PyResult<Self> {
         let mut args = Args::new();
         let a = args.take("prefill_base_s", prefill_base_s);
@@ -283,7 +286,10 @@ impl PyCacheMissModel {
         );
         let w = args.take("window", window);
         let m = args.take("min_samples", min_samples);
-        let inner = args.finish(CacheMissModel::new(a, b, c, kv, bw, w, m))?;
+        let chunk = args.take_opt("prefill_chunk_tokens", prefill_chunk_tokens);
+        let model = CacheMissModel::new(a, b, c, kv, bw, w, m)
+            .and_then(|model| model.with_prefill_chunk_tokens(chunk));
+        let inner = args.finish(model)?;
         Ok(PyCacheMissModel { inner })
     }
 
@@ -337,6 +343,11 @@ impl PyCacheMissModel {
     #[getter]
     fn min_samples(&self) -> usize {
         self.inner.min_samples()
+    }
+
+    #[getter]
+    fn prefill_chunk_tokens(&self) -> Option<i64> {
+        self.inner.prefill_chunk_tokens()
     }
 
     fn prefill_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<f64> {
@@ -549,6 +560,9 @@ fn read_config(cfg: &Bound<'_, PyAny>) -> PyResult<PolicyConfig> {
             FieldMut::Float(x) => *x = args.take(name, value.extract()?),
             FieldMut::OptionalFloat(x) => {
                 *x = args.take_opt(name, value.extract::<Option<Arg<f64>>>()?)
+            }
+            FieldMut::OptionalInt(x) => {
+                *x = args.take_opt(name, value.extract::<Option<Arg<i64>>>()?)
             }
             FieldMut::Bool(x) => *x = value.extract()?,
             FieldMut::Handover(x) => {

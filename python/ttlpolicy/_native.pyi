@@ -127,8 +127,9 @@ class OutOfOrderCost:
 
 @final
 class CacheMissModel:
-    """Seconds to rebuild a dropped prefix: a fitted prefill quadratic in tokens, or the reload
-    time from an offload tier, whichever is smaller."""
+    """Seconds to rebuild a dropped prefix: a fitted prefill quadratic in tokens (its fixed
+    term once per ``prefill_chunk_tokens`` chunk), or the reload time from an offload tier,
+    whichever is smaller."""
 
     def __new__(
         cls,
@@ -139,6 +140,7 @@ class CacheMissModel:
         offload_bandwidth_bytes_per_s: SupportsFloat | None = None,
         window: SupportsIndex = ...,
         min_samples: SupportsIndex = ...,
+        prefill_chunk_tokens: SupportsIndex | None = None,
     ) -> CacheMissModel: ...
     def observe_prefill(
         self, tokens: SupportsIndex, seconds: SupportsFloat, cached_tokens: SupportsIndex = ...
@@ -157,6 +159,8 @@ class CacheMissModel:
     def window(self) -> int: ...
     @property
     def min_samples(self) -> int: ...
+    @property
+    def prefill_chunk_tokens(self) -> int | None: ...
     def prefill_s(self, tokens: SupportsIndex) -> float: ...
     def reload_s(self, tokens: SupportsIndex) -> float | None: ...
     def miss_cost_s(

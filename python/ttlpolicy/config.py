@@ -47,6 +47,9 @@ class PolicyConfig(BaseModel):
     prefill_s_per_token2: float = Field(0.0, ge=0)
     kv_bytes_per_token: int = Field(131072, ge=0, le=1 << 40)
     offload_bandwidth_bytes_per_s: float | None = Field(None, gt=0)
+    prefill_chunk_tokens: int | None = Field(
+        None, ge=1, le=1 << 40, description="the engine's prefill chunk; None: one step"
+    )
     # Switches between this library's model (the defaults) and the published one
     # (``published()``); appended so that existing configs keep their meaning.
     scale_cost_by_memory: bool = Field(
@@ -102,21 +105,32 @@ class PolicyConfig(BaseModel):
         return cls(**fields)
 
     @classmethod
-    def for_engine(cls, raw_json: str | None) -> PolicyConfig:
+    def for_engine(
+        cls, raw_json: str | None, prefill_chunk_tokens: int | None = None
+    ) -> PolicyConfig:
         """The config an engine adapter runs with: ``raw_json`` (its ``TTLPOLICY_POLICY``
         knob; None or empty: the defaults), with load control (``admission``,
         ``evict_by_next_use``) on where the JSON does not set it — the fields' own defaults
-        stay off, so existing configs keep their meaning."""
+        stay off, so existing configs keep their meaning — and the engine's prefill chunk
+        (``prefill_chunk_tokens``: the most prompt tokens one step computes, None when it does
+        not chunk) where the JSON does not set it, so a lost prefix is priced as the steps
+        that rebuild it."""
         cfg = cls.model_validate_json(raw_json) if raw_json else cls()
-        on = {k: True for k in ("admission", "evict_by_next_use") if k not in cfg.model_fields_set}
-        return cfg.model_copy(update=on) if on else cfg
+        update: dict[str, Any] = {
+            k: True for k in ("admission", "evict_by_next_use") if k not in cfg.model_fields_set
+        }
+        if prefill_chunk_tokens is not None and "prefill_chunk_tokens" not in cfg.model_fields_set:
+            # (validated as the field is: model_copy does not validate)
+            chunk = cls(prefill_chunk_tokens=prefill_chunk_tokens).prefill_chunk_tokens
+            update["prefill_chunk_tokens"] = chunk
+        return cfg.model_copy(update=update) if update else cfg
 
     @field_validator("*", mode="before")
     @classmethod
     def _numbers_not_text(cls, value: Any, info: ValidationInfo) -> Any:
         name = info.field_name or ""
         kind = cls.model_fields[name].annotation
-        if kind is int:
+        if kind is int or (kind == int | None and value is not None):
             return as_int(name, value)
         if kind is float or (kind == float | None and value is not None):
             return as_float(name, value)

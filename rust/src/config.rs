@@ -78,6 +78,8 @@ pub struct PolicyConfig {
     pub kv_bytes_per_token: i64,
     /// Offload tier reload bandwidth; None: no offload tier.
     pub offload_bandwidth_bytes_per_s: Option<f64>,
+    /// The engine's prefill chunk (most prompt tokens per step); None: one step per prefix.
+    pub prefill_chunk_tokens: Option<i64>,
     // Switches between this library's model (the defaults) and the published one.
     /// cost/s = m / M̄; false: 1 (the paper's Eq. 2, where m / M̄ cancels).
     pub scale_cost_by_memory: bool,
@@ -103,6 +105,8 @@ pub enum FieldMut<'a> {
     Int(&'a mut i64),
     /// A float field.
     Float(&'a mut f64),
+    /// An optional integer field (None allowed).
+    OptionalInt(&'a mut Option<i64>),
     /// An optional float field (None allowed).
     OptionalFloat(&'a mut Option<f64>),
     /// A switch.
@@ -130,6 +134,7 @@ impl Default for PolicyConfig {
             prefill_s_per_token2: CacheMissModel::DEFAULT_PREFILL_S_PER_TOKEN2,
             kv_bytes_per_token: CacheMissModel::DEFAULT_KV_BYTES_PER_TOKEN,
             offload_bandwidth_bytes_per_s: None,
+            prefill_chunk_tokens: None,
             scale_cost_by_memory: true,
             prior_mean_from_history: true,
             cold_start_eta: None,
@@ -163,7 +168,7 @@ impl PolicyConfig {
     /// Every field by name, in declaration order: the one field table the bindings read a
     /// Python config through (a new field is added here too, or the parity test fails).
     pub fn fields_mut(&mut self) -> Vec<(&'static str, FieldMut<'_>)> {
-        use FieldMut::{Bool, Float, Handover, Int, OptionalFloat};
+        use FieldMut::{Bool, Float, Handover, Int, OptionalFloat, OptionalInt};
         vec![
             ("window", Int(&mut self.window)),
             ("max_tools", Int(&mut self.max_tools)),
@@ -186,6 +191,10 @@ impl PolicyConfig {
             (
                 "offload_bandwidth_bytes_per_s",
                 OptionalFloat(&mut self.offload_bandwidth_bytes_per_s),
+            ),
+            (
+                "prefill_chunk_tokens",
+                OptionalInt(&mut self.prefill_chunk_tokens),
             ),
             ("scale_cost_by_memory", Bool(&mut self.scale_cost_by_memory)),
             (
@@ -222,6 +231,9 @@ impl PolicyConfig {
         int_in("kv_bytes_per_token", self.kv_bytes_per_token, 0, 1 << 40)?;
         if let Some(bw) = self.offload_bandwidth_bytes_per_s {
             positive("offload_bandwidth_bytes_per_s", bw)?;
+        }
+        if let Some(chunk) = self.prefill_chunk_tokens {
+            int_in("prefill_chunk_tokens", chunk, 1, 1 << 40)?;
         }
         if let Some(eta) = self.cold_start_eta {
             finite("cold_start_eta", eta)?;

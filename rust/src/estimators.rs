@@ -324,6 +324,8 @@ pub struct CacheMissModel {
     offload_bandwidth_bytes_per_s: Option<f64>,
     window: usize,
     min_samples: usize,
+    /// The engine's prefill chunk: a prefix costs the fixed term once per chunk (None: once).
+    prefill_chunk_tokens: Option<i64>,
     /// (tokens, attention units `tokens·(tokens + 2·cached)`, seconds), in TOKENS_PER_UNIT,
     /// in arrival order.
     points: VecDeque<(f64, f64, f64)>,
@@ -371,9 +373,21 @@ impl CacheMissModel {
             offload_bandwidth_bytes_per_s,
             window: int_in("window", window, 1, MAX_WINDOW)? as usize,
             min_samples: int_in("min_samples", min_samples, 3, MAX_WINDOW)? as usize,
+            prefill_chunk_tokens: None,
             points: VecDeque::new(),
             fit: None,
         })
+    }
+
+    /// The same model for an engine that prefills in chunks of at most `chunk` tokens (None:
+    /// in one step): a prefix's price counts the fixed term once per chunk (the reference's
+    /// `prefill_chunk_tokens` argument).
+    pub fn with_prefill_chunk_tokens(mut self, chunk: Option<i64>) -> Result<Self> {
+        self.prefill_chunk_tokens = match chunk {
+            None => None,
+            Some(c) => Some(int_in("prefill_chunk_tokens", c, 1, MAX_TOKENS)?),
+        };
+        Ok(self)
     }
 
     /// Records one measured prefill chunk of `tokens` new tokens after `cached_tokens`
@@ -459,6 +473,11 @@ impl CacheMissModel {
         self.min_samples
     }
 
+    /// The engine's prefill chunk (None: a prefix is priced as one step).
+    pub fn prefill_chunk_tokens(&self) -> Option<i64> {
+        self.prefill_chunk_tokens
+    }
+
     /// Measurements in the window.
     pub fn count(&self) -> usize {
         self.points.len()
@@ -471,12 +490,17 @@ impl CacheMissModel {
     }
 
     fn prefill_unchecked(&self, tokens: i64) -> f64 {
-        let n = tokens as f64;
-        if n == 0.0 {
+        if tokens == 0 {
             return 0.0;
         }
+        let n = tokens as f64;
         let (a, b, c) = self.coefficients();
-        let s = a + b * n + c * n * n;
+        // The fixed term once per step that rebuilds the prefix: ⌈tokens / chunk⌉ steps.
+        let steps = match self.prefill_chunk_tokens {
+            None => 1.0,
+            Some(chunk) => (tokens + chunk - 1).div_euclid(chunk) as f64,
+        };
+        let s = a * steps + b * n + c * n * n;
         // Python's max(0.0, s): 0.0 unless s is strictly greater (NaN → 0.0).
         if s > 0.0 {
             s
@@ -636,6 +660,23 @@ mod tests {
         assert!(m.fitted());
         let (fa, fb, fc) = m.coefficients();
         assert!((fa - a).abs() < 1e-9 && (fb - b).abs() < 1e-12 && (fc - c).abs() < 1e-15);
+    }
+
+    #[test]
+    fn a_chunked_prefix_pays_the_fixed_term_per_chunk() {
+        // a = 0.01 s per step, b = 1e-4 s per token; chunks of 512 tokens
+        let chunked = model().with_prefill_chunk_tokens(Some(512)).unwrap();
+        let one = model();
+        assert_eq!(chunked.prefill_chunk_tokens(), Some(512));
+        // 512 tokens: one step either way; 513: two steps, one more fixed term
+        assert_eq!(chunked.prefill_s(512).unwrap(), one.prefill_s(512).unwrap());
+        let extra = chunked.prefill_s(513).unwrap() - one.prefill_s(513).unwrap();
+        assert!((extra - 0.01).abs() < 1e-12, "{extra}");
+        // 100,000 tokens: ⌈100000 / 512⌉ = 196 steps
+        let extra = chunked.prefill_s(100_000).unwrap() - one.prefill_s(100_000).unwrap();
+        assert!((extra - 195.0 * 0.01).abs() < 1e-9, "{extra}");
+        assert!(model().with_prefill_chunk_tokens(Some(0)).is_err());
+        assert!(model().with_prefill_chunk_tokens(None).is_ok());
     }
 
     #[test]

@@ -164,7 +164,8 @@ impl TTLPolicy {
                 config.offload_bandwidth_bytes_per_s,
                 config.prefill_window,
                 config.min_prefill_samples,
-            )?,
+            )?
+            .with_prefill_chunk_tokens(config.prefill_chunk_tokens)?,
             config,
         })
     }

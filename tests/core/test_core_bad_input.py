@@ -232,7 +232,12 @@ def miss_state(m: Any) -> tuple:
     + [("offload_bandwidth_bytes_per_s", b, e) for b, e in BAD_NON_NEGATIVE if b is not None]
     + [("offload_bandwidth_bytes_per_s", 0.0, ValueError)]
     + [("window", b, e) for b, e in BAD_COUNT]
-    + [("min_samples", 2, ValueError)],
+    + [("min_samples", 2, ValueError)]
+    + [("prefill_chunk_tokens", b, e) for b, e in BAD_COUNT if b is not None]
+    + [
+        ("prefill_chunk_tokens", 0, ValueError),
+        ("prefill_chunk_tokens", (1 << 40) + 1, ValueError),
+    ],
 )
 def test_miss_model_constructor(impl, field, bad, exc) -> None:
     refuses(lambda: impl.CacheMissModel(**{field: bad}), exc, field)

@@ -202,6 +202,7 @@ def run_estimators(b: Any, args: tuple, ops: list) -> list:
         st.one_of(st.none(), st.floats(1e3, 1e10)),
         st.integers(3, 8),
         st.integers(3, 5),
+        st.one_of(st.none(), st.integers(1, 5_000)),
     ),
     st.lists(estimator_ops, max_size=60),
 )

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ttlpolicy import PolicyConfig
+
 
 def eta_by_pairs(turns: list[int]) -> float:
     """−corr(k, N−k) over the explicit pairs, with numpy, clamped to [0, 1]."""
@@ -224,3 +226,39 @@ def test_chunks_after_cached_prefixes_price_a_long_prefix_whole(impl) -> None:
     for n in range(256, 256 * 17, 256):
         fresh.observe_prefill(n, a + b * n + c * n * n, cached_tokens=0)
     assert fresh.prefill_s(10_000) == pytest.approx(a + b * 1e4 + c * 1e8, rel=1e-6)
+
+
+def test_a_chunked_engine_pays_the_step_cost_once_per_chunk(impl) -> None:
+    """An engine that prefills in chunks of 2048 tokens rebuilds a 100k-token prefix in 49
+    steps, each with the step's fixed cost a. The samples are single steps, so the fit learns
+    a once; told the chunk size, the model charges it per chunk and prices the prefix as
+    those steps cost; not told, it charges a once and prices it lower by 48·a."""
+    a, b, c, chunk = 0.05, 5e-5, 2e-10, 2048
+    rng = np.random.default_rng(5)
+    samples = [
+        (int(rng.integers(200, chunk + 1)), int(rng.integers(0, 120_000))) for _ in range(200)
+    ]
+    chunked = impl.CacheMissModel(min_samples=8, prefill_chunk_tokens=chunk)
+    single = impl.CacheMissModel(min_samples=8)
+    for n, k in samples:
+        seconds = a + b * n + c * n * (n + 2 * k)
+        chunked.observe_prefill(n, seconds, cached_tokens=k)
+        single.observe_prefill(n, seconds, cached_tokens=k)
+    prefix = 100_000
+    steps, done = 0.0, 0
+    while done < prefix:  # the engine's steps, chunk by chunk
+        n = min(chunk, prefix - done)
+        steps += a + b * n + c * n * (n + 2 * done)
+        done += n
+    assert chunked.prefill_chunk_tokens == chunk and single.prefill_chunk_tokens is None
+    assert chunked.prefill_s(prefix) == pytest.approx(steps, rel=1e-6)
+    assert single.prefill_s(prefix) == pytest.approx(steps - 48 * a, rel=1e-6)
+    # one chunk or less: one step either way
+    assert chunked.prefill_s(chunk) == pytest.approx(single.prefill_s(chunk), rel=1e-12)
+    assert chunked.prefill_s(chunk + 1) > single.prefill_s(chunk + 1) + 0.9 * a
+    # the policy builds its model from the config's field
+    cfg = PolicyConfig(prefill_chunk_tokens=chunk, min_prefill_samples=8)
+    policy = impl.TTLPolicy(cfg)
+    for n, k in samples:
+        policy.observe_prefill(n, a + b * n + c * n * (n + 2 * k), k)
+    assert policy.miss_cost_s(prefix) == pytest.approx(chunked.prefill_s(prefix), rel=1e-12)

@@ -263,6 +263,8 @@ def test_scheduler_refuses_a_duck_typed_policy_alike(backends):
         (dict(window=8.0), "window must be an integer, got 8.0"),
         (dict(offload_bandwidth_bytes_per_s="1e9"), "must be a number, got '1e9'"),
         (dict(kv_bytes_per_token=b"1"), "kv_bytes_per_token must be an integer, got b'1'"),
+        (dict(prefill_chunk_tokens="2048"), "prefill_chunk_tokens must be an integer, got '2048'"),
+        (dict(prefill_chunk_tokens=2048.0), "prefill_chunk_tokens must be an integer, got 2048.0"),
     ],
 )
 def test_config_refuses_numbers_as_text_like_decide(impl, kwargs, message):

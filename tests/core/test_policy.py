@@ -210,6 +210,8 @@ def test_config_json_round_trip() -> None:
         ("min_prefill_samples", 2),
         ("kv_bytes_per_token", -1),
         ("offload_bandwidth_bytes_per_s", 0.0),
+        ("prefill_chunk_tokens", 0),
+        ("prefill_chunk_tokens", (1 << 40) + 1),
         ("unknown_knob", 1),  # (text for a number is a TypeError: test_hostile_input.py)
     ],
 )

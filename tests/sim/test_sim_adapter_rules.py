@@ -5,6 +5,7 @@ what users deploy), each stated here with the adapter's line it comes from; the 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ class _Recorder:
         return recorded
 
 
-def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy:adapter"):
+def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlpolicy"):
     plugin = ttl(policy)
     engine = Engine(hw, plugin, CFG)  # binds the plug-in
     log: list[tuple[str, Any]] = []
@@ -134,22 +135,26 @@ def test_a_lost_prefix_is_priced_by_the_policys_fit_of_its_samples() -> None:
     # TTLScheduler._finish_program_request prices a finished request's cached prefix with
     # TTLPolicy.miss_cost_s(prefix tokens) — the configured line until min_prefill_samples
     # samples of three sizes are in, then the least-squares a + b·n + c·n(n + 2·cached)
-    # through the samples, priced at a + b·P + c·P² — and hands it to ProgramScheduler.finish
-    # as cache_miss_cost_s.  The simulator's own prefill time is not used.  Checked at each
-    # finish against a fit computed here.
+    # through the samples, priced at a·⌈P / chunk⌉ + b·P + c·P² (the fixed term once per step
+    # of the engine's chunked prefill: TTLScheduler passes vLLM's token budget as
+    # prefill_chunk_tokens) — and hands it to ProgramScheduler.finish as cache_miss_cost_s.
+    # The simulator's own prefill time is not used.  Checked at each finish against a fit
+    # computed here.
     hw = hw_blocks(2000)
     _, _, log = run(hw, [(0.0, _returning_program(12))])
     seen: list[tuple[int, float, int]] = []
-    checked = fitted = 0
+    checked = fitted = longest = 0
     for name, (args, kwargs) in log:
         if name == "observe_prefill":
             seen.append(args)
             continue
         prefix_tokens = args[2] * BLOCK  # blocks_held
+        steps = math.ceil(prefix_tokens / CFG.token_budget)
+        longest = max(longest, prefix_tokens)
         miss_s = kwargs["cache_miss_cost_s"]
         if len(seen) < DEFAULTS.min_prefill_samples:
             expected = (
-                DEFAULTS.prefill_base_s
+                DEFAULTS.prefill_base_s * steps
                 + DEFAULTS.prefill_s_per_token * prefix_tokens
                 + DEFAULTS.prefill_s_per_token2 * prefix_tokens**2
             )
@@ -159,11 +164,12 @@ def test_a_lost_prefix_is_priced_by_the_policys_fit_of_its_samples() -> None:
             design = np.column_stack([np.ones_like(n), n, n * (n + 2 * cached)])
             a, b, c = np.linalg.lstsq(design, y, rcond=None)[0]
             assert min(a, b, c) >= 0  # (else the library's fit drops a term: not this case)
-            expected = a + b * prefix_tokens + c * prefix_tokens**2
+            expected = a * steps + b * prefix_tokens + c * prefix_tokens**2
             fitted += 1
         assert miss_s == pytest.approx(expected, rel=1e-6, abs=1e-9)
         checked += 1
     assert checked == 12 and fitted >= 2  # (a last turn is priced too; no pin follows)
+    assert longest > CFG.token_budget  # (prefixes of several chunks were priced)
 
 
 def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> None:
@@ -171,9 +177,10 @@ def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> 
     # library prices min(prefill(all), reload(offloaded) + prefill(rest)) at the config's
     # offload_bandwidth_bytes_per_s (CacheMissModel.miss_cost_s).  The simulated tier holds
     # a lost prefix up to its size, reloaded over the host link (Hardware.transfer_s).
-    # Before any sample, prefill is the configured line.
+    # Before any sample, prefill is the configured line, its fixed term once per chunk.
     def prefill(n: int) -> float:
-        return DEFAULTS.prefill_base_s + DEFAULTS.prefill_s_per_token * n
+        steps = math.ceil(n / CFG.token_budget)
+        return DEFAULTS.prefill_base_s * steps + DEFAULTS.prefill_s_per_token * n
 
     for tier_blocks, tokens in ((100_000, 50_000), (10, 50_000), (10, 100)):
         hw = hw_blocks(1000, cpu_blocks=tier_blocks)
@@ -189,31 +196,46 @@ def test_with_a_cpu_tier_a_miss_costs_the_reload_of_what_the_tier_can_hold() -> 
     assert plugin.miss_cost_s(50_000) == pytest.approx(prefill(50_000), rel=1e-12)
 
 
-def test_by_default_a_miss_costs_the_simulators_exact_prefill_and_nothing_is_fitted() -> None:
-    # The default keeps the oracle: Hardware.prefill_s of the lost prefix (with a CPU tier,
+def test_the_default_prices_as_the_adapter_and_adapter_names_the_default() -> None:
+    hw = hw_blocks(2000)
+    logs = [run(hw, [(0.0, _returning_program(12))], policy=p)[2] for p in POLICIES]
+    assert logs[0] == logs[1] and samples(logs[0])  # (the fit is fed)
+    assert ttl("ttlpolicy-offload").adapter and not ttl("ttlpolicy-offload:exact").adapter
+    with pytest.raises(ValueError, match="two pricings"):
+        ttl("ttlpolicy:adapter+exact")
+
+
+POLICIES = ("ttlpolicy", "ttlpolicy:adapter")
+
+
+def test_exact_prices_a_miss_at_the_simulators_prefill_and_fits_nothing() -> None:
+    # ``:exact`` keeps the oracle: Hardware.prefill_s of the lost prefix (with a CPU tier,
     # the cheaper of that and its transfer), and the policy's fit is never fed.
     hw = hw_blocks(2000, cpu_blocks=100_000)
-    _, _, log = run(hw, [(0.0, _returning_program(12))], policy="ttlpolicy")
+    _, _, log = run(hw, [(0.0, _returning_program(12))], policy="ttlpolicy:exact")
     assert samples(log) == []
     finishes = [(args, kwargs) for name, (args, kwargs) in log if name == "finish"]
     assert len(finishes) == 12
     for args, kwargs in finishes:
         exact = hw.prefill_s(args[2] * BLOCK, CFG.token_budget)
         assert kwargs["cache_miss_cost_s"] == pytest.approx(exact, rel=1e-12)
-    plugin = ttl("ttlpolicy-offload")
+    plugin = ttl("ttlpolicy-offload:exact")
     Engine(hw, plugin, CFG)
     assert plugin.miss_cost_s(50_000) == pytest.approx(
         min(hw.prefill_s(50_000, CFG.token_budget), hw.transfer_s(50_000)), rel=1e-12
     )
 
 
-def test_the_adapter_word_joins_the_variant_names() -> None:
+def test_the_pricing_words_join_the_variant_names() -> None:
     # (name, adapter rules, admission, pin budget fraction)
     for name, adapter, admission, pins in (
         ("ttlpolicy:adapter", True, True, 0.5),
         ("ttlpolicy-offload:adapter+admission", True, False, 0.5),
         ("ttlpolicy:adapter+pins", True, True, 0.0),
-        ("ttlpolicy:pins", False, True, 0.0),
+        ("ttlpolicy:pins", True, True, 0.0),
+        ("ttlpolicy:exact", False, True, 0.5),
+        ("ttlpolicy-offload:admission+exact", False, False, 0.5),
+        ("ttlpolicy:exact+pins", False, True, 0.0),
     ):
         plugin = ttl(name)
         Engine(hw_blocks(100), plugin, CFG)

@@ -92,8 +92,10 @@ def run(name: str):
 
 def test_admission_keeps_the_working_set_resident() -> None:
     # B would evict A's context while A is in a 2 s gap; rebuilding it takes ~20 s, so A's
-    # context is in the working set and B waits until A ends: A never recomputes.
-    assert run("ttlpolicy").recomputed_tokens == 0
+    # context is in the working set and B waits until A ends: A never recomputes.  Priced
+    # exactly: two programs give the adapter's fit no samples (it would price the rebuild at
+    # the configured line's 1.3 s, too little to make B wait).
+    assert run("ttlpolicy:exact").recomputed_tokens == 0
 
 
 def test_without_admission_the_scenario_thrashes() -> None:

@@ -195,7 +195,8 @@ def test_ttlpolicy_drives_the_library() -> None:
     grants is honoured by the engine (held until the program returns)."""
     slow = roofline("llama-3.1-8b", "h100-80g", efficiency=0.01)  # rebuilding is expensive
     cfg = tp.PolicyConfig(prior_mean_s=0.5, min_total_samples=1000, min_tool_samples=0)
-    plugin = TTLPolicyPlugin(cfg, pin_budget_fraction=1.0)
+    # (priced exactly: four calls give the fitted price no samples to learn the slow engine)
+    plugin = TTLPolicyPlugin(cfg, pin_budget_fraction=1.0, adapter=False)
     _e, m = run(plugin, [(0.0, agent(0.5, turns=4))], hw_with(1000, base=slow))
     assert plugin.ttl_policy.tool_count("tool_use") == 3
     # every non-final call pinned, each pin consumed by the return 0.5 s later

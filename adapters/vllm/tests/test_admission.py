@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import ttlpolicy
 from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine, make_engine
 
 pytestmark = pytest.mark.slow
@@ -97,6 +98,19 @@ def test_load_control_is_on_by_default(on, off) -> None:
     assert on.scheduler.admission is not None and on.scheduler.eviction is not None
     assert on.scheduler.policy.config.admission
     assert off.scheduler.admission is None and off.scheduler.eviction is None
+
+
+def test_the_miss_price_counts_the_engines_prefill_chunks(on) -> None:
+    """vLLM chunks a prefill at its token budget (``max_num_batched_tokens=512`` here): the
+    policy prices a lost prefix as that many steps, each paying the step's fixed cost."""
+    cfg = on.scheduler.policy.config
+    assert cfg.prefill_chunk_tokens == 512
+    # the fixed term counts once per 512-token chunk: 1,025 tokens cost three steps' worth
+    a = cfg.prefill_base_s  # (no prefill fitted yet: the configured coefficients)
+    one_step = ttlpolicy.CacheMissModel(
+        cfg.prefill_base_s, cfg.prefill_s_per_token, cfg.prefill_s_per_token2
+    )
+    assert on.scheduler.policy.miss_cost_s(1025) == pytest.approx(one_step.prefill_s(1025) + 2 * a)
 
 
 def test_a_newcomer_waits_until_the_program_in_progress_ends(on) -> None:

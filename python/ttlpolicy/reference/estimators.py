@@ -173,12 +173,14 @@ def solve_non_negative(m: list[list[float]], v: list[float]) -> list[float] | No
 class CacheMissModel:
     """Seconds to rebuild a dropped prefix.
 
-    Prefill: ``a + b·n + c·n²`` (n tokens), least squares with a, b, c >= 0 (so the price
-    never falls as the prefix grows) over the last ``window`` measured (tokens, seconds)
+    Prefill: ``a·chunks + b·n + c·n²`` (n tokens), least squares with a, b, c >= 0 (so the
+    price never falls as the prefix grows) over the last ``window`` measured (tokens, seconds)
     pairs once ``min_samples`` are in and the fit is well posed; the configured defaults
-    before that.  Reload: ``tokens · kv_bytes_per_token / bandwidth``
-    when an offload tier holds the blocks.  The miss cost is the smaller of the two.
-    Predictions are never negative.
+    before that.  A sample is one engine step, so ``a`` is a step's fixed cost; an engine that
+    prefills in chunks of ``prefill_chunk_tokens`` pays it once per chunk
+    (``chunks = ⌈n / prefill_chunk_tokens⌉``; None: one step, ``chunks = 1``).
+    Reload: ``tokens · kv_bytes_per_token / bandwidth`` when an offload tier holds the blocks.
+    The miss cost is the smaller of the two.  Predictions are never negative.
     """
 
     def __init__(
@@ -190,6 +192,7 @@ class CacheMissModel:
         offload_bandwidth_bytes_per_s: Any = None,
         window: int = 256,
         min_samples: int = 8,
+        prefill_chunk_tokens: Any = None,
     ) -> None:
         self.default_coeffs = (
             non_negative("prefill_base_s", prefill_base_s),
@@ -204,6 +207,11 @@ class CacheMissModel:
         )
         self.window = int_in("window", window, 1, MAX_WINDOW)
         self.min_samples = int_in("min_samples", min_samples, 3, MAX_WINDOW)
+        self.prefill_chunk_tokens = (
+            None
+            if prefill_chunk_tokens is None
+            else int_in("prefill_chunk_tokens", prefill_chunk_tokens, 1, 1 << 40)
+        )
         # (tokens, attention units: tokens·(tokens + 2·cached), seconds), in TOKENS_PER_UNIT
         self._points: deque[tuple[float, float, float]] = deque()
         # Coefficients in per-token units: (a, b, c) with prefill = a + b·n + c·n².
@@ -262,11 +270,14 @@ class CacheMissModel:
         return self._fit if self._fit is not None else self.default_coeffs
 
     def prefill_s(self, tokens: Any) -> float:
-        n = float(int_in("tokens", tokens, 0, 1 << 40))
-        if n == 0.0:
+        count = int_in("tokens", tokens, 0, 1 << 40)
+        if count == 0:
             return 0.0
+        n = float(count)
         a, b, c = self.coefficients
-        return max(0.0, a + b * n + c * n * n)
+        chunk = self.prefill_chunk_tokens
+        steps = 1.0 if chunk is None else float(-(-count // chunk))  # ⌈count / chunk⌉
+        return max(0.0, a * steps + b * n + c * n * n)
 
     def reload_s(self, tokens: Any) -> float | None:
         """Seconds to load ``tokens`` of KV back from the offload tier; None without a tier."""

@@ -78,6 +78,7 @@ class TTLPolicy:
             config.offload_bandwidth_bytes_per_s,
             config.prefill_window,
             config.min_prefill_samples,
+            config.prefill_chunk_tokens,
         )
 
     # -- observations -------------------------------------------------------------------

@@ -106,10 +106,25 @@ class TTLScheduler(Scheduler):
                 cls = TTLAsyncScheduler
         return super().__new__(cls)
 
+    def _prefill_chunk_tokens(self) -> int | None:
+        """The most prompt tokens one step gives a request, as vLLM's ``schedule`` cuts them:
+        the step's token budget, or ``long_prefill_token_threshold`` when that is smaller
+        (its adaptive form may raise it when few requests wait: this is the lower bound, so
+        a lost prefix is priced at the most steps it can take); None when prefills are not
+        chunked. A lost prefix costs the step's fixed time once per chunk."""
+        sc = self.scheduler_config
+        if not sc.enable_chunked_prefill:
+            return None
+        chunk = int(self.max_num_scheduled_tokens)
+        threshold = int(sc.long_prefill_token_threshold or 0)
+        return threshold if 0 < threshold < chunk else chunk
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clock = time.monotonic  # the only clock; tests may replace it
-        cfg = ttlpolicy.PolicyConfig.for_engine(os.environ.get("TTLPOLICY_POLICY"))
+        cfg = ttlpolicy.PolicyConfig.for_engine(
+            os.environ.get("TTLPOLICY_POLICY"), self._prefill_chunk_tokens()
+        )
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block

@@ -33,7 +33,9 @@ NAMES = (
     "ttlpolicy:evict",
     "ttlpolicy:pins",
     "ttlpolicy:classic",  # the model before load control
-    "ttlpolicy:adapter",  # a lost prefix priced as the vLLM adapter prices it (+-joinable)
+    # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
+    # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
+    "ttlpolicy:exact",
 )
 #: the published model, its ablation rows, and its reclaim variant
 CACHETTL_NAMES = (

@@ -4,16 +4,15 @@ pin table, expires and reclaims pins.  No rule of theirs is restated here: this 
 translates engine events into their calls and their answers into engine actions, as the vLLM
 adapter (``ttlpolicy_vllm.TTLScheduler``, what users deploy) translates vLLM's.
 
-The cost of a lost prefix: by default the simulator's exact prefill time (an oracle the
-adapter lacks).  With ``adapter=True`` (variant ``ttlpolicy:adapter``) it is priced as the
-adapter prices it: the library's ``TTLPolicy.miss_cost_s``, fed as the adapter feeds it —
-after each step that started a call's prefill, the tokens of those first chunks and the
+The cost of a lost prefix is priced as the adapter prices it: the library's
+``TTLPolicy.miss_cost_s``, fed as the adapter feeds it — after each step that started a
+call's prefill, the tokens of those first chunks, the tokens cached before them and the
 step's seconds (``observe_prefill``); the policy's configured line until its fit has enough
-samples.  Not the default because that fit costs the load-control results (issue 10) most
-of their gain on long contexts: its samples are first chunks of at most one token budget,
-their attention over the cached prefix unaccounted, and it prices contexts of 60k-130k
-tokens at about half their prefill time (median; bench/RESULTS.md, "Simulator fidelity —
-the TTL policy as the adapter runs it"; ``bench/miss_fit_probe.py``).
+samples; the step's fixed cost once per chunk of the engine's token budget
+(``prefill_chunk_tokens``).  The variant ``ttlpolicy:exact`` (``adapter=False``) prices it
+with the simulator's exact prefill time instead, an oracle no engine has: the distance
+between the two is what the deployed miss model costs (bench/RESULTS.md, "Simulator
+fidelity — the TTL policy as the adapter runs it").
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ class TTLPolicyPlugin:
         admission: bool = True,
         evict_by_next_use: bool = True,
         classic: bool = False,
-        adapter: bool = False,
+        adapter: bool = True,
     ) -> None:
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
@@ -57,7 +56,8 @@ class TTLPolicyPlugin:
             "evict_by_next_use": evict_by_next_use and not classic,
         }
         self.pin_budget_fraction = pin_budget_fraction
-        self.adapter = adapter  # price a lost prefix by the policy's fit, as TTLScheduler
+        # price a lost prefix by the policy's fit, as TTLScheduler (False: the exact prefill)
+        self.adapter = adapter
         self._calls: dict[str, Call] = {}
         # calls admitted fresh (not after a preemption) whose first prefill chunk has not run
         self._unstarted: set[int] = set()
@@ -81,8 +81,12 @@ class TTLPolicyPlugin:
         self._block_tokens = view.config.block_tokens
 
     def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+        # (the engine chunks prefills at its token budget, as vLLM does: a lost prefix is
+        # rebuilt in that many steps; the fitted price, with ``adapter``, counts them)
         return tp.PolicyConfig(
-            kv_bytes_per_token=view.hardware.kv_bytes_per_token, **self._switches
+            kv_bytes_per_token=view.hardware.kv_bytes_per_token,
+            prefill_chunk_tokens=view.config.token_budget,
+            **self._switches,
         )
 
     @staticmethod
@@ -239,7 +243,10 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 
 #: Mechanisms of the default model that a variant name may switch off (ablation).
 MECHANISMS = ("admission", "evict", "pins")
-#: A variant word that switches a rule to the vLLM adapter's (``TTLPolicyPlugin.adapter``).
+#: A variant word that prices a lost prefix with the simulator's exact prefill time (an
+#: oracle) instead of the library's fit, which the adapters use (``TTLPolicyPlugin.adapter``).
+EXACT = "exact"
+#: The adapter's pricing, the default; the word is kept for commands written before it was.
 ADAPTER = "adapter"
 
 
@@ -247,12 +254,14 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
     model before load control (no admission, LRU eviction, pins by the cost model);
-    ``adapter`` (alone or with mechanisms: ``ttlpolicy:adapter+admission``) prices a lost
-    prefix as the vLLM adapter does."""
+    ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
+    with the simulator's exact prefill time instead of the adapter's fitted price."""
     cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
-    adapter = ADAPTER in words
-    off = words - {ADAPTER}
+    if {EXACT, ADAPTER} <= words:
+        raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
+    adapter = EXACT not in words
+    off = words - {EXACT, ADAPTER}  # (ADAPTER: the default)
     if off == {"classic"}:
         plugin = cls(classic=True, adapter=adapter)
     else:
@@ -260,7 +269,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
         if unknown:
             raise ValueError(
                 f"unknown mechanism {sorted(unknown)[0][:64]!r} in {base}:{variant[:64]}; "
-                f"known: {', '.join(MECHANISMS)}, classic, or {ADAPTER}"
+                f"known: {', '.join(MECHANISMS)}, classic, or {EXACT}"
             )
         plugin = cls(
             admission="admission" not in off,
