@@ -326,11 +326,9 @@ def measure_steps(
     return [(*shape, statistics.median(ts)) for shape, ts in samples.items()]
 
 
-def calibrate_llm(
-    llm: Any, shape: Shape, settings: EngineSettings, device_name: str, *, repeats: int = 2
-) -> tuple[Hardware, dict[str, Any]]:
-    """Measure ``llm`` (idle, built by ``make_llm``) and fit; the ``Hardware`` and the
-    calibration record (rows, fit error) that goes into the profile."""
+def probe(llm: Any, settings: EngineSettings, *, repeats: int = 2) -> list[Row]:
+    """The calibration probe's rows on ``llm`` (idle, built by ``make_llm``): ``measure_steps``
+    over shapes sized to ``settings``."""
     budget = settings.token_budget
     limit = min(budget, settings.max_model_len - 8)
     sizes = sorted({max(16, limit * k // 4) for k in range(1, 5)})
@@ -346,8 +344,7 @@ def calibrate_llm(
         longest = min(limit, room // b - settings.block_size)  # the batch fits in the cache
         if longest >= 16:
             points += sorted({(b, longest // 4), (b, longest)})
-    t0 = time.perf_counter()
-    rows = measure_steps(
+    return measure_steps(
         llm,
         prefill_sizes=sizes,
         cached_prefills=cached,
@@ -355,6 +352,15 @@ def calibrate_llm(
         multi_prefills=multi,
         repeats=repeats,
     )
+
+
+def calibrate_llm(
+    llm: Any, shape: Shape, settings: EngineSettings, device_name: str, *, repeats: int = 2
+) -> tuple[Hardware, dict[str, Any]]:
+    """Measure ``llm`` (idle, built by ``make_llm``) and fit; the ``Hardware`` and the
+    calibration record (rows, fit error) that goes into the profile."""
+    t0 = time.perf_counter()
+    rows = probe(llm, settings, repeats=repeats)
     seconds = time.perf_counter() - t0
     hw, record = fit_rows(rows, shape, settings, device_name, usable_blocks(llm))
     record["measure_s"] = seconds
