@@ -9,7 +9,10 @@ on the same engine (``ttlpolicy_vllm.calibrate``; ``--profile`` reuses one) with
 blocks, block size, token budget and maximum sequences — and on a second profile fitted to
 the steps the stock replay itself ran (``StepRecorder``: each step's shape and wall time, under
 the replay's own load; the TTL replay's steps are out of that fit's sample), which separates
-the step-time model's error from the calibration's.
+the step-time model's error from the calibration's.  Every engine runs the calibration probe
+once, unrecorded, before its replay (``warm_up``): a fresh engine runs slow for its first
+minute.  ``--workload contended`` is a workload where the two schedulers differ by more than
+the engine's run-to-run spread (``WORKLOADS``).
 
 Per scheduler: mean and p90 TTFT, output throughput (tokens/s over the run), prefix hit rate,
 mean program completion time, preemptions; the simulator's relative error on each (hit rate:
