@@ -5,6 +5,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use ttlpolicy_core::admission::AdmissionControl;
 use ttlpolicy_core::scheduler::DEFAULT_MAX_IDLE_PROGRAMS;
 
@@ -139,21 +140,24 @@ impl PyAdmissionControl {
         call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
     }
 
-    fn eviction_order(
+    /// The order as the very `str` objects given (the reference returns them too): no copy
+    /// of an id is made on either side, and a caller's dict lookups keep their cached hashes.
+    fn eviction_order<'py>(
         &mut self,
-        py: Python<'_>,
-        program_ids: &Bound<'_, PyAny>,
+        py: Python<'py>,
+        program_ids: &Bound<'py, PyAny>,
         now: Arg<f64>,
-    ) -> PyResult<Vec<String>> {
-        let mut ids: Vec<&str> = Vec::new();
+    ) -> PyResult<Bound<'py, PyList>> {
         let items = items("program_ids", "str", program_ids)?;
-        for item in &items {
-            ids.push(id_str("program_ids", item)?);
-        }
+        let ids = items
+            .iter()
+            .map(|item| id_str("program_ids", item))
+            .collect::<PyResult<Vec<&str>>>()?;
         let policy = self.policy.borrow(py);
-        call1("now", now, |t| {
-            self.inner.eviction_order(policy.core(), &ids, t)
-        })
+        let ranks = call1("now", now, |t| {
+            self.inner.eviction_ranks(policy.core(), &ids, t)
+        })?;
+        PyList::new(py, ranks.into_iter().map(|i| &items[i]))
     }
 
     fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {

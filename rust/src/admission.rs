@@ -356,29 +356,46 @@ impl AdmissionControl {
         program_ids: &[S],
         now: f64,
     ) -> Result<Vec<String>> {
+        let ranks = self.eviction_ranks(policy, program_ids, now)?;
+        Ok(ranks
+            .into_iter()
+            .map(|i| program_ids[i].as_ref().to_owned())
+            .collect())
+    }
+
+    /// [`eviction_order`](Self::eviction_order) as positions in `program_ids` (the first to
+    /// evict first), for a caller that holds its own object per id — the Python binding
+    /// returns the very `str` objects it was given, as the reference does, instead of new
+    /// copies; an engine may index its own table. Same checks, same order.
+    pub fn eviction_ranks<S: AsRef<str>>(
+        &mut self,
+        policy: &TTLPolicy,
+        program_ids: &[S],
+        now: f64,
+    ) -> Result<Vec<usize>> {
         for p in program_ids {
             check_id("program_ids", p.as_ref())?;
         }
         let t = self.check_now(now)?;
         self.now = t;
-        let mut out: Vec<String> = Vec::with_capacity(program_ids.len());
-        let mut known: Vec<(f64, f64, &str)> = Vec::with_capacity(program_ids.len());
-        for p in program_ids {
-            let id = p.as_ref();
-            match self.programs.get(id) {
-                None => out.push(id.to_owned()),
-                Some(prog) => known.push((Self::next_use(prog, policy, t), prog.arrival_s, id)),
+        let mut out: Vec<usize> = Vec::with_capacity(program_ids.len());
+        let mut known: Vec<(f64, f64, usize)> = Vec::with_capacity(program_ids.len());
+        for (i, p) in program_ids.iter().enumerate() {
+            match self.programs.get(p.as_ref()) {
+                None => out.push(i),
+                Some(prog) => known.push((Self::next_use(prog, policy, t), prog.arrival_s, i)),
             }
         }
         // Descending next use, then descending arrival, then ascending id (the reference's
-        // key (-next_use, -arrival, id); partial_cmp so that 0.0 == -0.0 as in Python).
+        // key (-next_use, -arrival, id); partial_cmp so that 0.0 == -0.0 as in Python). A
+        // stable sort: equal ids keep the order given, as in the reference.
         known.sort_by(|a, b| {
             b.0.partial_cmp(&a.0)
                 .unwrap_or(Ordering::Equal)
                 .then_with(|| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal))
-                .then_with(|| a.2.cmp(b.2))
+                .then_with(|| program_ids[a.2].as_ref().cmp(program_ids[b.2].as_ref()))
         });
-        out.extend(known.into_iter().map(|(_, _, id)| id.to_owned()));
+        out.extend(known.into_iter().map(|(_, _, i)| i));
         Ok(out)
     }
 
@@ -443,6 +460,12 @@ mod tests {
         assert!(ac.may_run(&pol, "b", 2.0).unwrap());
         let order = ac.eviction_order(&pol, &["b", "zz", "a"], 2.0).unwrap();
         assert_eq!(order, vec!["zz", "a", "b"]);
+        // the same order as positions in the input, duplicates kept in the order given
+        let ids = ["b", "zz", "a", "b"];
+        let ranks = ac.eviction_ranks(&pol, &ids, 2.0).unwrap();
+        assert_eq!(ranks, vec![1, 2, 0, 3]);
+        let by_rank: Vec<&str> = ranks.iter().map(|&i| ids[i]).collect();
+        assert_eq!(by_rank, ac.eviction_order(&pol, &ids, 2.0).unwrap());
     }
 
     #[test]
