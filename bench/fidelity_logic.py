@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy.sim import Hardware, Verdict, roofline
+from ttlpolicy.sim import Hardware, Verdict, load_profile, roofline
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
@@ -99,10 +99,12 @@ class Workload:
                              self.time_scale, self.max_gap_s)  # fmt: skip
 
 
-def hardware(model: str, gpu: str, blocks: int, block_size: int) -> Hardware:
-    """The roofline of ``model`` on ``gpu`` holding exactly ``blocks`` KV blocks (no
-    calibration: both sides run on the same synthetic step times)."""
-    hw = roofline(model, gpu)
+def hardware(
+    model: str, gpu: str, blocks: int, block_size: int, profile: Hardware | None = None
+) -> Hardware:
+    """The roofline of ``model`` on ``gpu`` (or ``profile``: a calibrated one, e.g. the CPU
+    engine's) holding exactly ``blocks`` KV blocks; both sides run on its step times."""
+    hw = profile if profile is not None else roofline(model, gpu)
     return dataclasses.replace(
         hw, kv_capacity_bytes=float(blocks * block_size * hw.kv_bytes_per_token)
     )
@@ -460,9 +462,10 @@ def run(
     gpu: str = "h100-80g",
     knobs: str = "",
     pairs: tuple[tuple[str, str], ...] = PAIRS,
+    profile: Hardware | None = None,
 ) -> list[dict[str, Any]]:
     sessions = w.sessions()
-    hw = hardware(model, gpu, w.blocks, w.block_size)
+    hw = hardware(model, gpu, w.blocks, w.block_size, profile)
     sim_programs = fidelity.sim_programs(sessions, w.block_size)
     rows = []
     for cls, policy in pairs:
@@ -501,6 +504,9 @@ def main() -> int:
                         default=getattr(d, f.name))  # fmt: skip
     ap.add_argument("--model", default="llama-3.1-8b", help="roofline model (sim.MODELS)")
     ap.add_argument("--gpu", default="h100-80g", help="roofline GPU (sim.GPUS)")
+    ap.add_argument("--profile", default=None,
+                    help="a hardware profile (e.g. calibrated on the CPU engine) instead of "
+                    "the roofline")  # fmt: skip
     ap.add_argument("--engine-like-sim", default="", metavar="KNOBS",
                     help="vLLM behaviours switched to the simulator's: " +
                     "; ".join(f"{k}: {v}" for k, v in KNOBS.items()))  # fmt: skip
@@ -515,7 +521,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = write_model_dir(Path(tmp), SHAPES["llama-3.1-8b"])
         rows = run(w, model_dir, model=args.model, gpu=args.gpu, knobs=args.engine_like_sim,
-                   pairs=pairs)  # fmt: skip
+                   pairs=pairs,
+                   profile=load_profile(args.profile) if args.profile else None)  # fmt: skip
     print(summary_table(rows))
     if args.json:
         meta = {"args": vars(args), "workload": dataclasses.asdict(w)}

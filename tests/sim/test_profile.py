@@ -13,7 +13,7 @@ import pytest
 
 from ttlpolicy.cli import main
 from ttlpolicy.sim import ProfileError, load_profile, roofline, save_profile, simulate
-from ttlpolicy.sim.hardware import GPUSpec, ModelSpec
+from ttlpolicy.sim.hardware import GPUSpec, Hardware, Line, ModelSpec, StepModel
 from ttlpolicy.sim.profile import decode_shape, fit_hardware, prefill_shape
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,6 +47,8 @@ def _profile(tmp_path: Path) -> tuple[Path, dict]:
         (lambda d: d["step_s"]["memory"].update(c0=-1.0), "step_s.memory.c0"),
         (lambda d: d["step_s"]["compute"].update(c_tok="fast"), "step_s.compute.c_tok"),
         (lambda d: d["step_s"]["compute"].update(c_attn=-1e-9), "step_s.compute.c_attn"),
+        (lambda d: d["step_s"]["memory"].pop("c_seq"), "step_s.memory.c_seq"),
+        (lambda d: d["step_s"]["compute"].update(c_seq=-1e-4), "step_s.compute.c_seq"),
         (lambda d: d["step_s"].pop("compute"), "step_s.compute"),
         (lambda d: d.update(kv_capacity_bytes=float("nan")), "kv_capacity_bytes"),
         (lambda d: d.update(cpu_tier_bytes=-5), "cpu_tier_bytes"),
@@ -58,6 +60,35 @@ def test_bad_profile_names_the_field(tmp_path, edit, field) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(ProfileError, match=rf"{path}: {field}\b"):
         load_profile(path)
+
+
+def test_a_format_1_profile_loads_with_no_per_sequence_cost(tmp_path) -> None:
+    """Files written before the per-sequence term (format /1: four coefficients a line) still
+    load, with ``c_seq`` 0 — they were fitted without it; a /1 file is read as it was."""
+    line = {"c0": 0.02, "c_tok": 3e-5, "c_attn": 1e-9, "c_kv": 2e-7}
+    path, data = _profile(tmp_path)
+    data["format"] = "ttlpolicy-hardware-profile/1"
+    data["step_s"] = {"compute": dict(line), "memory": dict(line)}
+    path.write_text(json.dumps(data))
+    hw = load_profile(path)
+    assert hw.steps.compute == hw.steps.memory == Line(0.02, 3e-5, 1e-9, 2e-7, 0.0)
+    assert hw.steps.step_s(100, 5050, 100, 1) == 0.02 + 3e-5 * 100 + 1e-9 * 5050 + 2e-7 * 100
+    # written back, it is a /2 file, the term explicit
+    save_profile(path, hw)
+    saved = json.loads(path.read_text())
+    assert saved["format"] == "ttlpolicy-hardware-profile/2"
+    assert saved["step_s"]["compute"]["c_seq"] == 0.0
+    assert load_profile(path) == hw
+
+
+def test_the_per_sequence_term_round_trips(tmp_path) -> None:
+    model = ModelSpec("tiny", 5e7, 8, 768, 12, 4, 64, dtype_bytes=4)
+    device = GPUSpec("cpu", 0.0, 0.0, 24e9, 1e10)
+    line = Line(0.01, 2e-5, 1e-9, 0.0, 4e-4)
+    hw = Hardware(model, device, StepModel(line, line), 1e9)
+    path = tmp_path / "p.json"
+    save_profile(path, hw)
+    assert load_profile(path).steps.compute.c_seq == 4e-4
 
 
 def test_unreadable_profile_is_a_clear_error(tmp_path) -> None:
@@ -73,10 +104,11 @@ def test_unreadable_profile_is_a_clear_error(tmp_path) -> None:
 
 
 def test_fit_recovers_a_quadratic_prefill_and_linear_decode() -> None:
-    # A known engine: 5 ms a step, 40 us a token, 2 ns a unit of attention, 1 us a KV token.
-    truth = (5e-3, 4e-5, 2e-9, 1e-6)
+    # A known engine: 5 ms a step, 40 us a token, 2 ns a unit of attention, 1 us a KV token,
+    # 300 us a sequence (a decode token costs 340 us, a prefill token 40 us and its chunk 300).
+    truth = (5e-3, 4e-5, 2e-9, 1e-6, 3e-4)
 
-    def step_s(shape: tuple[float, float, float]) -> float:
+    def step_s(shape: tuple[float, ...]) -> float:
         return truth[0] + sum(c * x for c, x in zip(truth[1:], shape, strict=True))
 
     shapes = [prefill_shape(n) for n in (32, 64, 128, 256, 512)]
@@ -126,9 +158,10 @@ def test_calibrated_profile_changes_simulated_times() -> None:
     model = ModelSpec("tiny", 5e7, 8, 768, 12, 4, 64, dtype_bytes=4)
     device = GPUSpec("cpu", 0.0, 0.0, 24e9, 1e10)
     shapes = [prefill_shape(n) for n in (32, 128, 512)] + [decode_shape([64] * b) for b in (1, 8)]
+    shapes.append(prefill_shape(64, 64))
     times = []
     for k in (1.0, 2.0):
-        rows = [(*s, k * (1e-3 + 1e-5 * s[0] + 1e-8 * s[1])) for s in shapes]
+        rows = [(*s, k * (1e-3 + 1e-5 * s[0] + 1e-8 * s[1] + 1e-4 * s[3])) for s in shapes]
         hw = fit_hardware(model, device, rows, kv_capacity_blocks=64, block_tokens=32)
         prog = Program("p", (Turn(300, 10, 0, 0.0, None),))
         m = simulate(hw, "vllm", [prog], concurrency=1)
@@ -157,8 +190,8 @@ def test_fit_weighs_relative_error_so_short_steps_stay_accurate() -> None:
     steps a run is made of: the fit minimises relative, not absolute, error."""
     from ttlpolicy.sim.hardware import fit_line
 
-    def true_s(shape: tuple[float, float, float]) -> float:
-        return 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2]
+    def true_s(shape: tuple[float, ...]) -> float:
+        return 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2] + 1e-4 * shape[3]
 
     short = [decode_shape([ctx] * b) for b in (1, 2, 4, 8) for ctx in (64, 256)]
     long_ = [prefill_shape(n) for n in (128, 256, 512)]
@@ -183,7 +216,7 @@ def test_fit_never_returns_a_negative_coefficient() -> None:
     for n in (64, 256):
         rows.append((*prefill_shape(n), 1e-4 * n))
     line = fit_line(rows)
-    coef = (line.c0, line.c_tok, line.c_attn, line.c_kv)
+    coef = (line.c0, line.c_tok, line.c_attn, line.c_kv, line.c_seq)
     assert min(coef) >= 0.0
     assert line.at(*decode_shape([4096] * 16)) > 0.0
 
@@ -211,12 +244,12 @@ def test_a_fit_in_seconds_keeps_the_total_of_noisy_single_steps() -> None:
     rows = []
     for i in range(300):
         shape = decode_shape([64 + 7 * i] * (1 + i % 4)) if i % 5 else prefill_shape(32 + i)
-        base = 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2]
+        base = 0.01 + 2e-4 * shape[0] + 1e-9 * shape[1] + 1e-7 * shape[2] + 1e-4 * shape[3]
         rows.append((*shape, base * (5.0 if rng.random() < 0.3 else 1.0)))
-    total = sum(r[3] for r in rows)
+    total = sum(r[4] for r in rows)
 
     def predicted(line) -> float:
-        return sum(line.at(*r[:3]) for r in rows)
+        return sum(line.at(*r[:4]) for r in rows)
 
     assert predicted(fit_line(rows)) < 0.8 * total
     assert predicted(fit_line(rows, relative=False)) == pytest.approx(total, rel=0.01)

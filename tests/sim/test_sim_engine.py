@@ -97,35 +97,74 @@ def test_run_s_matches_step_by_step_sum() -> None:
 
 
 @given(
-    c=st.tuples(*[st.floats(0, 1e-3)] * 4),
-    m=st.tuples(*[st.floats(0, 1e-3)] * 4),
+    c=st.tuples(*[st.floats(0, 1e-3)] * 5),
+    m=st.tuples(*[st.floats(0, 1e-3)] * 5),
     tokens=st.integers(0, 10_000),
     a0=st.floats(0, 1e9),
     da=st.floats(-1e5, 1e7),
     k0=st.floats(0, 1e7),
     dk=st.floats(-10, 1e4),
     k=st.integers(0, 300),
+    seqs=st.integers(0, 512),
 )
-def test_run_s_is_the_sum_of_steps(c, m, tokens, a0, da, k0, dk, k) -> None:
+def test_run_s_is_the_sum_of_steps(c, m, tokens, a0, da, k0, dk, k, seqs) -> None:
+    """A run's closed form is the sum of its steps, each with the run's sequences."""
     steps = StepModel(Line(*c), Line(*m))
-    direct = sum(steps.step_s(tokens, a0 + j * da, k0 + j * dk) for j in range(k))
-    assert steps.run_s(tokens, a0, da, k0, dk, k) == pytest.approx(direct, rel=1e-7, abs=1e-12)
+    direct = sum(steps.step_s(tokens, a0 + j * da, k0 + j * dk, seqs) for j in range(k))
+    assert steps.run_s(tokens, a0, da, k0, dk, k, seqs) == pytest.approx(
+        direct, rel=1e-7, abs=1e-12
+    )
 
 
 @given(
-    c=st.tuples(*[st.floats(0, 1e-3)] * 4),
-    m=st.tuples(*[st.floats(0, 1e-3)] * 4),
+    c=st.tuples(*[st.floats(0, 1e-3)] * 5),
+    m=st.tuples(*[st.floats(0, 1e-3)] * 5),
     tokens=st.integers(0, 10_000),
     a0=st.one_of(st.integers(0, 10**9), st.floats(0, 1e9)),
     da=st.floats(-1e5, 1e7),
     k0=st.integers(0, 10**7),
     dk=st.floats(-10, 1e4),
+    seqs=st.integers(0, 512),
 )
-def test_one_step_s_is_the_runs_first_step_exactly(c, m, tokens, a0, da, k0, dk) -> None:
+def test_one_step_s_is_the_runs_first_step_exactly(c, m, tokens, a0, da, k0, dk, seqs) -> None:
     """The engine times a single step with ``step_s`` instead of building a ``StepRun``: the
     very same float, or simulations would drift from what the runs gave."""
     steps = StepModel(Line(*c), Line(*m))
-    assert steps.step_s(tokens, a0, k0) == StepRun(steps, tokens, a0, da, k0, dk).s(1)
+    assert steps.step_s(tokens, a0, k0, seqs) == StepRun(steps, tokens, a0, da, k0, dk, seqs).s(1)
+
+
+@given(
+    c=st.tuples(*[st.floats(0, 1e-3)] * 4),
+    tokens=st.integers(0, 10_000),
+    attn=st.one_of(st.integers(0, 10**9), st.floats(0, 1e9)),
+    kv=st.one_of(st.integers(0, 10**7), st.floats(0, 1e7)),
+    seqs=st.integers(0, 512),
+)
+def test_a_zero_sequence_term_leaves_every_step_time_to_the_bit(c, tokens, attn, kv, seqs) -> None:
+    """The roofline has no per-sequence cost: with ``c_seq`` 0 a step's time is, to the last
+    bit, the three-term line's, whatever the sequence count — every simulation on a roofline
+    (or a /1 profile) gives the results it gave before the term existed."""
+    line = Line(*c)
+    three_terms = c[0] + c[1] * tokens + c[2] * attn + c[3] * kv  # the line before the term
+    assert line.at(tokens, attn, kv, seqs) == three_terms
+    for name in ("llama-3.1-8b", "llama-3.1-70b"):
+        hw = roofline(name, "h100-80g")
+        assert hw.steps.compute.c_seq == hw.steps.memory.c_seq == 0.0
+
+
+def test_each_sequence_in_a_step_costs_the_per_sequence_term() -> None:
+    """A profile whose only cost is 5 ms per sequence in a step: a lone call of 8 output
+    tokens runs 8 steps of one sequence (its prefill, which samples the first token, and 7
+    decodes: 40 ms); two such calls side by side run 8 steps of two (80 ms), both finishing
+    together.  The engine counts every decode and every prefill chunk of a step."""
+    base = roofline("llama-3.1-8b", "h100-80g")
+    line = Line(0.0, 0.0, 0.0, 0.0, 5e-3)
+    hw = type(base)(base.model, base.gpu, StepModel(line, line), base.kv_capacity_bytes)
+    lone = simulate(hw, "vllm", [Program("a", (Turn(500, 8, 0, 0.0, None),))], open_loop=True)
+    assert lone.summary()["jct_mean_s"] == pytest.approx(8 * 5e-3, rel=1e-12)
+    pair = [Program(p, (Turn(500, 8, 0, 0.0, None),)) for p in ("a", "b")]
+    both = simulate(hw, "vllm", pair, open_loop=True)
+    assert both.summary()["jct_mean_s"] == pytest.approx(8 * 2 * 5e-3, rel=1e-12)
 
 
 def small_hw(blocks: int):

@@ -35,24 +35,25 @@ def test_bigger_gpus_step_faster() -> None:
 
 def test_calibrate_recovers_a_linear_step_model() -> None:
     hw = roofline("llama-3.1-8b", "h100-80g")
-    truth = (0.003, 2e-5, 1e-9, 5e-8)
-    rows = []
-    for tokens, attn, kv in [
-        (1, 1e5, 1e5),
-        (64, 6e6, 6e5),
-        (2048, 4e7, 3e4),
-        (8192, 1e8, 9e4),
-        (300, 1e6, 2e6),
-    ]:
-        rows.append(
-            (tokens, attn, kv, truth[0] + truth[1] * tokens + truth[2] * attn + truth[3] * kv)
-        )
-    cal = calibrate(hw, rows)
-    assert cal.steps.step_s(1000, 5e6, 1e5) == pytest.approx(
-        truth[0] + truth[1] * 1000 + truth[2] * 5e6 + truth[3] * 1e5
-    )
-    with pytest.raises(ValueError, match="4 rows"):
-        calibrate(hw, rows[:3])
+    truth = (0.003, 2e-5, 1e-9, 5e-8, 4e-4)
+
+    def true_s(tokens: float, attn: float, kv: float, seqs: float) -> float:
+        return truth[0] + truth[1] * tokens + truth[2] * attn + truth[3] * kv + truth[4] * seqs
+
+    shapes = [
+        (1, 1e5, 1e5, 1),
+        (64, 6e6, 6e5, 64),
+        (2048, 4e7, 3e4, 1),
+        (8192, 1e8, 9e4, 2),
+        (300, 1e6, 2e6, 30),
+        (16, 4e5, 4e5, 16),
+    ]
+    cal = calibrate(hw, [(*s, true_s(*s)) for s in shapes])
+    assert cal.steps.step_s(1000, 5e6, 1e5, 7) == pytest.approx(true_s(1000, 5e6, 1e5, 7))
+    with pytest.raises(ValueError, match="5 rows"):
+        calibrate(hw, [(*s, true_s(*s)) for s in shapes[:4]])
+    with pytest.raises(ValueError, match=r"\(tokens, attn, kv, seqs, seconds\)"):
+        calibrate(hw, [(*s[:3], true_s(*s)) for s in shapes])  # no sequence count
 
 
 def test_open_loop_requests_are_issued_at_their_time() -> None:

@@ -87,3 +87,23 @@ def test_pins_only_the_simulator_prices_and_pins_as_ttlscheduler(tmp_path):
     assert abs(row["error"]["hit_rate"]) < 0.1
     for metric in ("ttft_mean_s", "jct_mean_s", "throughput_tok_s"):
         assert abs(row["error"][metric]) < 1e-3, (metric, row["error"][metric])
+
+
+def test_a_calibrated_profile_prices_both_sides_per_sequence(tmp_path):
+    """``--profile``: both sides run on a calibrated profile's step times, the per-sequence
+    term included.  With a profile where a sequence in a step costs 10 ms, twice the step's
+    own cost, and room for every program (nothing evicted), vLLM's stock scheduler and the
+    simulator's ``vllm`` policy must still agree — which holds only if the engine side counts
+    a step's sequences (``calibrate.scheduled_shape``) as the simulator's engine does."""
+    from ttlpolicy.sim import load_profile, roofline, save_profile
+    from ttlpolicy.sim.hardware import Line, StepModel
+
+    base = roofline("llama-3.1-8b", "h100-80g")
+    line = Line(0.005, 1e-5, 0.0, 0.0, 0.01)
+    path = tmp_path / "per-seq.json"
+    save_profile(path, type(base)(base.model, base.gpu, StepModel(line, line), 1e12))
+    assert load_profile(path).steps.compute.c_seq == 0.01
+    run = harness(tmp_path, "per-seq", "--blocks", "6000", "--stock-only", "--profile", str(path))
+    (row,) = run["rows"]
+    for metric, error in row["error"].items():
+        assert abs(error) < 1e-6, (metric, row["engine"][metric], row["sim"][metric])

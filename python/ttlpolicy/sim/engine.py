@@ -368,9 +368,10 @@ class Engine:
             k = self._fit_memory(dec, k)
             if k == 0:
                 return None
+        seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
-            return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0)
-        return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv)
+            return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0, seqs)
+        return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv, seqs)
 
     def _grow_need(self, dec: list[Call], k: int) -> int:
         b = self.config.block_tokens

@@ -1,19 +1,23 @@
 """How long one engine step takes: a roofline over model and GPU presets, or a calibrated fit.
 
 A step processes some new tokens (decode tokens and prefill chunks) against their contexts.
-Three numbers describe it, and every step-time model here is a function of them:
+Four numbers describe it, and every step-time model here is a function of them:
 
 * ``tokens`` — new tokens in the step (each costs ``2 · params`` FLOPs in the linear layers);
 * ``attn`` — Σ over new tokens of the context each attends to (attention FLOPs
   ``4 · layers · heads · head_dim`` per unit);
-* ``kv`` — KV tokens read or written (decode: the whole context; prefill: context + chunk).
+* ``kv`` — KV tokens read or written (decode: the whole context; prefill: context + chunk);
+* ``seqs`` — sequences in the step (each decode and each prefill chunk is one): what an engine
+  pays per request whatever its tokens — its attention call, its sampled logits, its host-side
+  bookkeeping.  Without it a line cannot tell one 300-token chunk from 300 one-token decodes.
 
 The roofline takes the slower of compute (``FLOPs / (peak · efficiency)``) and memory
-(``(weights + kv · kv_bytes) / (bandwidth · efficiency)``) plus a fixed per-step overhead.
-Both are linear in (tokens, attn, kv), so a step time is the maximum of two lines; a run of
-``k`` steps whose shape grows by the same amounts each step (a decode-only batch, or one long
-prefill chunked at a fixed size) is summed in closed form — the simulator never ticks through
-steps where nothing changes.  ``calibrate`` fits one line to measured step times instead.
+(``(weights + kv · kv_bytes) / (bandwidth · efficiency)``) plus a fixed per-step overhead, and
+no per-sequence cost (its term is 0).  Both are linear in (tokens, attn, kv, seqs), so a step
+time is the maximum of two lines; a run of ``k`` steps whose shape grows by the same amounts
+each step (a decode-only batch, or one long prefill chunked at a fixed size; the same
+sequences throughout) is summed in closed form — the simulator never ticks through steps where
+nothing changes.  ``calibrate`` fits one line to measured step times instead.
 
 Figures: public spec sheets (dense BF16 tensor FLOP/s without sparsity, HBM bandwidth,
 memory), and the Llama 3.1 model cards (layers, hidden size, heads, KV heads).
@@ -83,15 +87,20 @@ GPUS = {
 
 @dataclass(frozen=True, slots=True)
 class Line:
-    """``c0 + c_tok · tokens + c_attn · attn + c_kv · kv`` seconds."""
+    """``c0 + c_tok · tokens + c_attn · attn + c_kv · kv + c_seq · seqs`` seconds."""
 
     c0: float
     c_tok: float
     c_attn: float
     c_kv: float
+    c_seq: float = 0.0  # seconds per sequence in the step (0: the roofline, a /1 profile)
 
-    def at(self, tokens: float, attn: float, kv: float) -> float:
-        return self.c0 + self.c_tok * tokens + self.c_attn * attn + self.c_kv * kv
+    def at(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
+        # The per-sequence term last: with c_seq = 0 it adds +0.0, and the sum is, to the
+        # bit, the three-term line's (every roofline result is unchanged by the term).
+        return (
+            self.c0 + self.c_tok * tokens + self.c_attn * attn + self.c_kv * kv + self.c_seq * seqs
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,22 +110,32 @@ class StepModel:
     compute: Line
     memory: Line
 
-    def step_s(self, tokens: float, attn: float, kv: float) -> float:
-        return max(self.compute.at(tokens, attn, kv), self.memory.at(tokens, attn, kv))
+    def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
+        """Seconds of a step of this shape (``seqs`` 0: a caller that does not count its
+        sequences, priced as if they cost nothing)."""
+        return max(self.compute.at(tokens, attn, kv, seqs), self.memory.at(tokens, attn, kv, seqs))
 
     def run_s(
-        self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, k: int
+        self,
+        tokens: float,
+        attn0: float,
+        d_attn: float,
+        kv0: float,
+        d_kv: float,
+        k: int,
+        seqs: float = 0.0,
     ) -> float:
-        """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv), in closed form."""
+        """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv, seqs), in closed form."""
         if k <= 0:
             return 0.0
-        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv).s(k)
+        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv, seqs).s(k)
 
 
 class StepRun:
     """The times of a run of steps whose shape grows by the same amounts each step: the
-    first step has ``tokens`` new tokens, ``attn0`` attention units and ``kv0`` KV tokens, and
-    each further step ``d_attn`` and ``d_kv`` more.  ``s(k)`` is the time of its first ``k``
+    first step has ``tokens`` new tokens, ``attn0`` attention units, ``kv0`` KV tokens and
+    ``seqs`` sequences, and each further step ``d_attn`` and ``d_kv`` more (the same tokens and
+    sequences).  ``s(k)`` is the time of its first ``k``
     steps; both lines' start and growth are computed once, as the engine asks for several
     ``k`` (it searches for the one that reaches its next event).
 
@@ -127,12 +146,19 @@ class StepRun:
     __slots__ = ("a0", "b0", "da", "db", "split")
 
     def __init__(
-        self, model: StepModel, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float
+        self,
+        model: StepModel,
+        tokens: float,
+        attn0: float,
+        d_attn: float,
+        kv0: float,
+        d_kv: float,
+        seqs: float = 0.0,
     ) -> None:
         compute, memory = model.compute, model.memory
-        a0 = self.a0 = compute.at(tokens, attn0, kv0)
+        a0 = self.a0 = compute.at(tokens, attn0, kv0, seqs)
         da = self.da = compute.c_attn * d_attn + compute.c_kv * d_kv
-        b0 = self.b0 = memory.at(tokens, attn0, kv0)
+        b0 = self.b0 = memory.at(tokens, attn0, kv0, seqs)
         db = self.db = memory.c_attn * d_attn + memory.c_kv * d_kv
         # the first step index where the order of the two lines may flip (None: never)
         diff0, ddiff = a0 - b0, da - db
@@ -253,7 +279,7 @@ class Hardware:
         while done < tokens:
             c = min(budget_tokens, tokens - done)
             s = start + done
-            total += self.steps.step_s(c, c * s + c * (c + 1) / 2.0, s + c)
+            total += self.steps.step_s(c, c * s + c * (c + 1) / 2.0, s + c, 1.0)
             done += c
         return total
 
@@ -285,23 +311,24 @@ def roofline(
 
 
 def fit_line(rows: Iterable[Sequence[float]], *, relative: bool = True) -> Line:
-    """The ``Line`` through measured steps, (tokens, attn, kv, seconds) each, with no negative
-    coefficient, that minimises the squared relative error (``relative=False``: the squared
-    error in seconds).
+    """The ``Line`` through measured steps, (tokens, attn, kv, seqs, seconds) each, with no
+    negative coefficient, that minimises the squared relative error (``relative=False``: the
+    squared error in seconds).
 
-    At least four rows spanning the shapes to be simulated (isolated prefills at growing sizes
+    At least five rows spanning the shapes to be simulated (isolated prefills at growing sizes
     make ``attn`` quadratic in ``tokens``; decode batches at growing size and context set
-    ``kv``).
+    ``kv`` and ``seqs``).
     """
     data = np.asarray([tuple(map(float, r)) for r in rows], dtype=float)
-    if data.ndim != 2 or data.shape[1] != 4 or data.shape[0] < 4:
+    if data.ndim != 2 or data.shape[1] != 5 or data.shape[0] < 5:
         raise ValueError(
-            f"calibrate needs >= 4 rows of (tokens, attn, kv, seconds), got shape {data.shape}"
+            "calibrate needs >= 5 rows of (tokens, attn, kv, seqs, seconds), "
+            f"got shape {data.shape}"
         )
     if not np.all(np.isfinite(data)) or np.any(data < 0):
         raise ValueError("calibrate rows must be finite and >= 0")
-    x = np.column_stack([np.ones(len(data)), data[:, :3]])
-    y = data[:, 3]
+    x = np.column_stack([np.ones(len(data)), data[:, :4]])
+    y = data[:, 4]
     # Least squares on relative error (each row weighted by 1 / its time): a run holds many
     # short decode steps and few long prefills, and an absolute fit would trade the former's
     # accuracy for the latter's.  Steps measured once each on a noisy machine (a replay's
@@ -314,8 +341,8 @@ def fit_line(rows: Iterable[Sequence[float]], *, relative: bool = True) -> Line:
     # time): a noisy measurement can make a free fit say so.  Drop the most negative term
     # and refit until none is left (an active-set approximation of non-negative least
     # squares; exact when the unconstrained fit is already non-negative).
-    active = list(range(4))
-    coef = np.zeros(4)
+    active = list(range(5))
+    coef = np.zeros(5)
     while active:
         sol, *_ = np.linalg.lstsq(xw[:, active], yw, rcond=None)
         if sol.min() >= 0:

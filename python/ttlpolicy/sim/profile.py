@@ -6,16 +6,22 @@ over spec sheets (``ttlpolicy compare --hardware profile.json``).  The measuring
 engine (``python -m ttlpolicy_vllm.calibrate`` for vLLM); the format, the step shapes and the
 fit live here so the simulator's side needs no engine.  Format (``FORMAT``)::
 
-    {"format": "ttlpolicy-hardware-profile/1",
+    {"format": "ttlpolicy-hardware-profile/2",
      "model":  {"name", "params", "layers", "hidden", "heads", "kv_heads", "head_dim",
                 "tp", "dtype_bytes"},
      "device": {"name", "peak_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"},
-     "step_s": {"compute": {"c0", "c_tok", "c_attn", "c_kv"}, "memory": {...same...}},
+     "step_s": {"compute": {"c0", "c_tok", "c_attn", "c_kv", "c_seq"}, "memory": {...same...}},
      "kv_capacity_bytes": ..., "cpu_tier_bytes": ...,
      "calibration": {...}}          # optional, free-form: how it was measured
 
 ``step_s`` holds the two lines of ``hardware.StepModel`` (a step takes the larger), every
 coefficient >= 0; a calibrated profile has one line written twice.
+
+``/2`` added ``c_seq``, the seconds each sequence in a step costs.  It is a new format rather
+than an optional field of ``/1`` so that a reader that does not know the term refuses the
+file by its format instead of silently dropping a term that can be a third of a decode step.
+``/1`` files still load, with ``c_seq`` 0: they were fitted without the term, so 0 is what
+they mean.
 """
 
 from __future__ import annotations
@@ -28,11 +34,17 @@ from typing import Any
 
 from .hardware import GPUSpec, Hardware, Line, ModelSpec, StepModel, fit_line
 
-FORMAT = "ttlpolicy-hardware-profile/1"
+FORMAT = "ttlpolicy-hardware-profile/2"
+#: Formats ``load_profile`` reads, and each one's step-line fields (a field a format lacks
+#: is 0: ``/1`` had no per-sequence term).
+_LINE_FIELDS_BY_FORMAT = {
+    "ttlpolicy-hardware-profile/1": ("c0", "c_tok", "c_attn", "c_kv"),
+    FORMAT: ("c0", "c_tok", "c_attn", "c_kv", "c_seq"),
+}
 
 _MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "tp", "dtype_bytes")
 _DEVICE_FLOATS = ("peak_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s")
-_LINE_FIELDS = ("c0", "c_tok", "c_attn", "c_kv")
+_LINE_FIELDS = _LINE_FIELDS_BY_FORMAT[FORMAT]
 
 
 class ProfileError(ValueError):
@@ -40,17 +52,34 @@ class ProfileError(ValueError):
 
 
 # -- step shapes: what the simulator's step-time model is a function of ---------------------
-def prefill_shape(chunk_tokens: int, start_tokens: int = 0) -> tuple[float, float, float]:
-    """(tokens, attn, kv) of a step prefilling ``chunk_tokens`` after ``start_tokens`` cached
-    ones, as ``Engine._plan`` and ``Hardware.prefill_s`` count them."""
+#: A step's shape: (tokens, attn, kv, seqs), the arguments of ``StepModel.step_s``.
+StepShape = tuple[float, float, float, float]
+
+
+def prefill_shape(chunk_tokens: int, start_tokens: int = 0) -> StepShape:
+    """(tokens, attn, kv, seqs) of a step prefilling ``chunk_tokens`` after ``start_tokens``
+    cached ones, as ``Engine._plan`` and ``Hardware.prefill_s`` count them: one sequence."""
     c, s = chunk_tokens, start_tokens
-    return float(c), c * s + c * (c + 1) / 2.0, float(s + c)
+    return float(c), c * s + c * (c + 1) / 2.0, float(s + c), 1.0
 
 
-def decode_shape(context_tokens: Sequence[int]) -> tuple[float, float, float]:
-    """(tokens, attn, kv) of a decode step over requests holding ``context_tokens`` each."""
+def step_shape(chunks: Iterable[tuple[int, int]]) -> StepShape:
+    """The shape of a step in which each request computes ``new`` tokens after ``before``
+    ones, ``(new, before)`` per request (a decode is a chunk of one): the sum of their
+    ``prefill_shape``s, as ``Engine._plan`` sums its decodes and chunks."""
+    tokens = attn = kv = seqs = 0.0
+    for n, before in chunks:
+        t, a, k, q = prefill_shape(n, before)
+        tokens, attn, kv, seqs = tokens + t, attn + a, kv + k, seqs + q
+    return tokens, attn, kv, seqs
+
+
+def decode_shape(context_tokens: Sequence[int]) -> StepShape:
+    """(tokens, attn, kv, seqs) of a decode step over requests holding ``context_tokens``
+    each: one token and one sequence per request."""
     ctx = float(sum(context_tokens))
-    return float(len(context_tokens)), ctx, ctx
+    n = float(len(context_tokens))
+    return n, ctx, ctx, n
 
 
 def fit_hardware(
@@ -63,7 +92,7 @@ def fit_hardware(
     relative: bool = True,
 ) -> Hardware:
     """A ``Hardware`` whose step time is the least-squares line through ``rows``
-    ((tokens, attn, kv, seconds) per measured step) and whose KV room is exactly
+    ((tokens, attn, kv, seqs, seconds) per measured step) and whose KV room is exactly
     ``kv_capacity_blocks`` blocks of ``block_tokens`` (what the engine allocated)."""
     if kv_capacity_blocks <= 0 or block_tokens <= 0:
         raise ValueError(
@@ -140,8 +169,11 @@ def _number(v: Any, label: str, *, positive: bool, integer: bool = False) -> Any
 def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
     if not isinstance(data, dict):
         raise ProfileError(f"{where}: a hardware profile is a JSON object, got {_show(data)}")
-    if data.get("format") != FORMAT:
-        raise ProfileError(f"{where}: format must be {FORMAT!r}, got {_show(data.get('format'))}")
+    fmt = data.get("format")
+    line_fields = _LINE_FIELDS_BY_FORMAT.get(fmt) if isinstance(fmt, str) else None
+    if line_fields is None:
+        known = " or ".join(map(repr, _LINE_FIELDS_BY_FORMAT))
+        raise ProfileError(f"{where}: format must be {known}, got {_show(fmt)}")
     msec = _section(data, "model", where)
     name = msec.get("name")
     if not isinstance(name, str) or not name or len(name) > 200:
@@ -170,7 +202,7 @@ def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
         # A step never takes negative time nor gets faster with more work (``fit_line``).
         coef = [
             float(_number(lsec.get(f), f"{where}: step_s.{part}.{f}", positive=False))
-            for f in _LINE_FIELDS
+            for f in line_fields
         ]
         lines.append(Line(*coef))
     kv = float(_number(data.get("kv_capacity_bytes"), f"{where}: kv_capacity_bytes", positive=True))

@@ -7,7 +7,7 @@ model, write a hardware profile (``ttlpolicy compare --hardware profile.json``).
 The recipe (``measure_steps``): isolated prefills at growing sizes, alone in the engine (the
 attention term makes their time quadratic in the size), prefills after a cached prefix (the
 context term), and decode steps at growing batch and context.  Every measured step becomes a
-row (tokens, attn, kv, seconds) with the simulator's own step shapes
+row (tokens, attn, kv, seqs, seconds) with the simulator's own step shapes
 (``ttlpolicy.sim.profile.prefill_shape`` / ``decode_shape``), and ``fit_hardware`` fits them.
 Each shape is measured ``repeats`` times and its median kept: the machines here are shared.
 
@@ -27,12 +27,23 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ttlpolicy.sim.hardware import GPUSpec, Hardware, ModelSpec
-from ttlpolicy.sim.profile import decode_shape, fit_hardware, prefill_shape, save_profile
+from ttlpolicy.sim.profile import (
+    StepShape,
+    decode_shape,
+    fit_hardware,
+    prefill_shape,
+    save_profile,
+    step_shape,
+)
+
+#: A measured step: its shape (tokens, attn, kv, seqs) and its seconds.
+Row = tuple[float, float, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -139,23 +150,30 @@ def _timed_step(engine: Any) -> tuple[float, list[Any]]:
     return time.perf_counter() - s, outs
 
 
-def scheduled_shape(scheduler: Any, out: Any) -> tuple[float, float, float]:
-    """(tokens, attn, kv) of the step ``out`` that ``scheduler.schedule()`` just returned, as
-    the simulator counts it: the sum over scheduled requests of ``prefill_shape(new tokens,
-    tokens computed before)`` (a decode is a chunk of one)."""
-    tokens = attn = kv = 0.0
-    for rid, n in out.num_scheduled_tokens.items():
-        before = scheduler.requests[rid].num_computed_tokens - n  # schedule() advanced it
-        t, a, k = prefill_shape(n, before)
-        tokens, attn, kv = tokens + t, attn + a, kv + k
-    return tokens, attn, kv
+def scheduled_chunks(scheduler: Any, out: Any) -> list[tuple[int, int]]:
+    """(new tokens, tokens computed before) of each request in the step ``out`` that
+    ``scheduler.schedule()`` just returned (a decode is a chunk of one)."""
+    return [
+        (n, scheduler.requests[rid].num_computed_tokens - n)  # schedule() advanced it
+        for rid, n in out.num_scheduled_tokens.items()
+    ]
+
+
+def scheduled_shape(scheduler: Any, out: Any) -> StepShape:
+    """(tokens, attn, kv, seqs) of the step ``out`` that ``scheduler.schedule()`` just
+    returned, as the simulator counts it (``profile.step_shape`` of its chunks)."""
+    return step_shape(scheduled_chunks(scheduler, out))
 
 
 class StepRecorder:
     """The steps an engine runs while it serves, as calibration rows (tokens, attn, kv,
-    seconds): each step's shape from its ``schedule()`` output, its time the wall time of
-    ``engine.step()`` around it (host work included, as a served request waits for it).
-    ``model_s`` holds, per row, the part spent in the model executor.
+    seqs, seconds): each step's shape from its ``schedule()`` output, its time the wall time
+    of ``engine.step()`` around it (host work included, as a served request waits for it).
+    ``model_s`` holds, per row, the part spent in the model executor, ``cpu_s`` the CPU time
+    the process spent in the step (all its threads: with one engine thread, a measure of the
+    step's work that other jobs on a shared machine barely move, where wall time doubles),
+    and ``chunks`` the step's (new tokens, tokens before) per request, from which other
+    shapes can be computed offline.
 
     Fitting the rows of a replay gives a profile measured under the replay's own conditions
     — the same load on a shared machine, the same mix of step shapes — where the probe
@@ -163,9 +181,11 @@ class StepRecorder:
 
     def __init__(self, llm: Any) -> None:
         core = llm.llm_engine.engine_core.engine_core
-        self.rows: list[tuple[float, float, float, float]] = []
+        self.rows: list[Row] = []
         self.model_s: list[float] = []
-        self._shape: tuple[float, float, float] | None = None
+        self.cpu_s: list[float] = []
+        self.chunks: list[list[tuple[int, int]]] = []
+        self._chunks: list[tuple[int, int]] | None = None
         self._exec_s = 0.0
         sched, executor = core.scheduler, core.model_executor
         schedule, execute, sample = (
@@ -177,7 +197,7 @@ class StepRecorder:
         def recorded_schedule(*a: Any, **k: Any) -> Any:
             out = schedule(*a, **k)
             if out.total_num_scheduled_tokens > 0:
-                self._shape = scheduled_shape(sched, out)
+                self._chunks = scheduled_chunks(sched, out)
             return out
 
         def timed(f: Any) -> Any:
@@ -196,13 +216,15 @@ class StepRecorder:
 
     def step(self, engine: Any) -> list[Any]:
         """``engine.step()``, recorded when it ran the model."""
-        self._shape, self._exec_s = None, 0.0
-        s = time.perf_counter()
+        self._chunks, self._exec_s = None, 0.0
+        s, cpu = time.perf_counter(), time.process_time()
         outs = engine.step()
-        dt = time.perf_counter() - s
-        if self._shape is not None:
-            self.rows.append((*self._shape, dt))
+        dt, cpu = time.perf_counter() - s, time.process_time() - cpu
+        if self._chunks is not None:
+            self.rows.append((*step_shape(self._chunks), dt))
             self.model_s.append(self._exec_s)
+            self.cpu_s.append(cpu)
+            self.chunks.append(self._chunks)
         return outs
 
 
@@ -212,15 +234,20 @@ def measure_steps(
     prefill_sizes: list[int],
     cached_prefills: list[tuple[int, int]],
     decode_points: list[tuple[int, int]],
+    multi_prefills: Sequence[tuple[int, int]] = (),
     decode_steps: int = 6,
     repeats: int = 3,
     vocab: int = 500,
-) -> list[tuple[float, float, float, float]]:
-    """Rows (tokens, attn, kv, seconds) measured on ``llm``'s engine, which must be idle.
+) -> list[Row]:
+    """Rows (tokens, attn, kv, seqs, seconds) measured on ``llm``'s engine, which must be
+    idle.
 
     ``prefill_sizes``: lone prompts prefilled in one step (each ≤ the token budget).
     ``cached_prefills``: (cached, new) — a prompt of ``cached`` tokens, then one extending it
     by ``new``: the second step's chunk attends to the cached context.
+    ``multi_prefills``: (prompts, tokens) — that many prompts of that many tokens submitted
+    together and prefilled in one step: the same tokens as a lone prompt of their sum, more
+    sequences (what tells the per-sequence term from the per-token one).
     ``decode_points``: (batch, context) — that many requests of that context decoding
     together, ``decode_steps`` steps each.
     """
@@ -249,7 +276,7 @@ def measure_steps(
     for n in (max(prefill_sizes), min(prefill_sizes)):
         submit(tokens(n), 4)
     drain()
-    samples: dict[tuple[float, float, float], list[float]] = {}
+    samples: dict[StepShape, list[float]] = {}
     for r in range(repeats):
         _log(f"calibration round {r + 1}/{repeats}")
         for n in prefill_sizes:
@@ -268,6 +295,14 @@ def measure_steps(
             hit = outs[0].num_cached_tokens if outs else 0
             total = cached + new
             samples.setdefault(prefill_shape(total - hit, hit), []).append(dt)
+            drain()
+        for k, m in multi_prefills:
+            llm.reset_prefix_cache()
+            for _ in range(k):
+                submit(tokens(m), 1)
+            dt, outs = _timed_step(engine)
+            if len(outs) == k:  # all prefilled in that one step (each finished: 1 token)
+                samples.setdefault(step_shape([(m, 0)] * k), []).append(dt)
             drain()
         for batch, ctx in decode_points:
             llm.reset_prefix_cache()
@@ -291,15 +326,17 @@ def measure_steps(
     return [(*shape, statistics.median(ts)) for shape, ts in samples.items()]
 
 
-def calibrate_llm(
-    llm: Any, shape: Shape, settings: EngineSettings, device_name: str, *, repeats: int = 2
-) -> tuple[Hardware, dict[str, Any]]:
-    """Measure ``llm`` (idle, built by ``make_llm``) and fit; the ``Hardware`` and the
-    calibration record (rows, fit error) that goes into the profile."""
+def probe(llm: Any, settings: EngineSettings, *, repeats: int = 2) -> list[Row]:
+    """The calibration probe's rows on ``llm`` (idle, built by ``make_llm``): ``measure_steps``
+    over shapes sized to ``settings``."""
     budget = settings.token_budget
     limit = min(budget, settings.max_model_len - 8)
     sizes = sorted({max(16, limit * k // 4) for k in range(1, 5)})
-    cached = [(limit // 2, limit // 4)]
+    # a chunk after a cached prefix, and short chunks after a long one (a returning program's
+    # new tool output: the shape the TTL scheduler's replay runs most)
+    cached = [(limit // 2, limit // 4), (3 * limit // 4, 16), (3 * limit // 4, limit // 8)]
+    # half the largest prefill, split over 2, 4, 8 prompts in one step
+    multi = [(k, limit // (2 * k)) for k in (2, 4, 8) if k <= settings.max_seqs]
     batches = sorted({b for b in (1, 4, 16, 64) if b <= settings.max_seqs})
     room = (settings.blocks - 2) * settings.block_size
     points = []
@@ -307,14 +344,23 @@ def calibrate_llm(
         longest = min(limit, room // b - settings.block_size)  # the batch fits in the cache
         if longest >= 16:
             points += sorted({(b, longest // 4), (b, longest)})
-    t0 = time.perf_counter()
-    rows = measure_steps(
+    return measure_steps(
         llm,
         prefill_sizes=sizes,
         cached_prefills=cached,
         decode_points=points,
+        multi_prefills=multi,
         repeats=repeats,
     )
+
+
+def calibrate_llm(
+    llm: Any, shape: Shape, settings: EngineSettings, device_name: str, *, repeats: int = 2
+) -> tuple[Hardware, dict[str, Any]]:
+    """Measure ``llm`` (idle, built by ``make_llm``) and fit; the ``Hardware`` and the
+    calibration record (rows, fit error) that goes into the profile."""
+    t0 = time.perf_counter()
+    rows = probe(llm, settings, repeats=repeats)
     seconds = time.perf_counter() - t0
     hw, record = fit_rows(rows, shape, settings, device_name, usable_blocks(llm))
     record["measure_s"] = seconds
@@ -322,7 +368,7 @@ def calibrate_llm(
 
 
 def fit_rows(
-    rows: list[tuple[float, float, float, float]],
+    rows: list[Row],
     shape: Shape,
     settings: EngineSettings,
     device_name: str,
@@ -330,10 +376,10 @@ def fit_rows(
     *,
     relative: bool = True,
 ) -> tuple[Hardware, dict[str, Any]]:
-    """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seconds) of a model of
-    ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record.  ``relative``:
-    minimise relative error (medians of repeated shapes) or error in seconds (single noisy
-    steps, as a replay records them: ``hardware.fit_line``)."""
+    """The ``Hardware`` fitted to measured step rows (tokens, attn, kv, seqs, seconds) of a
+    model of ``shape`` with ``kv_blocks`` usable KV blocks, and its calibration record.
+    ``relative``: minimise relative error (medians of repeated shapes) or error in seconds
+    (single noisy steps, as a replay records them: ``hardware.fit_line``)."""
     model = ModelSpec(
         f"llama-{shape.layers}x{shape.hidden}",
         shape.params,
@@ -355,7 +401,7 @@ def fit_rows(
         block_tokens=settings.block_size,
         relative=relative,
     )
-    errors = [abs(hw.steps.step_s(*r[:3]) - r[3]) / r[3] for r in rows if r[3] > 0]
+    errors = [abs(hw.steps.step_s(*r[:4]) - r[4]) / r[4] for r in rows if r[4] > 0]
     record = {
         "engine": "vllm " + _vllm_version(),
         "device": device_name,
