@@ -331,7 +331,9 @@ def replay(
         out = outputs[i]
         ctx = inp + out / 2.0
         dec = (
-            out * steps.step_s(decode_batch, decode_batch * ctx, decode_batch * ctx) / decode_batch
+            out
+            * steps.step_s(decode_batch, decode_batch * ctx, decode_batch * ctx, decode_batch)
+            / decode_batch
         )
         free = first + dec
         load_total += load
