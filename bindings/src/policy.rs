@@ -245,6 +245,22 @@ impl PyOutOfOrderCost {
     }
 }
 
+/// `observe_prefill`'s arguments converted with their field names, then `observe` (the same
+/// method on `CacheMissModel` and on `TTLPolicy`: pyo3 needs one per class).
+fn observe_prefill_args(
+    tokens: Arg<i64>,
+    seconds: Arg<f64>,
+    cached_tokens: Arg<i64>,
+    observe: impl FnOnce(i64, f64, i64) -> ttlpolicy_core::Result<()>,
+) -> PyResult<()> {
+    call3(
+        ("tokens", tokens),
+        ("seconds", seconds),
+        ("cached_tokens", cached_tokens),
+        observe,
+    )
+}
+
 /// Seconds to rebuild a dropped prefix: fitted prefill quadratic or offload reload.
 #[pyclass(name = "CacheMissModel", module = "ttlpolicy._native")]
 pub struct PyCacheMissModel {
@@ -300,13 +316,9 @@ impl PyCacheMissModel {
         seconds: Arg<f64>,
         cached_tokens: Arg<i64>,
     ) -> PyResult<()> {
-        let cached = ("cached_tokens", cached_tokens);
-        call3(
-            ("tokens", tokens),
-            ("seconds", seconds),
-            cached,
-            |n, s, k| slf.borrow_mut().inner.observe_prefill(n, s, k),
-        )
+        observe_prefill_args(tokens, seconds, cached_tokens, |n, s, k| {
+            slf.borrow_mut().inner.observe_prefill(n, s, k)
+        })
     }
 
     #[getter]
@@ -639,13 +651,9 @@ impl PyTTLPolicy {
         seconds: Arg<f64>,
         cached_tokens: Arg<i64>,
     ) -> PyResult<()> {
-        let cached = ("cached_tokens", cached_tokens);
-        call3(
-            ("tokens", tokens),
-            ("seconds", seconds),
-            cached,
-            |n, s, k| slf.borrow_mut().inner.observe_prefill(n, s, k),
-        )
+        observe_prefill_args(tokens, seconds, cached_tokens, |n, s, k| {
+            slf.borrow_mut().inner.observe_prefill(n, s, k)
+        })
     }
 
     // -- read-only views --------------------------------------------------------------------
