@@ -56,6 +56,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 import ttlpolicy
+from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
@@ -255,22 +256,19 @@ class TTLScheduler(Scheduler):
             self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
     def _after_schedule(self, out: Any) -> tuple[int, int]:
-        """Hand pins over to admitted requests; returns the step's prefill tokens (first
-        chunks of new requests) and the tokens cached before them, token-weighted mean (the
-        cache-miss model prices a chunk's attention over what precedes it)."""
-        prefill_tokens = weighted_start = 0
+        """Hand pins over to admitted requests; returns the step's prefill sample (tokens,
+        cached tokens) from the new requests' first chunks (``step_prefill_sample``)."""
+        first_chunks = []
         for new in out.scheduled_new_reqs:
             rid = new.req_id
-            chunk = out.num_scheduled_tokens.get(rid, 0)
-            prefill_tokens += chunk
-            weighted_start += chunk * new.num_computed_tokens
+            first_chunks.append((out.num_scheduled_tokens.get(rid, 0), new.num_computed_tokens))
             pid = self._handover.pop(rid, None)
             if pid is not None:
                 # Admitted: its own references now hold the prefix; drop the pin's.
                 self.pins.release(pid)
                 self.ttl_metrics.pinned_prefix_hits += 1
                 self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
-        return prefill_tokens, weighted_start // prefill_tokens if prefill_tokens else 0
+        return step_prefill_sample(first_chunks)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         t0 = time.perf_counter()

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import ttlpolicy as tp
+from ttlpolicy.prefill_sample import step_prefill_sample
 
 from ..call import Call
 from ..interface import EngineView, Verdict
@@ -137,20 +138,19 @@ class TTLPolicyPlugin:
 
     def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
         """A step ran these prefill chunks in ``step_s``: as ``TTLScheduler`` does, the first
-        chunks of newly admitted calls, summed, with the tokens cached before them
-        (token-weighted mean), and the step's seconds (decodes in the same batch included) are
-        one sample of the policy's prefill-time fit."""
+        chunks of newly admitted calls and the step's seconds (decodes in the same batch
+        included) are one sample of the policy's prefill-time fit (``step_prefill_sample``)."""
         if not self.adapter:
             return  # (the simulator's exact prefill time prices misses: no fit to feed)
         unstarted = self._unstarted
-        tokens = weighted_start = 0
+        first_chunks = []
         for call, n in chunks:
             if call.call_id in unstarted:
                 unstarted.remove(call.call_id)
-                tokens += n
-                weighted_start += n * call.computed  # (the step has not run yet)
+                first_chunks.append((n, call.computed))  # (the step has not run yet)
+        tokens, cached = step_prefill_sample(first_chunks)
         if tokens:
-            self.ttl_policy.observe_prefill(tokens, step_s, weighted_start // tokens)
+            self.ttl_policy.observe_prefill(tokens, step_s, cached)
 
     def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
         rid = str(call.call_id)
