@@ -52,6 +52,16 @@ from ttlpolicy.sim.interface import Verdict
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.workload import poisson_arrivals
 
+#: (upper bound s, label) of the gaps before a re-prefilling call: the tool gap and its wait in
+#: the queue (the sessions' gaps are capped at 300 s, so past that the queue made it longer)
+GAP_BUCKETS = (
+    (10, "< 10 s"),
+    (30, "10-30 s"),
+    (60, "30-60 s"),
+    (300, "60-300 s"),
+    (math.inf, ">= 300 s"),
+)
+
 
 def variant_class(variant: str) -> type[AdmissionControl]:
     """The reference's ``AdmissionControl`` with one rule changed (see the module doc)."""
@@ -171,7 +181,7 @@ class _Probe:
                 b = engine.config.block_tokens
                 lost = min(call.turn.reusable_blocks, (call.prompt - 1) // b) * b - call.computed
                 gap = now - self._last_finish.get(call.program_id, now)
-                bucket = next(f"<{g} s" for g in (10, 30, 60, 300, 10**9) if gap < g)
+                bucket = next(label for g, label in GAP_BUCKETS if gap < g)
                 self.lost_by_gap[bucket] = self.lost_by_gap.get(bucket, 0) + max(lost, 0)
             return admitted(call, now, cache_dropped)
 
@@ -267,7 +277,7 @@ def main() -> int:
         if lost:
             line += (
                 f"\n{'':22s} re-prefilled tokens of returning calls by the gap before: "
-                + ", ".join(f"{k} {lost[k]:.3g}" for k in sorted(lost, key=lambda k: int(k[1:-2])))
+                + ", ".join(f"{k} {lost[k]:.3g}" for _, k in GAP_BUCKETS if k in lost)
             )
         print(line)
         if base_jct is None:
