@@ -625,6 +625,7 @@ impl PyProgramScheduler {
             p.not_preempted,
             p.not_pinned,
             p.program_arrival_s,
+            p.program_order,
             p.arrival_s,
             &*p.request_id,
         )

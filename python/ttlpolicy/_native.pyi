@@ -289,7 +289,8 @@ class Finished:
 @final
 class ProgramScheduler:
     """Waiting queue (priority tuple ``(not preempted, not pinned, program arrival,
-    request arrival, request id)``, smallest first) and pin table of CacheTTL over the given
+    program order, request arrival, request id)``, smallest first; program order: the order
+    in which programs were first seen) and pin table of CacheTTL over the given
     ``TTLPolicy`` (used, not copied; any other object is refused with TypeError).  At most
     ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
     longest forgotten first (counted in ``dropped_idle_programs``)."""
@@ -373,7 +374,7 @@ class ProgramScheduler:
     def pin(self, program_id: str) -> Pin | None: ...
     def state(self, request_id: str) -> str:
         """``"waiting"`` or ``"running"``."""
-    def priority(self, request_id: str) -> tuple[bool, bool, float, float, str]: ...
+    def priority(self, request_id: str) -> tuple[bool, bool, float, int, float, str]: ...
 
 # ---------------------------------------------------------------------------------------------
 # Prefix tree: block-hash prefix tree, per-group TTLs

@@ -46,8 +46,8 @@ def test_pin_consumed_on_arrival_jumps_queue_and_records_tool(impl):
     assert policy.tool_count("grep") == 1  # gap 5.0 − 2.0 observed
     # A's request (pinned) precedes B's although B's waited longer; A also arrived first
     # here, so check the tuple itself.
-    assert s.priority("a2") == (True, False, 0.0, 5.0, "a2")
-    assert s.priority("b1") == (True, True, 1.0, 1.0, "b1")
+    assert s.priority("a2") == (True, False, 0.0, 0, 5.0, "a2")
+    assert s.priority("b1") == (True, True, 1.0, 1, 1.0, "b1")
     assert s.peek() == "a2"
 
 
@@ -141,6 +141,35 @@ def test_reclaim_for_a_program_keeps_its_own_and_older_programs_pins(impl):
         s.reclaim(1, 3.0, for_program="nobody")
     with pytest.raises(ValueError, match="for_program"):
         s.reclaim(1, 3.0, for_program="")
+
+
+def test_programs_arriving_at_one_instant_keep_the_order_they_were_seen_in(impl):
+    """Program-level FCFS at a tie on time (a batch, a simulator's start): the program seen
+    first keeps its place — its returning request goes before the first request of a
+    program seen after it, although that one has waited longer (request arrival) and sorts
+    first by id."""
+    s, _ = make(impl)
+    for rid, pid in [("z1", "Z"), ("a1", "A")]:  # seen Z then A, at the same instant
+        s.arrive(rid, pid, 0.0, 1)
+    assert s.pop(0.0) == "z1"
+    s.finish("z1", 1.0, 1, tool="t", cache_miss_cost_s=0.0)  # not pinned
+    s.arrive("z2", "Z", 2.0, 1)
+    assert s.priority("z2")[2:4] == (0.0, 0) and s.priority("a1")[2:4] == (0.0, 1)
+    assert s.pop_many(2, 2.0) == ["z2", "a1"]
+
+
+def test_reclaim_order_at_one_instant_is_the_order_seen(impl):
+    """The pin reclaim order (latest-arrived program first) breaks a tie on arrival by the
+    order the programs were seen, not by program id: the program seen last yields first,
+    and a request of a program keeps the pins of those seen before it."""
+    s, _ = make(impl, budget=1000)
+    for pid in "ZMA":  # seen in this order, all at 0.0
+        s.arrive(f"{pid}1", pid, 0.0, 10)
+    assert s.pop_many(3, 0.0) == ["Z1", "M1", "A1"]
+    for pid in "ZMA":
+        s.finish(f"{pid}1", 1.0, 10, tool="t", cache_miss_cost_s=PINNING_MISS_COST_S)
+    assert [p.program_id for p in s.reclaim(100, 1.0, for_program="M")] == ["A"]
+    assert [p.program_id for p in s.reclaim(100, 1.0)] == ["M", "Z"]
 
 
 def test_last_turn_ends_program_and_observes_eta_input(impl):

@@ -42,13 +42,16 @@ class SchedulerModel(RuleBasedStateMachine):
         self.next_id = 0
         # rid -> [pid, arrival_s, preempted, pinned, running]
         self.requests: dict[str, list] = {}
-        self.programs: dict[str, list] = {}  # pid -> [arrival_s, turns]
+        # pid -> [arrival_s, turns, order]: order counts the programs created before it
+        self.programs: dict[str, list] = {}
+        self.programs_created = 0
         self.pins: dict[str, tuple[int, float]] = {}  # pid -> (blocks, deadline_s)
 
     # -- model helpers --------------------------------------------------------------------
     def key(self, rid: str) -> tuple:
         pid, arrival, preempted, pinned, _ = self.requests[rid]
-        return (not preempted, not pinned, self.programs[pid][0], arrival, rid)
+        program_arrival, _, order = self.programs[pid]
+        return (not preempted, not pinned, program_arrival, order, arrival, rid)
 
     def waiting(self) -> list[str]:
         return sorted((r for r, v in self.requests.items() if not v[4]), key=self.key)
@@ -84,7 +87,9 @@ class SchedulerModel(RuleBasedStateMachine):
         self._told()
         pin = self.pins.pop(pid, None)
         assert plain(consumed) == (None if pin is None else ("Pin", pid, *pin))
-        self.programs.setdefault(pid, [self.now, 0])
+        if pid not in self.programs:
+            self.programs[pid] = [self.now, 0, self.programs_created]
+            self.programs_created += 1
         self.requests[rid] = [pid, self.now, False, pin is not None, False]
 
     @rule(n=st.integers(1, 3))
@@ -177,7 +182,8 @@ class SchedulerModel(RuleBasedStateMachine):
         pinned_before = sum(b for b, _ in self.pins.values())
         got = self.s.reclaim(need, self.now)
         self._told()
-        order = sorted(self.pins, key=lambda pid: (self.programs[pid][0], pid), reverse=True)
+        # latest FCFS position (arrival, then the order the programs were first seen) first
+        order = sorted(self.pins, key=lambda pid: self.programs[pid][::2], reverse=True)
         assert [p.program_id for p in got] == order[: len(got)]
         released = sum(p.blocks for p in got)
         # progress: enough is freed whenever the pins hold enough

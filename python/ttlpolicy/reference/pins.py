@@ -4,8 +4,8 @@ A program holds at most one pin; a second pin while the first is held (parallel 
 one program) merges into it: blocks add up, the later deadline wins.  Two orders matter:
 
 * expiry — by ``(deadline_s, program_id)``: a min-heap, entries invalidated lazily;
-* reclaim under memory pressure — latest-arrived program first, by
-  ``(program_arrival_s, program_id)`` descending (FCFS: the newest program yields).
+* reclaim under memory pressure — latest-arrived program first, by the program's FCFS
+  position ``(program_arrival_s, order first seen)`` descending (the newest program yields).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class Pin:
 class PinTable:
     def __init__(self) -> None:
         self._pins: dict[str, Pin] = {}
-        self._arrival_s: dict[str, float] = {}  # program arrival, for the reclaim order
+        #: each pinned program's FCFS position (arrival, order seen), for the reclaim order
+        self._order: dict[str, tuple[float, int]] = {}
         # (deadline_s, program_id); an entry is live iff it matches the current pin.
         self._deadlines: list[tuple[float, str]] = []
         self.blocks = 0
@@ -37,7 +38,7 @@ class PinTable:
     def get(self, program_id: str) -> Pin | None:
         return self._pins.get(program_id)
 
-    def add(self, program_id: str, blocks: int, deadline_s: float, arrival_s: float) -> Pin:
+    def add(self, program_id: str, blocks: int, deadline_s: float, order: tuple[float, int]) -> Pin:
         old = self._pins.get(program_id)
         if old is not None:
             blocks += old.blocks
@@ -45,7 +46,7 @@ class PinTable:
             self.blocks -= old.blocks
         pin = Pin(program_id, blocks, deadline_s)
         self._pins[program_id] = pin
-        self._arrival_s[program_id] = arrival_s
+        self._order[program_id] = order
         self.blocks += blocks
         if old is None or deadline_s != old.deadline_s:
             heapq.heappush(self._deadlines, (deadline_s, program_id))
@@ -55,7 +56,7 @@ class PinTable:
     def remove(self, program_id: str) -> Pin | None:
         pin = self._pins.pop(program_id, None)
         if pin is not None:
-            del self._arrival_s[program_id]
+            del self._order[program_id]
             self.blocks -= pin.blocks
         return pin
 
@@ -100,17 +101,17 @@ class PinTable:
             out.append(pin)
         return out
 
-    def reclaim(self, blocks_needed: int, keep_until: tuple[float, str] | None = None) -> list[Pin]:
+    def reclaim(self, blocks_needed: int, keep_until: tuple[float, int] | None = None) -> list[Pin]:
         """Removes pins, latest-arrived program first, until ``blocks_needed`` blocks are
         released or no pin is left — keeping, when ``keep_until`` is given, the pins of
-        programs whose ``(arrival_s, program_id)`` is at most it."""
-        order = sorted(self._pins, key=lambda pid: (self._arrival_s[pid], pid), reverse=True)
+        programs whose FCFS position is at most it."""
+        order = sorted(self._pins, key=self._order.__getitem__, reverse=True)
         out: list[Pin] = []
         released = 0
         for program_id in order:
             if released >= blocks_needed:
                 break
-            if keep_until is not None and (self._arrival_s[program_id], program_id) <= keep_until:
+            if keep_until is not None and self._order[program_id] <= keep_until:
                 break  # every pin left is of a program no younger than ``keep_until``
             pin = self.remove(program_id)
             assert pin is not None

@@ -15,6 +15,10 @@ Choices (the same in both backends):
 
 * Ids are ``str`` (engines name requests with strings): non-empty, valid Unicode (no lone
   surrogates), at most ``MAX_ID_BYTES`` bytes of UTF-8.  Request ids order ties by code point.
+* Program-level FCFS orders programs by first arrival, then by the order in which they were
+  first seen: programs that arrive at one ``now`` (a batch, a simulator's start) are not
+  interleaved request by request — each keeps its place, as on any real clock, and the pin
+  reclaim order (latest first) uses the same position.
 * Time is an argument and never goes backwards: every call taking ``now`` refuses a ``now``
   below the latest one seen.
 * ``mean_active_blocks`` (M̄ of the cost model) is tracked: the mean ``blocks_held`` over the
@@ -133,10 +137,13 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "live", "tool", "tool_since_s", "turns")
+    __slots__ = ("arrival_s", "live", "order", "tool", "tool_since_s", "turns")
 
-    def __init__(self, arrival_s: float) -> None:
+    def __init__(self, arrival_s: float, seq: int) -> None:
         self.arrival_s = arrival_s
+        # FCFS position: (arrival, the order first seen) — programs arriving at one instant
+        # keep the order they were seen in, as they would on any real clock.
+        self.order = (arrival_s, seq)
         self.turns = 0  # finished requests
         self.live: set[str] = set()  # its waiting and running requests
         # An outstanding tool call (or pinned gap): its tool and when it started.
@@ -155,8 +162,8 @@ class _Request:
         self.running = False
         self.returning = returning  # came back to a dropped cache; cleared at first pop
 
-    def key(self, request_id: str, program_arrival_s: float) -> Key:
-        return (not self.preempted, not self.pinned, program_arrival_s, self.arrival_s,
+    def key(self, request_id: str, program: _Program) -> Key:
+        return (not self.preempted, not self.pinned, *program.order, self.arrival_s,
                 request_id)  # fmt: skip
 
 
@@ -187,6 +194,7 @@ class ProgramScheduler:
         self._queue = WaitingQueue()
         self._pins = PinTable()
         self._programs: dict[str, _Program] = {}
+        self._programs_seen = 0  # programs created so far: the next one's FCFS position
         self._requests: dict[str, _Request] = {}
         self._held: deque[int] = deque()  # blocks_held of the last finished requests
         self._held_sum = 0
@@ -259,7 +267,8 @@ class ProgramScheduler:
             self.policy.observe_tool(prog.tool, t - prog.tool_since_s)
             prog.tool, prog.tool_since_s = None, None
         if prog is None:
-            prog = self._programs[pid] = _Program(t)
+            prog = self._programs[pid] = _Program(t, self._programs_seen)
+            self._programs_seen += 1
         self._idle.pop(pid, None)
         if self._at_schedule:
             consumed = None
@@ -270,7 +279,7 @@ class ProgramScheduler:
                            returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
-        self._queue.push(req.key(rid, prog.arrival_s))
+        self._queue.push(req.key(rid, prog))
         return consumed
 
     # -- the queue --------------------------------------------------------------------------
@@ -313,7 +322,7 @@ class ProgramScheduler:
         self._now = t
         req.running = False
         req.preempted = True
-        self._queue.push(req.key(request_id, self._programs[req.program_id].arrival_s))
+        self._queue.push(req.key(request_id, self._programs[req.program_id]))
 
     # -- finishing and pins -----------------------------------------------------------------
     def finish(
@@ -379,7 +388,7 @@ class ProgramScheduler:
             deadline_s = t + decision.ttl_s
             if not math.isfinite(deadline_s):
                 deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
-            pin = self._pins.add(pid, blocks, deadline_s, prog.arrival_s)
+            pin = self._pins.add(pid, blocks, deadline_s, prog.order)
             if self._at_schedule:
                 self._rekey_waiting(pid)
         if key is not None or pin is not None:
@@ -403,7 +412,7 @@ class ProgramScheduler:
             (held if self._has_waiting(pin.program_id) else out).append(pin)
         for pin in held:  # a request of the program waits: the pin stays, unchanged
             self._pins.add(pin.program_id, pin.blocks, pin.deadline_s,
-                           self._programs[pin.program_id].arrival_s)  # fmt: skip
+                           self._programs[pin.program_id].order)  # fmt: skip
         return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any, for_program: Any = None) -> list[Pin]:
@@ -419,7 +428,7 @@ class ProgramScheduler:
             pid = check_id("for_program", for_program)
             if pid not in self._programs:
                 raise KeyError(f"unknown for_program: {pid!r}")
-            keep_until = (self._programs[pid].arrival_s, pid)
+            keep_until = self._programs[pid].order
         t = self._check_now(now)
         self._now = t
         released = self._pins.reclaim(need, keep_until)
@@ -440,7 +449,7 @@ class ProgramScheduler:
             req = self._requests[rid]
             if rid in self._queue and req.pinned != pinned:
                 req.pinned = pinned
-                self._queue.push(req.key(rid, prog.arrival_s))
+                self._queue.push(req.key(rid, prog))
 
     def _note_unpinned(self, released: list[Pin]) -> list[Pin]:
         for pin in released:

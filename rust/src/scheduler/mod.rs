@@ -44,7 +44,9 @@ pub const DEFAULT_MAX_IDLE_PROGRAMS: i64 = 1 << 16;
 pub const MAX_IDLE_PROGRAMS: i64 = 1 << 32;
 
 /// The priority tuple of a waiting request; smaller runs first:
-/// `(not preempted, not pinned, program arrival, request arrival, request id)`.
+/// `(not preempted, not pinned, program arrival, program order, request arrival, request id)`
+/// — program order, the order in which programs were first seen, keeps programs that
+/// arrive at one instant in that order (program-level FCFS at a tie on time).
 #[derive(Debug, Clone)]
 pub struct Priority {
     /// False once preempted: preempted requests run first.
@@ -53,6 +55,8 @@ pub struct Priority {
     pub not_pinned: bool,
     /// When the request's program first arrived.
     pub program_arrival_s: f64,
+    /// The request's program's place among the programs first seen (0, 1, …).
+    pub program_order: u64,
     /// When the request arrived.
     pub arrival_s: f64,
     /// The request id (last tie-breaker).
@@ -67,7 +71,7 @@ impl Priority {
     fn new(
         preempted: bool,
         pinned: bool,
-        program_arrival_s: f64,
+        (program_arrival_s, program_order): (f64, u64),
         arrival_s: f64,
         id: &Arc<str>,
     ) -> Self {
@@ -78,6 +82,7 @@ impl Priority {
             not_preempted: !preempted,
             not_pinned: !pinned,
             program_arrival_s,
+            program_order,
             arrival_s,
             request_id: id.clone(),
             id_prefix: u64::from_be_bytes(head),
@@ -90,6 +95,7 @@ impl Ord for Priority {
         (self.not_preempted, self.not_pinned)
             .cmp(&(o.not_preempted, o.not_pinned))
             .then(Time(self.program_arrival_s).cmp(&Time(o.program_arrival_s)))
+            .then(self.program_order.cmp(&o.program_order))
             .then(Time(self.arrival_s).cmp(&Time(o.arrival_s)))
             .then(self.id_prefix.cmp(&o.id_prefix))
             .then_with(|| self.request_id.cmp(&o.request_id))
@@ -165,6 +171,8 @@ pub enum RequestState {
 #[derive(Debug, Clone)]
 struct Program {
     arrival_s: f64,
+    /// Its place among the programs first seen: with `arrival_s`, its FCFS position.
+    order: u64,
     turns: i64,
     /// Slots of its waiting and running requests.
     live: Live,
@@ -264,6 +272,8 @@ pub struct ProgramScheduler {
     /// Idle programs by slot, keyed by when they became idle (a sequence number).
     idle: IndexedHeap<u64>,
     idle_seq: u64,
+    /// Programs created so far: the next one's `order`.
+    programs_seen: u64,
     max_idle_programs: usize,
     dropped_idle_programs: u64,
 }
@@ -288,6 +298,7 @@ impl ProgramScheduler {
         Ok(ProgramScheduler {
             idle: IndexedHeap::default(),
             idle_seq: 0,
+            programs_seen: 0,
             max_idle_programs,
             dropped_idle_programs: 0,
             total_blocks,
@@ -355,9 +366,15 @@ impl ProgramScheduler {
 
     fn key(&self, slot: usize) -> Priority {
         let r = self.requests.get(slot);
-        let program_arrival_s = self.programs.get(r.program).arrival_s;
+        let position = self.fcfs_position(r.program);
         let id = self.requests.id(slot);
-        Priority::new(r.preempted, r.pinned, program_arrival_s, r.arrival_s, id)
+        Priority::new(r.preempted, r.pinned, position, r.arrival_s, id)
+    }
+
+    /// Program `p`'s FCFS position: (first arrival, order first seen).
+    fn fcfs_position(&self, p: usize) -> (f64, u64) {
+        let prog = self.programs.get(p);
+        (prog.arrival_s, prog.order)
     }
 
     // -- arrivals ----------------------------------------------------------------------------
@@ -456,17 +473,21 @@ impl ProgramScheduler {
         }
         let p = match found {
             Some(p) => p,
-            None => self.programs.insert(
-                Arc::from(program_id),
-                Program {
-                    arrival_s: t,
-                    turns: 0,
-                    live: Live::default(),
-                    idle: false,
-                    tool: None,
-                    tool_since_s: None,
-                },
-            ),
+            None => {
+                self.programs_seen += 1;
+                self.programs.insert(
+                    Arc::from(program_id),
+                    Program {
+                        arrival_s: t,
+                        order: self.programs_seen - 1,
+                        turns: 0,
+                        live: Live::default(),
+                        idle: false,
+                        tool: None,
+                        tool_since_s: None,
+                    },
+                )
+            }
         };
         // At schedule, whether the cache was kept is known only when the request is popped.
         let (consumed, pinned, kept) = if self.at_schedule() {
@@ -631,9 +652,9 @@ impl ProgramScheduler {
             if !deadline_s.is_finite() {
                 deadline_s = f64::MAX; // a TTL near the float limit: still finite
             }
-            let arrival_s = self.programs.get(p).arrival_s;
+            let position = self.fcfs_position(p);
             let id = self.programs.id(p);
-            pin = Some(self.pins.add(p, id, blocks, deadline_s, arrival_s));
+            pin = Some(self.pins.add(p, id, blocks, deadline_s, position));
             if self.at_schedule() {
                 self.rekey_waiting(p);
                 self.sync_expirable(p);
@@ -678,10 +699,10 @@ impl ProgramScheduler {
         }
         for (slot, pin) in held {
             // A request of the program waits: the pin stays, unchanged.
-            let arrival_s = self.programs.get(slot).arrival_s;
+            let position = self.fcfs_position(slot);
             let id = self.programs.id(slot);
             self.pins
-                .add(slot, id, pin.blocks, pin.deadline_s, arrival_s);
+                .add(slot, id, pin.blocks, pin.deadline_s, position);
         }
         self.note_unpinned(&out);
         Ok(out)
@@ -751,7 +772,7 @@ impl ProgramScheduler {
                     .programs
                     .find(pid)
                     .ok_or_else(|| Error::unknown("for_program", PyStr(pid)))?;
-                Some((self.programs.get(p).arrival_s, pid))
+                Some(self.fcfs_position(p))
             }
         };
         let t = self.check_now(now)?;

@@ -3,8 +3,8 @@
 //!
 //! A program holds at most one pin; a second pin while the first is held (parallel requests
 //! of one program) merges into it: blocks add up, the later deadline wins. Two orders:
-//! expiry by `(deadline_s, program_id)`, and reclaim by `(program_arrival_s, program_id)`
-//! descending (FCFS: the newest program yields first). Both are indexed heaps over the
+//! expiry by `(deadline_s, program_id)`, and reclaim by the program's FCFS position
+//! `(program_arrival_s, order first seen)` descending (the newest program yields first). Both are indexed heaps over the
 //! program's slot, so every operation is O(log n).
 
 use std::cmp::Reverse;
@@ -29,7 +29,8 @@ pub struct PinTable {
     /// By program slot.
     pins: Vec<Option<Pin>>,
     by_deadline: IndexedHeap<(Time, Arc<str>)>,
-    by_arrival: IndexedHeap<Reverse<(Time, Arc<str>)>>,
+    /// By FCFS position `(program arrival, order first seen)`, latest on top.
+    by_arrival: IndexedHeap<Reverse<(Time, u64)>>,
     blocks: i64,
 }
 
@@ -61,7 +62,7 @@ impl PinTable {
         program_id: &Arc<str>,
         blocks: i64,
         deadline_s: f64,
-        arrival_s: f64,
+        (arrival_s, order): (f64, u64),
     ) -> Pin {
         if slot >= self.pins.len() {
             self.pins.resize(slot + 1, None);
@@ -83,7 +84,7 @@ impl PinTable {
         self.by_deadline
             .push(slot, (Time(deadline_s), program_id.clone()));
         self.by_arrival
-            .push(slot, Reverse((Time(arrival_s), program_id.clone())));
+            .push(slot, Reverse((Time(arrival_s), order)));
         pin
     }
 
@@ -140,22 +141,21 @@ impl PinTable {
         self.reclaim_slots_after(blocks_needed, None)
     }
 
-    /// [`reclaim_slots`](Self::reclaim_slots), keeping the pins of programs whose
-    /// `(program_arrival_s, program_id)` is at most `keep_until` (that program's own included).
+    /// [`reclaim_slots`](Self::reclaim_slots), keeping the pins of programs whose FCFS
+    /// position is at most `keep_until` (that program's own included).
     pub fn reclaim_slots_after(
         &mut self,
         blocks_needed: i64,
-        keep_until: Option<(f64, &str)>,
+        keep_until: Option<(f64, u64)>,
     ) -> Vec<(usize, Pin)> {
         let mut out = Vec::new();
         let mut released = 0;
         while released < blocks_needed {
-            let Some((slot, Reverse((t, id)))) = self.by_arrival.peek() else {
+            let Some((slot, &Reverse(position))) = self.by_arrival.peek() else {
                 break;
             };
-            if let Some((arrival_s, program_id)) = keep_until {
-                let order = t.cmp(&Time(arrival_s)).then_with(|| (**id).cmp(program_id));
-                if order != std::cmp::Ordering::Greater {
+            if let Some((arrival_s, order)) = keep_until {
+                if position <= (Time(arrival_s), order) {
                     break; // every pin left is of a program no younger than `keep_until`
                 }
             }

@@ -37,6 +37,44 @@ fn pin_is_consumed_by_the_next_arrival_which_jumps_the_queue() {
 }
 
 #[test]
+fn programs_arriving_at_one_instant_keep_the_order_seen_in_queue_and_reclaim() {
+    let (mut s, mut pol) = setup();
+    for p in ["Z", "M", "A"] {
+        // seen in this order, all at 0.0: ids sort the other way
+        s.arrive(&mut pol, &format!("{p}1"), p, 0.0, 10).unwrap();
+    }
+    assert_eq!(s.pop(&mut pol, 0.0).unwrap().as_deref(), Some("Z1"));
+    let free = FinishArgs {
+        tool: Some("t"),
+        cache_miss_cost_s: Some(0.0),
+        ..FinishArgs::default()
+    };
+    s.finish(&mut pol, "Z1", 1.0, 10, free).unwrap();
+    // Z's return goes before M's and A's first requests, though they waited longer
+    s.arrive(&mut pol, "Z2", "Z", 2.0, 10).unwrap();
+    assert_eq!(s.priority("Z2").unwrap().program_order, 0);
+    let popped: Vec<_> = (0..3)
+        .map(|_| s.pop(&mut pol, 2.0).unwrap().unwrap().to_string())
+        .collect();
+    assert_eq!(popped, ["Z2", "M1", "A1"]);
+    for rid in ["Z2", "M1", "A1"] {
+        assert!(s
+            .finish(&mut pol, rid, 3.0, 10, pinning("t"))
+            .unwrap()
+            .pin
+            .is_some());
+    }
+    let ids = |pins: Vec<Pin>| {
+        pins.iter()
+            .map(|p| p.program_id.to_string())
+            .collect::<Vec<_>>()
+    };
+    // the program seen last yields first; M keeps its own pin and Z's
+    assert_eq!(ids(s.reclaim_for(100, 3.0, Some("M")).unwrap()), ["A"]);
+    assert_eq!(ids(s.reclaim(100, 3.0).unwrap()), ["M", "Z"]);
+}
+
+#[test]
 fn reclaim_latest_program_first_and_expire_by_deadline() {
     let (mut s, mut pol) = setup();
     for (i, p) in ["A", "B", "C"].iter().enumerate() {
@@ -126,8 +164,8 @@ fn id_prefix_orders_like_the_id() {
     for a in ids {
         for b in ids {
             let (ka, kb) = (
-                Priority::new(false, false, 0.0, 0.0, &Arc::from(a)),
-                Priority::new(false, false, 0.0, 0.0, &Arc::from(b)),
+                Priority::new(false, false, (0.0, 0), 0.0, &Arc::from(a)),
+                Priority::new(false, false, (0.0, 0), 0.0, &Arc::from(b)),
             );
             assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
         }
