@@ -18,6 +18,8 @@
   that ended;
 * ``p-back``: each admitted program counted by its probability of being back within the
   threshold (the tool-gap CDF conditioned on the time away), not all-or-nothing;
+* ``growth``: each program of the working set counted at its footprint plus what its last turn
+  added (contexts grow: it will need that much more when back);
 * ``mpl=N``: a fixed multiprogramming level, N admitted programs at most, instead of the
   working set;
 * ``evict=cost``: evict first the context with the largest ``next_use / rebuild_s``;
@@ -108,6 +110,8 @@ def variant_class(variant: str) -> type[AdmissionControl]:
                     working += prog.blocks * self._p_back(prog, t, horizon)
                 elif self._next_use(prog, t) <= horizon:
                     working += prog.blocks
+                    if name == "growth":  # as it will be when back: + its last turn's growth
+                        working += getattr(self, "grown", {}).get(pid, 0)
             if name == "headroom":
                 working += float(arg) * self.total_blocks
             # (may_run counts the newcomer at max(its own, total // n): steer that here)
@@ -120,6 +124,9 @@ def variant_class(variant: str) -> type[AdmissionControl]:
 
         def finish(self, program_id, now, blocks_held, tool=None, rebuild_s=0.0, last_turn=False):
             prog = self._programs.get(str(program_id))
+            if prog is not None and name == "growth":
+                grown = self.__dict__.setdefault("grown", {})
+                grown[str(program_id)] = max(0, int(blocks_held) - prog.blocks)
             if last_turn and prog is not None:
                 self.finals = [*getattr(self, "finals", []), max(prog.blocks, blocks_held)][-64:]
             super().finish(program_id, now, blocks_held, tool, rebuild_s, last_turn)
