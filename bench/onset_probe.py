@@ -166,9 +166,11 @@ class _Probe:
         gate = getattr(policy, "_gate", None)
         self.lost_by_gap: dict[str, float] = {}  # recomputed prompt tokens by the gap before
         self._last_finish: dict[str, float] = {}
+        # pins made, and how they ended: taken by the program's next call ("hit": at its
+        # arrival, or when it is scheduled under the published model), expired, reclaimed
         self.pins = {"made": 0, "hit": 0, "expired": 0, "reclaimed": 0}
         peek, admitted, finished = policy.peek, policy.admitted, policy.finished
-        arrive, expire, reclaim = policy.arrive, policy.expire, policy.reclaim
+        expire, reclaim = policy.expire, policy.reclaim
 
         def probed_peek():
             call = peek()
@@ -198,11 +200,6 @@ class _Probe:
             self.pins["made"] += verdict is Verdict.PIN
             return verdict
 
-        def probed_arrive(call, now):
-            took_pin = arrive(call, now)
-            self.pins["hit"] += bool(took_pin)
-            return took_pin
-
         def probed_expire(now):
             gone = expire(now)
             self.pins["expired"] += len(gone)
@@ -214,7 +211,7 @@ class _Probe:
             return gone
 
         policy.peek, policy.admitted = probed_peek, probed_admitted
-        policy.finished, policy.arrive = probed_finished, probed_arrive
+        policy.finished = probed_finished
         policy.expire, policy.reclaim = probed_expire, probed_reclaim
 
     def _close(self, now: float) -> None:
@@ -233,6 +230,9 @@ def run(hw, name: str, programs: list, rate: float, seed: int):
     probe = _Probe(policy, engine)  # (after bind: the gate exists)
     engine.add_programs(poisson_arrivals(programs, rate, seed))
     metrics = engine.run()
+    pins = probe.pins
+    left = len(engine.kv._pins)  # pins still held when the run ends
+    pins["hit"] = pins["made"] - pins["expired"] - pins["reclaimed"] - left
     return metrics, probe, engine
 
 
