@@ -213,3 +213,38 @@ def test_the_context_expected_back_last_is_evicted_first(on) -> None:
 def test_off_eviction_is_lru(off) -> None:
     x_hit, _ = evict_under_pressure(off)
     assert x_hit < 6 * BLOCK, "LRU: x finished first, so its blocks went first"
+
+
+@pytest.fixture
+def fresh(tiny_model) -> Iterator[Engine]:
+    """Its own engine: no tool duration recorded yet, so next uses come from the policy's
+    prior (mean ``prior_mean_s``) until a gap outlasts ``max_ttl_s``."""
+    for engine in engine_with(TEST_POLICY, tiny_model):  # (its shutdown runs after the loop)
+        yield engine
+        check_nothing_left(engine)
+
+
+def test_the_free_queue_follows_an_order_that_changed_with_time(fresh) -> None:
+    """No turn ends between two steps 0.6 s apart, yet the eviction order flips: y, away on
+    its tool for longer than ``max_ttl_s``, is no longer expected back, while x, which left
+    just before, still is.  The newcomer then takes y's blocks, not x's (refreshing the
+    order only after a turn or once a second, the adapter gave it x's)."""
+    engine, sched = fresh, fresh.scheduler
+    assert engine.clock is not None
+    contexts = {}
+    for program, seed, gap_s in (("y", 21, MAX_TTL_S - 0.5), ("x", 22, 0.0)):
+        p = prompt(seed, 200)  # 208 tokens with the output: 6 full blocks cached
+        out = engine.turn(p, OUT, program_id=program, tool="bash")
+        contexts[program] = p + list(out.outputs[0].token_ids)
+        engine.clock.advance(gap_s)
+    # a step with both turns over: both expected back (prior), latest arrival (x) first
+    engine.turn(prompt(23, 20), 2)
+    now = sched.clock()
+    assert sched.admission.eviction_order(["x", "y"], now) == ["x", "y"]
+    engine.clock.advance(0.6)  # y has been away MAX_TTL_S + 0.1 s: not expected back
+    assert sched.admission.eviction_order(["x", "y"], sched.clock()) == ["y", "x"]
+    engine.turn(prompt(24, 14 * BLOCK), OUT)  # anonymous, 15 blocks: 3 cached ones go
+    x2 = engine.turn(contexts["x"] + prompt(25, 8), 2, program_id="x", last_turn=True)
+    y2 = engine.turn(contexts["y"] + prompt(26, 8), 2, program_id="y", last_turn=True)
+    assert x2.num_cached_tokens == 6 * BLOCK, "x, still expected back, kept its context"
+    assert y2.num_cached_tokens < 6 * BLOCK, "y, gone past max_ttl_s, lost blocks"

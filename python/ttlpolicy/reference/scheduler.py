@@ -137,13 +137,13 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "live", "order", "tool", "tool_since_s", "turns")
+    __slots__ = ("arrival_s", "fcfs_position", "live", "tool", "tool_since_s", "turns")
 
     def __init__(self, arrival_s: float, seq: int) -> None:
         self.arrival_s = arrival_s
         # FCFS position: (arrival, the order first seen) — programs arriving at one instant
         # keep the order they were seen in, as they would on any real clock.
-        self.order = (arrival_s, seq)
+        self.fcfs_position = (arrival_s, seq)
         self.turns = 0  # finished requests
         self.live: set[str] = set()  # its waiting and running requests
         # An outstanding tool call (or pinned gap): its tool and when it started.
@@ -163,7 +163,7 @@ class _Request:
         self.returning = returning  # came back to a dropped cache; cleared at first pop
 
     def key(self, request_id: str, program: _Program) -> Key:
-        return (not self.preempted, not self.pinned, *program.order, self.arrival_s,
+        return (not self.preempted, not self.pinned, *program.fcfs_position, self.arrival_s,
                 request_id)  # fmt: skip
 
 
@@ -388,7 +388,7 @@ class ProgramScheduler:
             deadline_s = t + decision.ttl_s
             if not math.isfinite(deadline_s):
                 deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
-            pin = self._pins.add(pid, blocks, deadline_s, prog.order)
+            pin = self._pins.add(pid, blocks, deadline_s, prog.fcfs_position)
             if self._at_schedule:
                 self._rekey_waiting(pid)
         if key is not None or pin is not None:
@@ -412,7 +412,7 @@ class ProgramScheduler:
             (held if self._has_waiting(pin.program_id) else out).append(pin)
         for pin in held:  # a request of the program waits: the pin stays, unchanged
             self._pins.add(pin.program_id, pin.blocks, pin.deadline_s,
-                           self._programs[pin.program_id].order)  # fmt: skip
+                           self._programs[pin.program_id].fcfs_position)  # fmt: skip
         return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any, for_program: Any = None) -> list[Pin]:
@@ -428,7 +428,7 @@ class ProgramScheduler:
             pid = check_id("for_program", for_program)
             if pid not in self._programs:
                 raise KeyError(f"unknown for_program: {pid!r}")
-            keep_until = self._programs[pid].order
+            keep_until = self._programs[pid].fcfs_position
         t = self._check_now(now)
         self._now = t
         released = self._pins.reclaim(need, keep_until)

@@ -74,7 +74,8 @@ logger = init_logger("vllm.ttlpolicy_vllm")
 ANONYMOUS = "\x00anonymous:"
 #: Output tokens decoded to look for a tool call when the client named none.
 TOOL_PARSE_TOKENS = 512
-#: Seconds after which the free blocks are put in eviction order again with no turn finished.
+#: Seconds after which the free blocks are put in eviction order again although neither a
+#: turn finished nor the order changed (blocks freed by others go behind them meanwhile).
 EVICTION_REFRESH_S = 1.0
 #: Steps scheduled and awaiting their output that are remembered (the batch queue holds 2).
 MAX_STEPS_IN_FLIGHT = 8
@@ -142,6 +143,7 @@ class TTLScheduler(Scheduler):
         self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
         self._eviction_stale = False  # a turn finished since the free queue was ordered
         self._eviction_ordered_at = -math.inf
+        self._eviction_order: list[str] = []  # the order the free queue was last put in
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics()
         self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
@@ -242,18 +244,29 @@ class TTLScheduler(Scheduler):
                 self.ttl_metrics.reclaims += 1
 
     def _order_free_blocks(self, now: float) -> None:
-        """Put the programs' free cached blocks in the library's eviction order, when a turn
-        finished since the last time or a second passed (next uses move with time)."""
+        """Keep the programs' free cached blocks in the library's eviction order.  The order
+        is asked for before every step — next uses move with time, so it can change with no
+        turn ending (a program away longer than its tool ever took stops being expected back)
+        — and the blocks are moved when it changed, when a turn finished since, or when a
+        second passed.  The simulator applies the order at each eviction; refreshing it only
+        after a turn or once a second lost hits against it (bench/RESULTS.md, "Simulator
+        fidelity — ties on arrival, and the eviction order's cadence")."""
         if self.eviction is None or self.admission is None:
             return
-        if not self._eviction_stale and now - self._eviction_ordered_at < EVICTION_REFRESH_S:
+        programs = self.eviction.programs()
+        if not programs:
+            return
+        order = self.admission.eviction_order(programs, now)
+        if (
+            not self._eviction_stale
+            and order == self._eviction_order
+            and now - self._eviction_ordered_at < EVICTION_REFRESH_S
+        ):
             return
         self._eviction_stale = False
         self._eviction_ordered_at = now
-        programs = self.eviction.programs()
-        if programs:
-            order = self.admission.eviction_order(programs, now)
-            self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
+        self._eviction_order = order
+        self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
     def _after_schedule(self, out: Any) -> tuple[int, int]:
         """Hand pins over to admitted requests; returns the step's prefill sample (tokens,
