@@ -1,0 +1,312 @@
+"""Where the time goes at one load point of the agentic sweep (issue 10, bench/RESULTS.md,
+"The onset of contention on seed 2: where the time goes").
+
+    python bench/onset_probe.py --rate 0.004 --seed 2 [--setup llama-3.1-70b@h100-80g] \
+        [--policies continuum,ttlpolicy,ttlpolicy:exact]
+
+``--variant V`` runs the ``ttlpolicy`` policies with a candidate change to load control's rules
+(``TTLPOLICY_BACKEND=python`` only: the variant subclasses the Python reference,
+``ttlpolicy.reference.admission.AdmissionControl``; nothing of it is in the library):
+
+* ``threshold=X``: the working set counts programs expected back within ``X · n · rebuild_s``
+  (shipped: X = 1; ``inf``: every admitted program expected back at all);
+* ``sharers+waiting``: within ``(n + w) · rebuild_s``, ``w`` the programs waiting for admission;
+* ``headroom=F``: the head is admitted only when the working set and its footprint fit
+  ``(1 − F) · total_blocks``;
+* ``footprint=own``: the newcomer counted at its own footprint only; ``footprint=final``
+  (``final-half``): at least the mean (half the mean) final footprint of the last 64 programs
+  that ended;
+* ``p-back``: each admitted program counted by its probability of being back within the
+  threshold (the tool-gap CDF conditioned on the time away), not all-or-nothing;
+* ``growth``: each program of the working set counted at its footprint plus what its last turn
+  added (contexts grow: it will need that much more when back);
+* ``mpl=N``: a fixed multiprogramming level, N admitted programs at most, instead of the
+  working set;
+* ``evict=cost``: evict first the context with the largest ``next_use / rebuild_s``;
+  ``evict=ratio``: the largest ``next_use · blocks / rebuild_s``.
+
+For each policy: mean JCT split into tool time (the sessions' own gaps, the same for every
+policy), waiting before a program's first call starts (admission and memory), and the rest of
+its time on the engine (its calls queued after the first, prefills, decodes); prompt tokens
+recomputed; and, for the ``ttlpolicy`` variants, how long admission held the head back, how
+much KV memory stood idle (neither used by a running call nor cached) meanwhile, and how many
+programs were admitted then.  Then program by program against the first policy: how many
+programs are faster or slower and by how much in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import math
+import sys
+
+import numpy as np
+
+import sim_sweep  # bench/, beside this script: loads the sessions
+import ttlpolicy
+from agent_sweep import OPTIONS
+from ttlpolicy.reference.admission import AdmissionControl
+from ttlpolicy.sim import roofline
+from ttlpolicy.sim.engine import Engine
+from ttlpolicy.sim.hardware import MODELS
+from ttlpolicy.sim.interface import Verdict
+from ttlpolicy.sim.policies import make_policy
+from ttlpolicy.sim.workload import poisson_arrivals
+
+#: (upper bound s, label) of the gaps before a re-prefilling call: the tool gap and its wait in
+#: the queue (the sessions' gaps are capped at 300 s, so past that the queue made it longer)
+GAP_BUCKETS = (
+    (10, "< 10 s"),
+    (30, "10-30 s"),
+    (60, "30-60 s"),
+    (300, "60-300 s"),
+    (math.inf, ">= 300 s"),
+)
+
+
+def variant_class(variant: str) -> type[AdmissionControl]:
+    """The reference's ``AdmissionControl`` with one rule changed (see the module doc)."""
+    name, _, arg = variant.partition("=")
+
+    class Variant(AdmissionControl):
+        finals: list[int]
+
+        def _sharers(self) -> float:
+            n = float(len(self._admitted))
+            if name == "threshold":
+                return n * float(arg)
+            return n + self.waiting_count if name == "sharers+waiting" else n
+
+        def _p_back(self, prog, t: float, horizon: float) -> float:
+            if prog.live > 0:
+                return 1.0
+            if prog.tool is None or prog.away_since_s is None:
+                return 0.0
+            elapsed, cfg = t - prog.away_since_s, self.policy.config
+            if elapsed > cfg.max_ttl_s:
+                return 0.0
+            window = self.policy._history._window(prog.tool)
+            if window is None or len(window) < max(cfg.min_tool_samples, 1):
+                window = self.policy._history._global
+            samples = window.sorted
+            if not samples:
+                return 1.0 - math.exp(-horizon / cfg.prior_mean_s)
+            k = bisect.bisect_right(samples, elapsed)
+            if k == len(samples):
+                return 0.0
+            return (bisect.bisect_right(samples, elapsed + horizon) - k) / (len(samples) - k)
+
+        def _load(self, t: float) -> tuple[int, int]:
+            n = len(self._admitted)
+            if name == "mpl":  # over the level: refuse (working set > memory); else admit
+                return (self.total_blocks + 1 if n >= int(arg) else 0), 0
+            working, total, sharers = 0.0, 0, self._sharers()
+            for pid in self._admitted:
+                prog = self._programs[pid]
+                total += prog.blocks
+                horizon = prog.rebuild_s * sharers
+                if name == "p-back":
+                    working += prog.blocks * self._p_back(prog, t, horizon)
+                elif self._next_use(prog, t) <= horizon:
+                    working += prog.blocks
+                    if name == "growth":  # as it will be when back: + its last turn's growth
+                        working += getattr(self, "grown", {}).get(pid, 0)
+            if name == "headroom":
+                working += float(arg) * self.total_blocks
+            # (may_run counts the newcomer at max(its own, total // n): steer that here)
+            finals = getattr(self, "finals", None)
+            if name == "footprint" and arg == "own":
+                total = 0
+            elif name == "footprint" and finals:
+                total = n * (sum(finals) // len(finals)) // (2 if arg == "final-half" else 1)
+            return int(working), total
+
+        def finish(self, program_id, now, blocks_held, tool=None, rebuild_s=0.0, last_turn=False):
+            prog = self._programs.get(str(program_id))
+            if prog is not None and name == "growth":
+                grown = self.__dict__.setdefault("grown", {})
+                grown[str(program_id)] = max(0, int(blocks_held) - prog.blocks)
+            if last_turn and prog is not None:
+                self.finals = [*getattr(self, "finals", []), max(prog.blocks, blocks_held)][-64:]
+            super().finish(program_id, now, blocks_held, tool, rebuild_s, last_turn)
+
+        def eviction_order(self, program_ids, now):
+            if name != "evict":
+                return super().eviction_order(program_ids, now)
+            ids, t = list(program_ids), float(now)
+            unknown = [p for p in ids if p not in self._programs]
+            progs = self._programs
+
+            def key(p: str) -> tuple:
+                prog = progs[p]
+                weight = prog.blocks if arg == "ratio" else 1
+                value = self._next_use(prog, t) * weight / max(prog.rebuild_s, 1e-9)
+                return (-value, -prog.arrival_s, p)
+
+            return unknown + sorted((p for p in ids if p in progs), key=key)
+
+    return Variant
+
+
+class _Probe:
+    """Wraps a policy's ``peek`` and ``admitted`` to time admission holds and first starts."""
+
+    def __init__(self, policy, engine: Engine) -> None:
+        self.engine = engine
+        self.first_admit_s: dict[str, float] = {}
+        self.held_s = 0.0  # time the head waited for admission (between scheduling passes)
+        self.held_idle_block_s = 0.0  # idle blocks × that time
+        self.held_admitted_s = 0.0  # admitted programs × that time
+        self._held_since: float | None = None
+        self.held_working_block_s = 0.0  # the working set × that time
+        self._held_idle = 0
+        self._held_admitted = 0
+        self._held_working = 0
+        gate = getattr(policy, "_gate", None)
+        self.lost_by_gap: dict[str, float] = {}  # recomputed prompt tokens by the gap before
+        self._last_finish: dict[str, float] = {}
+        # pins made, and how they ended: taken by the program's next call ("hit": at its
+        # arrival, or when it is scheduled under the published model), expired, reclaimed
+        self.pins = {"made": 0, "hit": 0, "expired": 0, "reclaimed": 0}
+        peek, admitted, finished = policy.peek, policy.admitted, policy.finished
+        expire, reclaim = policy.expire, policy.reclaim
+
+        def probed_peek():
+            call = peek()
+            now = engine.now
+            self._close(now)
+            if call is None and gate is not None and policy.sched.peek() is not None:
+                kv = engine.kv
+                self._held_since = now
+                self._held_idle = kv.capacity - kv.used  # not computed on: cached or free
+                self._held_admitted = gate.admitted_count
+                self._held_working = gate.working_set_blocks(now)
+            return call
+
+        def probed_admitted(call, now, cache_dropped):
+            self.first_admit_s.setdefault(call.program_id, now)
+            if cache_dropped and not call.preempted:
+                b = engine.config.block_tokens
+                lost = min(call.turn.reusable_blocks, (call.prompt - 1) // b) * b - call.computed
+                gap = now - self._last_finish.get(call.program_id, now)
+                bucket = next(label for g, label in GAP_BUCKETS if gap < g)
+                self.lost_by_gap[bucket] = self.lost_by_gap.get(bucket, 0) + max(lost, 0)
+            return admitted(call, now, cache_dropped)
+
+        def probed_finished(call, now, chain_blocks, last_turn):
+            self._last_finish[call.program_id] = now
+            verdict = finished(call, now, chain_blocks, last_turn)
+            self.pins["made"] += verdict is Verdict.PIN
+            return verdict
+
+        def probed_expire(now):
+            gone = expire(now)
+            self.pins["expired"] += len(gone)
+            return gone
+
+        def probed_reclaim(blocks_needed, now, for_program=None):
+            gone = reclaim(blocks_needed, now, for_program)
+            self.pins["reclaimed"] += len(gone)
+            return gone
+
+        policy.peek, policy.admitted = probed_peek, probed_admitted
+        policy.finished = probed_finished
+        policy.expire, policy.reclaim = probed_expire, probed_reclaim
+
+    def _close(self, now: float) -> None:
+        if self._held_since is not None:
+            dt = now - self._held_since
+            self.held_s += dt
+            self.held_idle_block_s += self._held_idle * dt
+            self.held_admitted_s += self._held_admitted * dt
+            self.held_working_block_s += self._held_working * dt
+            self._held_since = None
+
+
+def run(hw, name: str, programs: list, rate: float, seed: int):
+    policy = make_policy(name)
+    engine = Engine(hw, policy)
+    probe = _Probe(policy, engine)  # (after bind: the gate exists)
+    engine.add_programs(poisson_arrivals(programs, rate, seed))
+    metrics = engine.run()
+    pins = probe.pins
+    left = len(engine.kv._pins)  # pins still held when the run ends
+    pins["hit"] = pins["made"] - pins["expired"] - pins["reclaimed"] - left
+    return metrics, probe, engine
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=float, default=0.004)
+    ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--setup", default="llama-3.1-8b@h100-80g")
+    ap.add_argument("--policies", default="continuum,ttlpolicy")
+    ap.add_argument("--variant", default=None, help="a candidate rule (module doc)")
+    args = ap.parse_args()
+    if args.variant is not None:
+        if ttlpolicy.backend != "python":
+            print("--variant needs TTLPOLICY_BACKEND=python (it changes the reference)")
+            return 2
+        ttlpolicy.AdmissionControl = variant_class(args.variant)  # what the plugin builds
+    programs = sim_sweep.load_sessions(None, OPTIONS)
+    if programs is None:
+        return 2
+    model, gpu = args.setup.split("@")
+    hw = roofline(model, gpu, cpu_tier_bytes=256e9 * MODELS[model].tp)
+    base_jct = None
+    print(f"{args.setup}, {args.rate:g} programs/s, seed {args.seed}, variant {args.variant}")
+    for name in args.policies.split(","):
+        m, probe, engine = run(hw, name, programs, args.rate, args.seed)
+        ids = sorted(m.program_finish_s)
+        jct = np.array([m.program_finish_s[p] - m.program_start_s[p] for p in ids])
+        think = np.array([m.program_think_s[p] for p in ids])
+        first = np.array([probe.first_admit_s[p] - m.program_start_s[p] for p in ids])
+        horizon = m.makespan_s or 1.0
+        line = (
+            f"{name:22s} JCT {jct.mean():7.1f}  p95 {np.percentile(jct, 95):7.1f}  tool "
+            f"{think.mean():6.1f}  first start "
+            f"{first.mean():6.1f}  rest on engine {(jct - think - first).mean():6.1f}  hit "
+            f"{m.hit_tokens / m.input_tokens:.3f}  recomputed {m.recomputed_tokens:.3g}  "
+            f"preempt {m.preemptions}\n{'':22s} pins: "
+            + ", ".join(f"{k} {v}" for k, v in probe.pins.items())
+            + f", pinned block-s {m.pinned_block_s:.3g}"
+        )
+        if probe.held_s:
+            line += (
+                f"\n{'':22s} admission held the head {probe.held_s:7.0f} s "
+                f"({probe.held_s / horizon:.0%} of the run), KV outside running calls then "
+                f"{probe.held_idle_block_s / probe.held_s / engine.kv.capacity:.0%}, "
+                f"working set {probe.held_working_block_s / probe.held_s / engine.kv.capacity:.0%}"
+                f", admitted programs {probe.held_admitted_s / probe.held_s:.2f}"
+            )
+        lost = probe.lost_by_gap
+        if lost:
+            line += (
+                f"\n{'':22s} re-prefilled tokens of returning calls by the gap before: "
+                + ", ".join(f"{k} {lost[k]:.3g}" for _, k in GAP_BUCKETS if k in lost)
+            )
+        print(line)
+        if base_jct is None:
+            base_jct = jct
+        else:
+            diff = jct - base_jct  # < 0: faster than the first policy
+            print(
+                f"{'':22s} vs the first: {np.sum(diff < -1)} programs faster "
+                f"(sum {-diff[diff < -1].sum():.0f} s), {np.sum(diff > 1)} slower "
+                f"(sum {diff[diff > 1].sum():.0f} s); by JCT quartile of the first "
+                + " / ".join(
+                    f"{diff[(base_jct >= lo) & (base_jct <= hi)].mean():+.0f}"
+                    for lo, hi in zip(
+                        np.percentile(base_jct, [0, 25, 50, 75]),
+                        np.percentile(base_jct, [25, 50, 75, 100]),
+                        strict=True,
+                    )
+                )
+                + " s"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
