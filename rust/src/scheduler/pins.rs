@@ -4,8 +4,8 @@
 //! A program holds at most one pin; a second pin while the first is held (parallel requests
 //! of one program) merges into it: blocks add up, the later deadline wins. Two orders:
 //! expiry by `(deadline_s, program_id)`, and reclaim by the program's FCFS position
-//! `(program_arrival_s, order first seen)` descending (the newest program yields first). Both are indexed heaps over the
-//! program's slot, so every operation is O(log n).
+//! `(program_arrival_s, order first seen)` descending (the newest program yields first).
+//! Both are indexed heaps over the program's slot, so every operation is O(log n).
 
 use std::cmp::Reverse;
 use std::sync::Arc;
