@@ -5,7 +5,7 @@ one program) merges into it: blocks add up, the later deadline wins.  Two orders
 
 * expiry — by ``(deadline_s, program_id)``: a min-heap, entries invalidated lazily;
 * reclaim under memory pressure — latest-arrived program first, by the program's FCFS
-  position ``(program_arrival_s, order first seen)`` descending (the newest program yields).
+  position (the order it was first seen, which follows arrival) descending.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ class Pin:
 class PinTable:
     def __init__(self) -> None:
         self._pins: dict[str, Pin] = {}
-        #: each pinned program's FCFS position (arrival, order seen), for the reclaim order
-        self._position: dict[str, tuple[float, int]] = {}
+        self._order: dict[str, int] = {}  # each pinned program's FCFS position, for reclaim
         # (deadline_s, program_id); an entry is live iff it matches the current pin.
         self._deadlines: list[tuple[float, str]] = []
         self.blocks = 0
@@ -38,9 +37,7 @@ class PinTable:
     def get(self, program_id: str) -> Pin | None:
         return self._pins.get(program_id)
 
-    def add(
-        self, program_id: str, blocks: int, deadline_s: float, position: tuple[float, int]
-    ) -> Pin:
+    def add(self, program_id: str, blocks: int, deadline_s: float, order: int) -> Pin:
         old = self._pins.get(program_id)
         if old is not None:
             blocks += old.blocks
@@ -48,7 +45,7 @@ class PinTable:
             self.blocks -= old.blocks
         pin = Pin(program_id, blocks, deadline_s)
         self._pins[program_id] = pin
-        self._position[program_id] = position
+        self._order[program_id] = order
         self.blocks += blocks
         if old is None or deadline_s != old.deadline_s:
             heapq.heappush(self._deadlines, (deadline_s, program_id))
@@ -58,7 +55,7 @@ class PinTable:
     def remove(self, program_id: str) -> Pin | None:
         pin = self._pins.pop(program_id, None)
         if pin is not None:
-            del self._position[program_id]
+            del self._order[program_id]
             self.blocks -= pin.blocks
         return pin
 
@@ -103,17 +100,17 @@ class PinTable:
             out.append(pin)
         return out
 
-    def reclaim(self, blocks_needed: int, keep_until: tuple[float, int] | None = None) -> list[Pin]:
+    def reclaim(self, blocks_needed: int, keep_until: int | None = None) -> list[Pin]:
         """Removes pins, latest-arrived program first, until ``blocks_needed`` blocks are
         released or no pin is left — keeping, when ``keep_until`` is given, the pins of
         programs whose FCFS position is at most it."""
-        order = sorted(self._pins, key=self._position.__getitem__, reverse=True)
+        order = sorted(self._pins, key=self._order.__getitem__, reverse=True)
         out: list[Pin] = []
         released = 0
         for program_id in order:
             if released >= blocks_needed:
                 break
-            if keep_until is not None and self._position[program_id] <= keep_until:
+            if keep_until is not None and self._order[program_id] <= keep_until:
                 break  # every pin left is of a program no younger than ``keep_until``
             pin = self.remove(program_id)
             assert pin is not None

@@ -15,10 +15,10 @@ Choices (the same in both backends):
 
 * Ids are ``str`` (engines name requests with strings): non-empty, valid Unicode (no lone
   surrogates), at most ``MAX_ID_BYTES`` bytes of UTF-8.  Request ids order ties by code point.
-* Program-level FCFS orders programs by first arrival, then by the order in which they were
-  first seen: programs that arrive at one ``now`` (a batch, a simulator's start) are not
-  interleaved request by request — each keeps its place, as on any real clock, and the pin
-  reclaim order (latest first) uses the same position.
+* Program-level FCFS orders programs by the order in which they were first seen (0, 1, …),
+  which follows first arrival since time never goes backwards: programs that arrive at one
+  ``now`` (a batch, a simulator's start) are not interleaved request by request — each keeps
+  its place, as on any real clock — and the pin reclaim order (latest first) uses it too.
 * Time is an argument and never goes backwards: every call taking ``now`` refuses a ``now``
   below the latest one seen.
 * ``mean_active_blocks`` (M̄ of the cost model) is tracked: the mean ``blocks_held`` over the
@@ -137,13 +137,11 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "fcfs_position", "live", "tool", "tool_since_s", "turns")
+    __slots__ = ("arrival_s", "live", "order", "tool", "tool_since_s", "turns")
 
-    def __init__(self, arrival_s: float, seq: int) -> None:
+    def __init__(self, arrival_s: float, order: int) -> None:
         self.arrival_s = arrival_s
-        # FCFS position: (arrival, the order first seen) — programs arriving at one instant
-        # keep the order they were seen in, as they would on any real clock.
-        self.fcfs_position = (arrival_s, seq)
+        self.order = order  # FCFS position: programs created before it (see the module doc)
         self.turns = 0  # finished requests
         self.live: set[str] = set()  # its waiting and running requests
         # An outstanding tool call (or pinned gap): its tool and when it started.
@@ -163,8 +161,8 @@ class _Request:
         self.returning = returning  # came back to a dropped cache; cleared at first pop
 
     def key(self, request_id: str, program: _Program) -> Key:
-        return (not self.preempted, not self.pinned, *program.fcfs_position, self.arrival_s,
-                request_id)  # fmt: skip
+        return (not self.preempted, not self.pinned, program.arrival_s, program.order,
+                self.arrival_s, request_id)  # fmt: skip
 
 
 @synchronized
@@ -388,7 +386,7 @@ class ProgramScheduler:
             deadline_s = t + decision.ttl_s
             if not math.isfinite(deadline_s):
                 deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
-            pin = self._pins.add(pid, blocks, deadline_s, prog.fcfs_position)
+            pin = self._pins.add(pid, blocks, deadline_s, prog.order)
             if self._at_schedule:
                 self._rekey_waiting(pid)
         if key is not None or pin is not None:
@@ -412,7 +410,7 @@ class ProgramScheduler:
             (held if self._has_waiting(pin.program_id) else out).append(pin)
         for pin in held:  # a request of the program waits: the pin stays, unchanged
             self._pins.add(pin.program_id, pin.blocks, pin.deadline_s,
-                           self._programs[pin.program_id].fcfs_position)  # fmt: skip
+                           self._programs[pin.program_id].order)  # fmt: skip
         return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any, for_program: Any = None) -> list[Pin]:
@@ -428,7 +426,7 @@ class ProgramScheduler:
             pid = check_id("for_program", for_program)
             if pid not in self._programs:
                 raise KeyError(f"unknown for_program: {pid!r}")
-            keep_until = self._programs[pid].fcfs_position
+            keep_until = self._programs[pid].order
         t = self._check_now(now)
         self._now = t
         released = self._pins.reclaim(need, keep_until)

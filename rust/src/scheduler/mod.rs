@@ -46,7 +46,8 @@ pub const MAX_IDLE_PROGRAMS: i64 = 1 << 32;
 /// The priority tuple of a waiting request; smaller runs first:
 /// `(not preempted, not pinned, program arrival, program order, request arrival, request id)`
 /// — program order, the order in which programs were first seen, keeps programs that
-/// arrive at one instant in that order (program-level FCFS at a tie on time).
+/// arrive at one instant in that order (program-level FCFS at a tie on time). It follows
+/// program arrival (time never goes backwards), so the two compare as one.
 #[derive(Debug, Clone)]
 pub struct Priority {
     /// False once preempted: preempted requests run first.
@@ -71,7 +72,8 @@ impl Priority {
     fn new(
         preempted: bool,
         pinned: bool,
-        (program_arrival_s, program_order): (f64, u64),
+        program_arrival_s: f64,
+        program_order: u64,
         arrival_s: f64,
         id: &Arc<str>,
     ) -> Self {
@@ -94,7 +96,7 @@ impl Ord for Priority {
     fn cmp(&self, o: &Self) -> Ordering {
         (self.not_preempted, self.not_pinned)
             .cmp(&(o.not_preempted, o.not_pinned))
-            .then(Time(self.program_arrival_s).cmp(&Time(o.program_arrival_s)))
+            // (program arrival follows program order: comparing it too would change nothing)
             .then(self.program_order.cmp(&o.program_order))
             .then(Time(self.arrival_s).cmp(&Time(o.arrival_s)))
             .then(self.id_prefix.cmp(&o.id_prefix))
@@ -171,7 +173,7 @@ pub enum RequestState {
 #[derive(Debug, Clone)]
 struct Program {
     arrival_s: f64,
-    /// Its place among the programs first seen: with `arrival_s`, its FCFS position.
+    /// Its FCFS position: programs created before it (it follows `arrival_s`).
     order: u64,
     turns: i64,
     /// Slots of its waiting and running requests.
@@ -366,15 +368,16 @@ impl ProgramScheduler {
 
     fn key(&self, slot: usize) -> Priority {
         let r = self.requests.get(slot);
-        let position = self.fcfs_position(r.program);
+        let prog = self.programs.get(r.program);
         let id = self.requests.id(slot);
-        Priority::new(r.preempted, r.pinned, position, r.arrival_s, id)
-    }
-
-    /// Program `p`'s FCFS position: (first arrival, order first seen).
-    fn fcfs_position(&self, p: usize) -> (f64, u64) {
-        let prog = self.programs.get(p);
-        (prog.arrival_s, prog.order)
+        Priority::new(
+            r.preempted,
+            r.pinned,
+            prog.arrival_s,
+            prog.order,
+            r.arrival_s,
+            id,
+        )
     }
 
     // -- arrivals ----------------------------------------------------------------------------
@@ -474,12 +477,13 @@ impl ProgramScheduler {
         let p = match found {
             Some(p) => p,
             None => {
+                let order = self.programs_seen;
                 self.programs_seen += 1;
                 self.programs.insert(
                     Arc::from(program_id),
                     Program {
                         arrival_s: t,
-                        order: self.programs_seen - 1,
+                        order,
                         turns: 0,
                         live: Live::default(),
                         idle: false,
@@ -652,9 +656,9 @@ impl ProgramScheduler {
             if !deadline_s.is_finite() {
                 deadline_s = f64::MAX; // a TTL near the float limit: still finite
             }
-            let position = self.fcfs_position(p);
+            let order = self.programs.get(p).order;
             let id = self.programs.id(p);
-            pin = Some(self.pins.add(p, id, blocks, deadline_s, position));
+            pin = Some(self.pins.add(p, id, blocks, deadline_s, order));
             if self.at_schedule() {
                 self.rekey_waiting(p);
                 self.sync_expirable(p);
@@ -699,10 +703,9 @@ impl ProgramScheduler {
         }
         for (slot, pin) in held {
             // A request of the program waits: the pin stays, unchanged.
-            let position = self.fcfs_position(slot);
+            let order = self.programs.get(slot).order;
             let id = self.programs.id(slot);
-            self.pins
-                .add(slot, id, pin.blocks, pin.deadline_s, position);
+            self.pins.add(slot, id, pin.blocks, pin.deadline_s, order);
         }
         self.note_unpinned(&out);
         Ok(out)
@@ -772,7 +775,7 @@ impl ProgramScheduler {
                     .programs
                     .find(pid)
                     .ok_or_else(|| Error::unknown("for_program", PyStr(pid)))?;
-                Some(self.fcfs_position(p))
+                Some(self.programs.get(p).order)
             }
         };
         let t = self.check_now(now)?;

@@ -3,8 +3,8 @@
 //!
 //! A program holds at most one pin; a second pin while the first is held (parallel requests
 //! of one program) merges into it: blocks add up, the later deadline wins. Two orders:
-//! expiry by `(deadline_s, program_id)`, and reclaim by the program's FCFS position
-//! `(program_arrival_s, order first seen)` descending (the newest program yields first).
+//! expiry by `(deadline_s, program_id)`, and reclaim by the program's FCFS position (the
+//! order it was first seen, which follows arrival) descending (the newest yields first).
 //! Both are indexed heaps over the program's slot, so every operation is O(log n).
 
 use std::cmp::Reverse;
@@ -29,8 +29,8 @@ pub struct PinTable {
     /// By program slot.
     pins: Vec<Option<Pin>>,
     by_deadline: IndexedHeap<(Time, Arc<str>)>,
-    /// By FCFS position `(program arrival, order first seen)`, latest on top.
-    by_arrival: IndexedHeap<Reverse<(Time, u64)>>,
+    /// By FCFS position (program order), latest on top.
+    by_arrival: IndexedHeap<Reverse<u64>>,
     blocks: i64,
 }
 
@@ -62,7 +62,7 @@ impl PinTable {
         program_id: &Arc<str>,
         blocks: i64,
         deadline_s: f64,
-        (arrival_s, order): (f64, u64),
+        order: u64,
     ) -> Pin {
         if slot >= self.pins.len() {
             self.pins.resize(slot + 1, None);
@@ -83,8 +83,7 @@ impl PinTable {
         self.pins[slot] = Some(pin.clone());
         self.by_deadline
             .push(slot, (Time(deadline_s), program_id.clone()));
-        self.by_arrival
-            .push(slot, Reverse((Time(arrival_s), order)));
+        self.by_arrival.push(slot, Reverse(order));
         pin
     }
 
@@ -146,16 +145,16 @@ impl PinTable {
     pub fn reclaim_slots_after(
         &mut self,
         blocks_needed: i64,
-        keep_until: Option<(f64, u64)>,
+        keep_until: Option<u64>,
     ) -> Vec<(usize, Pin)> {
         let mut out = Vec::new();
         let mut released = 0;
         while released < blocks_needed {
-            let Some((slot, &Reverse(position))) = self.by_arrival.peek() else {
+            let Some((slot, &Reverse(order))) = self.by_arrival.peek() else {
                 break;
             };
-            if let Some((arrival_s, order)) = keep_until {
-                if position <= (Time(arrival_s), order) {
+            if let Some(last_kept) = keep_until {
+                if order <= last_kept {
                     break; // every pin left is of a program no younger than `keep_until`
                 }
             }

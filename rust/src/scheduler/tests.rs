@@ -164,8 +164,8 @@ fn id_prefix_orders_like_the_id() {
     for a in ids {
         for b in ids {
             let (ka, kb) = (
-                Priority::new(false, false, (0.0, 0), 0.0, &Arc::from(a)),
-                Priority::new(false, false, (0.0, 0), 0.0, &Arc::from(b)),
+                Priority::new(false, false, 0.0, 0, 0.0, &Arc::from(a)),
+                Priority::new(false, false, 0.0, 0, 0.0, &Arc::from(b)),
             );
             assert_eq!(ka.cmp(&kb), a.cmp(b), "{a:?} vs {b:?}");
         }
