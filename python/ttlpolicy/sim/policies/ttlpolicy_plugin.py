@@ -143,6 +143,8 @@ class TTLPolicyPlugin:
         if not self.adapter:
             return  # (the simulator's exact prefill time prices misses: no fit to feed)
         unstarted = self._unstarted
+        if not unstarted:
+            return  # (no call waits for its first chunk: no sample, no library call)
         first_chunks = []
         for call, n in chunks:
             if call.call_id in unstarted:
