@@ -113,7 +113,9 @@ class StepModel:
     def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
         """Seconds of a step of this shape (``seqs`` 0: a caller that does not count its
         sequences, priced as if they cost nothing)."""
-        return max(self.compute.at(tokens, attn, kv, seqs), self.memory.at(tokens, attn, kv, seqs))
+        compute = self.compute.at(tokens, attn, kv, seqs)
+        memory = self.memory.at(tokens, attn, kv, seqs)
+        return memory if memory > compute else compute  # max(), without parsing its arguments
 
     def run_s(
         self,

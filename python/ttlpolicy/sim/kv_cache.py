@@ -115,7 +115,8 @@ class KVCache:
             end = start + length
         while used + length > capacity:
             victim, (s, e) = next(iter(cpu.items()))
-            cut = min(e - s, used + length - capacity)
+            over = used + length - capacity
+            cut = over if over < e - s else e - s  # (min(), whose builtin parses its arguments)
             used -= cut
             if e - cut > s:
                 cpu[victim] = (s, e - cut)
@@ -124,7 +125,11 @@ class KVCache:
         if length:
             cpu[program] = (start, end)
             used += length
-            self.offloaded_blocks += max(0, min(new_end, end) - max(new_start, start))
+            # the blocks written now that the tier keeps (no min/max: see the loop above)
+            kept_end = end if end < new_end else new_end
+            kept_start = start if start > new_start else new_start
+            if kept_end > kept_start:
+                self.offloaded_blocks += kept_end - kept_start
         self.cpu_used = used
 
     # -- a call's life --------------------------------------------------------------------
@@ -145,7 +150,8 @@ class KVCache:
         if run is not None:
             self.cpu_used -= run[1] - run[0]
             if run[0] == chain and gpu_hit == chain:
-                cpu_hit = max(0, min(run[1], reusable_blocks, total_blocks) - chain)
+                usable = min(run[1], reusable_blocks, total_blocks) - chain
+                cpu_hit = usable if usable > 0 else 0
         # Take the chain out of the books; its first gpu_hit blocks become the call's, the
         # stale tail past the reusable prefix is simply free.
         if program in self._free:

@@ -241,7 +241,8 @@ class TTLPolicyOffload(TTLPolicyPlugin):
         self._tier_tokens = view.hardware.cpu_capacity_blocks(block) * block  # (frozen: once)
 
     def _offloaded_tokens(self, tokens: int) -> int:
-        return min(tokens, self._tier_tokens)
+        tier = self._tier_tokens
+        return tier if tier < tokens else tokens
 
     def _exact_miss_cost_s(self, tokens: int) -> float:
         return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
