@@ -14,8 +14,9 @@ use std::hash::BuildHasher;
 use foldhash::fast::{FoldHasher, SeedableRandomState};
 use foldhash::SharedSeed;
 
-/// A randomly keyed foldhash, one key per table (see the module doc).
-#[derive(Debug, Clone)]
+/// A randomly keyed foldhash, one key per table (see the module doc). No `Debug`: a table's
+/// debug output shows its entries, never its key.
+#[derive(Clone)]
 pub(crate) struct IdHasher(SeedableRandomState);
 
 impl Default for IdHasher {
