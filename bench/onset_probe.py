@@ -2,7 +2,7 @@
 "The onset of contention on seed 2: where the time goes").
 
     python bench/onset_probe.py --rate 0.004 --seed 2 [--setup llama-3.1-70b@h100-80g] \
-        [--policies continuum,ttlpolicy,ttlpolicy:exact]
+        [--policies continuum,ttlpolicy,ttlpolicy:exact] [--trace DIR]
 
 ``--variant V`` runs the ``ttlpolicy`` policies with a candidate change to load control's rules
 (``TTLPOLICY_BACKEND=python`` only: the variant subclasses the Python reference,
@@ -236,20 +236,21 @@ def run(hw, name: str, programs: list, rate: float, seed: int):
     return metrics, probe, engine
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=float, default=0.004)
     ap.add_argument("--seed", type=int, default=2)
+    ap.add_argument("--trace", default=None, help="session folder (default: see sim_sweep)")
     ap.add_argument("--setup", default="llama-3.1-8b@h100-80g")
     ap.add_argument("--policies", default="continuum,ttlpolicy")
     ap.add_argument("--variant", default=None, help="a candidate rule (module doc)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.variant is not None:
         if ttlpolicy.backend != "python":
             print("--variant needs TTLPOLICY_BACKEND=python (it changes the reference)")
             return 2
         ttlpolicy.AdmissionControl = variant_class(args.variant)  # what the plugin builds
-    programs = sim_sweep.load_sessions(None, OPTIONS)
+    programs = sim_sweep.load_sessions(args.trace, OPTIONS)
     if programs is None:
         return 2
     model, gpu = args.setup.split("@")

@@ -6,9 +6,10 @@
 //! `&TTLPolicy`, so the Python bindings keep using the very policy object the user holds.
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::error::{Error, PyStr, Result};
+use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
 use crate::validate::{finite, int_in, non_negative, tool_key};
@@ -53,10 +54,10 @@ impl Ord for Pending {
 #[derive(Debug, Clone)]
 pub struct AdmissionControl {
     total_blocks: i64,
-    programs: HashMap<String, Program>,
+    programs: IdMap<String, Program>,
     pending: BinaryHeap<Reverse<Pending>>,
     /// Ids of the admitted programs (the working set is summed over them only).
-    admitted: HashSet<String>,
+    admitted: IdSet<String>,
     now: f64,
     /// Programs with no live request, by when they became so (oldest first).
     idle: BTreeMap<u64, String>,
@@ -80,9 +81,9 @@ impl AdmissionControl {
             int_in("max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS)? as usize;
         Ok(AdmissionControl {
             total_blocks,
-            programs: HashMap::new(),
+            programs: IdMap::default(),
             pending: BinaryHeap::new(),
-            admitted: HashSet::new(),
+            admitted: IdSet::default(),
             now: f64::NEG_INFINITY,
             idle: BTreeMap::new(),
             idle_seq: 0,

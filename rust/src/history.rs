@@ -6,9 +6,10 @@
 //! Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary search
 //! and the solver scans a sorted slice. Mirrors `python/ttlpolicy/reference/history.py`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::error::{Error, Result};
+use crate::id_hash::IdMap;
 use crate::index_list::{linked, IndexList, Link};
 use crate::solver::fraction_table;
 use crate::validate::{int_in, non_negative, tool_key};
@@ -126,7 +127,7 @@ linked!(Slot, Recency, recency);
 pub struct ToolHistory {
     window: usize,
     max_tools: usize,
-    index: HashMap<Box<str>, u32>,
+    index: IdMap<Box<str>, u32>,
     slots: Vec<Slot>,
     /// Least recently observed first.
     recency: IndexList<Recency>,
@@ -149,7 +150,7 @@ impl ToolHistory {
         Ok(ToolHistory {
             window,
             max_tools,
-            index: HashMap::new(),
+            index: IdMap::default(),
             slots: Vec::new(),
             recency: IndexList::new(),
             global: DurationWindow::new(window),

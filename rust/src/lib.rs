@@ -36,6 +36,7 @@ pub mod config;
 pub mod error;
 pub mod estimators;
 pub mod history;
+mod id_hash;
 pub mod index_list;
 pub mod policy;
 pub mod prefix_tree;

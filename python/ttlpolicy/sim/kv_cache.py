@@ -103,27 +103,29 @@ class KVCache:
 
     def _to_cpu(self, program: str, start: int, end: int) -> None:
         new_start, new_end = start, end  # the blocks written now; a run they extend was earlier
-        old = self._cpu.pop(program, None)
+        cpu, capacity, used = self._cpu, self.cpu_capacity, self.cpu_used
+        old = cpu.pop(program, None)
         if old is not None:
-            self.cpu_used -= old[1] - old[0]
+            used -= old[1] - old[0]
             if old[0] == end:  # the new run continues the old one
                 end = old[1]
         length = end - start
-        if length > self.cpu_capacity:
-            start, length = end - self.cpu_capacity, self.cpu_capacity
+        if length > capacity:
+            start, length = end - capacity, capacity
             end = start + length
-        while self.cpu_used + length > self.cpu_capacity:
-            victim, (s, e) = next(iter(self._cpu.items()))
-            cut = min(e - s, self.cpu_used + length - self.cpu_capacity)
-            self.cpu_used -= cut
+        while used + length > capacity:
+            victim, (s, e) = next(iter(cpu.items()))
+            cut = min(e - s, used + length - capacity)
+            used -= cut
             if e - cut > s:
-                self._cpu[victim] = (s, e - cut)
+                cpu[victim] = (s, e - cut)
             else:
-                del self._cpu[victim]
+                del cpu[victim]
         if length:
-            self._cpu[program] = (start, end)
-            self.cpu_used += length
+            cpu[program] = (start, end)
+            used += length
             self.offloaded_blocks += max(0, min(new_end, end) - max(new_start, start))
+        self.cpu_used = used
 
     # -- a call's life --------------------------------------------------------------------
     def acquire(

@@ -10,9 +10,9 @@ use std::fmt;
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use foldhash::fast::SeedableRandomState;
-use foldhash::SharedSeed;
 use hashbrown::HashTable;
+
+use crate::id_hash::IdHasher;
 
 /// A live slot: the id, its hash, the value.
 #[derive(Debug, Clone)]
@@ -29,17 +29,8 @@ pub(super) struct Slab<T> {
     /// Slots freed, reused before the vector grows.
     free: Vec<usize>,
     index: HashTable<u32>,
-    hasher: SeedableRandomState,
-}
-
-/// The hasher of a new table. Ids are client input (request ids, program ids), so a
-/// fixed-seed hash such as FxHash would let a client pick ids that all collide and make every
-/// probe linear: a denial of service. foldhash is fast on short strings and is keyed here by
-/// 64 bits from the OS's randomness (through std's `RandomState`, per table) plus its own
-/// per-process seed, so colliding ids cannot be chosen without knowing the key.
-fn random_hasher() -> SeedableRandomState {
-    let key = std::hash::RandomState::new().hash_one(0x7474_6c70_6f6c_6963_u64);
-    SeedableRandomState::with_seed(key, SharedSeed::global_random())
+    /// Ids are client input: keyed per table (`id_hash`).
+    hasher: IdHasher,
 }
 
 impl<T> Default for Slab<T> {
@@ -48,7 +39,7 @@ impl<T> Default for Slab<T> {
             slots: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
-            hasher: random_hasher(),
+            hasher: IdHasher::default(),
         }
     }
 }

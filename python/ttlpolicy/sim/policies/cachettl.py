@@ -32,7 +32,9 @@ class CacheTTL(TTLPolicyPlugin):
     overrides: ClassVar[dict[str, Any]] = {}
 
     def __init__(self) -> None:
-        super().__init__(pin_budget_fraction=1.0)  # the paper has no pin budget
+        # the paper has no pin budget; its miss cost is exact (``miss_cost_s`` below), so
+        # there is no fitted price to feed (``adapter=False``)
+        super().__init__(pin_budget_fraction=1.0, adapter=False)
 
     def bind(self, view: EngineView) -> None:
         self.config = tp.PolicyConfig.published(
@@ -48,7 +50,7 @@ class CacheTTL(TTLPolicyPlugin):
 
     def next_deadline(self) -> float | None:
         # The published pin expires only once now > deadline: wake just after it.
-        d = super().next_deadline()
+        d = self.sched.next_deadline_s
         return None if d is None else math.nextafter(d, math.inf)
 
 

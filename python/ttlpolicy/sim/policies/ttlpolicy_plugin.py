@@ -143,6 +143,8 @@ class TTLPolicyPlugin:
         if not self.adapter:
             return  # (the simulator's exact prefill time prices misses: no fit to feed)
         unstarted = self._unstarted
+        if not unstarted:
+            return  # (no call waits for its first chunk: no sample, no library call)
         first_chunks = []
         for call, n in chunks:
             if call.call_id in unstarted:
@@ -233,9 +235,13 @@ class TTLPolicyOffload(TTLPolicyPlugin):
             )
         )
 
+    def bind(self, view: EngineView) -> None:
+        super().bind(view)
+        block = view.config.block_tokens
+        self._tier_tokens = view.hardware.cpu_capacity_blocks(block) * block  # (frozen: once)
+
     def _offloaded_tokens(self, tokens: int) -> int:
-        block = self.view.config.block_tokens
-        return min(tokens, self.view.hardware.cpu_capacity_blocks(block) * block)
+        return min(tokens, self._tier_tokens)
 
     def _exact_miss_cost_s(self, tokens: int) -> float:
         return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))

@@ -1,0 +1,70 @@
+"""bench/onset_probe.py, the tool behind RESULTS' "The onset of contention on seed 2": its
+``--variant`` rules must leave the shipped rule where they claim to (``threshold=1`` is the
+shipped working set), and must reach the simulated policy when they change it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ttlpolicy
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "python" / "ttlpolicy" / "data" / "sessions"
+# 16 sample sessions arriving fast enough on one H100 that admission holds programs back
+ARGS = ["--trace", str(SAMPLE), "--rate", "0.05", "--seed", "1", "--policies", "ttlpolicy"]
+
+#: runs the probe three times in one Python-reference process: shipped, then two variants
+#: (each variant replaces ``ttlpolicy.AdmissionControl``, so the shipped run goes first)
+SCRIPT = f"""
+import contextlib, io, sys
+sys.path.insert(0, {str(REPO / "bench")!r})
+import onset_probe
+for variant in ([], ["--variant", "threshold=1"], ["--variant", "threshold=1000"]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert onset_probe.main({ARGS!r} + variant) == 0
+    print("=== " + " ".join(variant))
+    print(out.getvalue())
+"""
+
+
+def _runs() -> dict[str, str]:
+    env = {**os.environ, "TTLPOLICY_BACKEND": "python"}
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    runs = {}
+    for block in done.stdout.split("=== ")[1:]:
+        variant, _, out = block.partition("\n")
+        # the ttlpolicy lines, without the header that names the variant
+        runs[variant.strip()] = out[out.index("ttlpolicy ") :]
+    return runs
+
+
+def test_variants_are_the_shipped_rule_at_threshold_1_and_change_it_elsewhere() -> None:
+    runs = _runs()
+    shipped, same, wider = runs[""], runs["--variant threshold=1"], runs["--variant threshold=1000"]
+    assert "JCT" in shipped
+    assert same == shipped  # the same working set: every figure equal
+    # every admitted program counted as expected back: admission holds newcomers longer
+    assert wider.split("pins:")[0] != shipped.split("pins:")[0]
+    assert "admission held the head" in wider
+
+
+def test_a_variant_refuses_the_native_backend(capsys) -> None:
+    if ttlpolicy.backend == "python":
+        pytest.skip("the Python reference is what a variant needs")
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import onset_probe
+
+        assert onset_probe.main([*ARGS, "--variant", "threshold=2"]) == 2
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    assert "TTLPOLICY_BACKEND=python" in capsys.readouterr().out
