@@ -36,6 +36,7 @@ import contextlib
 import dataclasses
 import itertools
 import json
+import math
 import os
 import random
 import statistics
@@ -163,13 +164,16 @@ class _Submitter:
     arrived at the same instant, common in virtual time) by request id, so both sides must
     use the same ids.  ``names`` maps them back to ``issue_due_turns``' names."""
 
-    def __init__(self, sched: Any, block_size: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, sched: Any, block_size: int, clock: Callable[[], float], tick: Callable[[], None]
+    ) -> None:
         from vllm.utils.hashing import sha256_cbor
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
         init_none_hash(sha256_cbor)
         self.sched = sched
         self.clock = clock
+        self.tick = tick  # called before each request: its arrival gets its own instant
         self.hasher = get_request_block_hasher(block_size, sha256_cbor)
         self.requests: dict[str, Any] = {}  # by name
         self.names: dict[str, str] = {}  # vLLM's request id → name
@@ -177,6 +181,7 @@ class _Submitter:
     def add_request(self, name: str, prompt: dict[str, list[int]], params: Any) -> None:
         from vllm.v1.request import Request
 
+        self.tick()
         rid = str(len(self.names))
         req = Request(rid, prompt["prompt_token_ids"], params, None,
                       arrival_time=self.clock(), block_hasher=self.hasher)  # fmt: skip
@@ -319,11 +324,23 @@ def replay_engine(
         return now
 
     sched.clock = clock  # TTLScheduler's only clock (expiry, observed prefill times)
+    arrived_s = -math.inf
+
+    def arrive_apart() -> None:
+        """vLLM's ``add_request`` reads the clock per request, so no two requests arrive at
+        one instant (programs of one instant would be one admission cohort); the virtual
+        clock moves on by the least step after an arrival at the same instant, as the
+        simulator's engine does."""
+        nonlocal now, arrived_s
+        if arrived_s == now:
+            now = math.nextafter(now, math.inf)
+        arrived_s = now
+
     pool = sched.kv_cache_manager.block_pool
     preemptions = _count_calls(sched, "_preempt_request")
     evicted = _count_calls(pool, "_maybe_evict_cached_block")  # True: a cached block went
     full_hits = _count_full_prompt_hits(sched)
-    submit = _Submitter(sched, w.block_size, clock)
+    submit = _Submitter(sched, w.block_size, clock, arrive_apart)
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     finished_seq = {p.pid: i - len(programs) for i, p in enumerate(programs)}
     finishes = itertools.count()

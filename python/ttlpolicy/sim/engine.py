@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import cast
@@ -181,8 +182,16 @@ class Engine:
             for program in self.policy.expire(now):
                 self.kv.unpin(program)
         events = self._events
+        arrived = False
         while events and events[0][0] <= now:
             _, _, kind, obj = heapq.heappop(events)
+            if kind != _READY:
+                # vLLM adds requests one at a time, each reading the clock: no two arrive at
+                # one instant (programs of one instant would be one admission cohort).
+                if arrived:
+                    self._advance(math.nextafter(now, math.inf) - now)
+                    now = self.now
+                arrived = True
             if kind == _PROGRAM:
                 run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
