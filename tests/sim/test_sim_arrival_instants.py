@@ -37,7 +37,7 @@ def arrivals(name: str, programs: list[tuple[float, Program]]) -> list[tuple[str
     seen: list[tuple[str, int, float]] = []
     arrive = pol.arrive
 
-    def record(call, now):  # type: ignore[no-untyped-def]
+    def record(call, now):
         seen.append((call.program_id, call.turn_index, now))
         return arrive(call, now)
 
@@ -68,7 +68,7 @@ def admitted_at(programs: list[tuple[float, Program]], blocks: int) -> dict[str,
     first: dict[str, float] = {}
     admitted = pol.admitted
 
-    def record(call, now, dropped):  # type: ignore[no-untyped-def]
+    def record(call, now, dropped):
         first.setdefault(call.program_id, now)
         return admitted(call, now, dropped)
 
