@@ -113,8 +113,6 @@ class Engine:
         self._admits = itertools.count()
         self._arrivals: ConcurrencyArrivals | None = None
         self._ready_max_s = 0.0  # the latest ready_s of any admitted call (reloads end then)
-        self._prefilling = 0  # running calls whose prompt is not computed yet
-        self._reserve = False  # _plan allocates the first chunks' blocks (admissions follow)
         self.peak_used_blocks = 0
         policy.bind(_View(self))
         # An optional hook of the policy: its eviction order of free cached chains.
@@ -140,42 +138,38 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
-        plan_step = self._plan
+        schedule = self._schedule
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         metrics = self.metrics
         while True:
             handle_events()
             now = self.now
             active = running if self._ready_max_s <= now else self._active(now)
+            # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
+            # a step that preempted admits nothing (else a just-preempted call could be
+            # readmitted and preempted forever).
             plan = None
-            if len(running) < max_seqs and policy.waiting():  # (else peek would say None)
-                # As vLLM's Scheduler.schedule: a running prefill takes its next chunk's
-                # blocks before any admission (only a call's last chunk leaves budget to
-                # admit), and a step that preempted admits nothing (else a just-preempted
-                # call could be readmitted and preempted forever).
-                preemptions = metrics.preemptions
-                if self._prefilling and active:
-                    self._reserve = True
-                    plan = self._schedule(active)
-                    self._reserve = False
-                if metrics.preemptions == preemptions:
-                    n_running = len(running)
-                    admit()
-                    if len(running) != n_running:  # the step's shape changed: plan it again
-                        active = self._active(now)
-                        plan = None
+            preemptions = metrics.preemptions
+            if active:
+                plan = schedule(active)
+            if (
+                metrics.preemptions == preemptions
+                and len(running) < max_seqs
+                and policy.waiting()  # (else peek would say None)
+            ):
+                n_running = len(running)
+                admit()
+                if len(running) != n_running:  # the step's shape changed: plan it again
+                    active = self._active(now)
+                    plan = schedule(active) if active else None
             if plan is None:
-                if not active:
-                    t = self._next_event_s()
-                    if t is None:
-                        break
-                    self._advance(max(t, now) - now)
-                    continue
-                plan = plan_step(active)
-                if plan is None:  # memory was freed (a pin reclaimed, a call preempted)
-                    plan = self._schedule(self._active(self.now))
-                    if plan is None:
-                        continue  # every call that could compute was preempted: admit again
+                if metrics.preemptions != preemptions:
+                    continue  # every call that could compute was preempted: admit again
+                t = self._next_event_s()
+                if t is None:
+                    break
+                self._advance(max(t, now) - now)
+                continue
             step(plan)
             if progress is not None:
                 progress(self.metrics.programs_done)
@@ -190,14 +184,15 @@ class Engine:
         return self.metrics
 
     def _schedule(self, active: list[Call]) -> StepPlan | None:
-        """The next step's plan (``_plan``), planned again after memory was freed; None when
-        no call is left to compute."""
-        while active:
+        """The next step's plan, its first step's blocks allocated; None when, after freeing
+        memory, no call is left to compute."""
+        while True:
             plan = self._plan(active)
             if plan is not None:
                 return plan
             active = self._active(self.now)
-        return None
+            if not active:
+                return None
 
     def _active(self, now: float) -> list[Call]:
         """The running calls that may compute now (not waiting for a reload from the CPU):
@@ -329,7 +324,6 @@ class Engine:
                 m.recomputed_tokens += call.prompt - hit_tokens
             policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
             running.append(call)
-            self._prefilling += 1  # (a hit stops short of the prompt: chunks are left)
             budget_free -= call.prompt - call.computed
 
     # -- one step, or a run of identical steps --------------------------------------------
@@ -352,13 +346,16 @@ class Engine:
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
-        """The next run of identical steps; None after freeing memory (plan again).  With
-        ``_reserve`` set, its first prefill chunks get their blocks now, as vLLM allocates a running
-        request's chunk before it admits any (else after the step, with decode growth: the
-        same blocks, nothing happening in between)."""
-        # Decoding calls, their context summed, and the steps until the first of them is done.
+        """The next run of identical steps, its first step's blocks allocated (as vLLM
+        allocates a step's blocks when it schedules it); None after freeing memory (plan
+        again)."""
+        b = self.config.block_tokens
+        # Decoding calls, their context summed, and the steps until the first of them is done;
+        # those whose next token starts a block (a decoding call holds the KV of all but its
+        # last token).
         dec: list[Call] = []
         pre: list[Call] = []
+        grow1: list[Call] = []
         k = _NO_LIMIT
         ctx = 0
         for c in active:
@@ -370,28 +367,22 @@ class Engine:
                 if left < k:
                     k = left
                 ctx += prompt + generated
+                if prompt + generated > c.blocks * b:
+                    grow1.append(c)
             else:
                 pre.append(c)
         n_dec = len(dec)
-        # Prefill chunks from the rest of the token budget, in admission order, and the blocks
-        # they need past those their calls hold (a just-admitted call's first chunk was
-        # allocated at admission).
+        # Prefill chunks from the rest of the token budget, in admission order.
         chunks: list[tuple[Call, int]] = []
         budget = self.config.token_budget - n_dec
-        b = self.config.block_tokens
-        need = 0
         for c in pre:
             if budget <= 0:
                 break
-            computed = c.computed
-            n = c.prompt - computed
+            n = c.prompt - c.computed
             if n > budget:
                 n = budget
             chunks.append((c, n))
             budget -= n
-            want = -(-(computed + n) // b)
-            if want > c.blocks:
-                need += want - c.blocks
         # Step shape: tokens, attention units, KV tokens touched; and their growth per step.
         attn0: float
         if not chunks:
@@ -419,42 +410,43 @@ class Engine:
             kv0 = ctx + sum(c.computed + n for c, n in chunks)
             d_attn = d_kv = n_dec
         assert k != _NO_LIMIT, "a running call that does not decode gets a chunk"
-        # The first step's chunks and decode growth must fit (else free memory); the chunks
-        # take their blocks now when admissions follow, else after the step with the decode
-        # growth (vLLM allocates that with the step too, before admissions: one block per
-        # call every block_tokens steps, left after the step for the loop's speed).
+        # The first step's blocks, allocated now: decode growth and chunks past the blocks
+        # their calls hold (a just-admitted call's first chunk was allocated at admission).
         kv = self.kv
         avail = kv.capacity - kv.used  # kv.available()
+        need = len(grow1)
+        for c, n in chunks:
+            want = -(-(c.computed + n) // b)
+            if want > c.blocks:
+                need += want - c.blocks
         if need:
-            short = need + self._run_need(dec, (), 1) - avail
-            if short > 0:
-                self._free_memory(short)
+            if need > avail:
+                self._free_memory(need - avail)
                 return None
-            if self._reserve:
-                for c, n in chunks:
-                    want = -(-(c.computed + n) // b)
-                    if want > c.blocks:
-                        c.blocks = want
-                kv.grow(need)
-                avail -= need
-        # The run: decode growth adds at most ceil(k / block) blocks to a call in k steps, a
-        # long prefill a chunk's blocks a step; only when that bound does not fit is the need
-        # counted, and the run shortened to what fits, or memory freed.
-        bound = n_dec * -(-k // b)
-        if k > 1 and chunks:
-            c, n = chunks[0]
-            bound += -(-(c.computed + n * k) // b) - c.blocks
-        if bound > avail and self._run_need(dec, chunks, k) > avail:
-            k = self._fit(dec, chunks, k, avail)
-            if k == 0:
-                self._free_memory(self._run_need(dec, chunks, 1) - avail)
-                return None
+            for c in grow1:
+                c.blocks += 1
+            for c, n in chunks:
+                want = -(-(c.computed + n) // b)
+                if want > c.blocks:
+                    c.blocks = want
+            kv.grow(need)
+            avail -= need
+        # The run's later steps: decode growth adds at most ceil(k / block) blocks to a call in
+        # k steps, a long prefill one chunk's blocks a step; only when that bound does not fit
+        # is the need counted, and the run shortened to what fits (at least its first step).
+        if k > 1:
+            bound = n_dec * -(-k // b)
+            if chunks:
+                c, n = chunks[0]
+                bound += -(-(c.computed + n * k) // b) - c.blocks
+            if bound > avail and self._run_need(dec, chunks, k) > avail:
+                k = self._fit_memory(dec, chunks, k, avail)
         seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
             return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0, seqs)
         return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv, seqs)
 
-    def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]] | tuple[()], k: int) -> int:
+    def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> int:
         """Blocks a run of k steps needs past those its calls hold (one chunk when k > 1)."""
         b = self.config.block_tokens
         need = 0
@@ -470,12 +462,15 @@ class Engine:
                 need += want - c.blocks
         return need
 
-    def _fit(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int, room: int) -> int:
-        """The most steps (≤ k) whose blocks past those their calls hold fit in ``room``."""
-        lo, hi = 0, k
+    def _fit_memory(
+        self, dec: list[Call], chunks: list[tuple[Call, int]], k: int, avail: int
+    ) -> int:
+        """The most steps (1 ≤ k' ≤ k) whose blocks fit in ``avail`` (the first step's are
+        allocated)."""
+        lo, hi = 1, k
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._run_need(dec, chunks, mid) <= room:
+            if self._run_need(dec, chunks, mid) <= avail:
                 lo = mid
             else:
                 hi = mid - 1
@@ -494,8 +489,6 @@ class Engine:
     def _preempt(self) -> None:
         victim = max(self.running, key=lambda c: c.admit_seq)
         self.running.remove(victim)
-        if victim.computed < victim.prompt:
-            self._prefilling -= 1
         b = self.config.block_tokens
         # vLLM cached every full block of computed KV, generated tokens' too
         chain = (victim.computed + max(0, victim.generated - 1)) // b
@@ -535,7 +528,6 @@ class Engine:
                 growth += want - c.blocks
                 c.blocks = want
             if computed >= c.prompt:
-                self._prefilling -= 1
                 output_tokens += 1
                 c.generated += 1
                 if c.first_token_s is None:
@@ -543,9 +535,9 @@ class Engine:
                     m.ttft(now - c.issue_s)
                 if c.generated >= c.output:
                     done.append(c)
-        # One allocation for the decode growth and a run's later chunks: the same blocks are
-        # evicted as by one allocation per call and step, since a policy's eviction order is
-        # a sort by a key of its own (what is left after an eviction keeps the same order).
+        # One allocation for the run's later steps: the same blocks are evicted as by one
+        # allocation per call and step, since a policy's eviction order is a sort by a key of
+        # its own (the order of what is left after an eviction is the rest of the same order).
         if growth:
             ok = kv.grow(growth)
             assert ok, "a run's blocks were checked against free memory"
