@@ -295,8 +295,10 @@ impl AdmissionControl {
     }
 
     /// When a program of the working set at `t` (next use `<= limit_s`) first leaves it
-    /// with no event in between; `inf` if it never does (the reference's `_leave_s`).
-    fn leave_s(prog: &Program, policy: &TTLPolicy, t: f64, limit_s: f64) -> f64 {
+    /// with no event in between; `inf` if it never does (the reference's `_leave_s`, which
+    /// scans the recorded durations one by one; this skips runs of them that cannot be the
+    /// one, and gives up past `until_s`, a leave already found elsewhere).
+    fn leave_s(prog: &Program, policy: &TTLPolicy, t: f64, limit_s: f64, until_s: f64) -> f64 {
         let (Some(tool), Some(since), 0) = (prog.tool.as_deref(), prog.away_since_s, prog.live)
         else {
             return f64::INFINITY;
@@ -306,16 +308,27 @@ impl AdmissionControl {
         let samples = Self::samples(policy, tool);
         let n = samples.len();
         let elapsed = t - since;
-        let mut k = samples.partition_point(|&x| x <= elapsed);
-        while k < n {
-            let d = samples[k];
-            if d > max_ttl_s {
+        // Away past samples[j - 1] (j durations passed), the next use is the median of the
+        // rest, samples[(n + j - 1) / 2], minus that time: j = n, or that minus samples[j - 1]
+        // above limit_s, is a leave. (Within a run of equal durations a j short of the run's
+        // end has a median no later: the run's end leaves at the same instant if it does.)
+        let median = |j: usize| samples[(n + j - 1) / 2];
+        let mut j = samples.partition_point(|&x| x <= elapsed) + 1;
+        while j <= n {
+            let d = samples[j - 1];
+            if d > max_ttl_s || since + d > until_s {
                 break;
             }
-            k += samples[k..].partition_point(|&x| x <= d); // the durations <= d, once reached
-            if k == n || samples[k + (n - k).div_ceil(2) - 1] - d > limit_s {
+            if j == n || median(j) - d > limit_s {
                 return first_instant(since, d, false).min(leave);
             }
+            // Skip j + 1 ..= j + w when none can leave: each one's median is at most
+            // median(j + w) and its time away at least samples[j].
+            let mut w = 0;
+            while j + 2 * w + 1 < n && median(j + 2 * w + 1) - samples[j] <= limit_s {
+                w = 2 * w + 1;
+            }
+            j += w + 1;
         }
         leave
     }
@@ -331,7 +344,7 @@ impl AdmissionControl {
             let p = &self.programs[id.as_str()];
             let limit_s = p.rebuild_s * sharers;
             if Self::next_use(p, policy, t) <= limit_s {
-                first = first.min(Self::leave_s(p, policy, t, limit_s));
+                first = first.min(Self::leave_s(p, policy, t, limit_s, first));
             }
         }
         Ok(first)

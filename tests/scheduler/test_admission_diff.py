@@ -167,6 +167,24 @@ away = st.tuples(  # an admitted program gone on a tool: blocks, tool, rebuild_s
 )
 
 
+def gone_on_tools(impl, durations, programs, total_blocks):
+    """A controller whose programs arrived one at a time (no cohort), were asked to run, and
+    left on their tools; the policy has recorded ``durations``."""
+    policy = impl.TTLPolicy(CONFIG)
+    for tool, d in durations:
+        policy.observe_tool(tool, d)
+    ac = impl.AdmissionControl(policy, total_blocks)
+    names = PROGRAMS[: len(programs)]
+    for i, (name, (blocks, *_)) in enumerate(zip(names, programs, strict=True)):
+        ac.arrive(name, i * 1e-3, blocks)
+        ac.may_run(name, i * 1e-3)
+    for name, (blocks, tool, rebuild_s, left_s) in sorted(
+        zip(names, programs, strict=True), key=lambda x: x[1][3]
+    ):
+        ac.finish(name, left_s, blocks, tool=tool, rebuild_s=rebuild_s)
+    return ac, names
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=12),
@@ -181,19 +199,7 @@ def test_a_refused_program_stays_refused_until_the_working_set_may_shrink(
     """With no event in between, nobody ``may_run`` refuses at ``now`` is admitted before
     ``next_shrink_s(now)`` — the promise that lets an engine stepping by events (the
     simulator) skip asking at every step."""
-    impl = backend.values[0] or REFERENCE
-    policy = impl.TTLPolicy(CONFIG)
-    for tool, d in durations:
-        policy.observe_tool(tool, d)
-    ac = impl.AdmissionControl(policy, 100)
-    names = PROGRAMS[: len(programs)]
-    for i, (name, (blocks, *_)) in enumerate(zip(names, programs, strict=True)):
-        ac.arrive(name, i * 1e-3, blocks)  # one at a time: no cohort
-        ac.may_run(name, i * 1e-3)
-    for name, (blocks, tool, rebuild_s, left_s) in sorted(
-        zip(names, programs, strict=True), key=lambda x: x[1][3]
-    ):
-        ac.finish(name, left_s, blocks, tool=tool, rebuild_s=rebuild_s)
+    ac, names = gone_on_tools(backend.values[0] or REFERENCE, durations, programs, 100)
     now = 5.0
     ac.arrive("new", now, newcomer_blocks)
     refused = [p for p in [*names, "new"] if not ac.may_run(p, now)]
@@ -206,3 +212,20 @@ def test_a_refused_program_stays_refused_until_the_working_set_may_shrink(
             continue
         for p in refused:
             assert not ac.may_run(p, t), (p, t, shrinks_at_s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=80),
+    st.lists(away, min_size=1, max_size=4),
+    st.sampled_from([4.0, 4.5, 9.0, 30.0, 60.0]),
+)
+def test_backends_agree_on_when_the_working_set_shrinks(durations, programs, now):
+    """The Rust core skips runs of recorded durations that cannot end a program's stay in
+    the working set; the reference scans them one by one: the same instant either way."""
+    shrinks = []
+    for b in both_backends():
+        ac, _ = gone_on_tools(b.values[0] or REFERENCE, durations, programs, 1000)
+        assert ac.admitted_count == len(programs)  # 1000 blocks: all fit
+        shrinks.append(ac.next_shrink_s(now))
+    assert shrinks[0] == shrinks[1]
