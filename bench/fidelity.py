@@ -250,9 +250,14 @@ def step_fit(hw: Hardware, rows: list[Row]) -> dict[str, float]:
 #: virtual time on a CPU-fitted profile (``fidelity_logic.py --profile``) the two
 #: schedulers differ by ~20 % in completion and ~25 % in TTFT, where ``default`` differs by
 #: ~2 % (bench/RESULTS.md, issue 11, "a per-sequence step term").
+#: ``contended-long`` is ``contended`` with 18 turns per program (108 calls instead of 36): one
+#: call that hits on one side and not the other is ~1 pt of hit rate there, 2–3 pt on
+#: ``contended``, too coarse to check a 1 pt target.
+CONTENDED = {"max_context": 1500, "max_out": 8, "blocks": 120, "max_model_len": 1600}
 WORKLOADS: dict[str, dict[str, Any]] = {
     "default": {},
-    "contended": {"max_context": 1500, "max_out": 8, "blocks": 120, "max_model_len": 1600},
+    "contended": CONTENDED,
+    "contended-long": {**CONTENDED, "turns": 18},
 }
 
 

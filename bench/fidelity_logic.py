@@ -254,11 +254,15 @@ def step_s(hw: Hardware, sched: Any, out: Any) -> float:
 
 def _next_event_s(sched: Any, programs: list[Program], now: float) -> float:
     """When something can change after a step that scheduled nothing: a program's next turn
-    or (TTLScheduler) a pin's deadline; an error when nothing ever will."""
+    or (TTLScheduler) a pin's deadline, or when load control may admit the waiting head (the
+    real engine asks at every turn of its busy loop); an error when nothing ever will."""
     times = [p.due_s for p in programs if p.done_s is None and p.in_flight is None]
     deadline = getattr(getattr(sched, "programs", None), "next_deadline_s", None)
     if deadline is not None:
         times.append(deadline)
+    admission = getattr(sched, "admission", None)
+    if admission is not None:
+        times.append(admission.next_shrink_s(now))
     later = [t for t in times if t > now]
     if not later:
         raise RuntimeError(

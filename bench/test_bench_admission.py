@@ -71,6 +71,13 @@ def test_may_run_head_refused(benchmark, loaded):
     run(benchmark, lambda: loaded.may_run("W0", NOW))
 
 
+@pytest.mark.benchmark(group="admission: next_shrink_s(), 16 programs away (per call)")
+def test_next_shrink(benchmark, loaded):
+    # each of the 16 is in the working set (next use within 16 x 8 s); the reference scans
+    # the 1024 durations past its time away one by one, the core skips runs of them
+    run(benchmark, lambda: loaded.next_shrink_s(NOW))
+
+
 @pytest.mark.benchmark(group="admission: arrive() + finish() of a turn (per pair)")
 def test_turn(benchmark, loaded):
     def turn():

@@ -129,6 +129,11 @@ impl PyAdmissionControl {
         })
     }
 
+    fn next_shrink_s(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<f64> {
+        let policy = self.policy.borrow(py);
+        call1("now", now, |t| self.inner.next_shrink_s(policy.core(), t))
+    }
+
     fn may_run(
         &mut self,
         py: Python<'_>,

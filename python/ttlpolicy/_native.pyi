@@ -482,6 +482,9 @@ class AdmissionControl:
     def end(self, program_id: str) -> None: ...
     def next_use_s(self, program_id: str, now: SupportsFloat) -> float: ...
     def working_set_blocks(self, now: SupportsFloat) -> int: ...
+    def next_shrink_s(self, now: SupportsFloat) -> float:
+        """The first instant after ``now`` at which the working set may shrink with no event;
+        a program refused admission at ``now`` stays refused until then (``inf``: never)."""
     def may_run(self, program_id: str, now: SupportsFloat) -> bool:
         """True for an admitted program; admits the oldest waiting one when its footprint
         fits beside the working set (or nobody is admitted)."""

@@ -17,6 +17,20 @@ use crate::validate::{finite, int_in, non_negative, tool_key};
 /// Live programs tracked at once (each is forgotten when it ends).
 pub const MAX_PROGRAMS: usize = 1 << 20;
 
+/// The first instant `t` whose time since `since_s` (`t - since_s`, as the rules compute it)
+/// is at least `elapsed_s` (`beyond`: more than); `inf` if none is finite. `since_s +
+/// elapsed_s` alone can round a few ulps short.
+fn first_instant(since_s: f64, elapsed_s: f64, beyond: bool) -> f64 {
+    let mut t = since_s + elapsed_s;
+    if !t.is_finite() {
+        return f64::INFINITY;
+    }
+    while t - since_s < elapsed_s || (beyond && t - since_s == elapsed_s) {
+        t = t.next_up();
+    }
+    t
+}
+
 #[derive(Debug, Clone)]
 struct Program {
     arrival_s: f64,
@@ -236,6 +250,16 @@ impl AdmissionControl {
 
     // -- the rules ---------------------------------------------------------------------------
 
+    /// The sorted durations a program away on `tool` is judged by (see the module doc).
+    fn samples<'a>(policy: &'a TTLPolicy, tool: &str) -> &'a [f64] {
+        let history = policy.history();
+        let min = policy.config().min_tool_samples.max(1) as usize;
+        match history.window_of(Some(tool)) {
+            Some(w) if w.len() >= min => w.sorted(),
+            _ => history.global().sorted(),
+        }
+    }
+
     fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
         if prog.live > 0 {
             return 0.0;
@@ -248,13 +272,7 @@ impl AdmissionControl {
         if elapsed > cfg.max_ttl_s {
             return f64::INFINITY; // away longer than any pin lasts: not expected back
         }
-        let history = policy.history();
-        let min = cfg.min_tool_samples.max(1) as usize;
-        let window = match history.window_of(Some(tool)) {
-            Some(w) if w.len() >= min => w,
-            _ => history.global(),
-        };
-        let samples = window.sorted();
+        let samples = Self::samples(policy, tool);
         let n = samples.len();
         if n == 0 {
             return cfg.prior_mean_s * std::f64::consts::LN_2;
@@ -274,6 +292,62 @@ impl AdmissionControl {
             Some(prog) => Self::next_use(prog, policy, t),
             None => f64::INFINITY,
         })
+    }
+
+    /// When a program of the working set at `t` (next use `<= limit_s`) first leaves it
+    /// with no event in between; `inf` if it never does (the reference's `_leave_s`, which
+    /// scans the recorded durations one by one; this skips runs of them that cannot be the
+    /// one, and gives up past `until_s`, a leave already found elsewhere).
+    fn leave_s(prog: &Program, policy: &TTLPolicy, t: f64, limit_s: f64, until_s: f64) -> f64 {
+        let (Some(tool), Some(since), 0) = (prog.tool.as_deref(), prog.away_since_s, prog.live)
+        else {
+            return f64::INFINITY;
+        };
+        let max_ttl_s = policy.config().max_ttl_s;
+        let leave = first_instant(since, max_ttl_s, true);
+        let samples = Self::samples(policy, tool);
+        let n = samples.len();
+        let elapsed = t - since;
+        // Away past samples[j - 1] (j durations passed), the next use is the median of the
+        // rest, samples[(n + j - 1) / 2], minus that time: j = n, or that minus samples[j - 1]
+        // above limit_s, is a leave. (Within a run of equal durations a j short of the run's
+        // end has a median no later: the run's end leaves at the same instant if it does.)
+        let median = |j: usize| samples[(n + j - 1) / 2];
+        let mut j = samples.partition_point(|&x| x <= elapsed) + 1;
+        while j <= n {
+            let d = samples[j - 1];
+            if d > max_ttl_s || since + d > until_s {
+                break;
+            }
+            if j == n || median(j) - d > limit_s {
+                return first_instant(since, d, false).min(leave);
+            }
+            // Skip j + 1 ..= j + w when none can leave: each one's median is at most
+            // median(j + w) and its time away at least samples[j].
+            let mut w = 0;
+            while j + 2 * w + 1 < n && median(j + 2 * w + 1) - samples[j] <= limit_s {
+                w = 2 * w + 1;
+            }
+            j += w + 1;
+        }
+        leave
+    }
+
+    /// The first instant after `now` at which the working set may shrink with no event in
+    /// between; `inf` if it never does. A program refused admission at `now` stays refused
+    /// until then (see the module doc: when to ask again).
+    pub fn next_shrink_s(&self, policy: &TTLPolicy, now: f64) -> Result<f64> {
+        let t = self.check_now(now)?;
+        let sharers = self.admitted.len() as f64;
+        let mut first = f64::INFINITY;
+        for id in &self.admitted {
+            let p = &self.programs[id.as_str()];
+            let limit_s = p.rebuild_s * sharers;
+            if Self::next_use(p, policy, t) <= limit_s {
+                first = first.min(Self::leave_s(p, policy, t, limit_s, first));
+            }
+        }
+        Ok(first)
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
@@ -467,6 +541,50 @@ mod tests {
         assert_eq!(ranks, vec![1, 2, 0, 3]);
         let by_rank: Vec<&str> = ranks.iter().map(|&i| ids[i]).collect();
         assert_eq!(by_rank, ac.eviction_order(&pol, &ids, 2.0).unwrap());
+    }
+
+    /// A policy that has seen `tool` take `gaps_s`, and a controller of 100 blocks that has
+    /// admitted "p" (50 blocks) at 0 s.
+    fn admitted_p(
+        min_tool_samples: i64,
+        tool: &str,
+        gaps_s: &[f64],
+    ) -> (TTLPolicy, AdmissionControl) {
+        let mut pol = TTLPolicy::new(PolicyConfig {
+            min_tool_samples,
+            ..PolicyConfig::default()
+        })
+        .unwrap();
+        for &d in gaps_s {
+            pol.observe_tool(Some(tool), d).unwrap();
+        }
+        let mut ac = AdmissionControl::new(100).unwrap();
+        ac.arrive("p", 0.0, 50).unwrap();
+        assert!(ac.may_run(&pol, "p", 0.0).unwrap());
+        (pol, ac)
+    }
+
+    #[test]
+    fn a_refused_program_is_asked_again_when_a_member_leaves_the_working_set() {
+        let (pol, mut ac) = admitted_p(4, "bash", &[1.0, 2.0, 4.0, 8.0, 16.0]);
+        // p's request is live: it leaves on no clock
+        assert_eq!(ac.next_shrink_s(&pol, 0.0).unwrap(), f64::INFINITY);
+        // away on bash, alone, rebuild 5 s: next use 4, 4 - e, then 8 - 2 = 6 > 5 at e = 2
+        ac.finish("p", 10.0, 50, Some("bash"), 5.0, false).unwrap();
+        ac.arrive("next", 10.5, 60).unwrap();
+        assert!(!ac.may_run(&pol, "next", 10.5).unwrap());
+        assert_eq!(ac.next_shrink_s(&pol, 10.5).unwrap(), 12.0);
+        assert!(!ac.may_run(&pol, "next", 12.0f64.next_down()).unwrap());
+        assert!(ac.may_run(&pol, "next", 12.0).unwrap());
+    }
+
+    #[test]
+    fn the_instant_a_member_leaves_is_not_rounded_short() {
+        let (pol, mut ac) = admitted_p(1, "t", &[1.0, 4.0, 16.0]);
+        ac.finish("p", 0.1, 50, Some("t"), 5.0, false).unwrap();
+        // (0.1 + 4.0) - 0.1 < 4.0: the sum alone rounds short
+        let at = ac.next_shrink_s(&pol, 0.1).unwrap();
+        assert!(at - 0.1 >= 4.0 && at.next_down() - 0.1 < 4.0);
     }
 
     #[test]

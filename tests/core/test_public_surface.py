@@ -211,6 +211,7 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
     ("AdmissionControl", admission, "end", dict(program_id="B")),
     ("AdmissionControl", admission, "next_use_s", dict(program_id="A", now=3.0)),
     ("AdmissionControl", admission, "working_set_blocks", dict(now=3.0)),
+    ("AdmissionControl", admission, "next_shrink_s", dict(now=3.0)),
     ("AdmissionControl", admission, "may_run", dict(program_id="B", now=3.0)),
     ("AdmissionControl", admission, "eviction_order", dict(program_ids=["A", "B"], now=3.0)),
     ("AdmissionControl", admission, "admitted", dict(program_id="A")),

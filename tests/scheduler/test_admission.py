@@ -106,6 +106,70 @@ def test_a_program_away_longer_than_max_ttl_is_not_expected_back(impl):
     assert ac.may_run("next", 61.5)  # still admitted, but out of the working set
 
 
+@pytest.mark.parametrize(
+    ("rebuild_s", "shrinks_at_s"),
+    [
+        # p finished at 10 s on bash (durations 1, 2, 4, 8, 16 s), alone: in the working set
+        # while its next use (module doc) is <= rebuild_s.  Away e s, its next use is the
+        # median of the durations > e, minus e: 4 (e < 1), 4 - e (1 <= e < 2), 8 - e
+        # (2 <= e < 4), 8 - e (4 <= e < 8), 16 - e (8 <= e < 16), then inf.
+        (5.0, 12.0),  # at e = 2 it jumps to 6 > 5
+        (7.0, 18.0),  # 6 and 4 fit; at e = 8 it jumps to 8 > 7
+        (9.0, 26.0),  # every jump fits; at e = 16 it has outlived every duration
+    ],
+)
+def test_a_refused_program_is_asked_again_when_the_working_set_shrinks(
+    impl, rebuild_s, shrinks_at_s
+):
+    ac, policy = make(impl, min_tool_samples=4)
+    for d in (1.0, 2.0, 4.0, 8.0, 16.0):
+        policy.observe_tool("bash", d)
+    ac.arrive("p", 0.0, 50)
+    assert ac.may_run("p", 0.0)
+    assert ac.next_shrink_s(0.0) == math.inf  # p's request is live: it leaves on no clock
+    ac.finish("p", 10.0, 50, tool="bash", rebuild_s=rebuild_s)
+    ac.arrive("next", 10.5, 60)
+    assert not ac.may_run("next", 10.5)  # 50 + 60 > 100
+    assert ac.next_shrink_s(10.5) == shrinks_at_s
+    assert not ac.may_run("next", math.nextafter(shrinks_at_s, 0.0))
+    assert ac.may_run("next", shrinks_at_s)
+    # two sharers now: p's limit doubles (>= 10 s), so p counts again until it has outlived
+    # every duration, 16 s away, at 26 s ("next" is live: it leaves on no clock)
+    assert ac.next_shrink_s(shrinks_at_s) == (26.0 if shrinks_at_s < 26.0 else math.inf)
+    ac.end("p")
+    assert ac.next_shrink_s(26.0) == math.inf
+
+
+def test_the_working_set_shrinks_just_past_max_ttl(impl):
+    ac, _ = make(impl, prior_mean_s=10.0, max_ttl_s=60.0)
+    ac.arrive("dead", 0.0, 70)
+    assert ac.may_run("dead", 0.0)
+    ac.finish("dead", 1.0, 70, tool="bash", rebuild_s=30.0)  # the prior: back in 6.9 s
+    ac.arrive("next", 2.0, 40)
+    assert not ac.may_run("next", 2.0)
+    # the prior's next use never jumps; past 60 s away (strictly) dead is not expected back
+    shrinks_at_s = math.nextafter(61.0, math.inf)
+    assert ac.next_shrink_s(2.0) == shrinks_at_s
+    assert not ac.may_run("next", 61.0)
+    assert ac.may_run("next", shrinks_at_s)
+
+
+def test_the_instant_the_working_set_shrinks_is_not_rounded_short(impl):
+    # 0.1 + 4.0 rounds to an instant whose time since 0.1 is a hair under 4 s (the rules
+    # subtract): next_shrink_s must name the first instant at which the jump has happened.
+    since_s, d = 0.1, 4.0
+    assert (since_s + d) - since_s < d
+    ac, policy = make(impl, min_tool_samples=1)
+    for x in (1.0, d, 16.0):
+        policy.observe_tool("t", x)
+    ac.arrive("p", 0.0, 50)
+    assert ac.may_run("p", 0.0)
+    ac.finish("p", since_s, 50, tool="t", rebuild_s=5.0)  # next use 4 - e, then 16 - 4 > 5
+    at_s = ac.next_shrink_s(since_s)
+    assert at_s - since_s >= d and math.nextafter(at_s, 0.0) - since_s < d
+    assert ac.next_use_s("p", at_s) == 16.0 - (at_s - since_s)
+
+
 def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(impl):
     ac, policy = make(impl, min_tool_samples=1)
     for d in (2.0, 2.0, 2.0, 50.0):

@@ -5,6 +5,8 @@ admission is admitted as soon as no program is, and every program finishes."""
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -63,7 +65,8 @@ def views(ac, latest):
     """Every view at ``latest``, the latest time seen (no view moves the clock)."""
     per_program = tuple((ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS)
     return (ac.admitted_count, ac.waiting_count, ac.program_count, per_program,
-            ac.working_set_blocks(latest), ac.dropped_idle_programs)  # fmt: skip
+            ac.working_set_blocks(latest), ac.next_shrink_s(latest),
+            ac.dropped_idle_programs)  # fmt: skip
 
 
 @settings(
@@ -150,3 +153,79 @@ def test_no_starvation_and_fcfs_admission(programs, backend):
         now += 1.0
     assert admitted_order == sorted(admitted_order, key=lambda i: (programs[i][0], names[i]))
     assert ac.program_count == 0 and ac.admitted_count == 0
+
+
+# -- when to ask again ------------------------------------------------------------------------
+
+
+DURATIONS_S = [0.5, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 40.0]
+away = st.tuples(  # an admitted program gone on a tool: blocks, tool, rebuild_s, when it left
+    st.integers(1, 60),
+    st.sampled_from(TOOLS),
+    st.sampled_from([0.5, 2.0, 6.0, 20.0]),
+    st.sampled_from([1.0, 1.3, 4.0]),
+)
+
+
+def gone_on_tools(impl, durations, programs, total_blocks):
+    """A controller whose programs arrived one at a time (no cohort), were asked to run, and
+    left on their tools; the policy has recorded ``durations``."""
+    policy = impl.TTLPolicy(CONFIG)
+    for tool, d in durations:
+        policy.observe_tool(tool, d)
+    ac = impl.AdmissionControl(policy, total_blocks)
+    names = PROGRAMS[: len(programs)]
+    for i, (name, (blocks, *_)) in enumerate(zip(names, programs, strict=True)):
+        ac.arrive(name, i * 1e-3, blocks)
+        ac.may_run(name, i * 1e-3)
+    for name, (blocks, tool, rebuild_s, left_s) in sorted(
+        zip(names, programs, strict=True), key=lambda x: x[1][3]
+    ):
+        ac.finish(name, left_s, blocks, tool=tool, rebuild_s=rebuild_s)
+    return ac, names
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=12),
+    st.lists(away, min_size=1, max_size=3),
+    st.integers(1, 100),
+    st.sampled_from(both_backends()),
+    st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=5),
+)
+def test_a_refused_program_stays_refused_until_the_working_set_may_shrink(
+    durations, programs, newcomer_blocks, backend, at
+):
+    """With no event in between, nobody ``may_run`` refuses at ``now`` is admitted before
+    ``next_shrink_s(now)`` — the promise that lets an engine stepping by events (the
+    simulator) skip asking at every step."""
+    ac, names = gone_on_tools(backend.values[0] or REFERENCE, durations, programs, 100)
+    now = 5.0
+    ac.arrive("new", now, newcomer_blocks)
+    refused = [p for p in [*names, "new"] if not ac.may_run(p, now)]
+    shrinks_at_s = ac.next_shrink_s(now)
+    assert shrinks_at_s > now
+    span_s = shrinks_at_s - now if math.isfinite(shrinks_at_s) else 1e6
+    for fraction in sorted(at):
+        t = now + fraction * span_s
+        if t >= shrinks_at_s:
+            continue
+        for p in refused:
+            assert not ac.may_run(p, t), (p, t, shrinks_at_s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=80),
+    st.lists(away, min_size=1, max_size=4),
+    st.sampled_from([4.0, 4.5, 9.0, 30.0, 60.0]),
+)
+def test_backends_agree_on_when_the_working_set_shrinks(durations, programs, now):
+    """The Rust core skips runs of recorded durations that cannot end a program's stay in
+    the working set; the reference scans them one by one: the same instant either way."""
+    shrinks = []
+    for b in both_backends():
+        ac, _ = gone_on_tools(b.values[0] or REFERENCE, durations, programs, 1000)
+        assert ac.admitted_count == len(programs)  # 1000 blocks: all fit
+        shrinks.append(ac.next_shrink_s(now))
+    assert shrinks[0] == shrinks[1]

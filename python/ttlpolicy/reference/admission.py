@@ -42,6 +42,12 @@ Rules (the same in both backends):
   ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
   that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
   program stays admitted until it ends.  No other program may start before it.
+* **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
+  when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
+  duration (the median of the longer ones is then further off), passes the last one, or
+  passes ``max_ttl_s``; between such instants a next use only falls.  So a program refused
+  admission stays refused until the first such instant of a member, and an engine that
+  does not ask at every step (a simulator jumping over runs of steps) asks again then.
 * **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
   the latest goes first (ties: the latest-arrived program first); unknown or ended
   programs' contexts before any live one.
@@ -92,6 +98,18 @@ __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
 
 #: Live programs tracked at once (each is forgotten when it ends).
 MAX_PROGRAMS = 1 << 20
+
+
+def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
+    """The first instant ``t`` whose time since ``since_s`` (``t - since_s``, as the rules
+    compute it) is at least ``elapsed_s`` (``beyond``: more than); ``inf`` if none is finite.
+    ``since_s + elapsed_s`` alone can round a few ulps short."""
+    t = since_s + elapsed_s
+    if not math.isfinite(t):
+        return math.inf
+    while t - since_s < elapsed_s or (beyond and t - since_s == elapsed_s):
+        t = math.nextafter(t, math.inf)
+    return t
 
 
 class _Program:
@@ -211,6 +229,14 @@ class AdmissionControl:
         del self._programs[pid]  # its _pending entry, if any, is skipped lazily
 
     # -- the rules ------------------------------------------------------------------------
+    def _samples(self, tool: str) -> list[float]:
+        """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
+        history = self.policy._history
+        window = history._window(tool)
+        if window is None or len(window) < max(self.policy.config.min_tool_samples, 1):
+            window = history._global
+        return window.sorted
+
     def _next_use(self, prog: _Program, t: float) -> float:
         if prog.live > 0:
             return 0.0
@@ -220,11 +246,7 @@ class AdmissionControl:
         cfg = self.policy.config
         if elapsed > cfg.max_ttl_s:
             return math.inf
-        history = self.policy._history
-        window = history._window(prog.tool)
-        if window is None or len(window) < max(cfg.min_tool_samples, 1):
-            window = history._global
-        samples = window.sorted
+        samples = self._samples(prog.tool)
         n = len(samples)
         if n == 0:
             return cfg.prior_mean_s * math.log(2.0)
@@ -241,6 +263,51 @@ class AdmissionControl:
         t = self._check_now(now)
         prog = self._programs.get(pid)
         return math.inf if prog is None else self._next_use(prog, t)
+
+    def _leave_s(self, prog: _Program, t: float, limit_s: float) -> float:
+        """When a program of the working set at ``t`` (next use ``<= limit_s``) first leaves
+        it with no event in between; ``inf`` if it never does.  Between two recorded
+        durations its next use only falls (the same median, nearer); it jumps up only when
+        its time away reaches a recorded duration (the median of the longer ones cannot be
+        shorter), or becomes ``inf`` past the last one or past ``max_ttl_s``."""
+        since = prog.away_since_s
+        if prog.live > 0 or prog.tool is None or since is None:
+            return math.inf
+        max_ttl_s = self.policy.config.max_ttl_s
+        leave = _first_instant(since, max_ttl_s, beyond=True)
+        samples = self._samples(prog.tool)
+        n = len(samples)
+        k = bisect.bisect_right(samples, t - since)
+        while k < n:
+            d = samples[k]
+            if d > max_ttl_s:
+                break
+            k = bisect.bisect_right(samples, d, k)  # the durations <= d, once d is reached
+            if k == n or samples[k + (n - k + 1) // 2 - 1] - d > limit_s:
+                reached = _first_instant(since, d, beyond=False)
+                return reached if reached < leave else leave
+        return leave
+
+    def next_shrink_s(self, now: Any) -> float:
+        """The first instant after ``now`` at which the working set may shrink with no event
+        (``arrive``, ``finish``, ``end``, a recorded tool duration) in between: an admitted
+        program away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.
+
+        Until then a program that ``may_run`` refuses at ``now`` stays refused: no member of
+        the working set leaves, and only members leave it without an event.  An engine that
+        steps by events (a simulator) asks ``may_run`` again then; one that asks at every
+        step needs nothing."""
+        t = self._check_now(now)
+        sharers = float(len(self._admitted))
+        first = math.inf
+        for pid in self._admitted:
+            prog = self._programs[pid]
+            limit_s = prog.rebuild_s * sharers
+            if self._next_use(prog, t) <= limit_s:
+                leave = self._leave_s(prog, t, limit_s)
+                if leave < first:
+                    first = leave
+        return first
 
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]

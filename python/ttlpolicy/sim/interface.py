@@ -116,7 +116,9 @@ class Policy(Protocol):
         ...
 
     def next_deadline(self) -> float | None:
-        """The earliest pin deadline, if any (the engine stops a run of steps there)."""
+        """The earliest instant the policy must be looked at again with no event before it —
+        a pin deadline, or when a head refused admission may be admitted — if any (the
+        engine stops a run of steps there, calls ``expire`` once it is due, and admits)."""
         ...
 
     def program_done(self, program_id: str, turns: int) -> None: ...

@@ -17,6 +17,7 @@ fidelity — the TTL policy as the adapter runs it").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import ttlpolicy as tp
@@ -62,6 +63,11 @@ class TTLPolicyPlugin:
         self._calls: dict[str, Call] = {}
         # calls admitted fresh (not after a preemption) whose first prefill chunk has not run
         self._unstarted: set[int] = set()
+        # The head refused admission, and when its answer may next change with no event
+        # (``AdmissionControl.next_shrink_s``): the engine stops a run of steps there, as vLLM
+        # asks at every step.  Until then, or an event, the answer is known: not asked again.
+        self._refused_rid: str | None = None
+        self._refused_until_s = math.inf
 
     def bind(self, view: EngineView) -> None:
         self.view = view
@@ -104,6 +110,7 @@ class TTLPolicyPlugin:
             blocks = self._total
         if self.admission is not None:
             self.admission.arrive(call.program_id, now, blocks)
+        self._refused_rid = None  # (admission's state changed: ask again)
         return self.sched.arrive(rid, call.program_id, now, blocks) is not None
 
     def requeue(self, call: Call, now: float) -> None:
@@ -115,8 +122,15 @@ class TTLPolicyPlugin:
             return None
         call = self._calls[rid]
         gate = self._gate
-        if gate is not None and not gate.may_run(call.program_id, self.view.now):
-            return None  # the head waits for admission (FCFS: nobody younger may pass)
+        if gate is not None:
+            now = self.view.now
+            if rid == self._refused_rid and now < self._refused_until_s:
+                return None  # refused, and nothing that could change that has happened
+            if not gate.may_run(call.program_id, now):
+                # the head waits for admission (FCFS: nobody younger may pass)
+                self._refused_rid = rid
+                self._refused_until_s = gate.next_shrink_s(now)
+                return None
         return call
 
     def pop(self) -> Call:
@@ -171,6 +185,7 @@ class TTLPolicyPlugin:
             self.admission.finish(
                 call.program_id, now, chain_blocks, call.turn.tool, miss_s, last_turn
             )
+        self._refused_rid = None  # (admission's state changed: ask again)
         return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
@@ -196,7 +211,13 @@ class TTLPolicyPlugin:
         return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
 
     def next_deadline(self) -> float | None:
-        return self.sched.next_deadline_s
+        deadline_s = self.sched.next_deadline_s
+        if self._refused_rid is None:
+            return deadline_s
+        recheck_s = self._refused_until_s
+        if recheck_s <= self.view.now or recheck_s == math.inf:  # due now (peek asks), or never
+            return deadline_s
+        return recheck_s if deadline_s is None or recheck_s < deadline_s else deadline_s
 
     def program_done(self, program_id: str, turns: int) -> None:
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
