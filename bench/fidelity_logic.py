@@ -20,7 +20,8 @@ p90 TTFT, output throughput, prefix hit rate, mean program completion, preemptio
 simulator's error on each; per request, the prompt tokens served from cache on each side.
 
 ``--engine-like-sim`` switches vLLM behaviours to the simulator's, one at a time, to measure
-what each difference is worth (see ``KNOBS``).  Deterministic: no wall clock is read.
+what each difference is worth (see ``KNOBS``; ``d``, vLLM allocating a prompt whole, is gone:
+the simulator allocates chunk by chunk as vLLM does).  Deterministic: no wall clock is read.
 
 Run (the vLLM venv; ~10-60 s per configuration):
     "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity_logic.py [--json out.json]
@@ -59,8 +60,6 @@ KNOBS = {
     "a": "cache only a request's prompt blocks (vLLM also caches full blocks of its output)",
     "b": "a program's last request frees its blocks uncached, to the front of the free queue "
     "(vLLM keeps them cached, at the most-recently-used end)",
-    "d": "a request's whole prompt is allocated when it is admitted (vLLM allocates chunk by "
-    "chunk)",
     "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
     "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
     "o": "TTLScheduler puts the free queue in eviction order before every step, nearer the "
@@ -217,18 +216,6 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             free(request)
 
         kvm.free = drop_last
-    if "d" in knobs:
-        allocate = kvm.allocate_slots
-
-        def whole_prompt(request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
-                         *args: Any, **kwargs: Any) -> Any:  # fmt: skip
-            done = request.num_computed_tokens + num_new_computed_tokens + num_new_tokens
-            rest = request.num_tokens - done
-            if rest > 0:  # reserve the rest of the prompt now, as lookahead slots
-                kwargs["num_lookahead_tokens"] = kwargs.get("num_lookahead_tokens", 0) + rest
-            return allocate(request, num_new_tokens, num_new_computed_tokens, *args, **kwargs)
-
-        kvm.allocate_slots = whole_prompt
     if "e" in knobs and hasattr(sched, "programs"):
         add = sched.add_request
 

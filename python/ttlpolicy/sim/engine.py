@@ -2,13 +2,20 @@
 
 Continuous batching as vLLM v1 does it: each step, running calls decode one token each and
 the rest of a per-step token budget goes to prefill chunks, in admission order; waiting calls
-are admitted (by the policy's order) while a sequence slot, budget and memory are free.  A
-call's whole prompt is allocated at admission; decoding grows it a block at a time.  When
-decode growth does not fit, pins are reclaimed (the policy chooses), then the most recently
-admitted call is preempted and later recomputed.
+are admitted (by the policy's order) while a sequence slot, budget and memory are free.
+Memory is allocated as vLLM's ``KVCacheManager.allocate_slots`` does, per step for the tokens
+scheduled in it: a call is admitted when its whole prompt fits (vLLM's
+``scheduler_reserve_full_isl``), but takes only its cached prefix and its first chunk; each
+later chunk, and each block decoding grows into, is allocated when its step is scheduled —
+the running calls' first, then admissions (vLLM's ``Scheduler.schedule``), so a later chunk
+evicts what the free queue's order is then, and may not fit.  When a step's blocks do not
+fit, pins are reclaimed (the policy chooses), then the most recently admitted call is
+preempted (possibly the one short of memory) and later recomputed, and that step admits
+nothing.
 
 The engine jumps over runs of identical steps — a decode-only batch, or one long prefill
-chunked at the full budget — summing their step times in closed form, and stops a jump at the
+chunked at the full budget — summing their step times in closed form (their blocks past the
+first step's allocated at the end of the run), and stops a jump at the
 next event (a call issued, a pin deadline, a reload done, a call finishing, memory running
 short).  Results are deterministic for a given workload, policy and seed.
 """
@@ -131,20 +138,39 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
+        schedule = self._schedule
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
+        metrics = self.metrics
         while True:
             handle_events()
-            if len(running) < max_seqs and policy.waiting():  # (else peek would say None)
-                admit()
             now = self.now
             active = running if self._ready_max_s <= now else self._active(now)
-            if not active:
+            # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
+            # a step that preempted admits nothing (else a just-preempted call could be
+            # readmitted and preempted forever).
+            plan = None
+            preemptions = metrics.preemptions
+            if active:
+                plan = schedule(active)
+            if (
+                metrics.preemptions == preemptions
+                and len(running) < max_seqs
+                and policy.waiting()  # (else peek would say None)
+            ):
+                n_running = len(running)
+                admit()
+                if len(running) != n_running:  # the step's shape changed: plan it again
+                    active = self._active(now)
+                    plan = schedule(active) if active else None
+            if plan is None:
+                if metrics.preemptions != preemptions:
+                    continue  # every call that could compute was preempted: admit again
                 t = self._next_event_s()
                 if t is None:
                     break
                 self._advance(max(t, now) - now)
                 continue
-            step(active)
+            step(plan)
             if progress is not None:
                 progress(self.metrics.programs_done)
         if self.running or self.policy.waiting():
@@ -156,6 +182,17 @@ class Engine:
         self.metrics.evicted_blocks = self.kv.evicted_blocks
         self.metrics.offloaded_blocks = self.kv.offloaded_blocks
         return self.metrics
+
+    def _schedule(self, active: list[Call]) -> StepPlan | None:
+        """The next step's plan, its first step's blocks allocated; None when, after freeing
+        memory, no call is left to compute."""
+        while True:
+            plan = self._plan(active)
+            if plan is not None:
+                return plan
+            active = self._active(self.now)
+            if not active:
+                return None
 
     def _active(self, now: float) -> list[Call]:
         """The running calls that may compute now (not waiting for a reload from the CPU):
@@ -227,14 +264,14 @@ class Engine:
                 )
             b = cfg.block_tokens
             reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
-            got = kv.acquire(call.program_id, reusable, total)
+            got = kv.hit(call.program_id, reusable, total)
             if got is None:
                 need = total - kv.available_for(call.program_id)
                 # a preempted call was running: it asks as running calls do (any pin)
                 asker = None if call.preempted else call.program_id
                 released = policy.reclaim(need, self.now, asker)
                 if not released:
-                    return  # head-of-line waits for memory (acquire would refuse again)
+                    return  # head-of-line waits for memory (hit would refuse again)
                 for program in released:
                     kv.unpin(program)
                 if policy.peek() is not call:
@@ -242,7 +279,7 @@ class Engine:
                     # first under the published order): admit the new head.  Each pass
                     # releases a pin, so this ends.
                     continue
-                got = kv.acquire(call.program_id, reusable, total)
+                got = kv.hit(call.program_id, reusable, total)
                 if got is None:
                     return  # head-of-line waits for memory
             popped = policy.pop()
@@ -258,8 +295,15 @@ class Engine:
             max_hit_blocks = (call.prompt - 1) // b
             hit_blocks = gpu_hit + cpu_hit
             hit_tokens = (hit_blocks if hit_blocks < max_hit_blocks else max_hit_blocks) * b
+            # vLLM allocates the hit and the first chunk only (KVCacheManager.allocate_slots
+            # with the step's num_new_tokens); later chunks come when they are scheduled.
+            first = call.prompt - hit_tokens
+            if first > budget_free:
+                first = budget_free
+            blocks = -(-(hit_tokens + first) // b)
+            kv.take(call.program_id, blocks)
             call.computed = hit_tokens
-            call.blocks = total
+            call.blocks = blocks
             call.admit_s = self.now
             call.admit_seq = next(self._admits)
             call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
@@ -283,16 +327,7 @@ class Engine:
             budget_free -= call.prompt - call.computed
 
     # -- one step, or a run of identical steps --------------------------------------------
-    def _step(self, active: list[Call]) -> None:
-        # As vLLM: when memory runs short the step preempts, and nothing is admitted before
-        # it runs (else a just-preempted call could be readmitted and preempted forever).
-        while True:
-            plan = self._plan(active)
-            if plan is not None:
-                break
-            active = self._active(self.now)
-            if not active:
-                return
+    def _step(self, plan: StepPlan) -> None:
         dec, chunks, k, times = plan
         now = self.now
         if isinstance(times, StepRun):  # a run of k > 1 steps: stop at the next event
@@ -311,10 +346,16 @@ class Engine:
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
-        """The next run of identical steps, or None after freeing memory (plan again)."""
-        # Decoding calls, their context summed, and the steps until the first of them is done.
+        """The next run of identical steps, its first step's blocks allocated (as vLLM
+        allocates a step's blocks when it schedules it); None after freeing memory (plan
+        again)."""
+        b = self.config.block_tokens
+        # Decoding calls, their context summed, and the steps until the first of them is done;
+        # those whose next token starts a block (a decoding call holds the KV of all but its
+        # last token).
         dec: list[Call] = []
         pre: list[Call] = []
+        grow1: list[Call] = []
         k = _NO_LIMIT
         ctx = 0
         for c in active:
@@ -326,6 +367,8 @@ class Engine:
                 if left < k:
                     k = left
                 ctx += prompt + generated
+                if prompt + generated > c.blocks * b:
+                    grow1.append(c)
             else:
                 pre.append(c)
         n_dec = len(dec)
@@ -367,22 +410,44 @@ class Engine:
             kv0 = ctx + sum(c.computed + n for c, n in chunks)
             d_attn = d_kv = n_dec
         assert k != _NO_LIMIT, "a running call that does not decode gets a chunk"
-        # Decode growth: a decoding call holds the KV of all but its last token, so k steps
-        # add at most ceil(k / block) blocks to it; only when that bound does not fit is the
-        # need counted (and the run shortened or memory freed).
+        # The first step's blocks, allocated now: decode growth and chunks past the blocks
+        # their calls hold (a just-admitted call's first chunk was allocated at admission).
         kv = self.kv
         avail = kv.capacity - kv.used  # kv.available()
-        b = self.config.block_tokens
-        if n_dec * -(-k // b) > avail and self._grow_need(dec, k) > avail:
-            k = self._fit_memory(dec, k)
-            if k == 0:
+        need = len(grow1)
+        for c, n in chunks:
+            want = -(-(c.computed + n) // b)
+            if want > c.blocks:
+                need += want - c.blocks
+        if need:
+            if need > avail:
+                self._free_memory(need - avail)
                 return None
+            for c in grow1:
+                c.blocks += 1
+            for c, n in chunks:
+                want = -(-(c.computed + n) // b)
+                if want > c.blocks:
+                    c.blocks = want
+            kv.grow(need)
+            avail -= need
+        # The run's later steps: decode growth adds at most ceil(k / block) blocks to a call in
+        # k steps, a long prefill one chunk's blocks a step; only when that bound does not fit
+        # is the need counted, and the run shortened to what fits (at least its first step).
+        if k > 1:
+            bound = n_dec * -(-k // b)
+            if chunks:
+                c, n = chunks[0]
+                bound += -(-(c.computed + n * k) // b) - c.blocks
+            if bound > avail and self._run_need(dec, chunks, k) > avail:
+                k = self._fit_memory(dec, chunks, k, avail)
         seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
             return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0, seqs)
         return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv, seqs)
 
-    def _grow_need(self, dec: list[Call], k: int) -> int:
+    def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> int:
+        """Blocks a run of k steps needs past those its calls hold (one chunk when k > 1)."""
         b = self.config.block_tokens
         need = 0
         k1 = k - 1
@@ -391,30 +456,35 @@ class Engine:
             want = -(-(c.prompt + c.generated + k1) // b)
             if want > c.blocks:
                 need += want - c.blocks
+        for c, n in chunks:
+            want = -(-(c.computed + n * k) // b)
+            if want > c.blocks:
+                need += want - c.blocks
         return need
 
-    def _fit_memory(self, dec: list[Call], k: int) -> int:
-        """The most steps (≤ k) whose decode growth fits; 0 after freeing memory (replan)."""
-        kv = self.kv
-        avail = kv.available()
-        if self._grow_need(dec, k) <= avail:
-            return k
-        lo, hi = 0, k
+    def _fit_memory(
+        self, dec: list[Call], chunks: list[tuple[Call, int]], k: int, avail: int
+    ) -> int:
+        """The most steps (1 ≤ k' ≤ k) whose blocks fit in ``avail`` (the first step's are
+        allocated)."""
+        lo, hi = 1, k
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._grow_need(dec, mid) <= avail:
+            if self._run_need(dec, chunks, mid) <= avail:
                 lo = mid
             else:
                 hi = mid - 1
-        if lo > 0:
-            return lo
-        short = self._grow_need(dec, 1) - avail
+        return lo
+
+    def _free_memory(self, short: int) -> None:
+        """A step is ``short`` blocks short: pins are reclaimed (the policy chooses), else the
+        most recently admitted call is preempted, as vLLM preempts the last running request
+        when ``allocate_slots`` fails (Scheduler.schedule) — possibly the one short of it."""
         released = self.policy.reclaim(short, self.now)
         for program in released:
-            kv.unpin(program)
+            self.kv.unpin(program)
         if not released:
             self._preempt()
-        return 0
 
     def _preempt(self) -> None:
         victim = max(self.running, key=lambda c: c.admit_seq)
@@ -447,18 +517,17 @@ class Engine:
             c.generated = generated
             if generated >= c.output:
                 done.append(c)
-        # One allocation for the step's decode growth: the same blocks are evicted as by one
-        # allocation per call, since a policy's eviction order is a sort by a key of its own
-        # (the order of what is left after an eviction is the rest of the same order).
-        if growth:
-            ok = kv.grow(growth)
-            assert ok, "decode growth was checked against free memory"
         output_tokens = len(dec) * k
         prefill_tokens = 0
         for c, n in chunks:
             prefill_tokens += n
-            c.computed += n * k
-            if c.computed >= c.prompt:
+            computed = c.computed + n * k
+            c.computed = computed
+            want = -(-computed // b)  # a run's chunks past its first (allocated when planned)
+            if want > c.blocks:
+                growth += want - c.blocks
+                c.blocks = want
+            if computed >= c.prompt:
                 output_tokens += 1
                 c.generated += 1
                 if c.first_token_s is None:
@@ -466,6 +535,12 @@ class Engine:
                     m.ttft(now - c.issue_s)
                 if c.generated >= c.output:
                     done.append(c)
+        # One allocation for the run's later steps: the same blocks are evicted as by one
+        # allocation per call and step, since a policy's eviction order is a sort by a key of
+        # its own (the order of what is left after an eviction is the rest of the same order).
+        if growth:
+            ok = kv.grow(growth)
+            assert ok, "a run's blocks were checked against free memory"
         m.output_tokens += output_tokens
         m.prefill_tokens += prefill_tokens * k
         used = kv.used + kv.cached

@@ -136,36 +136,52 @@ class KVCache:
     def acquire(
         self, program: str, reusable_blocks: int, total_blocks: int
     ) -> tuple[int, int] | None:
-        """Admit a call needing ``total_blocks``, whose first ``reusable_blocks`` may come from
-        the program's chain.  Returns (GPU hit blocks, CPU hit blocks), or None — changing
-        nothing — when memory cannot hold it even after evicting every free chain."""
-        chain = self._chain.get(program, 0)
+        """Admit a call needing ``total_blocks``, all of them allocated now (``hit`` then
+        ``take``).  Returns (GPU hit blocks, CPU hit blocks), or None — changing nothing."""
+        got = self.hit(program, reusable_blocks, total_blocks)
+        if got is not None:
+            self.take(program, total_blocks)
+        return got
+
+    def hit(self, program: str, reusable_blocks: int, total_blocks: int) -> tuple[int, int] | None:
+        """What a call needing ``total_blocks``, whose first ``reusable_blocks`` may come from
+        the program's chain, would find cached: (GPU hit blocks, CPU hit blocks); None when
+        memory cannot hold the whole prompt even after evicting every free chain (vLLM admits
+        a request only when its whole prompt fits, ``scheduler_reserve_full_isl``, although it
+        allocates the first chunk alone).  Changes nothing."""
         if total_blocks > self.capacity - self.used + self._pins.get(program, 0):
             return None  # (more than available_for(program))
+        chain = self._chain.get(program, 0)
         gpu_hit = chain if chain < reusable_blocks else reusable_blocks
         if total_blocks < gpu_hit:
             gpu_hit = total_blocks
         cpu_hit = 0
+        run = self._cpu.get(program)
+        if run is not None and run[0] == chain and gpu_hit == chain:
+            usable = min(run[1], reusable_blocks, total_blocks) - chain
+            cpu_hit = usable if usable > 0 else 0
+        return gpu_hit, cpu_hit
+
+    def take(self, program: str, blocks: int) -> None:
+        """Admit the call ``hit`` was asked about, allocating ``blocks`` now: its hit (which
+        ``blocks`` must cover) and its first chunk; the rest comes by ``grow`` chunk by chunk.
+        The program's chain leaves the books: its hit blocks become the call's, the stale tail
+        past the reusable prefix is simply free; its CPU-tier run is read (or dropped)."""
         run = self._cpu.pop(program, None)
         if run is not None:
             self.cpu_used -= run[1] - run[0]
-            if run[0] == chain and gpu_hit == chain:
-                usable = min(run[1], reusable_blocks, total_blocks) - chain
-                cpu_hit = usable if usable > 0 else 0
-        # Take the chain out of the books; its first gpu_hit blocks become the call's, the
-        # stale tail past the reusable prefix is simply free.
         if program in self._free:
             self.cached -= self._free.pop(program)
         own_pin = self._pins.pop(program, 0)  # a pin handed over at admission
         self.pinned -= own_pin
         self.used -= own_pin
         self._chain.pop(program, None)
-        self._evict(total_blocks)
-        self.used += total_blocks
-        return gpu_hit, cpu_hit
+        self._evict(blocks)
+        self.used += blocks
 
     def grow(self, blocks: int) -> bool:
-        """A running call needs ``blocks`` more (decode); False, changing nothing, if impossible."""
+        """Running calls need ``blocks`` more (a prefill chunk, decode); False, changing
+        nothing, if impossible."""
         free = self.capacity - self.used
         if blocks > free:  # available()
             return False
