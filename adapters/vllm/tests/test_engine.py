@@ -212,3 +212,24 @@ def test_overlong_request_ids_are_served_not_fatal(ttl) -> None:
     assert ttl.outputs[rid2].num_cached_tokens == 7 * BLOCK
     assert len(ttl.outputs[anon].outputs[0].token_ids) == 4
     assert ttl.scheduler.programs.program_count == 0
+
+
+def test_a_running_prefill_counts_its_next_chunk_before_pins_yield(ttl) -> None:
+    """With a 256-token budget a 300-token prompt prefills in two chunks: after the first
+    step it holds 8 blocks and its next chunk (44 tokens) takes it to 10 — two blocks, where
+    a decode opens at most one — so pins yield for both before vLLM would preempt it."""
+    sched = ttl.scheduler
+    budget = sched.max_num_scheduled_tokens
+    sched.max_num_scheduled_tokens = 256  # (read by every schedule() call)
+    try:
+        p = Prompts(ttl, seed=10)
+        rid = ttl.submit(p(300), 2, program_id="p-chunks", last_turn=True)
+        ttl.step()
+        (request,) = sched.running
+        assert request.num_computed_tokens == 256 and request.num_prompt_tokens == 300
+        assert sched._step_blocks() == -(-300 // BLOCK) - 256 // BLOCK == 2
+        ttl.run()
+    finally:
+        sched.max_num_scheduled_tokens = budget
+    assert len(ttl.outputs[rid].outputs[0].token_ids) == 2
+    assert ttl.free_blocks() == NUM_BLOCKS - 1

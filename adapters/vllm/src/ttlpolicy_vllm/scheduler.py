@@ -225,11 +225,11 @@ class TTLScheduler(Scheduler):
 
     def _reclaim_if_short(self, now: float) -> None:
         """Release pins (ProgramScheduler picks which) when the next step could run short:
-        one block per running request (a decode may open a block) plus the waiting head's
-        blocks exceed the free blocks.  Pins yield before vLLM would preempt or stall."""
+        the running requests' next blocks (``_step_blocks``) plus the waiting head's blocks
+        exceed the free blocks.  Pins yield before vLLM would preempt or stall."""
         if not self.programs.pin_count:
             return
-        need = len(self.running)
+        need = self._step_blocks()
         if self.waiting:
             head = self.waiting.peek_request()
             need += self._blocks_needed(head)
@@ -242,6 +242,23 @@ class TTLScheduler(Scheduler):
         for pin in self.programs.reclaim(short, now):
             if self.pins.release(pin.program_id):
                 self.ttl_metrics.reclaims += 1
+
+    def _step_blocks(self) -> int:
+        """Blocks the running requests' next step allocates, as ``schedule`` takes them: in
+        order, each its next prompt chunk (or its one decode token) within the token budget;
+        a request holds the blocks of its computed tokens.  A prefill's later chunk can need
+        many blocks (the simulator counts them, ``ttlpolicy.sim.engine``); counting one block
+        per request let vLLM preempt the prefill where the simulator reclaims a pin."""
+        block, budget, need = self.block_size, self.max_num_scheduled_tokens, 0
+        for request in self.running:
+            if budget <= 0:
+                break
+            computed = request.num_computed_tokens
+            n = min(request.num_tokens - computed, budget)
+            if n > 0:
+                budget -= n
+                need += -(-(computed + n) // block) - -(-computed // block)
+        return need
 
     def _order_free_blocks(self, now: float) -> None:
         """Keep the programs' free cached blocks in the library's eviction order.  The order
