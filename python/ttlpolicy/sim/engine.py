@@ -415,20 +415,20 @@ class Engine:
         kv = self.kv
         avail = kv.capacity - kv.used  # kv.available()
         need = len(grow1)
+        chunk_wants = []  # (call, blocks it holds after this step's chunk) where that grows
         for c, n in chunks:
             want = -(-(c.computed + n) // b)
             if want > c.blocks:
                 need += want - c.blocks
+                chunk_wants.append((c, want))
         if need:
             if need > avail:
                 self._free_memory(need - avail)
                 return None
             for c in grow1:
                 c.blocks += 1
-            for c, n in chunks:
-                want = -(-(c.computed + n) // b)
-                if want > c.blocks:
-                    c.blocks = want
+            for c, want in chunk_wants:
+                c.blocks = want
             kv.grow(need)
             avail -= need
         # The run's later steps: decode growth adds at most ceil(k / block) blocks to a call in
