@@ -247,17 +247,23 @@ def replay_sim_jittered(
     settings: EngineSettings,
     rows: list[Row],
     seeds: int,
+    per_seed_calls: list[list[dict[str, Any]]] | None = None,
 ) -> dict[str, float]:
     """``replay_sim``'s measurements averaged over ``seeds`` runs whose step times scatter as
     the engine's did around ``hw``'s fit (``JitteredSteps``, ratios from ``rows``), with their
-    hit rate's spread (``hit_rate_sd``).  The engine's hit rate is an average over its steps'
-    scatter; one deterministic run is one draw of it, and ±1 % on every step moves it by up to
-    5 points on ``contended-long`` (bench/RESULTS.md, "why the hit rate read low")."""
+    hit rate's spread (``hit_rate_sd``); each run's calls appended to ``per_seed_calls``.
+    The engine's hit rate is an average over its steps' scatter; one deterministic run is one
+    draw of it, and ±1 % on every step moves it by up to 5 points on ``contended-long``
+    (bench/RESULTS.md, "why the hit rate read low")."""
     decode_ratios, other_ratios = step_ratios(hw.steps, rows)
     runs = []
     for seed in range(seeds):
         steps = JitteredSteps(hw.steps, decode_ratios, other_ratios, seed)
-        runs.append(replay_sim(dataclasses.replace(hw, steps=steps), policy, programs, settings))
+        calls: list[dict[str, Any]] = []
+        jittered = dataclasses.replace(hw, steps=steps)
+        runs.append(replay_sim(jittered, policy, programs, settings, calls))
+        if per_seed_calls is not None:
+            per_seed_calls.append(calls)
     out = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
     return out | {
         "seeds": float(seeds),
@@ -334,6 +340,84 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
+def simulate_profiles(
+    runs: list[dict[str, Any]],
+    sessions: list[list[ReplayTurn]],
+    settings: EngineSettings,
+    shape: Any,
+    device: str,
+    probe: Hardware | None,
+    probe_rows: list[Row],
+    seeds: int,
+) -> dict[str, Any]:
+    """The simulator against each engine run (``runs``: scheduler, policy, engine figures,
+    usable blocks, recorded steps), on each profile, printed and returned.  Profiles:
+    ``replay`` fitted to the stock replay's steps (the TTL replay's steps then out of sample),
+    ``own`` each replay simulated on a fit to its own steps (for when the machine's speed
+    changed between the two replays), ``probe`` the calibration (if any).  Each is jittered
+    by the scatter of the steps it was fitted to (``replay_sim_jittered``)."""
+
+    def fitted(rows: list[Row], blocks: int) -> Hardware:
+        return fit_rows(rows, shape, settings, device, blocks, relative=False)[0]
+
+    stock = runs[0]
+    stock_hw = fitted(stock["steps"], stock["blocks"])
+    per_run: dict[str, list[tuple[Hardware, list[Row]]]] = {}
+    if probe is not None:
+        per_run["probe"] = [(probe, probe_rows)] * len(runs)
+    per_run["replay"] = [(stock_hw, stock["steps"])] * len(runs)
+    per_run["own"] = [(fitted(r["steps"], r["blocks"]), r["steps"]) for r in runs]
+    programs = sim_programs(sessions, settings.block_size)
+    results: dict[str, Any] = {}
+    for pname, fits in per_run.items():
+        rows = []
+        for run, (hw, scatter) in zip(runs, fits, strict=True):
+            # The simulator gets exactly the engine's usable KV blocks.
+            kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
+            sized = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
+            sim_calls: list[dict[str, Any]] = []
+            single = replay_sim(sized, run["policy"], programs, settings, sim_calls)
+            sim = single
+            if seeds > 0 and scatter:
+                sim = replay_sim_jittered(sized, run["policy"], programs, settings, scatter,
+                                          seeds)  # fmt: skip
+            rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
+                         "engine": run["engine"], "sim": sim, "sim_calls": sim_calls,
+                         "sim_deterministic": single,
+                         "error_deterministic": errors(run["engine"], single),
+                         "error": errors(run["engine"], sim), "kv_blocks": run["blocks"],
+                         "step_fit": step_fit(hw, run["steps"])})  # fmt: skip
+        agree = ranking(rows)
+        results[pname] = {"rows": rows, "same_ranking": agree}
+        print(f"profile: {pname}")
+        print(table(rows, agree))
+        for r in rows:
+            f = r["step_fit"]
+            print(f"  {r['scheduler']} steps: {f['steps']}, measured {f['measured_s']:.2f} s, "
+                  f"modelled {f['modelled_s']:.2f} s, mean step error "
+                  f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
+            if "seeds" in r["sim"]:
+                d = r["error_deterministic"]
+                print(f"  {r['scheduler']} sim: mean of {r['sim']['seeds']:.0f} jittered runs "
+                      f"(hit rate sd {100 * r['sim']['hit_rate_sd']:.1f} pt); one deterministic "
+                      f"run: hit {d['hit_rate']:+.1f} pt, TTFT {100 * d['ttft_mean_s']:+.1f} %, "
+                      f"completion {100 * d['jct_mean_s']:+.1f} %")  # fmt: skip
+    return results
+
+
+def runs_from_json(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The engine runs a ``--json`` file recorded, as ``main`` holds them (``--resimulate``)."""
+    rows = data["profiles"]["replay"]["rows"]
+    runs = []
+    for r in rows:
+        steps = data["steps"][r["scheduler"]]
+        recorded = {k: steps.get(k, []) for k in ("model_s", "cpu_s", "chunks", "timeline")}
+        runs.append({"scheduler": r["scheduler"], "policy": r["policy"], "engine": r["engine"],
+                     "blocks": r["kv_blocks"], "steps": [tuple(x) for x in steps["rows"]]}
+                    | recorded)  # fmt: skip
+    return runs
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(ap)
@@ -357,6 +441,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="simulate this many times, each step's time scattered as the stock "
                          "replay's steps scattered around the profile, and compare the mean "
                          "(0: one deterministic run)")  # fmt: skip
+    ap.add_argument("--resimulate", default=None, metavar="JSON",
+                    help="no engine: simulate again the engine runs a --json file recorded "
+                         "(with its workload flags; its probe profile is not in it)")  # fmt: skip
     ap.add_argument("--save-profile", default=None, help="write the calibrated profile here")
     ap.add_argument("--json", default=None, help="write the results here")
     chosen = ap.parse_known_args(argv)[0].workload
@@ -364,8 +451,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def resimulate(args: argparse.Namespace) -> int:
+    """``--resimulate``: the simulator side again, on a recorded run's steps and figures."""
+    data = json.loads(Path(args.resimulate).read_text())
+    recorded = argparse.Namespace(**data["meta"]["args"])
+    settings = EngineSettings(**data["meta"]["settings"])
+    sessions = load_sessions(recorded.programs, recorded.turns, recorded.max_context,
+                             recorded.max_out, recorded.time_scale, recorded.max_gap_s)  # fmt: skip
+    runs = runs_from_json(data)
+    device = device_name(recorded.device)
+    results = simulate_profiles(runs, sessions, settings, SHAPES[recorded.shape], device, None,
+                                [], args.jitter_seeds)  # fmt: skip
+    if args.json:
+        meta = data["meta"] | {"resimulated_from": args.resimulate,
+                               "jitter_seeds": args.jitter_seeds}  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "profiles": results, "steps": data["steps"]}, indent=1) + "\n"
+        )
+    return 0
+
+
 def main() -> int:
     args = parse_args()
+    if args.resimulate:
+        return resimulate(args)
     settings = settings_from(args)
     shape = SHAPES[args.shape]
     device = device_name(args.device)
@@ -407,49 +516,8 @@ def main() -> int:
                          "cpu_s": recorder.cpu_s, "chunks": recorder.chunks,
                          "timeline": timeline})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
-    # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
-    # then out of sample).
-    replay_hw, _ = fit_rows(runs[0]["steps"], shape, settings, device, runs[0]["blocks"],
-                            relative=False)  # fmt: skip
-    profiles = {"replay": replay_hw} if probe is None else {"probe": probe, "replay": replay_hw}
-    results: dict[str, Any] = {}
-    programs = sim_programs(sessions, settings.block_size)
-    # Each profile's scatter: the steps it was fitted to (the probe's calibration rows, the
-    # stock replay's steps), measured over modelled.
-    scatter = {"replay": runs[0]["steps"], "probe": record.get("rows") or []}
-    for pname, hw in profiles.items():
-        rows = []
-        for run in runs:
-            # The simulator gets exactly the engine's usable KV blocks.
-            kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
-            sized = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
-            sim_calls: list[dict[str, Any]] = []
-            single = replay_sim(sized, run["policy"], programs, settings, sim_calls)
-            sim = single
-            if args.jitter_seeds > 0 and scatter[pname]:
-                sim = replay_sim_jittered(sized, run["policy"], programs, settings,
-                                          scatter[pname], args.jitter_seeds)  # fmt: skip
-            rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
-                         "engine": run["engine"], "sim": sim, "sim_calls": sim_calls,
-                         "sim_deterministic": single,
-                         "error_deterministic": errors(run["engine"], single),
-                         "error": errors(run["engine"], sim), "kv_blocks": run["blocks"],
-                         "step_fit": step_fit(hw, run["steps"])})  # fmt: skip
-        agree = ranking(rows)
-        results[pname] = {"rows": rows, "same_ranking": agree}
-        print(f"profile: {pname}")
-        print(table(rows, agree))
-        for r in rows:
-            f = r["step_fit"]
-            print(f"  {r['scheduler']} steps: {f['steps']}, measured {f['measured_s']:.2f} s, "
-                  f"modelled {f['modelled_s']:.2f} s, mean step error "
-                  f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
-            if "seeds" in r["sim"]:
-                d = r["error_deterministic"]
-                print(f"  {r['scheduler']} sim: mean of {r['sim']['seeds']:.0f} jittered runs "
-                      f"(hit rate sd {100 * r['sim']['hit_rate_sd']:.1f} pt); one deterministic "
-                      f"run: hit {d['hit_rate']:+.1f} pt, TTFT {100 * d['ttft_mean_s']:+.1f} %, "
-                      f"completion {100 * d['jct_mean_s']:+.1f} %")  # fmt: skip
+    results = simulate_profiles(runs, sessions, settings, shape, device, probe,
+                                record.get("rows") or [], args.jitter_seeds)  # fmt: skip
     for run in runs:
         total = sum(r[4] for r in run["steps"])
         share = sum(run["model_s"]) / total if total else float("nan")
