@@ -29,6 +29,7 @@ import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -150,7 +151,52 @@ class StepModel:
         """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv, seqs), in closed form."""
         if k <= 0:
             return 0.0
-        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv, seqs).s(k)
+        return self.run(tokens, attn0, d_attn, kv0, d_kv, seqs).s(k)
+
+    def run(
+        self,
+        tokens: float,
+        attn0: float,
+        d_attn: float,
+        kv0: float,
+        d_kv: float,
+        seqs: float = 0.0,
+    ) -> StepRun:
+        """The run of steps whose first step has this shape and each further one ``d_attn``
+        attention units and ``d_kv`` KV tokens more (``StepRun``)."""
+        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv, seqs)
+
+
+class RunTimes(Protocol):
+    """What the engine asks of a run of steps: ``StepRun``, or its native twin."""
+
+    def s(self, k: int) -> float: ...
+    def reach(self, start_s: float, until_s: float, k: int, s_k: float) -> tuple[int, float]: ...
+
+
+class StepTimer(Protocol):
+    """What the engine asks of a step-time model: ``StepModel``, or its native twin."""
+
+    def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float: ...
+    def run(
+        self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, seqs: float = 0.0
+    ) -> RunTimes: ...
+
+
+def native_steps(model: StepModel) -> StepTimer:
+    """``model`` served by the Rust core when the native module is loaded (its ``step_s`` and
+    ``run`` give the same floats, to the bit: tests/sim/test_step_time_native.py), else
+    ``model`` itself.  The simulator times a run several times per LLM call; the reference's
+    arithmetic in Python was a sixth of its loop."""
+    from .._backend import native  # (here: the presets and fits need no native module)
+
+    if native is None:
+        return model
+    c, m = model.compute, model.memory
+    timer: StepTimer = native.StepModel(
+        (c.c0, c.c_tok, c.c_attn, c.c_kv, c.c_seq), (m.c0, m.c_tok, m.c_attn, m.c_kv, m.c_seq)
+    )
+    return timer
 
 
 class StepRun:
