@@ -187,10 +187,11 @@ def native_steps(model: StepModel) -> StepTimer:
     """``model`` served by the Rust core when the native module is loaded (its ``step_s`` and
     ``run`` give the same floats, to the bit: tests/sim/test_step_time_native.py), else
     ``model`` itself.  The simulator times a run several times per LLM call; the reference's
-    arithmetic in Python was a sixth of its loop."""
+    arithmetic in Python was a sixth of its loop.  The native twin has the two lines only: a
+    model with a ``decode`` line, or a subclass (``JitteredSteps``), is its own timer."""
     from .._backend import native  # (here: the presets and fits need no native module)
 
-    if native is None:
+    if native is None or model.decode is not None or type(model) is not StepModel:
         return model
     c, m = model.compute, model.memory
     timer: StepTimer = native.StepModel(
