@@ -14,6 +14,14 @@ once, unrecorded, before its replay (``warm_up``): a fresh engine runs slow for 
 minute.  ``--workload contended`` is a workload where the two schedulers differ by more than
 the engine's run-to-run spread (``WORKLOADS``).
 
+A third profile, ``own``, simulates each replay on a fit to its own steps (for when the
+machine's speed changed between the two replays).  The simulator's figures are the mean of
+``--jitter-seeds`` runs whose step times scatter as the fitted steps did around the fit
+(``JitteredSteps``): the hit rate is a chaotic function of step timing, and one deterministic
+run is one draw of it.  The JSON holds each call's timeline on both sides
+(``fidelity_calls.py`` compares them by kind of call); ``--resimulate F`` runs the simulator
+side again on a recorded run.
+
 Per scheduler: mean and p90 TTFT, output throughput (tokens/s over the run), prefix hit rate,
 mean program completion time, preemptions; the simulator's relative error on each (hit rate:
 points); and whether the simulator orders the two schedulers as the engine does, per metric.
