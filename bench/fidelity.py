@@ -231,7 +231,7 @@ def replay_sim(
     """The simulator's measurements; each call's timeline appended to ``calls`` if given."""
     cfg = EngineConfig(settings.block_size, settings.token_budget, settings.max_seqs)
     log = CallLog(make_policy(policy) if isinstance(policy, str) else policy)
-    m = simulate(hw, log, programs, open_loop=True, config=cfg)  # type: ignore[arg-type]
+    m = simulate(hw, log, programs, open_loop=True, config=cfg)
     if calls is not None:
         calls.extend(log.calls.values())
     ttfts = m.ttfts_s

@@ -28,7 +28,8 @@ fn line((c0, c_tok, c_attn, c_kv, c_seq): LineCoefficients) -> Line {
 /// The largest step count a run takes: the reference compares it with floats, exactly.
 const MAX_STEPS: u64 = 1 << 53;
 
-/// Step time = max(compute line, memory line); each line given as its five coefficients.
+/// Step time = max(compute line, memory line), or the `decode` line for a decode-only step;
+/// each line given as its five coefficients.
 #[pyclass(name = "StepModel", module = "ttlpolicy._native", frozen)]
 pub struct PyStepModel {
     inner: StepModel,
@@ -37,11 +38,17 @@ pub struct PyStepModel {
 #[pymethods]
 impl PyStepModel {
     #[new]
-    fn new(compute: LineCoefficients, memory: LineCoefficients) -> Self {
+    #[pyo3(signature = (compute, memory, decode = None))]
+    fn new(
+        compute: LineCoefficients,
+        memory: LineCoefficients,
+        decode: Option<LineCoefficients>,
+    ) -> Self {
         PyStepModel {
             inner: StepModel {
                 compute: line(compute),
                 memory: line(memory),
+                decode: decode.map(line),
             },
         }
     }

@@ -511,6 +511,7 @@ class StepModel:
         cls,
         compute: tuple[float, float, float, float, float],
         memory: tuple[float, float, float, float, float],
+        decode: tuple[float, float, float, float, float] | None = None,
     ) -> StepModel: ...
     def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float: ...
     def run(

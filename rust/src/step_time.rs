@@ -30,18 +30,34 @@ impl Line {
     }
 }
 
-/// Step time = max(compute line, memory line).
+/// Step time = max(compute line, memory line); with a `decode` line, a decode-only step
+/// (every sequence computes one token: `tokens == seqs`) takes that line instead.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepModel {
     /// The compute-bound line.
     pub compute: Line,
     /// The memory-bound line.
     pub memory: Line,
+    /// The line of decode-only steps, if they are priced apart.
+    pub decode: Option<Line>,
 }
 
 impl StepModel {
+    /// The (compute, memory) lines that price a step of `tokens` and `seqs`.
+    pub fn lines(&self, tokens: f64, seqs: f64) -> (&Line, &Line) {
+        match &self.decode {
+            Some(decode) if tokens == seqs => (decode, decode),
+            _ => (&self.compute, &self.memory),
+        }
+    }
+
     /// Seconds of one step of this shape.
     pub fn step_s(&self, tokens: f64, attn: f64, kv: f64, seqs: f64) -> f64 {
+        if let Some(decode) = &self.decode {
+            if tokens == seqs {
+                return decode.at(tokens, attn, kv, seqs);
+            }
+        }
         let compute = self.compute.at(tokens, attn, kv, seqs);
         let memory = self.memory.at(tokens, attn, kv, seqs);
         if memory > compute {
@@ -62,7 +78,7 @@ impl StepModel {
         d_kv: f64,
         seqs: f64,
     ) -> StepRun {
-        let (c, m) = (&self.compute, &self.memory);
+        let (c, m) = self.lines(tokens, seqs);
         let a0 = c.at(tokens, attn0, kv0, seqs);
         let da = c.c_attn * d_attn + c.c_kv * d_kv;
         let b0 = m.at(tokens, attn0, kv0, seqs);
@@ -238,6 +254,7 @@ mod tests {
                 c_kv: 1e-8,
                 c_seq: 0.0,
             },
+            decode: None,
         }
     }
 
@@ -257,6 +274,31 @@ mod tests {
         );
         assert_eq!(run.s(0), 0.0);
         assert_eq!(run.s(1), m.step_s(1000.0, 0.0, 0.0, 1.0));
+    }
+
+    #[test]
+    fn a_decode_line_prices_decode_only_steps() {
+        let decode = Line {
+            c0: 5e-3,
+            c_tok: 0.0,
+            c_attn: 0.0,
+            c_kv: 0.0,
+            c_seq: 1e-4,
+        };
+        let m = StepModel {
+            decode: Some(decode),
+            ..model()
+        };
+        // 8 sequences decoding one token each: the decode line; a chunk among them: the others
+        assert_eq!(m.step_s(8.0, 1e5, 1e5, 8.0), 5e-3 + 1e-4 * 8.0);
+        assert_eq!(
+            m.step_s(9.0, 1e5, 1e5, 8.0),
+            model().step_s(9.0, 1e5, 1e5, 8.0)
+        );
+        assert_eq!(
+            m.run(8.0, 1e5, 8.0, 1e5, 8.0, 8.0).s(3),
+            3.0 * (5e-3 + 1e-4 * 8.0)
+        );
     }
 
     #[test]

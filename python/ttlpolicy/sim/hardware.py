@@ -187,15 +187,21 @@ def native_steps(model: StepModel) -> StepTimer:
     """``model`` served by the Rust core when the native module is loaded (its ``step_s`` and
     ``run`` give the same floats, to the bit: tests/sim/test_step_time_native.py), else
     ``model`` itself.  The simulator times a run several times per LLM call; the reference's
-    arithmetic in Python was a sixth of its loop.  The native twin has the two lines only: a
-    model with a ``decode`` line, or a subclass (``JitteredSteps``), is its own timer."""
+    arithmetic in Python was a sixth of its loop.  A subclass (``JitteredSteps``, which
+    scatters step times) has rules of its own and is its own timer."""
     from .._backend import native  # (here: the presets and fits need no native module)
 
-    if native is None or model.decode is not None or type(model) is not StepModel:
+    if native is None or type(model) is not StepModel:
         return model
-    c, m = model.compute, model.memory
+
+    def coefficients(line: Line) -> tuple[float, float, float, float, float]:
+        return (line.c0, line.c_tok, line.c_attn, line.c_kv, line.c_seq)
+
+    d = model.decode
     timer: StepTimer = native.StepModel(
-        (c.c0, c.c_tok, c.c_attn, c.c_kv, c.c_seq), (m.c0, m.c_tok, m.c_attn, m.c_kv, m.c_seq)
+        coefficients(model.compute),
+        coefficients(model.memory),
+        None if d is None else coefficients(d),
     )
     return timer
 
@@ -434,6 +440,9 @@ class JitteredSteps(StepModel):
     rate an average over many.  Averaging simulations over seeds compares like with like."""
 
     __slots__ = ("_decode_ratios", "_other_ratios", "_rng")
+    _decode_ratios: tuple[float, ...]
+    _other_ratios: tuple[float, ...]
+    _rng: random.Random
 
     def __init__(
         self,
