@@ -14,6 +14,14 @@ once, unrecorded, before its replay (``warm_up``): a fresh engine runs slow for 
 minute.  ``--workload contended`` is a workload where the two schedulers differ by more than
 the engine's run-to-run spread (``WORKLOADS``).
 
+A third profile, ``own``, simulates each replay on a fit to its own steps (for when the
+machine's speed changed between the two replays).  The simulator's figures are the mean of
+``--jitter-seeds`` runs whose step times scatter as the fitted steps did around the fit
+(``JitteredSteps``): the hit rate is a chaotic function of step timing, and one deterministic
+run is one draw of it.  The JSON holds each call's timeline on both sides
+(``fidelity_calls.py`` compares them by kind of call); ``--resimulate F`` runs the simulator
+side again on a recorded run.
+
 Per scheduler: mean and p90 TTFT, output throughput (tokens/s over the run), prefix hit rate,
 mean program completion time, preemptions; the simulator's relative error on each (hit rate:
 points); and whether the simulator orders the two schedulers as the engine does, per metric.
@@ -56,7 +64,9 @@ from typing import Any
 from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim import Turn as SimTurn
+from ttlpolicy.sim.hardware import JitteredSteps, step_ratios
 from ttlpolicy.sim.interface import Policy
+from ttlpolicy.sim.policies import make_policy
 from vllm_replay import STOCK, TTL, Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
@@ -103,9 +113,9 @@ def warm_up(llm: Any, settings: EngineSettings) -> None:
 
 def replay_engine(
     llm: Any, sessions: list[list[ReplayTurn]], vocab: int, recorder: StepRecorder
-) -> dict[str, float]:
-    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements.
-    Every step goes through ``recorder``."""
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements and
+    its timeline (``calls``, ``steps``).  Every step goes through ``recorder``."""
     engine = llm.llm_engine
     sched = engine.engine_core.engine_core.scheduler
     preemptions = 0
@@ -122,25 +132,38 @@ def replay_engine(
     issued: dict[str, float] = {}
     ttfts: list[float] = []
     prompt_tokens = cached_tokens = output_tokens = 0
+    # The run's timeline, for matching it call by call with the simulator's
+    # (``fidelity_calls.py``): each call's due, issue, first-token and finish instants and its
+    # cached tokens; each step's start and end on the same clock.
+    calls: dict[str, dict[str, Any]] = {}
+    steps: list[tuple[float, float]] = []
     t0 = time.monotonic()
     while any(p.done_s is None for p in programs):
         now = time.monotonic() - t0
+        due = {p.pid: p.due_s for p in programs}
         for rid, p in issue_due_turns(engine, programs, now, vocab):
             by_rid[rid], issued[rid] = p, now
+            calls[rid] = {"program": p.pid, "turn": p.next_turn, "due_s": due[p.pid],
+                          "issue_s": now, "added_s": time.monotonic() - t0}  # fmt: skip
         if not engine.has_unfinished_requests():
             time.sleep(0.002)  # every program is in a tool call
             continue
+        start = time.monotonic() - t0
         outs = recorder.step(engine)
         now = time.monotonic() - t0
+        steps.append((start, now))
         for out in outs:
             if out.request_id in issued and out.outputs[0].token_ids:
                 ttfts.append(now - issued.pop(out.request_id))
+                calls[out.request_id]["first_s"] = now
             if not out.finished:
                 continue
             p = by_rid.pop(out.request_id)
             prompt_tokens += len(out.prompt_token_ids or ())
             cached_tokens += out.num_cached_tokens or 0
             output_tokens += len(out.outputs[0].token_ids)
+            calls[out.request_id] |= {"finish_s": now, "prompt": len(out.prompt_token_ids or ()),
+                                      "cached": out.num_cached_tokens or 0}  # fmt: skip
             finish_turn(p, list(out.outputs[0].token_ids), now)
     pins = sched.ttl_stats()["pins"] if hasattr(sched, "ttl_stats") else 0
     makespan = max(p.done_s for p in programs if p.done_s is not None)
@@ -154,7 +177,7 @@ def replay_engine(
         "preemptions": float(preemptions),
         "makespan_s": makespan,
         "pins": float(pins),
-    }
+    }, {"calls": list(calls.values()), "steps": steps}
 
 
 def sim_programs(sessions: list[list[ReplayTurn]], block_tokens: int) -> list[SimProgram]:
@@ -173,11 +196,44 @@ def sim_programs(sessions: list[list[ReplayTurn]], block_tokens: int) -> list[Si
     return programs
 
 
+class CallLog:
+    """A simulator policy, unchanged, with each call's timeline noted as the engine's replay
+    notes it (``replay_engine``): issue, admission (its cache hit then), first token, finish."""
+
+    def __init__(self, policy: Policy) -> None:
+        self._policy = policy
+        self.calls: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def admitted(self, call: Any, now: float, cache_dropped: bool) -> None:
+        if not call.preempted:  # the first admission holds the call's hit (as vLLM counts)
+            self.calls[call.program_id, call.turn_index] = {
+                "program": call.program_id, "turn": call.turn_index, "issue_s": call.issue_s,
+                "admit_s": now, "prompt": call.prompt, "cached": call.computed,
+            }  # fmt: skip
+        self._policy.admitted(call, now, cache_dropped)
+
+    def finished(self, call: Any, now: float, chain_blocks: int, last_turn: bool) -> Any:
+        rec = self.calls[call.program_id, call.turn_index]
+        rec["first_s"], rec["finish_s"] = call.first_token_s, now
+        return self._policy.finished(call, now, chain_blocks, last_turn)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._policy, name)
+
+
 def replay_sim(
-    hw: Hardware, policy: str | Policy, programs: list[SimProgram], settings: EngineSettings
+    hw: Hardware,
+    policy: str | Policy,
+    programs: list[SimProgram],
+    settings: EngineSettings,
+    calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
+    """The simulator's measurements; each call's timeline appended to ``calls`` if given."""
     cfg = EngineConfig(settings.block_size, settings.token_budget, settings.max_seqs)
-    m = simulate(hw, policy, programs, open_loop=True, config=cfg)
+    log = CallLog(make_policy(policy) if isinstance(policy, str) else policy)
+    m = simulate(hw, log, programs, open_loop=True, config=cfg)
+    if calls is not None:
+        calls.extend(log.calls.values())
     ttfts = m.ttfts_s
     s = m.summary()
     return {
@@ -189,6 +245,37 @@ def replay_sim(
         "preemptions": s["preemptions"],
         "makespan_s": s["makespan_s"],
         "pinned_block_s": s["pinned_block_s"],
+    }
+
+
+def replay_sim_jittered(
+    hw: Hardware,
+    policy: str,
+    programs: list[SimProgram],
+    settings: EngineSettings,
+    rows: list[Row],
+    seeds: int,
+    per_seed_calls: list[list[dict[str, Any]]] | None = None,
+) -> dict[str, float]:
+    """``replay_sim``'s measurements averaged over ``seeds`` runs whose step times scatter as
+    the engine's did around ``hw``'s fit (``JitteredSteps``, ratios from ``rows``), with their
+    hit rate's spread (``hit_rate_sd``); each run's calls appended to ``per_seed_calls``.
+    The engine's hit rate is an average over its steps' scatter; one deterministic run is one
+    draw of it, and ±1 % on every step moves it by up to 5 points on ``contended-long``
+    (bench/RESULTS.md, "why the hit rate read low")."""
+    decode_ratios, other_ratios = step_ratios(hw.steps, rows)
+    runs = []
+    for seed in range(seeds):
+        steps = JitteredSteps(hw.steps, decode_ratios, other_ratios, seed)
+        calls: list[dict[str, Any]] = []
+        jittered = dataclasses.replace(hw, steps=steps)
+        runs.append(replay_sim(jittered, policy, programs, settings, calls))
+        if per_seed_calls is not None:
+            per_seed_calls.append(calls)
+    out = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
+    return out | {
+        "seeds": float(seeds),
+        "hit_rate_sd": statistics.pstdev(r["hit_rate"] for r in runs),
     }
 
 
@@ -261,6 +348,84 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
+def simulate_profiles(
+    runs: list[dict[str, Any]],
+    sessions: list[list[ReplayTurn]],
+    settings: EngineSettings,
+    shape: Any,
+    device: str,
+    probe: Hardware | None,
+    probe_rows: list[Row],
+    seeds: int,
+) -> dict[str, Any]:
+    """The simulator against each engine run (``runs``: scheduler, policy, engine figures,
+    usable blocks, recorded steps), on each profile, printed and returned.  Profiles:
+    ``replay`` fitted to the stock replay's steps (the TTL replay's steps then out of sample),
+    ``own`` each replay simulated on a fit to its own steps (for when the machine's speed
+    changed between the two replays), ``probe`` the calibration (if any).  Each is jittered
+    by the scatter of the steps it was fitted to (``replay_sim_jittered``)."""
+
+    def fitted(rows: list[Row], blocks: int) -> Hardware:
+        return fit_rows(rows, shape, settings, device, blocks, relative=False)[0]
+
+    stock = runs[0]
+    stock_hw = fitted(stock["steps"], stock["blocks"])
+    per_run: dict[str, list[tuple[Hardware, list[Row]]]] = {}
+    if probe is not None:
+        per_run["probe"] = [(probe, probe_rows)] * len(runs)
+    per_run["replay"] = [(stock_hw, stock["steps"])] * len(runs)
+    per_run["own"] = [(fitted(r["steps"], r["blocks"]), r["steps"]) for r in runs]
+    programs = sim_programs(sessions, settings.block_size)
+    results: dict[str, Any] = {}
+    for pname, fits in per_run.items():
+        rows = []
+        for run, (hw, scatter) in zip(runs, fits, strict=True):
+            # The simulator gets exactly the engine's usable KV blocks.
+            kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
+            sized = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
+            sim_calls: list[dict[str, Any]] = []
+            single = replay_sim(sized, run["policy"], programs, settings, sim_calls)
+            sim = single
+            if seeds > 0 and scatter:
+                sim = replay_sim_jittered(sized, run["policy"], programs, settings, scatter,
+                                          seeds)  # fmt: skip
+            rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
+                         "engine": run["engine"], "sim": sim, "sim_calls": sim_calls,
+                         "sim_deterministic": single,
+                         "error_deterministic": errors(run["engine"], single),
+                         "error": errors(run["engine"], sim), "kv_blocks": run["blocks"],
+                         "step_fit": step_fit(hw, run["steps"])})  # fmt: skip
+        agree = ranking(rows)
+        results[pname] = {"rows": rows, "same_ranking": agree}
+        print(f"profile: {pname}")
+        print(table(rows, agree))
+        for r in rows:
+            f = r["step_fit"]
+            print(f"  {r['scheduler']} steps: {f['steps']}, measured {f['measured_s']:.2f} s, "
+                  f"modelled {f['modelled_s']:.2f} s, mean step error "
+                  f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
+            if "seeds" in r["sim"]:
+                d = r["error_deterministic"]
+                print(f"  {r['scheduler']} sim: mean of {r['sim']['seeds']:.0f} jittered runs "
+                      f"(hit rate sd {100 * r['sim']['hit_rate_sd']:.1f} pt); one deterministic "
+                      f"run: hit {d['hit_rate']:+.1f} pt, TTFT {100 * d['ttft_mean_s']:+.1f} %, "
+                      f"completion {100 * d['jct_mean_s']:+.1f} %")  # fmt: skip
+    return results
+
+
+def runs_from_json(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The engine runs a ``--json`` file recorded, as ``main`` holds them (``--resimulate``)."""
+    rows = data["profiles"]["replay"]["rows"]
+    runs = []
+    for r in rows:
+        steps = data["steps"][r["scheduler"]]
+        recorded = {k: steps.get(k, []) for k in ("model_s", "cpu_s", "chunks", "timeline")}
+        runs.append({"scheduler": r["scheduler"], "policy": r["policy"], "engine": r["engine"],
+                     "blocks": r["kv_blocks"], "steps": [tuple(x) for x in steps["rows"]]}
+                    | recorded)  # fmt: skip
+    return runs
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_engine_arguments(ap)
@@ -280,6 +445,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-out", type=int, default=16)
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-gap-s", type=float, default=2.0)
+    ap.add_argument("--jitter-seeds", type=int, default=32,
+                    help="simulate this many times, each step's time scattered as the stock "
+                         "replay's steps scattered around the profile, and compare the mean "
+                         "(0: one deterministic run)")  # fmt: skip
+    ap.add_argument("--resimulate", default=None, metavar="JSON",
+                    help="no engine: simulate again the engine runs a --json file recorded "
+                         "(with its workload flags; its probe profile is not in it)")  # fmt: skip
     ap.add_argument("--save-profile", default=None, help="write the calibrated profile here")
     ap.add_argument("--json", default=None, help="write the results here")
     chosen = ap.parse_known_args(argv)[0].workload
@@ -287,8 +459,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
+def resimulate(args: argparse.Namespace) -> int:
+    """``--resimulate``: the simulator side again, on a recorded run's steps and figures."""
+    data = json.loads(Path(args.resimulate).read_text())
+    recorded = argparse.Namespace(**data["meta"]["args"])
+    settings = EngineSettings(**data["meta"]["settings"])
+    sessions = load_sessions(recorded.programs, recorded.turns, recorded.max_context,
+                             recorded.max_out, recorded.time_scale, recorded.max_gap_s)  # fmt: skip
+    runs = runs_from_json(data)
+    device = device_name(recorded.device)
+    results = simulate_profiles(runs, sessions, settings, SHAPES[recorded.shape], device, None,
+                                [], args.jitter_seeds)  # fmt: skip
+    if args.json:
+        meta = data["meta"] | {"resimulated_from": args.resimulate,
+                               "jitter_seeds": args.jitter_seeds}  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "profiles": results, "steps": data["steps"]}, indent=1) + "\n"
+        )
+    return 0
+
+
 def main() -> int:
     args = parse_args()
+    if args.resimulate:
+        return resimulate(args)
     settings = settings_from(args)
     shape = SHAPES[args.shape]
     device = device_name(args.device)
@@ -320,42 +514,18 @@ def main() -> int:
                 sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
             vocab = min(500, len(llm.get_tokenizer()))
             recorder = StepRecorder(llm)
-            engine = replay_engine(llm, sessions, vocab, recorder)
+            engine, timeline = replay_engine(llm, sessions, vocab, recorder)
             llm.llm_engine.engine_core.shutdown()
             del llm, sched
             gc.collect()
             name = cls.rsplit(".", 1)[1]
             runs.append({"scheduler": name, "policy": policy, "engine": engine, "blocks": blocks,
                          "steps": recorder.rows, "model_s": recorder.model_s,
-                         "cpu_s": recorder.cpu_s, "chunks": recorder.chunks})  # fmt: skip
+                         "cpu_s": recorder.cpu_s, "chunks": recorder.chunks,
+                         "timeline": timeline})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
-    # The second profile: fitted to the stock replay's own steps (the TTL replay's steps are
-    # then out of sample).
-    replay_hw, _ = fit_rows(runs[0]["steps"], shape, settings, device, runs[0]["blocks"],
-                            relative=False)  # fmt: skip
-    profiles = {"replay": replay_hw} if probe is None else {"probe": probe, "replay": replay_hw}
-    results: dict[str, Any] = {}
-    programs = sim_programs(sessions, settings.block_size)
-    for pname, hw in profiles.items():
-        rows = []
-        for run in runs:
-            # The simulator gets exactly the engine's usable KV blocks.
-            kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
-            sim = replay_sim(dataclasses.replace(hw, kv_capacity_bytes=kv_bytes), run["policy"],
-                             programs, settings)  # fmt: skip
-            rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
-                         "engine": run["engine"], "sim": sim,
-                         "error": errors(run["engine"], sim), "kv_blocks": run["blocks"],
-                         "step_fit": step_fit(hw, run["steps"])})  # fmt: skip
-        agree = ranking(rows)
-        results[pname] = {"rows": rows, "same_ranking": agree}
-        print(f"profile: {pname}")
-        print(table(rows, agree))
-        for r in rows:
-            f = r["step_fit"]
-            print(f"  {r['scheduler']} steps: {f['steps']}, measured {f['measured_s']:.2f} s, "
-                  f"modelled {f['modelled_s']:.2f} s, mean step error "
-                  f"{100 * f['mean_rel_error']:.0f} %")  # fmt: skip
+    results = simulate_profiles(runs, sessions, settings, shape, device, probe,
+                                record.get("rows") or [], args.jitter_seeds)  # fmt: skip
     for run in runs:
         total = sum(r[4] for r in run["steps"])
         share = sum(run["model_s"]) / total if total else float("nan")
@@ -370,7 +540,8 @@ def main() -> int:
             "calibration": {k: v for k, v in record.items() if k != "rows"},
         }
         steps = {
-            r["scheduler"]: {"rows": r["steps"]} | {k: r[k] for k in ("model_s", "cpu_s", "chunks")}
+            r["scheduler"]: {"rows": r["steps"]}
+            | {k: r[k] for k in ("model_s", "cpu_s", "chunks", "timeline")}
             for r in runs
         }
         Path(args.json).write_text(

@@ -401,15 +401,6 @@ def replay_sim(
     """``fidelity.replay_sim``'s measurements, plus each call's cache hit (its tokens already
     computed when admitted), named as the engine names the request."""
     pol = make_policy(policy)
-    hits: dict[str, list[int]] = {}
-    admitted = pol.admitted
-
-    def record(call: Call, now: float, cache_dropped: bool) -> None:
-        if not call.preempted:
-            hits[f"{call.program_id}-{call.turn_index:04d}"] = [call.prompt, call.computed]
-        admitted(call, now, cache_dropped)
-
-    pol.admitted = record  # type: ignore[method-assign]
     pins, finished = [0], pol.finished
 
     def count_pins(call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
@@ -418,7 +409,9 @@ def replay_sim(
         return verdict
 
     pol.finished = count_pins  # type: ignore[method-assign]
-    out: dict[str, Any] = fidelity.replay_sim(hw, pol, programs, w.settings())
+    calls: list[dict[str, Any]] = []
+    out: dict[str, Any] = fidelity.replay_sim(hw, pol, programs, w.settings(), calls)
+    hits = {f"{c['program']}-{c['turn']:04d}": [c["prompt"], c["cached"]] for c in calls}
     return out | {"pins": float(pins[0]), "per_request": hits}
 
 

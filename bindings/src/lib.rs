@@ -8,6 +8,7 @@ mod convert;
 mod policy;
 mod prefix_tree;
 mod scheduler;
+mod step_time;
 mod value;
 
 #[pymodule]
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     admission::register(m)?;
     scheduler::register(m)?;
     prefix_tree::register(m)?;
+    step_time::register(m)?;
     Ok(())
 }

@@ -36,6 +36,8 @@ __all__ = [
     "PinDecision",
     "PrefixTree",
     "ProgramScheduler",
+    "StepModel",
+    "StepRun",
     "TTLPolicy",
     "ToolHistory",
     "set_config_class",
@@ -496,3 +498,46 @@ class AdmissionControl:
     def program_count(self) -> int: ...
     @property
     def waiting_count(self) -> int: ...
+
+# The simulator's step-time model; twin of ttlpolicy.sim.hardware (StepModel, StepRun), the
+# same floats to the bit (tests/sim/test_step_time_native.py).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class StepModel:
+    """Each line as (c0, c_tok, c_attn, c_kv, c_seq)."""
+
+    def __new__(
+        cls,
+        compute: tuple[float, float, float, float, float],
+        memory: tuple[float, float, float, float, float],
+        decode: tuple[float, float, float, float, float] | None = None,
+    ) -> StepModel: ...
+    def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float: ...
+    def run(
+        self,
+        tokens: float,
+        attn0: float,
+        d_attn: float,
+        kv0: float,
+        d_kv: float,
+        seqs: float = 0.0,
+    ) -> StepRun: ...
+
+@final
+class StepRun:
+    @property
+    def a0(self) -> float: ...
+    @property
+    def da(self) -> float: ...
+    @property
+    def b0(self) -> float: ...
+    @property
+    def db(self) -> float: ...
+    @property
+    def split(self) -> int | None: ...
+    @property
+    def monotone(self) -> bool: ...
+    def s(self, k: int) -> float: ...
+    def reach(self, start_s: float, until_s: float, k: int, s_k: float) -> tuple[int, float]:
+        """``k`` must be in [1, 2**53] (``ValueError``)."""

@@ -42,6 +42,7 @@ pub mod policy;
 pub mod prefix_tree;
 pub mod scheduler;
 pub mod solver;
+pub mod step_time;
 pub mod validate;
 
 pub use error::{Error, Result};

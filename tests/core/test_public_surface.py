@@ -29,6 +29,9 @@ PUBLIC = sorted(set(ttlpolicy.__all__) - {"backend", "PolicyConfig"})
 #: What the native module has besides: the hook the package calls at import, and the core's
 #: name tables (read by the parity tests below).
 NATIVE_ONLY = {"set_config_class", "SOURCES", "POLICY_CONFIG_FIELDS"}
+#: The simulator's step timer, whose reference is ``ttlpolicy.sim.hardware`` (not a public
+#: name of the package: tests/sim/test_step_time_native.py holds the two together).
+NATIVE_ONLY |= {"StepModel", "StepRun"}
 
 
 class Opaque:

@@ -261,7 +261,7 @@ class StepTimeCheckedEngine(Engine):
                 if k >= 1:
                     direct = self.direct_s(decode, chunks, k)
                     # one step comes as its seconds (StepRun.s(1) exactly: tested below)
-                    s_k = times.s(k) if isinstance(times, StepRun) else times
+                    s_k = times if isinstance(times, float) else times.s(k)
                     assert s_k == pytest.approx(direct, rel=1e-9)
                     self.checked += 1
         return plan

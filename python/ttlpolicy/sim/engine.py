@@ -30,7 +30,7 @@ from operator import attrgetter
 from typing import cast
 
 from .call import Call, ProgramRun
-from .hardware import Hardware, StepRun
+from .hardware import Hardware, native_steps
 from .interface import EngineConfig, Policy, StepPlan, Verdict
 from .kv_cache import KVCache
 from .metrics import Metrics
@@ -99,6 +99,8 @@ class Engine:
         cpu_tier: bool | None = None,
     ) -> None:
         self.hw = hw
+        # the step-time model, native when the Rust core is loaded (the same floats)
+        self._steps = native_steps(hw.steps)
         self.policy = policy
         self.config = config or EngineConfig()
         b = self.config.block_tokens
@@ -330,7 +332,7 @@ class Engine:
     def _step(self, plan: StepPlan) -> None:
         dec, chunks, k, times = plan
         now = self.now
-        if isinstance(times, StepRun):  # a run of k > 1 steps: stop at the next event
+        if not isinstance(times, float):  # a run of k > 1 steps: stop at the next event
             dt = times.s(k)
             t_next = self._next_event_s()
             if t_next is not None and now + dt > t_next:
@@ -342,7 +344,7 @@ class Engine:
             self.metrics.pinned_block_s += pinned * dt  # self._advance(dt)
         self.now = now + dt
         if chunks and self._stepped is not None:
-            self._stepped(chunks, times.s(1) if isinstance(times, StepRun) and k > 1 else dt)
+            self._stepped(chunks, times.s(1) if not isinstance(times, float) and k > 1 else dt)
         self._apply(dec, chunks, k)
 
     def _plan(self, active: list[Call]) -> StepPlan | None:
@@ -443,8 +445,8 @@ class Engine:
                 k = self._fit_memory(dec, chunks, k, avail)
         seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
-            return dec, chunks, 1, self.hw.steps.step_s(tokens, attn0, kv0, seqs)
-        return dec, chunks, k, StepRun(self.hw.steps, tokens, attn0, d_attn, kv0, d_kv, seqs)
+            return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
+        return dec, chunks, k, self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
 
     def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> int:
         """Blocks a run of k steps needs past those its calls hold (one chunk when k > 1)."""

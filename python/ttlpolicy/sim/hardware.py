@@ -26,8 +26,10 @@ memory), and the Llama 3.1 model cards (layers, hidden size, heads, KV heads).
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -105,17 +107,36 @@ class Line:
 
 @dataclass(frozen=True, slots=True)
 class StepModel:
-    """Step time = max(compute line, memory line).  Equal lines give a plain linear model."""
+    """Step time = max(compute line, memory line).  Equal lines give a plain linear model.
+
+    ``decode``: a line of its own for decode-only steps (every sequence computes one token:
+    ``tokens == seqs``), or None (the two lines price every step).  A calibrated CPU engine
+    needs it: its steps with a prefill chunk cost ~20 ms fixed, its decode-only steps ~8 ms,
+    and one line through both over-prices decode steps by ~8 % and under-prices prefill
+    steps (bench/RESULTS.md, "why the hit rate read low").  A step of one 1-token chunk and
+    nothing else is priced as a decode: its shape is one."""
 
     compute: Line
     memory: Line
+    decode: Line | None = None
 
     def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
         """Seconds of a step of this shape (``seqs`` 0: a caller that does not count its
         sequences, priced as if they cost nothing)."""
+        decode = self.decode
+        if decode is not None and tokens == seqs:
+            return decode.at(tokens, attn, kv, seqs)
         compute = self.compute.at(tokens, attn, kv, seqs)
         memory = self.memory.at(tokens, attn, kv, seqs)
         return memory if memory > compute else compute  # max(), without parsing its arguments
+
+    def lines(self, tokens: float, seqs: float) -> tuple[Line, Line]:
+        """The (compute, memory) lines that price a step of ``tokens`` and ``seqs`` (a run
+        of steps keeps both: ``StepRun``)."""
+        decode = self.decode
+        if decode is not None and tokens == seqs:
+            return decode, decode
+        return self.compute, self.memory
 
     def run_s(
         self,
@@ -130,7 +151,59 @@ class StepModel:
         """Σ_{j<k} step_s(tokens, attn0 + j·d_attn, kv0 + j·d_kv, seqs), in closed form."""
         if k <= 0:
             return 0.0
-        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv, seqs).s(k)
+        return self.run(tokens, attn0, d_attn, kv0, d_kv, seqs).s(k)
+
+    def run(
+        self,
+        tokens: float,
+        attn0: float,
+        d_attn: float,
+        kv0: float,
+        d_kv: float,
+        seqs: float = 0.0,
+    ) -> StepRun:
+        """The run of steps whose first step has this shape and each further one ``d_attn``
+        attention units and ``d_kv`` KV tokens more (``StepRun``)."""
+        return StepRun(self, tokens, attn0, d_attn, kv0, d_kv, seqs)
+
+
+class RunTimes(Protocol):
+    """What the engine asks of a run of steps: ``StepRun``, or its native twin."""
+
+    def s(self, k: int) -> float: ...
+    def reach(self, start_s: float, until_s: float, k: int, s_k: float) -> tuple[int, float]: ...
+
+
+class StepTimer(Protocol):
+    """What the engine asks of a step-time model: ``StepModel``, or its native twin."""
+
+    def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float: ...
+    def run(
+        self, tokens: float, attn0: float, d_attn: float, kv0: float, d_kv: float, seqs: float = 0.0
+    ) -> RunTimes: ...
+
+
+def native_steps(model: StepModel) -> StepTimer:
+    """``model`` served by the Rust core when the native module is loaded (its ``step_s`` and
+    ``run`` give the same floats, to the bit: tests/sim/test_step_time_native.py), else
+    ``model`` itself.  The simulator times a run several times per LLM call; the reference's
+    arithmetic in Python was a sixth of its loop.  A subclass (``JitteredSteps``, which
+    scatters step times) has rules of its own and is its own timer."""
+    from .._backend import native  # (here: the presets and fits need no native module)
+
+    if native is None or type(model) is not StepModel:
+        return model
+
+    def coefficients(line: Line) -> tuple[float, float, float, float, float]:
+        return (line.c0, line.c_tok, line.c_attn, line.c_kv, line.c_seq)
+
+    d = model.decode
+    timer: StepTimer = native.StepModel(
+        coefficients(model.compute),
+        coefficients(model.memory),
+        None if d is None else coefficients(d),
+    )
+    return timer
 
 
 class StepRun:
@@ -157,7 +230,7 @@ class StepRun:
         d_kv: float,
         seqs: float = 0.0,
     ) -> None:
-        compute, memory = model.compute, model.memory
+        compute, memory = model.lines(tokens, seqs)
         a0 = self.a0 = compute.at(tokens, attn0, kv0, seqs)
         da = self.da = compute.c_attn * d_attn + compute.c_kv * d_kv
         b0 = self.b0 = memory.at(tokens, attn0, kv0, seqs)
@@ -355,13 +428,99 @@ def fit_line(rows: Iterable[Sequence[float]], *, relative: bool = True) -> Line:
     return Line(*(float(c) for c in coef))
 
 
+class JitteredSteps(StepModel):
+    """``base``'s step times, each multiplied by a ratio drawn (seeded) from measured ones:
+    ``decode_ratios`` for decode-only steps, ``other_ratios`` for the rest (``step_ratios``
+    gives both, measured over modelled, each kind's mean 1).  A run of identical steps
+    (``StepRun``) draws once for the whole run.
+
+    What it is for: a real engine's steps scatter around any fit (±10–20 % on the CPU engine,
+    step after step), and which calls find their prefix depends on how step times fall against
+    wall-clock tool gaps — a deterministic simulation is one draw of that, the engine's hit
+    rate an average over many.  Averaging simulations over seeds compares like with like."""
+
+    __slots__ = ("_decode_ratios", "_other_ratios", "_rng")
+    _decode_ratios: tuple[float, ...]
+    _other_ratios: tuple[float, ...]
+    _rng: random.Random
+
+    def __init__(
+        self,
+        base: StepModel,
+        decode_ratios: Sequence[float],
+        other_ratios: Sequence[float],
+        seed: int,
+    ) -> None:
+        if not decode_ratios or not other_ratios:
+            raise ValueError("JitteredSteps needs at least one ratio of each kind")
+        if not all(math.isfinite(r) and r >= 0.0 for r in (*decode_ratios, *other_ratios)):
+            raise ValueError("JitteredSteps ratios must be finite and >= 0")
+        super().__init__(base.compute, base.memory, base.decode)
+        object.__setattr__(self, "_rng", random.Random(seed))
+        object.__setattr__(self, "_decode_ratios", tuple(decode_ratios))
+        object.__setattr__(self, "_other_ratios", tuple(other_ratios))
+
+    def _ratio(self, tokens: float, seqs: float) -> float:
+        pool = self._decode_ratios if tokens == seqs else self._other_ratios
+        return self._rng.choice(pool)
+
+    def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
+        return StepModel.step_s(self, tokens, attn, kv, seqs) * self._ratio(tokens, seqs)
+
+    def lines(self, tokens: float, seqs: float) -> tuple[Line, Line]:
+        f = self._ratio(tokens, seqs)
+        compute, memory = StepModel.lines(self, tokens, seqs)
+        return _scaled(compute, f), _scaled(memory, f)
+
+
+def _scaled(line: Line, f: float) -> Line:
+    return Line(line.c0 * f, line.c_tok * f, line.c_attn * f, line.c_kv * f, line.c_seq * f)
+
+
+def step_ratios(
+    model: StepModel, rows: Iterable[Sequence[float]]
+) -> tuple[list[float], list[float]]:
+    """Measured over modelled step time of each row (tokens, attn, kv, seqs, seconds), split
+    into decode-only steps and the rest, each kind scaled to mean 1 (so that a ratio drawn at
+    random leaves the expected step time the model's); a kind without rows gets ``[1.0]``."""
+    kinds: tuple[list[float], list[float]] = ([], [])
+    for tokens, attn, kv, seqs, seconds in rows:
+        modelled = model.step_s(tokens, attn, kv, seqs)
+        if modelled > 0.0:
+            kinds[0 if tokens == seqs else 1].append(seconds / modelled)
+    out = []
+    for ratios in kinds:
+        mean = sum(ratios) / len(ratios) if ratios else 0.0
+        out.append([r / mean for r in ratios] if mean > 0.0 else [1.0])
+    return out[0], out[1]
+
+
+#: Fewest decode-only rows, and fewest other rows, for which ``fit_steps`` fits the two kinds
+#: apart (``fit_line``'s minimum for each).
+SPLIT_MIN_ROWS = 5
+
+
+def fit_steps(rows: Iterable[Sequence[float]], *, relative: bool = True) -> StepModel:
+    """The ``StepModel`` through measured steps (tokens, attn, kv, seqs, seconds): one
+    ``fit_line`` through the decode-only steps (``tokens == seqs``) as its ``decode`` line and
+    one through the rest, when each kind has ``SPLIT_MIN_ROWS``; else one line through all.
+    On the CPU engine a step that prefills pays a fixed cost a decode-only step does not
+    (~20 against ~8 ms): no sum of the four terms tells the two kinds apart."""
+    data = [tuple(map(float, r)) for r in rows]
+    decode = [r for r in data if len(r) == 5 and r[0] == r[3]]
+    other = [r for r in data if not (len(r) == 5 and r[0] == r[3])]
+    if len(decode) < SPLIT_MIN_ROWS or len(other) < SPLIT_MIN_ROWS:
+        line = fit_line(data, relative=relative)
+        return StepModel(line, line)
+    line = fit_line(other, relative=relative)
+    return StepModel(line, line, fit_line(decode, relative=relative))
+
+
 def calibrate(hw: Hardware, rows: Iterable[Sequence[float]]) -> Hardware:
-    """Replace ``hw``'s roofline by a least-squares line through measured steps
-    (``fit_line``)."""
-    line = fit_line(rows)
-    return Hardware(
-        hw.model, hw.gpu, StepModel(line, line), hw.kv_capacity_bytes, hw.cpu_tier_bytes
-    )
+    """Replace ``hw``'s roofline by a least-squares fit through measured steps
+    (``fit_steps``)."""
+    steps = fit_steps(rows)
+    return Hardware(hw.model, hw.gpu, steps, hw.kv_capacity_bytes, hw.cpu_tier_bytes)
 
 
 #: The CacheTTL paper's CPU offload tier per GPU (§6: 200 GB, 100 GB on the A100 machines).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from .call import Call
 
 if TYPE_CHECKING:
-    from .hardware import Hardware, StepRun
+    from .hardware import Hardware, RunTimes
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +125,9 @@ class Policy(Protocol):
 
 
 #: A run of identical engine steps: the running calls that decode, the prefill chunks (call,
-#: tokens per step), the number of steps, and their step times (``hardware.StepRun``, built
-#: from the step's shape: new tokens, attention units and KV tokens touched in the first step,
-#: and how much the last two grow per step) — for a single step, its seconds instead (a third
-#: of the steps: the float ``StepRun.s(1)`` would give, without building the run).  A plain
-#: tuple: the engine makes one per step.
-StepPlan = tuple[list[Call], list[tuple[Call, int]], int, "StepRun | float"]
+#: tokens per step), the number of steps, and their step times (``hardware.StepRun`` or its
+#: native twin, built from the step's shape: new tokens, attention units and KV tokens touched
+#: in the first step, and how much the last two grow per step) — for a single step, its
+#: seconds instead (a third of the steps: the float ``StepRun.s(1)`` would give, without
+#: building the run).  A plain tuple: the engine makes one per step.
+StepPlan = tuple[list[Call], list[tuple[Call, int]], int, "RunTimes | float"]

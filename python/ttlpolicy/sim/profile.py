@@ -6,22 +6,26 @@ over spec sheets (``ttlpolicy compare --hardware profile.json``).  The measuring
 engine (``python -m ttlpolicy_vllm.calibrate`` for vLLM); the format, the step shapes and the
 fit live here so the simulator's side needs no engine.  Format (``FORMAT``)::
 
-    {"format": "ttlpolicy-hardware-profile/2",
+    {"format": "ttlpolicy-hardware-profile/3",
      "model":  {"name", "params", "layers", "hidden", "heads", "kv_heads", "head_dim",
                 "tp", "dtype_bytes"},
      "device": {"name", "peak_flops", "hbm_bytes_per_s", "memory_bytes", "pcie_bytes_per_s"},
-     "step_s": {"compute": {"c0", "c_tok", "c_attn", "c_kv", "c_seq"}, "memory": {...same...}},
+     "step_s": {"compute": {"c0", "c_tok", "c_attn", "c_kv", "c_seq"}, "memory": {...same...},
+                "decode": {...same...}},   # optional
      "kv_capacity_bytes": ..., "cpu_tier_bytes": ...,
      "calibration": {...}}          # optional, free-form: how it was measured
 
 ``step_s`` holds the two lines of ``hardware.StepModel`` (a step takes the larger), every
-coefficient >= 0; a calibrated profile has one line written twice.
+coefficient >= 0; a calibrated profile has one line written twice, and, fitted to steps of
+both kinds, a ``decode`` line for decode-only steps (``hardware.fit_steps``).
 
 ``/2`` added ``c_seq``, the seconds each sequence in a step costs.  It is a new format rather
 than an optional field of ``/1`` so that a reader that does not know the term refuses the
 file by its format instead of silently dropping a term that can be a third of a decode step.
 ``/1`` files still load, with ``c_seq`` 0: they were fitted without the term, so 0 is what
-they mean.
+they mean.  ``/3`` added the ``decode`` line, for the same reason a new format: an older reader
+would price decode steps by the other line.  A profile without a ``decode`` line is written
+as ``/2``, which every reader since ``/2`` loads.
 """
 
 from __future__ import annotations
@@ -32,13 +36,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .hardware import GPUSpec, Hardware, Line, ModelSpec, StepModel, fit_line
+from .hardware import GPUSpec, Hardware, Line, ModelSpec, StepModel, fit_steps
 
-FORMAT = "ttlpolicy-hardware-profile/2"
+FORMAT = "ttlpolicy-hardware-profile/3"
+#: The format of a profile without a ``decode`` line (what ``/2`` readers load).
+FORMAT_ONE_LINE = "ttlpolicy-hardware-profile/2"
 #: Formats ``load_profile`` reads, and each one's step-line fields (a field a format lacks
 #: is 0: ``/1`` had no per-sequence term).
 _LINE_FIELDS_BY_FORMAT = {
     "ttlpolicy-hardware-profile/1": ("c0", "c_tok", "c_attn", "c_kv"),
+    FORMAT_ONE_LINE: ("c0", "c_tok", "c_attn", "c_kv", "c_seq"),
     FORMAT: ("c0", "c_tok", "c_attn", "c_kv", "c_seq"),
 }
 
@@ -91,17 +98,18 @@ def fit_hardware(
     block_tokens: int,
     relative: bool = True,
 ) -> Hardware:
-    """A ``Hardware`` whose step time is the least-squares line through ``rows``
-    ((tokens, attn, kv, seqs, seconds) per measured step) and whose KV room is exactly
-    ``kv_capacity_blocks`` blocks of ``block_tokens`` (what the engine allocated)."""
+    """A ``Hardware`` whose step time is the least-squares fit through ``rows``
+    ((tokens, attn, kv, seqs, seconds) per measured step; ``hardware.fit_steps``: decode-only
+    steps on a line of their own when there are enough of both kinds) and whose KV room is
+    exactly ``kv_capacity_blocks`` blocks of ``block_tokens`` (what the engine allocated)."""
     if kv_capacity_blocks <= 0 or block_tokens <= 0:
         raise ValueError(
             f"kv_capacity_blocks and block_tokens must be > 0, "
             f"got {kv_capacity_blocks!r}, {block_tokens!r}"
         )
-    line = fit_line(rows, relative=relative)
+    steps = fit_steps(rows, relative=relative)
     kv_bytes = float(kv_capacity_blocks * block_tokens * model.kv_bytes_per_token)
-    return Hardware(model, device, StepModel(line, line), kv_bytes)
+    return Hardware(model, device, steps, kv_bytes)
 
 
 # -- the file -------------------------------------------------------------------------------
@@ -111,11 +119,14 @@ def profile_dict(hw: Hardware, calibration: dict[str, Any] | None = None) -> dic
     def line(ln: Line) -> dict[str, float]:
         return {f: getattr(ln, f) for f in _LINE_FIELDS}
 
+    step_s = {"compute": line(hw.steps.compute), "memory": line(hw.steps.memory)}
+    if hw.steps.decode is not None:
+        step_s["decode"] = line(hw.steps.decode)
     out: dict[str, Any] = {
-        "format": FORMAT,
+        "format": FORMAT if hw.steps.decode is not None else FORMAT_ONE_LINE,
         "model": {"name": m.name, "params": m.params} | {f: getattr(m, f) for f in _MODEL_INTS},
         "device": {"name": g.name} | {f: getattr(g, f) for f in _DEVICE_FLOATS},
-        "step_s": {"compute": line(hw.steps.compute), "memory": line(hw.steps.memory)},
+        "step_s": step_s,
         "kv_capacity_bytes": hw.kv_capacity_bytes,
         "cpu_tier_bytes": hw.cpu_tier_bytes,
     }
@@ -197,7 +208,8 @@ def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
     device = GPUSpec(dname, **dev)
     ssec = _section(data, "step_s", where)
     lines = []
-    for part in ("compute", "memory"):
+    parts = ("compute", "memory", "decode") if fmt == FORMAT and "decode" in ssec else ()
+    for part in parts or ("compute", "memory"):
         lsec = _section(ssec, part, where, "step_s.")
         # A step never takes negative time nor gets faster with more work (``fit_line``).
         coef = [
@@ -209,4 +221,4 @@ def hardware_from_profile(data: Any, where: str = "profile") -> Hardware:
     cpu = float(
         _number(data.get("cpu_tier_bytes", 0.0), f"{where}: cpu_tier_bytes", positive=False)
     )
-    return Hardware(model, device, StepModel(lines[0], lines[1]), kv, cpu)
+    return Hardware(model, device, StepModel(*lines), kv, cpu)

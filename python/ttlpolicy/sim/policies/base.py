@@ -122,6 +122,8 @@ class PinTable:
         return out
 
     def next_deadline(self) -> float | None:
+        if not self._deadlines:
+            return None  # (asked at every engine step: no pin is the common case)
         self._prune()
         return self._deadlines[0][0] if self._deadlines else None
 

@@ -77,14 +77,21 @@ class Continuum(QueuePolicy):
         )
 
     def expire(self, now: float) -> list[str]:
+        if not self._pins:
+            return []
         out = [pid for end, pid in self._expirable() if end <= now]
         for pid in out:
             del self._pins[pid]
         return out
 
     def next_deadline(self) -> float | None:
-        ends = self._expirable()
-        return ends[0][0] if ends else None
+        # (asked at every engine step: the earliest end, without sorting the pins)
+        pins = self._pins
+        if not pins:
+            return None
+        waiting = self._waiting_programs
+        ends = [end for pid, (end, _) in pins.items() if pid not in waiting]
+        return min(ends) if ends else None
 
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         assert self.view is not None, "bind() first"
