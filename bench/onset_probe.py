@@ -25,6 +25,22 @@
 * ``evict=cost``: evict first the context with the largest ``next_use / rebuild_s``;
   ``evict=ratio``: the largest ``next_use · blocks / rebuild_s``.
 
+``--variant order=O[/CAP]`` instead changes the order in which the waiting requests of
+programs that have finished a turn (returning calls: every such program is admitted) are
+served, on a subclass of the reference's ``ProgramScheduler``; first calls stay behind them in
+program FCFS, as admission needs.  ``CAP`` (s): a call that has waited that long goes first
+(by arrival), whatever its rank.  Orders (ties: program FCFS):
+
+* ``program``: program FCFS (the shipped order; a control);
+* ``request``: request FCFS (vLLM's order);
+* ``las``: least attained service of the program first (engine seconds its calls have run,
+  Autellix's PLAS); ``mas``: most first;
+* ``turns``: fewest finished turns first;
+* ``small`` / ``large``: the smallest / largest prompt (blocks needed) first;
+* ``resident``: the most blocks of the program's context on the GPU first (the engine's KV
+  cache, read live); ``resident-frac``: the largest share of its prompt resident first;
+  ``missing``: the fewest blocks still to allocate (prompt − resident) first.
+
 For each policy: mean JCT split into tool time (the sessions' own gaps, the same for every
 policy), waiting before a program's first call starts (admission and memory), and the rest of
 its time on the engine (its calls queued after the first, prefills, decodes); prompt tokens
@@ -47,6 +63,7 @@ import sim_sweep  # bench/, beside this script: loads the sessions
 import ttlpolicy
 from agent_sweep import OPTIONS
 from ttlpolicy.reference.admission import AdmissionControl
+from ttlpolicy.reference.scheduler import ProgramScheduler
 from ttlpolicy.sim import roofline
 from ttlpolicy.sim.engine import Engine
 from ttlpolicy.sim.hardware import MODELS
@@ -149,6 +166,132 @@ def variant_class(variant: str) -> type[AdmissionControl]:
     return Variant
 
 
+ORDERS = ("program", "request", "las", "mas", "turns", "small", "large", "resident",
+          "resident-frac", "missing")  # fmt: skip
+
+
+def order_class(spec: str) -> type[ProgramScheduler]:
+    """The reference's ``ProgramScheduler`` serving returning calls in another order (see the
+    module doc: ``order=O[/CAP]``)."""
+    order, _, cap = spec.partition("/")
+    if order not in ORDERS:
+        raise SystemExit(f"unknown order {order!r}; known: {', '.join(ORDERS)}")
+    cap_s = float(cap) if cap else math.inf
+    live = order.startswith("resident") or order == "missing" or cap  # keys that move
+
+    class Ordered(ProgramScheduler):
+        kv = None  # the engine's KVCache (set by the probe), for the resident orders
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self._need: dict[str, int] = {}  # request → blocks needed at arrival
+            self._service: dict[str, float] = {}  # program → engine seconds run
+            self._since: dict[str, float] = {}  # running request → when it (re)started
+            self._returning: set[str] = set()  # waiting returning calls (their keys may move)
+            # the choice an order has: pops of a returning call, those made while another
+            # returning call waited too, and the seconds returning calls waited in all
+            self.pops = {"returning": 0, "with a choice": 0, "wait_s": 0.0}
+
+        def arrive(self, request_id, program_id, now, blocks_needed):
+            self._need[request_id] = int(blocks_needed)
+            return super().arrive(request_id, program_id, now, blocks_needed)
+
+        def _rank(self, rid, req, prog) -> float:
+            pid = req.program_id
+            if order == "program":
+                return prog.arrival_s
+            if order == "request":
+                return req.arrival_s
+            if order in ("las", "mas"):
+                s = self._service.get(pid, 0.0)
+                return s if order == "las" else -s
+            if order == "turns":
+                return float(prog.turns)
+            need = self._need.get(rid, 0)
+            if order in ("small", "large"):
+                return float(need) if order == "small" else -float(need)
+            resident = min(self.kv.chain_blocks(pid), need) if self.kv is not None else 0
+            if order == "resident":
+                return -float(resident)
+            if order == "resident-frac":
+                return -resident / max(need, 1)
+            return float(need - resident)  # missing
+
+        # (the reference computes a waiting request's key where it queues it: the three places
+        # below queue it again with this order's key, the reference's entry goes stale)
+        def _requeue(self, rid: str) -> None:
+            req = self._requests[rid]
+            self._queue.push(self._key(rid, req, self._programs[req.program_id]))
+
+        def _arrive(self, rid, pid, t):
+            consumed = super()._arrive(rid, pid, t)
+            self._requeue(rid)
+            return consumed
+
+        def _rekey_waiting(self, pid):
+            super()._rekey_waiting(pid)
+            for rid in self._programs[pid].live:
+                if rid in self._queue:
+                    self._requeue(rid)
+
+        def _key(self, rid, req, prog):
+            if prog.turns == 0 or req.preempted:  # first calls: program FCFS, as shipped
+                return (not req.preempted, not req.pinned, 1, 0, prog.arrival_s, prog.order,
+                        req.arrival_s, rid)  # fmt: skip
+            self._returning.add(rid)
+            aged = self._now - req.arrival_s >= cap_s
+            return (True, not req.pinned, 0, 0 if aged else 1,
+                    req.arrival_s if aged else self._rank(rid, req, prog), prog.order,
+                    req.arrival_s, rid)  # fmt: skip
+
+        def _refresh(self) -> None:
+            for rid in list(self._returning):
+                if rid not in self._queue:
+                    self._returning.discard(rid)
+                    continue
+                req = self._requests[rid]
+                key = self._key(rid, req, self._programs[req.program_id])
+                if key != self._queue.key(rid):  # (a key that moved: queue it again)
+                    self._queue.push(key)
+
+        def peek(self):
+            if live:
+                self._refresh()
+            return super().peek()
+
+        def pop(self, now):
+            if live:
+                self._refresh()
+            waiting = sum(1 for r in self._returning if r in self._queue)
+            rid = super().pop(now)
+            if rid is not None and rid in self._returning:
+                self.pops["returning"] += 1
+                self.pops["with a choice"] += waiting > 1
+                self.pops["wait_s"] += self._now - self._requests[rid].arrival_s
+                self._returning.discard(rid)
+            if rid is not None:
+                self._since[rid] = self._now
+                self._need.pop(rid, None)
+            return rid
+
+        def _ran(self, rid: str, now) -> None:
+            since = self._since.pop(rid, None)
+            if since is not None:
+                pid = self._requests[rid].program_id
+                self._service[pid] = self._service.get(pid, 0.0) + float(now) - since
+
+        def preempt(self, request_id, now):
+            self._ran(request_id, now)
+            super().preempt(request_id, now)
+            self._requeue(request_id)
+
+        def finish(self, request_id, now, blocks_held, *args, **kwargs):
+            self._ran(request_id, now)
+            return super().finish(request_id, now, blocks_held, *args, **kwargs)
+
+    return Ordered
+
+
 class _Probe:
     """Wraps a policy's ``peek`` and ``admitted`` to time admission holds and first starts."""
 
@@ -227,6 +370,9 @@ class _Probe:
 def run(hw, name: str, programs: list, rate: float, seed: int):
     policy = make_policy(name)
     engine = Engine(hw, policy)
+    sched = getattr(policy, "sched", None)
+    if sched is not None and hasattr(sched, "kv"):
+        sched.kv = engine.kv  # (an order=resident variant reads the cache live)
     probe = _Probe(policy, engine)  # (after bind: the gate exists)
     engine.add_programs(poisson_arrivals(programs, rate, seed))
     metrics = engine.run()
@@ -243,20 +389,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", default=None, help="session folder (default: see sim_sweep)")
     ap.add_argument("--setup", default="llama-3.1-8b@h100-80g")
     ap.add_argument("--policies", default="continuum,ttlpolicy")
-    ap.add_argument("--variant", default=None, help="a candidate rule (module doc)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=None,
+        help="a candidate rule (module doc); one order= and one other may combine",
+    )
     args = ap.parse_args(argv)
     if args.variant is not None:
         if ttlpolicy.backend != "python":
             print("--variant needs TTLPOLICY_BACKEND=python (it changes the reference)")
             return 2
-        ttlpolicy.AdmissionControl = variant_class(args.variant)  # what the plugin builds
+        for variant in args.variant:  # what the plugin builds
+            if variant.startswith("order="):
+                ttlpolicy.ProgramScheduler = order_class(variant[len("order=") :])
+            else:
+                ttlpolicy.AdmissionControl = variant_class(variant)
     programs = sim_sweep.load_sessions(args.trace, OPTIONS)
     if programs is None:
         return 2
     model, gpu = args.setup.split("@")
     hw = roofline(model, gpu, cpu_tier_bytes=256e9 * MODELS[model].tp)
     base_jct = None
-    print(f"{args.setup}, {args.rate:g} programs/s, seed {args.seed}, variant {args.variant}")
+    variants = "+".join(args.variant or ["none"])
+    print(f"{args.setup}, {args.rate:g} programs/s, seed {args.seed}, variant {variants}")
     for name in args.policies.split(","):
         m, probe, engine = run(hw, name, programs, args.rate, args.seed)
         ids = sorted(m.program_finish_s)
@@ -280,6 +436,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"{probe.held_idle_block_s / probe.held_s / engine.kv.capacity:.0%}, "
                 f"working set {probe.held_working_block_s / probe.held_s / engine.kv.capacity:.0%}"
                 f", admitted programs {probe.held_admitted_s / probe.held_s:.2f}"
+            )
+        pops = getattr(getattr(engine.policy, "sched", None), "pops", None)  # (order=)
+        if pops:
+            line += (
+                f"\n{'':22s} returning calls served {pops['returning']}, "
+                f"{pops['with a choice']} of them while another waited; their waits "
+                f"{pops['wait_s'] / len(ids):.1f} s per program"
             )
         lost = probe.lost_by_gap
         if lost:

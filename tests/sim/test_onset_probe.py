@@ -1,6 +1,7 @@
 """bench/onset_probe.py, the tool behind RESULTS' "The onset of contention on seed 2": its
 ``--variant`` rules must leave the shipped rule where they claim to (``threshold=1`` is the
-shipped working set), and must reach the simulated policy when they change it."""
+shipped working set, ``order=program`` the shipped serving order), and must reach the
+simulated policy when they change it."""
 
 from __future__ import annotations
 
@@ -18,25 +19,26 @@ SAMPLE = REPO / "python" / "ttlpolicy" / "data" / "sessions"
 # 16 sample sessions arriving fast enough on one H100 that admission holds programs back
 ARGS = ["--trace", str(SAMPLE), "--rate", "0.05", "--seed", "1", "--policies", "ttlpolicy"]
 
-#: runs the probe three times in one Python-reference process: shipped, then two variants
-#: (each variant replaces ``ttlpolicy.AdmissionControl``, so the shipped run goes first)
-SCRIPT = f"""
+#: runs the probe in one Python-reference process, shipped first, then each variant (a variant
+#: replaces ``ttlpolicy.AdmissionControl`` or ``ttlpolicy.ProgramScheduler`` for the rest)
+SCRIPT = """
 import contextlib, io, sys
-sys.path.insert(0, {str(REPO / "bench")!r})
+sys.path.insert(0, {bench!r})
 import onset_probe
-for variant in ([], ["--variant", "threshold=1"], ["--variant", "threshold=1000"]):
+for variant in {variants!r}:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert onset_probe.main({ARGS!r} + variant) == 0
+        assert onset_probe.main({args!r} + variant) == 0
     print("=== " + " ".join(variant))
     print(out.getvalue())
 """
 
 
-def _runs() -> dict[str, str]:
+def _runs(*variants: list[str], args: list[str] = ARGS) -> dict[str, str]:
     env = {**os.environ, "TTLPOLICY_BACKEND": "python"}
+    script = SCRIPT.format(bench=str(REPO / "bench"), variants=[[], *variants], args=args)
     done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr
     runs = {}
@@ -48,13 +50,33 @@ def _runs() -> dict[str, str]:
 
 
 def test_variants_are_the_shipped_rule_at_threshold_1_and_change_it_elsewhere() -> None:
-    runs = _runs()
+    runs = _runs(["--variant", "threshold=1"], ["--variant", "threshold=1000"])
     shipped, same, wider = runs[""], runs["--variant threshold=1"], runs["--variant threshold=1000"]
     assert "JCT" in shipped
     assert same == shipped  # the same working set: every figure equal
     # every admitted program counted as expected back: admission holds newcomers longer
     assert wider.split("pins:")[0] != shipped.split("pins:")[0]
     assert "admission held the head" in wider
+
+
+def test_orders_are_the_shipped_order_at_program_and_change_it_elsewhere() -> None:
+    # four times the rate: returning calls of several programs wait at once, so order matters
+    args = [*ARGS[:2], "--rate", "0.2", *ARGS[4:]]
+    runs = _runs(["--variant", "order=program"], ["--variant", "order=request"], args=args)
+    shipped, same, other = (
+        runs[""],
+        runs["--variant order=program"],
+        runs["--variant order=request"],
+    )
+    assert "JCT" in shipped
+    # (an order= run adds one line: how often the order had a choice)
+    counted = "\n".join(line for line in same.split("\n") if "returning calls served" not in line)
+    assert "returning calls served" in same
+    assert (
+        counted == shipped
+    )  # returning calls by program arrival: program FCFS, every figure equal
+    # request FCFS among returning calls: another order, so other waits and other figures
+    assert other.split("pins:")[0] != shipped.split("pins:")[0]
 
 
 def test_a_variant_refuses_the_native_backend(capsys) -> None:
