@@ -140,7 +140,7 @@ class Engine:
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
         handle_events, admit, step = self._handle_events, self._admit, self._step
-        schedule = self._schedule
+        plan_step, plan_again = self._plan, self._schedule_again
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         metrics = self.metrics
         while True:
@@ -153,7 +153,9 @@ class Engine:
             plan = None
             preemptions = metrics.preemptions
             if active:
-                plan = schedule(active)
+                plan = plan_step(active)
+                if plan is None:  # memory was freed (pins reclaimed or a call preempted)
+                    plan = plan_again()
             if (
                 metrics.preemptions == preemptions
                 and len(running) < max_seqs
@@ -163,7 +165,9 @@ class Engine:
                 admit()
                 if len(running) != n_running:  # the step's shape changed: plan it again
                     active = self._active(now)
-                    plan = schedule(active) if active else None
+                    plan = plan_step(active) if active else None
+                    if plan is None and active:
+                        plan = plan_again()
             if plan is None:
                 if metrics.preemptions != preemptions:
                     continue  # every call that could compute was preempted: admit again
@@ -185,16 +189,16 @@ class Engine:
         self.metrics.offloaded_blocks = self.kv.offloaded_blocks
         return self.metrics
 
-    def _schedule(self, active: list[Call]) -> StepPlan | None:
-        """The next step's plan, its first step's blocks allocated; None when, after freeing
-        memory, no call is left to compute."""
+    def _schedule_again(self) -> StepPlan | None:
+        """After a plan that freed memory instead (``_plan`` returned None): the running calls
+        that may compute now, planned again until a plan holds; None when none is left."""
         while True:
-            plan = self._plan(active)
-            if plan is not None:
-                return plan
             active = self._active(self.now)
             if not active:
                 return None
+            plan = self._plan(active)
+            if plan is not None:
+                return plan
 
     def _active(self, now: float) -> list[Call]:
         """The running calls that may compute now (not waiting for a reload from the CPU):
@@ -358,18 +362,20 @@ class Engine:
         dec: list[Call] = []
         pre: list[Call] = []
         grow1: list[Call] = []
+        dec_append = dec.append  # (bound once: a method looked up per call per step adds up)
         k = _NO_LIMIT
         ctx = 0
         for c in active:
             prompt = c.prompt
             if c.computed >= prompt:
-                dec.append(c)
+                dec_append(c)
                 generated = c.generated
                 left = c.output - generated
                 if left < k:
                     k = left
-                ctx += prompt + generated
-                if prompt + generated > c.blocks * b:
+                held = prompt + generated  # KV tokens after this step's token
+                ctx += held
+                if held > c.blocks * b:
                     grow1.append(c)
             else:
                 pre.append(c)
