@@ -61,19 +61,21 @@ def test_one_step_is_the_same_float(c, m, d, tokens, attn, kv, seqs, decode_only
     assert same(fast.step_s(tokens, attn, kv, seqs), reference.step_s(tokens, attn, kv, seqs))
 
 
-@given(
-    c=line,
-    m=line,
-    d=decode_line,
-    tokens=size,
-    attn0=size,
-    d_attn=growth,
-    kv0=size,
-    d_kv=growth,
-    seqs=st.integers(0, 512),
-    decode_only=st.booleans(),
-    ks=st.lists(st.integers(0, 5_000), min_size=1, max_size=8),
-)
+#: a model (lines c, m, d) and a run's first step and growth, decode-only or not
+RUN = {
+    "c": line,
+    "m": line,
+    "d": decode_line,
+    "tokens": size,
+    "attn0": size,
+    "d_attn": growth,
+    "kv0": size,
+    "d_kv": growth,
+    "decode_only": st.booleans(),
+}
+
+
+@given(**RUN, seqs=st.integers(0, 512), ks=st.lists(st.integers(0, 5_000), min_size=1, max_size=8))
 def test_a_run_has_the_same_split_and_times(
     c, m, d, tokens, attn0, d_attn, kv0, d_kv, seqs, decode_only, ks
 ):
@@ -90,20 +92,7 @@ def test_a_run_has_the_same_split_and_times(
         assert same(run.s(k), ref.s(k)), k
 
 
-@given(
-    c=line,
-    m=line,
-    d=decode_line,
-    tokens=size,
-    attn0=size,
-    d_attn=growth,
-    kv0=size,
-    d_kv=growth,
-    decode_only=st.booleans(),
-    k=st.integers(1, 3_000),
-    start_s=st.floats(0, 1e7),
-    fraction=st.floats(0, 1.5),
-)
+@given(**RUN, k=st.integers(1, 3_000), start_s=st.floats(0, 1e7), fraction=st.floats(0, 1.5))
 def test_reach_finds_the_same_step(
     c, m, d, tokens, attn0, d_attn, kv0, d_kv, decode_only, k, start_s, fraction
 ):
