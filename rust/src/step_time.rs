@@ -53,13 +53,9 @@ impl StepModel {
 
     /// Seconds of one step of this shape.
     pub fn step_s(&self, tokens: f64, attn: f64, kv: f64, seqs: f64) -> f64 {
-        if let Some(decode) = &self.decode {
-            if tokens == seqs {
-                return decode.at(tokens, attn, kv, seqs);
-            }
-        }
-        let compute = self.compute.at(tokens, attn, kv, seqs);
-        let memory = self.memory.at(tokens, attn, kv, seqs);
+        let (c, m) = self.lines(tokens, seqs);
+        let compute = c.at(tokens, attn, kv, seqs);
+        let memory = m.at(tokens, attn, kv, seqs);
         if memory > compute {
             memory
         } else {

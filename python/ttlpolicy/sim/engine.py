@@ -152,10 +152,8 @@ class Engine:
             # readmitted and preempted forever).
             plan = None
             preemptions = metrics.preemptions
-            if active:
-                plan = plan_step(active)
-                if plan is None:  # memory was freed (pins reclaimed or a call preempted)
-                    plan = plan_again()
+            if active:  # (None from _plan: memory was freed, pins reclaimed or a preemption)
+                plan = plan_step(active) or plan_again()
             if (
                 metrics.preemptions == preemptions
                 and len(running) < max_seqs
@@ -165,9 +163,7 @@ class Engine:
                 admit()
                 if len(running) != n_running:  # the step's shape changed: plan it again
                     active = self._active(now)
-                    plan = plan_step(active) if active else None
-                    if plan is None and active:
-                        plan = plan_again()
+                    plan = (plan_step(active) or plan_again()) if active else None
             if plan is None:
                 if metrics.preemptions != preemptions:
                     continue  # every call that could compute was preempted: admit again

@@ -123,11 +123,10 @@ class StepModel:
     def step_s(self, tokens: float, attn: float, kv: float, seqs: float = 0.0) -> float:
         """Seconds of a step of this shape (``seqs`` 0: a caller that does not count its
         sequences, priced as if they cost nothing)."""
-        decode = self.decode
-        if decode is not None and tokens == seqs:
-            return decode.at(tokens, attn, kv, seqs)
-        compute = self.compute.at(tokens, attn, kv, seqs)
-        memory = self.memory.at(tokens, attn, kv, seqs)
+        # (StepModel's own lines: a subclass's ``lines`` may do more, e.g. draw a ratio)
+        compute_line, memory_line = StepModel.lines(self, tokens, seqs)
+        compute = compute_line.at(tokens, attn, kv, seqs)
+        memory = memory_line.at(tokens, attn, kv, seqs)
         return memory if memory > compute else compute  # max(), without parsing its arguments
 
     def lines(self, tokens: float, seqs: float) -> tuple[Line, Line]:

@@ -72,26 +72,20 @@ class Continuum(QueuePolicy):
         return Verdict.FREE
 
     def _expirable(self) -> list[tuple[float, str]]:
-        return sorted(
-            (end, pid) for pid, (end, _) in self._pins.items() if pid not in self._waiting_programs
-        )
+        """(end, program) of the pins that may expire: no call of their program waits."""
+        waiting = self._waiting_programs
+        return [(end, pid) for pid, (end, _) in self._pins.items() if pid not in waiting]
 
     def expire(self, now: float) -> list[str]:
-        if not self._pins:
-            return []
-        out = [pid for end, pid in self._expirable() if end <= now]
+        out = [pid for end, pid in sorted(self._expirable()) if end <= now]
         for pid in out:
             del self._pins[pid]
         return out
 
     def next_deadline(self) -> float | None:
         # (asked at every engine step: the earliest end, without sorting the pins)
-        pins = self._pins
-        if not pins:
-            return None
-        waiting = self._waiting_programs
-        ends = [end for pid, (end, _) in pins.items() if pid not in waiting]
-        return min(ends) if ends else None
+        ends = self._expirable() if self._pins else None
+        return min(ends)[0] if ends else None
 
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         assert self.view is not None, "bind() first"
