@@ -35,6 +35,9 @@ program FCFS, as admission needs.  ``CAP`` (s): a call that has waited that long
 * ``request``: request FCFS (vLLM's order);
 * ``las``: least attained service of the program first (engine seconds its calls have run,
   Autellix's PLAS); ``mas``: most first;
+* ``attained``: by arrival + the program's attained service (least attained service, a
+  waited second worth a served second): the library's ``serve_order="attained"`` restated
+  here as a check on it (what ``ttlpolicy-offload`` ships);
 * ``turns``: fewest finished turns first;
 * ``small`` / ``large``: the smallest / largest prompt (blocks needed) first;
 * ``resident``: the most blocks of the program's context on the GPU first (the engine's KV
@@ -166,8 +169,8 @@ def variant_class(variant: str) -> type[AdmissionControl]:
     return Variant
 
 
-ORDERS = ("program", "request", "las", "mas", "turns", "small", "large", "resident",
-          "resident-frac", "missing")  # fmt: skip
+ORDERS = ("program", "request", "las", "mas", "attained", "turns", "small", "large",
+          "resident", "resident-frac", "missing")  # fmt: skip
 
 
 def order_class(spec: str) -> type[ProgramScheduler]:
@@ -202,6 +205,8 @@ def order_class(spec: str) -> type[ProgramScheduler]:
                 return prog.arrival_s
             if order == "request":
                 return req.arrival_s
+            if order == "attained":
+                return req.arrival_s + self._service.get(pid, 0.0)
             if order in ("las", "mas"):
                 s = self._service.get(pid, 0.0)
                 return s if order == "las" else -s

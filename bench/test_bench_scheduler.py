@@ -148,3 +148,34 @@ def test_pop_many(benchmark, loaded):
     benchmark.extra_info["requests_per_call"] = BATCH
     benchmark.pedantic(lambda: s.pop_many(BATCH, now), rounds=ROUNDS, iterations=1,
                        warmup_rounds=1)  # fmt: skip
+
+
+def returning_state(classes, waiting: int):
+    """A scheduler serving by attained service (``serve_order="attained"``) with ``waiting``
+    returning calls queued, each program's service different and in random order, so every
+    push and pop sifts through distinct ranks."""
+    policy_cls, sched_cls = classes
+    s = sched_cls(policy_cls(PolicyConfig(serve_order="attained")), 10 * waiting, 0)
+    ids, pids = [f"w{i}" for i in range(waiting)], [f"W{i}" for i in range(waiting)]
+    ones = np.ones(waiting, np.int64)
+    s.arrive_many(ids, pids, 0.0, ones)
+    s.pop_many(waiting, 0.0)
+    for j, i in enumerate(random.Random(1).sample(range(waiting), waiting)):
+        s.finish(ids[i], j * 1e-4, 1, tool="bash", cache_miss_cost_s=0.0)  # service j·0.1 ms
+    now = waiting * 1e-4
+    s.arrive_many([f"r{i}" for i in range(waiting)], pids, now, ones)
+    assert s.waiting_count == waiting
+    return s, now
+
+
+@pytest.fixture(params=BACKENDS)
+def attained(request):
+    cfg = request.config
+    smoke = cfg.getoption("benchmark_disable") and not cfg.getoption("benchmark_enable")
+    return returning_state(request.param, WAITING // 20 if smoke else WAITING)
+
+
+@pytest.mark.benchmark(group="scheduler: pop, returning calls by attained service (per op)")
+def test_pop_attained(benchmark, attained):
+    s, now = attained
+    run(benchmark, lambda: s.pop(now))

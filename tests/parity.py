@@ -83,6 +83,7 @@ def scheduler_snapshot(s: Any) -> tuple:
             s.mean_active_blocks,
             s.pins(),
             s.peek(),
+            s.serve_order,
         )
     )
 

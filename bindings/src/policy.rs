@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyString, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
-use ttlpolicy_core::config::{FieldMut, PinHandover};
+use ttlpolicy_core::config::{FieldMut, PinHandover, ServeOrder};
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
 use ttlpolicy_core::history::ToolHistory;
 use ttlpolicy_core::policy::{DecideArgs, PinDecision, PolicyConfig, Source, TTLPolicy};
@@ -582,6 +582,14 @@ fn read_config(cfg: &Bound<'_, PyAny>) -> PyResult<PolicyConfig> {
                 *x = PinHandover::parse(&text).ok_or_else(|| {
                     PyValueError::new_err(format!(
                         "{name} must be 'arrival' or 'schedule', got {text:?}"
+                    ))
+                })?
+            }
+            FieldMut::Order(x) => {
+                let text: String = value.extract()?;
+                *x = ServeOrder::parse(&text).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{name} must be 'program' or 'attained', got {text:?}"
                     ))
                 })?
             }

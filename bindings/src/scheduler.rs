@@ -325,14 +325,19 @@ impl PyProgramScheduler {
         let total = args.take("total_blocks", total_blocks);
         let budget = args.take("pin_budget_blocks", pin_budget_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
-        // The pin handover is part of the policy's model: read from its config, as the
-        // reference does.
-        let handover = policy.borrow().core().config().pin_handover;
+        // The pin handover and the serving order are part of the policy's model: read from
+        // its config, as the reference does.
+        let (handover, order) = {
+            let policy = policy.borrow();
+            let config = policy.core().config();
+            (config.pin_handover, config.serve_order)
+        };
         let inner = args
             .finish(ProgramScheduler::with_max_idle_programs(
                 total, budget, max_idle,
             ))?
-            .with_pin_handover(handover);
+            .with_pin_handover(handover)
+            .with_serve_order(order);
         Ok(PyProgramScheduler {
             inner,
             policy: policy.clone().unbind(),
@@ -348,6 +353,12 @@ impl PyProgramScheduler {
     #[getter]
     fn pin_handover(&self) -> &'static str {
         self.inner.pin_handover().as_str()
+    }
+
+    /// The order of returning calls: `"program"` or `"attained"`.
+    #[getter]
+    fn serve_order(&self) -> &'static str {
+        self.inner.serve_order().as_str()
     }
 
     // -- arrivals ---------------------------------------------------------------------------
@@ -624,7 +635,7 @@ impl PyProgramScheduler {
         (
             p.not_preempted,
             p.not_pinned,
-            p.program_arrival_s,
+            p.rank_s,
             p.program_order,
             p.arrival_s,
             &*p.request_id,

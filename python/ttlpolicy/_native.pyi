@@ -290,10 +290,12 @@ class Finished:
 
 @final
 class ProgramScheduler:
-    """Waiting queue (priority tuple ``(not preempted, not pinned, program arrival,
-    program order, request arrival, request id)``, smallest first; program order: the order
-    in which programs were first seen) and pin table of CacheTTL over the given
-    ``TTLPolicy`` (used, not copied; any other object is refused with TypeError).  At most
+    """Waiting queue (priority tuple ``(not preempted, not pinned, rank, program order,
+    request arrival, request id)``, smallest first; rank: the program's arrival, or with
+    ``serve_order="attained"`` a returning call's arrival + its program's attained seconds;
+    program order: the order in which programs were first seen) and pin table of CacheTTL
+    over the given ``TTLPolicy`` (used, not copied; any other object is refused with
+    TypeError).  At most
     ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
     longest forgotten first (counted in ``dropped_idle_programs``)."""
     def __new__(
@@ -308,6 +310,9 @@ class ProgramScheduler:
     @property
     def pin_handover(self) -> str:
         """``policy.config.pin_handover`` at construction: ``"arrival"`` or ``"schedule"``."""
+    @property
+    def serve_order(self) -> str:
+        """``policy.config.serve_order`` at construction: ``"program"`` or ``"attained"``."""
     def arrive(
         self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
     ) -> Pin | None:

@@ -71,6 +71,11 @@ class PolicyConfig(BaseModel):
     # not by ``TTLPolicy.decide``).  Off by default: today's behaviour.
     admission: bool = Field(False, description="admit programs by working set (Denning)")
     evict_by_next_use: bool = Field(False, description="evict the latest-needed cache first")
+    serve_order: Literal["program", "attained"] = Field(
+        "program",
+        description="order of returning calls (read by ProgramScheduler): program arrival, or "
+        "arrival + the program's attained engine seconds (for engines whose lost cache reloads)",
+    )
 
     @classmethod
     def published(cls, **overrides: object) -> PolicyConfig:
@@ -106,7 +111,10 @@ class PolicyConfig(BaseModel):
 
     @classmethod
     def for_engine(
-        cls, raw_json: str | None, prefill_chunk_tokens: int | None = None
+        cls,
+        raw_json: str | None,
+        prefill_chunk_tokens: int | None = None,
+        reload_tier: bool = False,
     ) -> PolicyConfig:
         """The config an engine adapter runs with: ``raw_json`` (its ``TTLPOLICY_POLICY``
         knob; None or empty: the defaults), with load control (``admission``,
@@ -114,7 +122,9 @@ class PolicyConfig(BaseModel):
         stay off, so existing configs keep their meaning — and the engine's prefill chunk
         (``prefill_chunk_tokens``: the most prompt tokens one step computes, None when it does
         not chunk) where the JSON does not set it, so a lost prefix is priced as the steps
-        that rebuild it."""
+        that rebuild it.  ``reload_tier``: the engine keeps evicted KV in a tier it reloads
+        from (vLLM's offloading connector); returning calls are then served by attained
+        service (``serve_order="attained"``) where the JSON does not set the order."""
         cfg = cls.model_validate_json(raw_json) if raw_json else cls()
         update: dict[str, Any] = {
             k: True for k in ("admission", "evict_by_next_use") if k not in cfg.model_fields_set
@@ -123,6 +133,8 @@ class PolicyConfig(BaseModel):
             # (validated as the field is: model_copy does not validate)
             chunk = cls(prefill_chunk_tokens=prefill_chunk_tokens).prefill_chunk_tokens
             update["prefill_chunk_tokens"] = chunk
+        if reload_tier and "serve_order" not in cfg.model_fields_set:
+            update["serve_order"] = "attained"
         return cfg.model_copy(update=update) if update else cfg
 
     @field_validator("*", mode="before")

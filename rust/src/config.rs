@@ -39,6 +39,35 @@ impl PinHandover {
     }
 }
 
+/// The order of returning calls in the waiting queue (read by
+/// [`crate::scheduler::ProgramScheduler`]; the reference's module doc states the rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServeOrder {
+    /// By program arrival: program-level FCFS (the default).
+    #[default]
+    Program,
+    /// By request arrival + the program's attained engine seconds: least attained service
+    /// with a bounded wait (for engines whose lost cache reloads from a tier).
+    Attained,
+}
+
+impl ServeOrder {
+    /// The name the Python config uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServeOrder::Program => "program",
+            ServeOrder::Attained => "attained",
+        }
+    }
+
+    /// The order of that name (`"program"`, `"attained"`); None for any other.
+    pub fn parse(name: &str) -> Option<ServeOrder> {
+        [ServeOrder::Program, ServeOrder::Attained]
+            .into_iter()
+            .find(|o| o.as_str() == name)
+    }
+}
+
 /// Settings of [`crate::policy::TTLPolicy`]. Units are in the names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyConfig {
@@ -96,6 +125,8 @@ pub struct PolicyConfig {
     pub admission: bool,
     /// Evict the cached context needed latest first (instead of LRU).
     pub evict_by_next_use: bool,
+    /// The order of returning calls in the waiting queue.
+    pub serve_order: ServeOrder,
 }
 
 /// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
@@ -113,6 +144,8 @@ pub enum FieldMut<'a> {
     Bool(&'a mut bool),
     /// When a pin passes to the program's next request (by name: `PinHandover::parse`).
     Handover(&'a mut PinHandover),
+    /// The order of returning calls (by name: `ServeOrder::parse`).
+    Order(&'a mut ServeOrder),
 }
 
 impl Default for PolicyConfig {
@@ -142,6 +175,7 @@ impl Default for PolicyConfig {
             pin_handover: PinHandover::Arrival,
             admission: false,
             evict_by_next_use: false,
+            serve_order: ServeOrder::Program,
         }
     }
 }
@@ -209,6 +243,7 @@ impl PolicyConfig {
                 "evict_by_next_use",
                 FieldMut::Bool(&mut self.evict_by_next_use),
             ),
+            ("serve_order", FieldMut::Order(&mut self.serve_order)),
         ]
     }
 
@@ -266,6 +301,9 @@ mod tests {
         assert_eq!(p.pin_handover, PinHandover::Schedule);
         assert_eq!(PinHandover::parse("schedule"), Some(PinHandover::Schedule));
         assert_eq!(PinHandover::parse("later"), None);
+        assert_eq!(p.serve_order, ServeOrder::Program);
+        assert_eq!(ServeOrder::parse("attained"), Some(ServeOrder::Attained));
+        assert_eq!(ServeOrder::parse("las"), None);
         let bad = PolicyConfig {
             cold_start_eta: Some(f64::NAN),
             ..PolicyConfig::published()

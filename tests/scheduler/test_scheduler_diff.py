@@ -105,9 +105,14 @@ def views(s, policy):
 
 
 # `backends` only names the two backends (no state): sharing it across examples is fine.
-@given(st.lists(ops, min_size=10, max_size=80), st.sampled_from(["default", "published"]))
-def test_backends_agree_on_any_sequence(backends, seq, model):
-    small = {"min_tool_samples": 2, "min_total_samples": 3, "eta_min_programs": 2}
+@given(
+    st.lists(ops, min_size=10, max_size=80),
+    st.sampled_from(["default", "published"]),
+    st.sampled_from(["program", "attained"]),
+)
+def test_backends_agree_on_any_sequence(backends, seq, model, order):
+    small = {"min_tool_samples": 2, "min_total_samples": 3, "eta_min_programs": 2,
+             "serve_order": order}  # fmt: skip
     config = PolicyConfig(**small) if model == "default" else PolicyConfig.published(**small)
     states = []
     for b in backends:

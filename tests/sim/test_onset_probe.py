@@ -34,7 +34,9 @@ for variant in {variants!r}:
 """
 
 
-def _runs(*variants: list[str], args: list[str] = ARGS) -> dict[str, str]:
+def _runs(
+    *variants: list[str], args: list[str] = ARGS, policy: str = "ttlpolicy"
+) -> dict[str, str]:
     env = {**os.environ, "TTLPOLICY_BACKEND": "python"}
     script = SCRIPT.format(bench=str(REPO / "bench"), variants=[[], *variants], args=args)
     done = subprocess.run(
@@ -45,8 +47,14 @@ def _runs(*variants: list[str], args: list[str] = ARGS) -> dict[str, str]:
     for block in done.stdout.split("=== ")[1:]:
         variant, _, out = block.partition("\n")
         # the ttlpolicy lines, without the header that names the variant
-        runs[variant.strip()] = out[out.index("ttlpolicy ") :]
+        runs[variant.strip()] = out[out.index(f"{policy} ") :]
     return runs
+
+
+def _without_order_line(run: str) -> str:
+    # (an order= run adds one line: how often the order had a choice)
+    assert "returning calls served" in run
+    return "\n".join(line for line in run.split("\n") if "returning calls served" not in line)
 
 
 def test_variants_are_the_shipped_rule_at_threshold_1_and_change_it_elsewhere() -> None:
@@ -69,12 +77,8 @@ def test_orders_are_the_shipped_order_at_program_and_change_it_elsewhere() -> No
         runs["--variant order=request"],
     )
     assert "JCT" in shipped
-    # (an order= run adds one line: how often the order had a choice)
-    counted = "\n".join(line for line in same.split("\n") if "returning calls served" not in line)
-    assert "returning calls served" in same
-    assert (
-        counted == shipped
-    )  # returning calls by program arrival: program FCFS, every figure equal
+    # returning calls by program arrival: program FCFS, every figure equal
+    assert _without_order_line(same) == shipped
     # request FCFS among returning calls: another order, so other waits and other figures
     assert other.split("pins:")[0] != shipped.split("pins:")[0]
 
@@ -90,3 +94,23 @@ def test_a_variant_refuses_the_native_backend(capsys) -> None:
     finally:
         sys.path.remove(str(REPO / "bench"))
     assert "TTLPOLICY_BACKEND=python" in capsys.readouterr().out
+
+
+def test_with_a_tier_the_shipped_order_is_attained_service_as_the_probe_restates_it() -> None:
+    """``ttlpolicy-offload`` serves returning calls by ``serve_order="attained"`` (the
+    library's rule); the probe's ``order=attained`` restates the rule on its own tally of each
+    program's service: the two runs must agree to every figure, and program FCFS must not."""
+    args = [*ARGS[:2], "--rate", "0.2", *ARGS[4:6], "--policies", "ttlpolicy-offload"]
+    runs = _runs(
+        ["--variant", "order=attained"],
+        ["--variant", "order=program"],
+        args=args,
+        policy="ttlpolicy-offload",
+    )
+    shipped = runs[""]
+    assert "JCT" in shipped
+    assert _without_order_line(runs["--variant order=attained"]) == shipped
+    assert (
+        _without_order_line(runs["--variant order=program"]).split("pins:")[0]
+        != (shipped.split("pins:")[0])
+    )

@@ -21,7 +21,7 @@ from ttlpolicy_vllm.tier import offloaded_prefix_tokens
 NUM_BLOCKS = 25
 
 
-def bare_scheduler(model_dir: Path, extra: dict[str, Any]) -> Any:
+def bare_scheduler(model_dir: Path, extra: dict[str, Any] | None) -> Any:
     import torch
     from vllm.config import (
         CacheConfig,
@@ -49,7 +49,9 @@ def bare_scheduler(model_dir: Path, extra: dict[str, Any]) -> Any:
             is_encoder_decoder=False,
             scheduler_cls="ttlpolicy_vllm.TTLScheduler",
         ),
-        kv_transfer_config=KVTransferConfig(
+        kv_transfer_config=None
+        if extra is None  # (no connector at all)
+        else KVTransferConfig(
             kv_connector="OffloadingConnector",
             kv_role="kv_both",
             kv_connector_extra_config={"cpu_bytes_to_use": 1 << 22} | extra,
@@ -134,6 +136,8 @@ def test_both_plug_ins_load_by_configuration(sched):
     policy = sched.connector.connector_scheduler.manager._policy
     assert isinstance(policy, TTLCachePolicy)
     assert policy.settings.chunk_tokens == 32  # TTLPOLICY_OFFLOAD reached the tier
+    # a lost context reloads from the tier: returning calls go by attained service
+    assert sched.programs.serve_order == "attained"
 
 
 def test_tier_sees_the_program_and_the_pin_sees_the_tier(sched):
@@ -165,6 +169,11 @@ def test_tier_sees_the_program_and_the_pin_sees_the_tier(sched):
     assert policy.model.accesses == 2
     evicted = policy.evict(1, set())
     assert evicted is not None and policy.expired_evictions == 1  # an ended program's chunk
+
+
+def test_without_a_connector_returning_calls_stay_in_program_order(tiny_model):
+    sched = bare_scheduler(tiny_model, None)
+    assert sched.programs.serve_order == "program"
 
 
 def test_without_a_connector_nothing_is_offloaded():

@@ -1,10 +1,10 @@
 """The waiting queue: requests ordered by the CacheTTL priority tuple
 
-    (not preempted, not pinned, program arrival time, program order, request arrival time,
-     request id)
+    (not preempted, not pinned, rank_s, program order, request arrival time, request id)
 
 smallest first — preempted requests, then requests whose program's pin they consumed, then
-program-level FCFS.  Program order is the order in which the scheduler first saw the
+by rank: the program's arrival time (program-level FCFS), or the scheduler's other
+``serve_order`` (``scheduler.py``).  Program order is the order in which the scheduler first saw the
 programs (0, 1, …): programs that arrive at one instant keep it, so one program's returning
 request is not queued behind the first requests of programs seen after it.  The request id
 makes every key unique, so the order is total and both backends pop the same request.  A
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 
-#: (not preempted, not pinned, program_arrival_s, program_order, arrival_s, request_id)
+#: (not preempted, not pinned, rank_s, program_order, arrival_s, request_id)
 Key = tuple[bool, bool, float, int, float, str]
 
 

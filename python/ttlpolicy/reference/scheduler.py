@@ -51,6 +51,20 @@ Choices (the same in both backends):
   request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
   forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
   in ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
+* ``policy.config.serve_order`` (read once, at construction) orders returning calls (those
+  of a program that has finished a turn) after the preempted and pinned ones.
+  ``"program"`` (the default): program-level FCFS, by program arrival.  ``"attained"``:
+  by ``arrival + attained`` — the request's arrival delayed by the engine seconds its
+  program has had (``pop`` to ``finish`` or ``preempt``, summed over its requests, read
+  when the request is queued): least attained service, with a second of waiting worth a
+  second of service, so a request queued at rank ``r`` runs before any request arriving
+  after ``r`` (its wait is bounded; nobody starves).  For engines whose lost cache is a
+  cheap reload (an offload tier): there serving the least-served program first shortens
+  the mean when programs' lengths are heavy-tailed, while without a tier it spreads memory
+  over more contexts and re-prefills the longest (bench/RESULTS.md, "Serving order").
+  First calls rank after every returning call, by program arrival, in both orders (an
+  engine that stops at a head refused admission never blocks an admitted program's call);
+  preempted calls resume by program arrival.
 * Threads: each call is atomic (see ``_sync``).  ``policy`` must be a ``TTLPolicy`` of the
   same backend (not any object with a ``decide``): the native scheduler drives its policy's
   core directly, so both backends refuse other objects alike.
@@ -137,12 +151,13 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "live", "order", "tool", "tool_since_s", "turns")
+    __slots__ = ("arrival_s", "attained_s", "live", "order", "tool", "tool_since_s", "turns")
 
     def __init__(self, arrival_s: float, order: int) -> None:
         self.arrival_s = arrival_s
         self.order = order  # FCFS position: programs created before it (see the module doc)
         self.turns = 0  # finished requests
+        self.attained_s = 0.0  # seconds its requests have run (pop to finish or preempt)
         self.live: set[str] = set()  # its waiting and running requests
         # An outstanding tool call (or pinned gap): its tool and when it started.
         self.tool: str | None = None
@@ -150,7 +165,8 @@ class _Program:
 
 
 class _Request:
-    __slots__ = ("arrival_s", "pinned", "preempted", "program_id", "returning", "running")
+    __slots__ = ("arrival_s", "pinned", "preempted", "program_id", "returning", "running",
+                 "started_s")  # fmt: skip
 
     def __init__(self, program_id: str, arrival_s: float, pinned: bool, returning: bool) -> None:
         self.program_id = program_id
@@ -159,10 +175,7 @@ class _Request:
         self.preempted = False
         self.running = False
         self.returning = returning  # came back to a dropped cache; cleared at first pop
-
-    def key(self, request_id: str, program: _Program) -> Key:
-        return (not self.preempted, not self.pinned, program.arrival_s, program.order,
-                self.arrival_s, request_id)  # fmt: skip
+        self.started_s = 0.0  # when it last started running (pop)
 
 
 @synchronized
@@ -199,6 +212,8 @@ class ProgramScheduler:
         self._now = -math.inf
         self.pin_handover = policy.config.pin_handover
         self._at_schedule = self.pin_handover == "schedule"
+        self.serve_order = policy.config.serve_order
+        self._by_attained = self.serve_order == "attained"
 
     # -- checks (no state changes) ----------------------------------------------------------
     def _check_now(self, now: Any) -> float:
@@ -277,10 +292,17 @@ class ProgramScheduler:
                            returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
-        self._queue.push(req.key(rid, prog))
+        self._queue.push(self._key(rid, req, prog))
         return consumed
 
     # -- the queue --------------------------------------------------------------------------
+    def _key(self, rid: str, req: _Request, prog: _Program) -> Key:
+        """The request's priority tuple; its rank is read now (see ``serve_order``)."""
+        rank = prog.arrival_s
+        if self._by_attained and not req.preempted:
+            rank = req.arrival_s + prog.attained_s if prog.turns else math.inf
+        return (not req.preempted, not req.pinned, rank, prog.order, req.arrival_s, rid)
+
     def peek(self) -> str | None:
         """The request ``pop`` would return, or None when nothing waits."""
         return self._queue.peek()
@@ -297,6 +319,7 @@ class ProgramScheduler:
             req.returning = False
             self._queue.pop()
             req.running = True
+            req.started_s = t
             if handover:  # the pin passes to this request: its blocks are its prefix now
                 self._pins.remove(req.program_id)
                 self._rekey_waiting(req.program_id)
@@ -318,9 +341,11 @@ class ProgramScheduler:
         req = self._running(request_id)
         t = self._check_now(now)
         self._now = t
+        prog = self._programs[req.program_id]
+        prog.attained_s += t - req.started_s
         req.running = False
         req.preempted = True
-        self._queue.push(req.key(request_id, self._programs[req.program_id]))
+        self._queue.push(self._key(request_id, req, prog))
 
     # -- finishing and pins -----------------------------------------------------------------
     def finish(
@@ -377,6 +402,7 @@ class ProgramScheduler:
         pid = req.program_id
         prog = self._programs[pid]
         prog.turns += 1
+        prog.attained_s += t - req.started_s
         prog.live.discard(request_id)
         del self._requests[request_id]
         if decision is None:
@@ -447,7 +473,7 @@ class ProgramScheduler:
             req = self._requests[rid]
             if rid in self._queue and req.pinned != pinned:
                 req.pinned = pinned
-                self._queue.push(req.key(rid, prog))
+                self._queue.push(self._key(rid, req, prog))
 
     def _note_unpinned(self, released: list[Pin]) -> list[Pin]:
         for pin in released:
@@ -550,7 +576,9 @@ class ProgramScheduler:
         return "running" if self._request(request_id).running else "waiting"
 
     def priority(self, request_id: Any) -> Key:
-        """The priority tuple of a waiting request (smaller runs first); engines that sort
+        """The priority tuple of a waiting request (smaller runs first): (not preempted, not
+        pinned, rank_s, program order, arrival_s, request id), ``rank_s`` the program's
+        arrival or, with ``serve_order="attained"``, see the module doc; engines that sort
         their own queue (SGLang) use it as the sort key."""
         req = self._request(request_id)
         if req.running:

@@ -6,6 +6,10 @@
 //! `&mut TTLPolicy`, so the Python bindings can keep using the very policy object the user
 //! passed (and the user sees its estimators move).
 //!
+//! `ServeOrder::Attained` ([`ProgramScheduler::with_serve_order`]): returning calls rank by
+//! their arrival plus the engine seconds their program has run, read when queued (least
+//! attained service with a bounded wait); first calls after them, by program arrival.
+//!
 //! `PinHandover::Schedule` (the paper's rule, [`ProgramScheduler::with_handover`]): a pin
 //! passes to the program's next request when it is popped, not when it arrives; until then
 //! the program's waiting requests rank as pinned, and `expire` keeps a pin whose program has
@@ -23,7 +27,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::config::PinHandover;
+use crate::config::{PinHandover, ServeOrder};
 use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
@@ -44,18 +48,18 @@ pub const DEFAULT_MAX_IDLE_PROGRAMS: i64 = 1 << 16;
 pub const MAX_IDLE_PROGRAMS: i64 = 1 << 32;
 
 /// The priority tuple of a waiting request; smaller runs first:
-/// `(not preempted, not pinned, program arrival, program order, request arrival, request id)`
-/// — program order, the order in which programs were first seen, keeps programs that
-/// arrive at one instant in that order (program-level FCFS at a tie on time). It follows
-/// program arrival (time never goes backwards), so the two compare as one.
+/// `(not preempted, not pinned, rank, program order, request arrival, request id)` — the
+/// rank is the program's arrival ([`ServeOrder::Program`]) or the attained-service rank
+/// (module doc); program order, the order in which programs were first seen, keeps programs
+/// that arrive at one instant in that order (program-level FCFS at a tie on time).
 #[derive(Debug, Clone)]
 pub struct Priority {
     /// False once preempted: preempted requests run first.
     pub not_preempted: bool,
     /// False when the request consumed its program's pin.
     pub not_pinned: bool,
-    /// When the request's program first arrived.
-    pub program_arrival_s: f64,
+    /// The program's arrival, or the attained-service rank (module doc).
+    pub rank_s: f64,
     /// The request's program's place among the programs first seen (0, 1, …).
     pub program_order: u64,
     /// When the request arrived.
@@ -72,7 +76,7 @@ impl Priority {
     fn new(
         preempted: bool,
         pinned: bool,
-        program_arrival_s: f64,
+        rank_s: f64,
         program_order: u64,
         arrival_s: f64,
         id: &Arc<str>,
@@ -83,7 +87,7 @@ impl Priority {
         Priority {
             not_preempted: !preempted,
             not_pinned: !pinned,
-            program_arrival_s,
+            rank_s,
             program_order,
             arrival_s,
             request_id: id.clone(),
@@ -96,7 +100,7 @@ impl Ord for Priority {
     fn cmp(&self, o: &Self) -> Ordering {
         (self.not_preempted, self.not_pinned)
             .cmp(&(o.not_preempted, o.not_pinned))
-            // (program arrival follows program order: comparing it too would change nothing)
+            .then(Time(self.rank_s).cmp(&Time(o.rank_s)))
             .then(self.program_order.cmp(&o.program_order))
             .then(Time(self.arrival_s).cmp(&Time(o.arrival_s)))
             .then(self.id_prefix.cmp(&o.id_prefix))
@@ -176,6 +180,8 @@ struct Program {
     /// Its FCFS position: programs created before it (it follows `arrival_s`).
     order: u64,
     turns: i64,
+    /// Seconds its requests have run (pop to finish or preempt).
+    attained_s: f64,
     /// Slots of its waiting and running requests.
     live: Live,
     /// In the `idle` heap (so a busy program's abort need not look there).
@@ -196,6 +202,8 @@ struct Request {
     running: bool,
     /// Came back to a dropped cache; cleared at the first pop.
     returning: bool,
+    /// When it last started running (pop).
+    started_s: f64,
 }
 
 /// The slots of a program's live requests, the first inline: a program has one request at
@@ -268,6 +276,7 @@ pub struct ProgramScheduler {
     held_sum: i64,
     now: f64,
     handover: PinHandover,
+    serve_order: ServeOrder,
     /// At schedule: the pins `expire` may release (their program has no request waiting),
     /// by (deadline, program id) — what `next_deadline_s` reads. The reference scans.
     expirable: IndexedHeap<(Time, Arc<str>)>,
@@ -313,6 +322,7 @@ impl ProgramScheduler {
             held_sum: 0,
             now: f64::NEG_INFINITY,
             handover: PinHandover::Arrival,
+            serve_order: ServeOrder::Program,
             expirable: IndexedHeap::default(),
         })
     }
@@ -322,6 +332,18 @@ impl ProgramScheduler {
     pub fn with_pin_handover(mut self, handover: PinHandover) -> ProgramScheduler {
         self.handover = handover;
         self
+    }
+
+    /// The same scheduler with returning calls served in `order` (the reference reads it
+    /// from the policy's config: `serve_order`). Set it before use.
+    pub fn with_serve_order(mut self, order: ServeOrder) -> ProgramScheduler {
+        self.serve_order = order;
+        self
+    }
+
+    /// The order of returning calls.
+    pub fn serve_order(&self) -> ServeOrder {
+        self.serve_order
     }
 
     fn at_schedule(&self) -> bool {
@@ -370,14 +392,12 @@ impl ProgramScheduler {
         let r = self.requests.get(slot);
         let prog = self.programs.get(r.program);
         let id = self.requests.id(slot);
-        Priority::new(
-            r.preempted,
-            r.pinned,
-            prog.arrival_s,
-            prog.order,
-            r.arrival_s,
-            id,
-        )
+        let rank_s = match self.serve_order {
+            ServeOrder::Attained if !r.preempted && prog.turns > 0 => r.arrival_s + prog.attained_s,
+            ServeOrder::Attained if !r.preempted => f64::INFINITY,
+            _ => prog.arrival_s,
+        };
+        Priority::new(r.preempted, r.pinned, rank_s, prog.order, r.arrival_s, id)
     }
 
     // -- arrivals ----------------------------------------------------------------------------
@@ -485,6 +505,7 @@ impl ProgramScheduler {
                         arrival_s: t,
                         order,
                         turns: 0,
+                        attained_s: 0.0,
                         live: Live::default(),
                         idle: false,
                         tool: None,
@@ -512,6 +533,7 @@ impl ProgramScheduler {
                 preempted: false,
                 running: false,
                 returning: prog.turns > 0 && !kept,
+                started_s: 0.0,
             },
         );
         self.programs.get_mut(p).live.push(slot);
@@ -562,6 +584,7 @@ impl ProgramScheduler {
         }
         req.returning = false;
         req.running = true;
+        req.started_s = t;
         self.queue.pop();
         self.release_buried();
         let id = self.requests.id(slot).clone();
@@ -582,7 +605,8 @@ impl ProgramScheduler {
         let req = self.requests.get_mut(slot);
         req.running = false;
         req.preempted = true;
-        let program = req.program;
+        let (program, ran_s) = (req.program, t - req.started_s);
+        self.programs.get_mut(program).attained_s += ran_s;
         self.queue.push(slot, self.key(slot));
         self.sync_expirable(program);
         Ok(())
@@ -637,9 +661,11 @@ impl ProgramScheduler {
         }
         self.held.push_back(blocks);
         self.held_sum = held_sum;
-        let p = self.requests.get(slot).program;
+        let req = self.requests.get(slot);
+        let (p, ran_s) = (req.program, t - req.started_s);
         let prog = self.programs.get_mut(p);
         prog.turns += 1;
+        prog.attained_s += ran_s;
         prog.live.remove(slot);
         self.requests.remove(slot);
         let Some(decision) = decision else {

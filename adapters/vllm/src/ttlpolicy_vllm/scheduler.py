@@ -37,7 +37,9 @@ stock vLLM), are never pinned and are forgotten when they end (``abort``: no η 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
 ``PolicyConfig`` as JSON, read by ``PolicyConfig.for_engine``: ``"admission": false`` and
-``"evict_by_next_use": false`` turn load control off),
+``"evict_by_next_use": false`` turn load control off; with vLLM's offloading connector
+returning calls are served by least attained service, ``"serve_order": "attained"``, unless
+the JSON sets ``"serve_order": "program"``),
 ``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
 """
 
@@ -65,7 +67,7 @@ from .identity import ProgramInfo, program_of, scheduler_key
 from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
-from .tier import offloaded_prefix_tokens
+from .tier import offload_manager, offloaded_prefix_tokens
 
 # under "vllm." so that vLLM's logging configuration (handlers, VLLM_LOGGING_LEVEL) applies
 logger = init_logger("vllm.ttlpolicy_vllm")
@@ -124,8 +126,12 @@ class TTLScheduler(Scheduler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.clock = time.monotonic  # the only clock; tests may replace it
+        # (with the offloading connector a lost context is a reload: returning calls are
+        # then served by attained service, ``serve_order``, unless the JSON says otherwise)
         cfg = ttlpolicy.PolicyConfig.for_engine(
-            os.environ.get("TTLPOLICY_POLICY"), self._prefill_chunk_tokens()
+            os.environ.get("TTLPOLICY_POLICY"),
+            self._prefill_chunk_tokens(),
+            reload_tier=offload_manager(self.connector) is not None,
         )
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool

@@ -33,6 +33,8 @@ NAMES = (
     "ttlpolicy:evict",
     "ttlpolicy:pins",
     "ttlpolicy:classic",  # the model before load control
+    # ttlpolicy-offload serving returning calls in program order, not by attained service
+    "ttlpolicy-offload:order",
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",

@@ -48,6 +48,7 @@ class TTLPolicyPlugin:
         evict_by_next_use: bool = True,
         classic: bool = False,
         adapter: bool = True,
+        attained_order: bool = True,
     ) -> None:
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
@@ -57,6 +58,9 @@ class TTLPolicyPlugin:
             "admission": admission and not classic,
             "evict_by_next_use": evict_by_next_use and not classic,
         }
+        # serve returning calls by attained service where a lost cache reloads from a tier
+        # (``TTLPolicyOffload``; without a tier the order stays program FCFS)
+        self.attained_order = attained_order and not classic
         self.pin_budget_fraction = pin_budget_fraction
         # price a lost prefix by the policy's fit, as TTLScheduler (False: the exact prefill)
         self.adapter = adapter
@@ -248,13 +252,12 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 
     def _default_config(self, view: EngineView) -> tp.PolicyConfig:
         hw = view.hardware
-        return (
-            super()
-            ._default_config(view)
-            .model_copy(
-                update={"offload_bandwidth_bytes_per_s": hw.kv_bytes_per_token / hw.transfer_s(1)}
-            )
-        )
+        update: dict[str, object] = {
+            "offload_bandwidth_bytes_per_s": hw.kv_bytes_per_token / hw.transfer_s(1)
+        }
+        if self.attained_order:  # a lost cache reloads: least attained service first
+            update["serve_order"] = "attained"
+        return super()._default_config(view).model_copy(update=update)
 
     def bind(self, view: EngineView) -> None:
         super().bind(view)
@@ -269,8 +272,9 @@ class TTLPolicyOffload(TTLPolicyPlugin):
         return min(self.view.prefill_s(tokens), self.view.hardware.transfer_s(tokens))
 
 
-#: Mechanisms of the default model that a variant name may switch off (ablation).
-MECHANISMS = ("admission", "evict", "pins")
+#: Mechanisms of the default model that a variant name may switch off (ablation); ``order``
+#: (serving returning calls by attained service) is on only with a tier (``ttlpolicy-offload``).
+MECHANISMS = ("admission", "evict", "pins", "order")
 #: A variant word that prices a lost prefix with the simulator's exact prefill time (an
 #: oracle) instead of the library's fit, which the adapters use (``TTLPolicyPlugin.adapter``).
 EXACT = "exact"
@@ -304,6 +308,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
             evict_by_next_use="evict" not in off,
             pin_budget_fraction=0.0 if "pins" in off else 0.5,
             adapter=adapter,
+            attained_order="order" not in off,
         )
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
