@@ -53,6 +53,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import math
 import random
 import statistics
 import sys
@@ -67,6 +68,7 @@ from ttlpolicy.sim import Turn as SimTurn
 from ttlpolicy.sim.hardware import JitteredSteps, step_ratios
 from ttlpolicy.sim.interface import Policy
 from ttlpolicy.sim.policies import make_policy
+from ttlpolicy.sim.workload import ConcurrencyArrivals
 from vllm_replay import STOCK, TTL, Program, finish_turn, issue_due_turns, load_sessions
 from vllm_replay import Turn as ReplayTurn
 
@@ -111,11 +113,47 @@ def warm_up(llm: Any, settings: EngineSettings) -> None:
             sched.policy = policy
 
 
+def arrival_order(sessions: list[list[ReplayTurn]], concurrency: int | None) -> list[int]:
+    """The order in which the programs start when ``concurrency`` are in flight (None: all at
+    once, in index order): the simulator's (``ConcurrencyArrivals``, seed 0), so that both
+    sides start the same program when one ends."""
+    if concurrency is None:
+        return list(range(len(sessions)))
+    arrivals = ConcurrencyArrivals(sim_programs(sessions, 1), concurrency, seed=0)
+    started = arrivals.initial()
+    while (nxt := arrivals.replacement()) is not None:
+        started.append(nxt)
+    return [int(p.program_id.removeprefix("prog")) for p in started]
+
+
+class ProgramQueue:
+    """The engine side of ``--concurrency``: the first ``concurrency`` programs of ``order`` are
+    due at once, each later one when a program ends (the simulator's ``ConcurrencyArrivals``:
+    the replacement starts at the instant the ended program's last call finished)."""
+
+    def __init__(self, programs: list[Program], order: list[int], concurrency: int | None):
+        ordered = [programs[i] for i in order]
+        self._waiting = ordered[concurrency:] if concurrency is not None else []
+        for p in self._waiting:
+            p.due_s = math.inf  # not issued until it starts
+
+    def finished(self, p: Program, now: float) -> None:
+        """``p``'s turn finished at ``now`` (``finish_turn`` ran): start the next program if
+        ``p`` is done."""
+        if p.done_s is not None and self._waiting:
+            self._waiting.pop(0).due_s = now
+
+
 def replay_engine(
-    llm: Any, sessions: list[list[ReplayTurn]], vocab: int, recorder: StepRecorder
+    llm: Any,
+    sessions: list[list[ReplayTurn]],
+    vocab: int,
+    recorder: StepRecorder,
+    concurrency: int | None = None,
 ) -> tuple[dict[str, float], dict[str, Any]]:
-    """Run the workload on ``llm`` (idle, empty prefix cache); the engine's measurements and
-    its timeline (``calls``, ``steps``).  Every step goes through ``recorder``."""
+    """Run the workload on ``llm`` (idle, empty prefix cache), ``concurrency`` programs in
+    flight (None: all); the engine's measurements and its timeline (``calls``, ``steps``).
+    Every step goes through ``recorder``."""
     engine = llm.llm_engine
     sched = engine.engine_core.engine_core.scheduler
     preemptions = 0
@@ -128,6 +166,7 @@ def replay_engine(
 
     sched._preempt_request = counted  # count every preemption, whatever the scheduler
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
+    queue = ProgramQueue(programs, arrival_order(sessions, concurrency), concurrency)
     by_rid: dict[str, Program] = {}
     issued: dict[str, float] = {}
     ttfts: list[float] = []
@@ -165,6 +204,7 @@ def replay_engine(
             calls[out.request_id] |= {"finish_s": now, "prompt": len(out.prompt_token_ids or ()),
                                       "cached": out.num_cached_tokens or 0}  # fmt: skip
             finish_turn(p, list(out.outputs[0].token_ids), now)
+            queue.finished(p, now)
     pins = sched.ttl_stats()["pins"] if hasattr(sched, "ttl_stats") else 0
     makespan = max(p.done_s for p in programs if p.done_s is not None)
     jct = [p.done_s - p.first_s for p in programs]  # type: ignore[operator]
@@ -178,6 +218,16 @@ def replay_engine(
         "makespan_s": makespan,
         "pins": float(pins),
     }, {"calls": list(calls.values()), "steps": steps}
+
+
+def workload_sessions(args: argparse.Namespace) -> list[list[ReplayTurn]]:
+    """``--programs`` sessions of ``--turns`` turns: the shipped sessions that have that many
+    (``load_sessions``), taken again in order when there are fewer — eleven of the sixteen
+    have 18 turns.  A repeat is a program of its own: its tokens are drawn from its own seed,
+    so it shares no prefix with the first."""
+    base = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
+                         args.time_scale, args.max_gap_s)  # fmt: skip
+    return [base[i % len(base)] for i in range(args.programs)] if base else []
 
 
 def sim_programs(sessions: list[list[ReplayTurn]], block_tokens: int) -> list[SimProgram]:
@@ -227,11 +277,16 @@ def replay_sim(
     programs: list[SimProgram],
     settings: EngineSettings,
     calls: list[dict[str, Any]] | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, float]:
-    """The simulator's measurements; each call's timeline appended to ``calls`` if given."""
+    """The simulator's measurements, ``concurrency`` programs in flight (None: all from 0);
+    each call's timeline appended to ``calls`` if given."""
     cfg = EngineConfig(settings.block_size, settings.token_budget, settings.max_seqs)
     log = CallLog(make_policy(policy) if isinstance(policy, str) else policy)
-    m = simulate(hw, log, programs, open_loop=True, config=cfg)
+    if concurrency is None:
+        m = simulate(hw, log, programs, open_loop=True, config=cfg)
+    else:  # the engine's ProgramQueue starts them in this order (arrival_order)
+        m = simulate(hw, log, programs, concurrency=concurrency, seed=0, config=cfg)
     if calls is not None:
         calls.extend(log.calls.values())
     ttfts = m.ttfts_s
@@ -256,6 +311,7 @@ def replay_sim_jittered(
     rows: list[Row],
     seeds: int,
     per_seed_calls: list[list[dict[str, Any]]] | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, float]:
     """``replay_sim``'s measurements averaged over ``seeds`` runs whose step times scatter as
     the engine's did around ``hw``'s fit (``JitteredSteps``, ratios from ``rows``), with their
@@ -269,7 +325,7 @@ def replay_sim_jittered(
         steps = JitteredSteps(hw.steps, decode_ratios, other_ratios, seed)
         calls: list[dict[str, Any]] = []
         jittered = dataclasses.replace(hw, steps=steps)
-        runs.append(replay_sim(jittered, policy, programs, settings, calls))
+        runs.append(replay_sim(jittered, policy, programs, settings, calls, concurrency))
         if per_seed_calls is not None:
             per_seed_calls.append(calls)
     out = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}
@@ -340,11 +396,21 @@ def step_fit(hw: Hardware, rows: list[Row]) -> dict[str, float]:
 #: ``contended-long`` is ``contended`` with 18 turns per program (108 calls instead of 36): one
 #: call that hits on one side and not the other is ~1 pt of hit rate there, 2–3 pt on
 #: ``contended``, too coarse to check a 1 pt target.
+#: ``contended-many`` is ``contended-long`` four times over: 24 programs of 18 turns (432
+#: calls), six in flight (``--concurrency``: each later program starts when one ends, in the
+#: simulator's order), so the contention — six programs on 120 blocks — and each call's shape
+#: — a session of 18 turns scaled to 1,500 tokens — are ``contended-long``'s; more turns per
+#: program would scale each call smaller (the largest context of a session is what is scaled
+#: to ``--max-context``), more programs at once would compete for the cache harder.  The
+#: sessions with 18 turns are reused (``workload_sessions``).  The simulator's spread between
+#: jittered seeds is ~half ``contended-long``'s (bench/RESULTS.md, "a workload that resolves
+#: one point").
 CONTENDED = {"max_context": 1500, "max_out": 8, "blocks": 120, "max_model_len": 1600}
 WORKLOADS: dict[str, dict[str, Any]] = {
     "default": {},
     "contended": CONTENDED,
     "contended-long": {**CONTENDED, "turns": 18},
+    "contended-many": {**CONTENDED, "turns": 18, "programs": 24, "concurrency": 6},
 }
 
 
@@ -357,6 +423,7 @@ def simulate_profiles(
     probe: Hardware | None,
     probe_rows: list[Row],
     seeds: int,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     """The simulator against each engine run (``runs``: scheduler, policy, engine figures,
     usable blocks, recorded steps), on each profile, printed and returned.  Profiles:
@@ -384,11 +451,12 @@ def simulate_profiles(
             kv_bytes = float(run["blocks"] * settings.block_size * hw.kv_bytes_per_token)
             sized = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
             sim_calls: list[dict[str, Any]] = []
-            single = replay_sim(sized, run["policy"], programs, settings, sim_calls)
+            single = replay_sim(sized, run["policy"], programs, settings, sim_calls,
+                                concurrency)  # fmt: skip
             sim = single
             if seeds > 0 and scatter:
                 sim = replay_sim_jittered(sized, run["policy"], programs, settings, scatter,
-                                          seeds)  # fmt: skip
+                                          seeds, concurrency=concurrency)  # fmt: skip
             rows.append({"scheduler": run["scheduler"], "policy": run["policy"],
                          "engine": run["engine"], "sim": sim, "sim_calls": sim_calls,
                          "sim_deterministic": single,
@@ -443,6 +511,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--max-context", type=int, default=400)
     ap.add_argument("--max-out", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=None,
+                    help="programs in flight; each later one starts when one ends, in the "
+                         "simulator's order (default: all from the start)")  # fmt: skip
     ap.add_argument("--time-scale", type=float, default=0.05)
     ap.add_argument("--max-gap-s", type=float, default=2.0)
     ap.add_argument("--jitter-seeds", type=int, default=32,
@@ -464,12 +535,12 @@ def resimulate(args: argparse.Namespace) -> int:
     data = json.loads(Path(args.resimulate).read_text())
     recorded = argparse.Namespace(**data["meta"]["args"])
     settings = EngineSettings(**data["meta"]["settings"])
-    sessions = load_sessions(recorded.programs, recorded.turns, recorded.max_context,
-                             recorded.max_out, recorded.time_scale, recorded.max_gap_s)  # fmt: skip
+    sessions = workload_sessions(recorded)
     runs = runs_from_json(data)
     device = device_name(recorded.device)
+    concurrency = getattr(recorded, "concurrency", None)  # runs before --concurrency: None
     results = simulate_profiles(runs, sessions, settings, SHAPES[recorded.shape], device, None,
-                                [], args.jitter_seeds)  # fmt: skip
+                                [], args.jitter_seeds, concurrency)  # fmt: skip
     if args.json:
         meta = data["meta"] | {"resimulated_from": args.resimulate,
                                "jitter_seeds": args.jitter_seeds}  # fmt: skip
@@ -486,10 +557,10 @@ def main() -> int:
     settings = settings_from(args)
     shape = SHAPES[args.shape]
     device = device_name(args.device)
-    sessions = load_sessions(args.programs, args.turns, args.max_context, args.max_out,
-                             args.time_scale, args.max_gap_s)  # fmt: skip
-    if len(sessions) < args.programs:
-        print(f"only {len(sessions)} sessions have {args.turns} turns", file=sys.stderr)
+    sessions = workload_sessions(args)
+    if not sessions:
+        print(f"no shipped session has {args.turns} turns", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
     probe: Hardware | None = load_profile(args.profile) if args.profile else None
     record: dict[str, Any] = {}
@@ -514,7 +585,7 @@ def main() -> int:
                 sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
             vocab = min(500, len(llm.get_tokenizer()))
             recorder = StepRecorder(llm)
-            engine, timeline = replay_engine(llm, sessions, vocab, recorder)
+            engine, timeline = replay_engine(llm, sessions, vocab, recorder, args.concurrency)
             llm.llm_engine.engine_core.shutdown()
             del llm, sched
             gc.collect()
@@ -525,7 +596,8 @@ def main() -> int:
                          "timeline": timeline})  # fmt: skip
             print(f"{name}: engine done", file=sys.stderr)
     results = simulate_profiles(runs, sessions, settings, shape, device, probe,
-                                record.get("rows") or [], args.jitter_seeds)  # fmt: skip
+                                record.get("rows") or [], args.jitter_seeds,
+                                args.concurrency)  # fmt: skip
     for run in runs:
         total = sum(r[4] for r in run["steps"])
         share = sum(run["model_s"]) / total if total else float("nan")
