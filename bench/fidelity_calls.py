@@ -46,8 +46,8 @@ def sim_mean_cached(
     lateness (issue after previous finish + gap) averaged likewise."""
     a = data["meta"]["args"]
     settings = EngineSettings(**data["meta"]["settings"])
-    sessions = fidelity.load_sessions(a["programs"], a["turns"], a["max_context"], a["max_out"],
-                                      a["time_scale"], a["max_gap_s"])  # fmt: skip
+    sessions = fidelity.workload_sessions(argparse.Namespace(**a))
+    concurrency = a.get("concurrency")  # runs before --concurrency: all from the start
     programs = fidelity.sim_programs(sessions, settings.block_size)
     blocks = data["profiles"]["replay"]["rows"][0]["kv_blocks"]
     rows = [tuple(r) for r in data["steps"][scheduler]["rows"]]
@@ -56,7 +56,8 @@ def sim_mean_cached(
     hw = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
     gaps = {(p.program_id, i): t.think_s for p in programs for i, t in enumerate(p.turns)}
     per_seed: list[list[dict[str, Any]]] = []
-    fidelity.replay_sim_jittered(hw, policy, programs, settings, rows, seeds, per_seed)
+    fidelity.replay_sim_jittered(hw, policy, programs, settings, rows, seeds, per_seed,
+                                 concurrency)  # fmt: skip
     cached: dict[Key, list[float]] = {}
     late: dict[Key, list[float]] = {}
     for calls in per_seed:
