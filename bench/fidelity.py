@@ -414,6 +414,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {
 }
 
 
+def fitted_profile(
+    rows: list[Row], blocks: int, settings: EngineSettings, shape: Any, device: str
+) -> Hardware:
+    """A profile fitted (in seconds) to recorded steps, with exactly the engine's usable KV
+    blocks."""
+    hw = fit_rows(rows, shape, settings, device, blocks, relative=False)[0]
+    kv_bytes = float(blocks * settings.block_size * hw.kv_bytes_per_token)
+    return dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
+
+
 def simulate_profiles(
     runs: list[dict[str, Any]],
     sessions: list[list[ReplayTurn]],
@@ -433,7 +443,7 @@ def simulate_profiles(
     by the scatter of the steps it was fitted to (``replay_sim_jittered``)."""
 
     def fitted(rows: list[Row], blocks: int) -> Hardware:
-        return fit_rows(rows, shape, settings, device, blocks, relative=False)[0]
+        return fitted_profile(rows, blocks, settings, shape, device)
 
     stock = runs[0]
     stock_hw = fitted(stock["steps"], stock["blocks"])

@@ -22,14 +22,13 @@ from __future__ import annotations
 import fidelity  # isort: skip  (vLLM's environment first, as fidelity.py sets it)
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, fit_rows
+from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings
 
 Key = tuple[str, int]
 
@@ -51,9 +50,7 @@ def sim_mean_cached(
     programs = fidelity.sim_programs(sessions, settings.block_size)
     blocks = data["profiles"]["replay"]["rows"][0]["kv_blocks"]
     rows = [tuple(r) for r in data["steps"][scheduler]["rows"]]
-    hw, _ = fit_rows(rows, SHAPES[a["shape"]], settings, "cpu", blocks, relative=False)
-    kv_bytes = float(blocks * settings.block_size * hw.kv_bytes_per_token)
-    hw = dataclasses.replace(hw, kv_capacity_bytes=kv_bytes)
+    hw = fidelity.fitted_profile(rows, blocks, settings, SHAPES[a["shape"]], "cpu")
     gaps = {(p.program_id, i): t.think_s for p in programs for i, t in enumerate(p.turns)}
     per_seed: list[list[dict[str, Any]]] = []
     fidelity.replay_sim_jittered(hw, policy, programs, settings, rows, seeds, per_seed,
