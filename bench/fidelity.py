@@ -220,7 +220,7 @@ def replay_engine(
     }, {"calls": list(calls.values()), "steps": steps}
 
 
-def workload_sessions(args: argparse.Namespace) -> list[list[ReplayTurn]]:
+def workload_sessions(args: Any) -> list[list[ReplayTurn]]:
     """``--programs`` sessions of ``--turns`` turns: the shipped sessions that have that many
     (``load_sessions``), taken again in order when there are fewer — eleven of the sixteen
     have 18 turns.  A repeat is a program of its own: its tokens are drawn from its own seed,

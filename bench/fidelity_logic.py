@@ -52,7 +52,7 @@ from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, scheduled_shape, write_model_dir
-from vllm_replay import Program, finish_turn, issue_due_turns, load_sessions
+from vllm_replay import Program, finish_turn, issue_due_turns
 from vllm_replay import Turn as ReplayTurn
 
 #: vLLM behaviours ``--engine-like-sim`` can switch to the simulator's (one letter each).
@@ -84,6 +84,7 @@ class Workload:
     block_size: int = 16
     token_budget: int = 2048
     max_seqs: int = 32
+    concurrency: int = 0  # programs in flight, each later one when one ends (0: all at once)
 
     def settings(self) -> EngineSettings:
         return EngineSettings(
@@ -95,8 +96,7 @@ class Workload:
         return self.max_context + self.max_out + self.block_size
 
     def sessions(self) -> list[list[ReplayTurn]]:
-        return load_sessions(self.programs, self.turns, self.max_context, self.max_out,
-                             self.time_scale, self.max_gap_s)  # fmt: skip
+        return fidelity.workload_sessions(self)  # its fields are the workload flags
 
 
 def hardware(
@@ -333,6 +333,8 @@ def replay_engine(
     full_hits = _count_full_prompt_hits(sched)
     submit = _Submitter(sched, w.block_size, clock, arrive_apart)
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
+    in_flight = w.concurrency or None
+    queue = fidelity.ProgramQueue(programs, fidelity.arrival_order(sessions, in_flight), in_flight)
     finished_seq = {p.pid: i - len(programs) for i, p in enumerate(programs)}
     finishes = itertools.count()
     by_rid: dict[str, Program] = {}
@@ -371,6 +373,7 @@ def replay_engine(
             hits[rid] = [req.num_prompt_tokens, cached.pop(rid, 0)]
             output_tokens += req.num_output_tokens
             finish_turn(p, list(req.output_token_ids), now)
+            queue.finished(p, now)
             finished_seq[p.pid] = next(finishes)
     leaked = [b.block_id for b in pool.blocks if b.ref_cnt and not b.is_null]
     makespan = max(p.done_s for p in programs if p.done_s is not None)
@@ -410,7 +413,8 @@ def replay_sim(
 
     pol.finished = count_pins  # type: ignore[method-assign]
     calls: list[dict[str, Any]] = []
-    out: dict[str, Any] = fidelity.replay_sim(hw, pol, programs, w.settings(), calls)
+    out: dict[str, Any] = fidelity.replay_sim(hw, pol, programs, w.settings(), calls,
+                                              w.concurrency or None)  # fmt: skip
     hits = {f"{c['program']}-{c['turn']:04d}": [c["prompt"], c["cached"]] for c in calls}
     return out | {"pins": float(pins[0]), "per_request": hits}
 
