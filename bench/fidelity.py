@@ -129,10 +129,13 @@ def arrival_order(sessions: list[list[ReplayTurn]], concurrency: int | None) -> 
 class ProgramQueue:
     """The engine side of ``--concurrency``: the first ``concurrency`` programs of ``order`` are
     due at once, each later one when a program ends (the simulator's ``ConcurrencyArrivals``:
-    the replacement starts at the instant the ended program's last call finished)."""
+    the replacement starts at the instant the ended program's last call finished).
+    ``programs`` lists them in that order: the replay issues the turns due at one instant in
+    its list's order, and the first programs all start at 0 in the simulator's order."""
 
     def __init__(self, programs: list[Program], order: list[int], concurrency: int | None):
         ordered = [programs[i] for i in order]
+        self.programs = ordered
         self._waiting = ordered[concurrency:] if concurrency is not None else []
         for p in self._waiting:
             p.due_s = math.inf  # not issued until it starts
@@ -167,6 +170,7 @@ def replay_engine(
     sched._preempt_request = counted  # count every preemption, whatever the scheduler
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     queue = ProgramQueue(programs, arrival_order(sessions, concurrency), concurrency)
+    programs = queue.programs  # in start order: the first ones are issued in it at 0
     by_rid: dict[str, Program] = {}
     issued: dict[str, float] = {}
     ttfts: list[float] = []

@@ -335,6 +335,7 @@ def replay_engine(
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     in_flight = w.concurrency or None
     queue = fidelity.ProgramQueue(programs, fidelity.arrival_order(sessions, in_flight), in_flight)
+    programs = queue.programs  # in start order: the ties at 0 below go in it
     finished_seq = {p.pid: i - len(programs) for i, p in enumerate(programs)}
     finishes = itertools.count()
     by_rid: dict[str, Program] = {}

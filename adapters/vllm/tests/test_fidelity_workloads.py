@@ -116,15 +116,18 @@ def test_the_engine_starts_programs_in_the_simulators_order(fidelity, policy) ->
 
 
 def test_the_engine_queue_starts_the_next_program_when_one_ends(fidelity) -> None:
-    """``ProgramQueue``: the first ``concurrency`` of the order are due at once, the rest
-    not until a program ends, each at that instant and in order; a turn that is not a
-    program's last starts nothing; without ``concurrency`` every program is due at once."""
+    """``ProgramQueue``: the first ``concurrency`` of the order are due at once (listed in
+    that order), the rest not until a program ends, each at that instant and in order; a
+    turn that is not a program's last starts nothing; without ``concurrency`` every program
+    is due at once."""
     import random
 
     turns = [fidelity.ReplayTurn(10, 2, 0.5)] * 2
     programs = [fidelity.Program(f"prog{i}", turns, random.Random(i)) for i in range(4)]
     queue = fidelity.ProgramQueue(programs, [2, 0, 3, 1], 2)
     assert [p.due_s <= 0.0 for p in programs] == [True, False, True, False]
+    # the replay issues turns due at one instant in this list's order: 2 before 0 at 0
+    assert [p.pid for p in queue.programs] == ["prog2", "prog0", "prog3", "prog1"]
     fidelity.finish_turn(programs[2], [1, 2], 1.0)  # its first turn: nothing starts
     queue.finished(programs[2], 1.0)
     assert programs[3].due_s == programs[1].due_s == float("inf")
