@@ -69,6 +69,20 @@ def test_without_evictions_the_simulator_serves_each_request_as_vllm(tmp_path):
         assert abs(error) < 1e-6, (metric, row["engine"][metric], row["sim"][metric])
 
 
+def test_programs_in_flight_start_as_in_the_simulator(tmp_path):
+    # ``--concurrency``: three programs at a time on a cache they compete for, each later one
+    # started when one ends (18 programs: two sessions taken twice).  Stock vLLM and the
+    # simulator must still agree request by request: both start the same program at the
+    # same instant, and the first three at 0 in one order.
+    args = ["--programs", "18", "--concurrency", "3", "--blocks", "500", "--stock-only"]
+    (row,) = harness(tmp_path, "in-flight", *args)["rows"]
+    assert row["requests"]["requests"] == 18 * 4
+    assert row["engine"]["evicted_blocks"] > 0
+    assert row["requests"]["differ"] == 0, row["requests"]["first"]
+    for metric, error in row["error"].items():
+        assert abs(error) < 1e-6, (metric, row["engine"][metric], row["sim"][metric])
+
+
 def test_pins_only_the_simulator_prices_and_pins_as_ttlscheduler(tmp_path):
     # TTLScheduler prices a lost prefix with TTLPolicy.miss_cost_s, fitted to the prefill
     # steps it timed; ttlpolicy:adapter feeds the library the same samples.  With load
