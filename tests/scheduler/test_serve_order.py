@@ -95,10 +95,10 @@ def replay(s, programs, slots: int) -> list[str]:
     service when queued, tallied here — is below the popped call's arrival (a request queued
     at rank r runs before anything arriving after r), and first calls never pass a waiting
     returning one."""
-    served = {}  # program -> engine seconds run so far (the test's own tally)
-    rank = {}  # waiting returning call -> its rank, fixed when it arrived
-    arrival = {}
-    popped_order = []
+    served: dict[str, float] = {}  # program -> engine seconds run so far (the test's own tally)
+    rank: dict[str, float] = {}  # waiting returning call -> its rank, fixed when it arrived
+    arrival: dict[str, float] = {}
+    popped_order: list[str] = []
     events: list[tuple[float, int, str, str, int]] = []  # (time, seq, kind, program, turn)
     for i, (offset, _) in enumerate(programs):
         events.append((offset * i, i, "arrive", f"p{i}", 0))

@@ -61,7 +61,8 @@ Choices (the same in both backends):
   after ``r`` (its wait is bounded; nobody starves).  For engines whose lost cache is a
   cheap reload (an offload tier): there serving the least-served program first shortens
   the mean when programs' lengths are heavy-tailed, while without a tier it spreads memory
-  over more contexts and re-prefills the longest (bench/RESULTS.md, "Serving order").
+  over more contexts and re-prefills the longest (bench/RESULTS.md, "Serving order at the
+  onset" and "With a tier, returning calls by attained service").
   First calls rank after every returning call, by program arrival, in both orders (an
   engine that stops at a head refused admission never blocks an admitted program's call);
   preempted calls resume by program arrival.
