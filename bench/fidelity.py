@@ -12,7 +12,10 @@ the replay's own load; the TTL replay's steps are out of that fit's sample), whi
 the step-time model's error from the calibration's.  Every engine runs the calibration probe
 once, unrecorded, before its replay (``warm_up``): a fresh engine runs slow for its first
 minute.  ``--workload contended`` is a workload where the two schedulers differ by more than
-the engine's run-to-run spread (``WORKLOADS``).
+the engine's run-to-run spread (``WORKLOADS``); ``contended-many`` has four times
+``contended-long``'s calls with the same six programs in flight (``--concurrency``: each later
+program starts when one ends, in the simulator's order), so one run resolves ~1.4 pt of hit
+rate.
 
 A third profile, ``own``, simulates each replay on a fit to its own steps (for when the
 machine's speed changed between the two replays).  The simulator's figures are the mean of
