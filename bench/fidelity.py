@@ -62,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -312,7 +313,7 @@ def replay_sim(
 
 def replay_sim_jittered(
     hw: Hardware,
-    policy: str,
+    policy: str | Callable[[], Policy],
     programs: list[SimProgram],
     settings: EngineSettings,
     rows: list[Row],
@@ -323,6 +324,7 @@ def replay_sim_jittered(
     """``replay_sim``'s measurements averaged over ``seeds`` runs whose step times scatter as
     the engine's did around ``hw``'s fit (``JitteredSteps``, ratios from ``rows``), with their
     hit rate's spread (``hit_rate_sd``); each run's calls appended to ``per_seed_calls``.
+    ``policy``: a name, or a factory called once per run (a policy keeps state).
     The engine's hit rate is an average over its steps' scatter; one deterministic run is one
     draw of it, and ±1 % on every step moves it by up to 5 points on ``contended-long``
     (bench/RESULTS.md, "why the hit rate read low")."""
@@ -332,7 +334,8 @@ def replay_sim_jittered(
         steps = JitteredSteps(hw.steps, decode_ratios, other_ratios, seed)
         calls: list[dict[str, Any]] = []
         jittered = dataclasses.replace(hw, steps=steps)
-        runs.append(replay_sim(jittered, policy, programs, settings, calls, concurrency))
+        pol = policy if isinstance(policy, str) else policy()
+        runs.append(replay_sim(jittered, pol, programs, settings, calls, concurrency))
         if per_seed_calls is not None:
             per_seed_calls.append(calls)
     out = {k: statistics.fmean(r[k] for r in runs) for k in runs[0]}

@@ -112,10 +112,12 @@ class FirstStepPlans:
 
 
 class Admissions:
-    """A policy whose admissions are noted for ``FirstStepPlans``."""
+    """A policy whose admissions are noted for ``FirstStepPlans`` (a new one starts a new run:
+    the admissions of the last are forgotten)."""
 
     def __init__(self, policy: Any, plans: FirstStepPlans) -> None:
         self._policy, self._plans = policy, plans
+        plans.admitted_at.clear()
 
     def admitted(self, call: Any, now: float, cache_dropped: bool) -> None:
         self._plans.admitted_at[id(call)] = call.computed
@@ -128,20 +130,14 @@ class Admissions:
 def hit_rate_mean(hw: Hardware, policy: str, programs: Any, settings: EngineSettings,
                   scatter: list[Any], seeds: int, surcharge_s: float,
                   concurrency: int | None) -> float:  # fmt: skip
-    from ttlpolicy.sim.hardware import JitteredSteps, step_ratios
     from ttlpolicy.sim.policies import make_policy
 
-    decode_ratios, other_ratios = step_ratios(hw.steps, scatter)
-    hits = []
-    for seed in range(seeds):
-        jittered = dataclasses.replace(
-            hw, steps=JitteredSteps(hw.steps, decode_ratios, other_ratios, seed)
-        )
-        with FirstStepPlans(surcharge_s) as plans:
-            pol = Admissions(make_policy(policy), plans)
-            out = fidelity.replay_sim(jittered, pol, programs, settings, None, concurrency)
-        hits.append(out["hit_rate"])
-    return statistics.fmean(hits)
+    with FirstStepPlans(surcharge_s) as plans:
+        out = fidelity.replay_sim_jittered(
+            hw, lambda: Admissions(make_policy(policy), plans), programs, settings, scatter,
+            seeds, concurrency=concurrency,
+        )  # fmt: skip
+    return out["hit_rate"]
 
 
 def main(argv: list[str] | None = None) -> int:
