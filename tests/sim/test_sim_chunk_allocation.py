@@ -99,3 +99,52 @@ def test_a_later_chunk_that_does_not_fit_preempts_the_last_running_call() -> Non
     assert m.recomputed_tokens == 160 - 6 * BLOCK
     assert m.hit_tokens == 0  # (a preempted call's hit counts as recomputation avoided)
     assert m.prefill_tokens == 160 + 99 + 64
+
+
+class OrderFlipsAt(VLLM):
+    """Stock vLLM with an eviction order that reads the clock, as the TTL policy's next-use
+    order does (a program away longer than its tool ever took stops being expected back):
+    P's chain goes first before ``flip_s``, Q's from then on.  No event marks the flip."""
+
+    name = "vllm-order-flips"
+
+    def __init__(self, flip_s: float) -> None:
+        super().__init__()
+        self.flip_s = flip_s
+
+    def bind(self, view) -> None:  # type: ignore[no-untyped-def]
+        super().bind(view)
+        self.view = view
+
+    def eviction_order(self) -> Callable[[list[str]], list[str]]:
+        first = lambda: "P" if self.view.now < self.flip_s else "Q"  # noqa: E731
+        return lambda programs: sorted(programs, key=lambda p: p != first())
+
+
+def flip_scenario(policy: VLLM) -> Engine:
+    # 72 blocks of 16 tokens, a budget of 32 (two blocks a step).  P and Q (one call each)
+    # leave 4-block chains in the free queue; X arrives at 1.0 s with 68 blocks of prompt,
+    # prefilled in 34 full-budget chunks with no event between them: the engine may jump
+    # over them as one run.  Chunks 1-32 take the 64 free blocks; chunks 33 and 34 evict
+    # 2 blocks each, in the order of the instant each is scheduled (its step's start).
+    p = Program("P", (Turn(64, 1, 0, 0.0, None),))
+    q = Program("Q", (Turn(64, 1, 0, 0.0, None),))
+    x = Program("X", (Turn(68 * BLOCK, 1, 0, 0.0, None),))
+    engine = Engine(hw_blocks(72), policy, EngineConfig(BLOCK, 32, 8))
+    engine.add_programs([(0.0, p), (0.5, q), (1.0, x)])
+    engine.run()
+    engine.kv.check()
+    return engine
+
+
+def test_a_clock_read_eviction_order_is_read_when_the_evicting_step_is_scheduled() -> None:
+    # X's prefill ends (its one token sampled) at the same instant whichever chain goes: X
+    # hits nothing.  Flip the order just before that instant, after chunk 34 was scheduled:
+    # both evicting chunks were scheduled while P came first, so P's chain goes and Q's
+    # stays.  (Allocating a run's later chunks when the run ends reads the order after the
+    # flip: Q's chain went and P's stayed.)
+    end_s = flip_scenario(VLLM()).metrics.makespan_s
+    engine = flip_scenario(OrderFlipsAt(end_s - 1e-9))
+    assert engine.metrics.makespan_s == end_s
+    assert engine.kv.chain_blocks("P") == 0
+    assert engine.kv.chain_blocks("Q") == 4

@@ -15,7 +15,8 @@ nothing.
 
 The engine jumps over runs of identical steps — a decode-only batch, or one long prefill
 chunked at the full budget — summing their step times in closed form (their blocks past the
-first step's allocated at the end of the run), and stops a jump at the
+first step's allocated at the end of the run; under a policy's eviction order, which reads
+the clock, a run ends before a step that would evict), and stops a jump at the
 next event (a call issued, a pin deadline, a reload done, a call finishing, memory running
 short).  Results are deterministic for a given workload, policy and seed.
 """
@@ -445,6 +446,13 @@ class Engine:
                 bound += -(-(c.computed + n * k) // b) - c.blocks
             if bound > avail and self._run_need(dec, chunks, k) > avail:
                 k = self._fit_memory(dec, chunks, k, avail)
+            # A policy's eviction order reads the clock (next uses move with time): a later
+            # step that evicts must evict in the order of its own start, when vLLM allocates
+            # its blocks, not at the run's end.  So the run stops before the first such step.
+            if k > 1 and kv.eviction_order is not None:
+                free_now = avail - kv.cached  # kv.free_blocks: no eviction within these
+                if bound > free_now and self._run_need(dec, chunks, k) > free_now:
+                    k = self._fit_memory(dec, chunks, k, free_now)
         seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
             return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
@@ -540,8 +548,9 @@ class Engine:
                 if c.generated >= c.output:
                     done.append(c)
         # One allocation for the run's later steps: the same blocks are evicted as by one
-        # allocation per call and step, since a policy's eviction order is a sort by a key of
-        # its own (the order of what is left after an eviction is the rest of the same order).
+        # allocation per call and step, since an LRU queue's order is the rest of the same
+        # order after an eviction (a policy's order, which reads the clock, evicts nothing
+        # here: ``_plan`` ends a run before a later step would evict).
         if growth:
             ok = kv.grow(growth)
             assert ok, "a run's blocks were checked against free memory"
