@@ -9,7 +9,7 @@ use pyo3::types::PyList;
 use ttlpolicy_core::admission::AdmissionControl;
 use ttlpolicy_core::scheduler::DEFAULT_MAX_IDLE_PROGRAMS;
 
-use crate::convert::{call1, tool_now, type_name, Arg, Args};
+use crate::convert::{call1, call2, tool_now, type_name, Arg, Args};
 use crate::policy::PyTTLPolicy;
 use crate::scheduler::{id_str, items, Flag};
 
@@ -154,15 +154,28 @@ impl PyAdmissionControl {
         now: Arg<f64>,
     ) -> PyResult<Bound<'py, PyList>> {
         let items = items("program_ids", "str", program_ids)?;
-        let ids = items
-            .iter()
-            .map(|item| id_str("program_ids", item))
-            .collect::<PyResult<Vec<&str>>>()?;
+        let ids = program_ids_of(&items)?;
         let policy = self.policy.borrow(py);
         let ranks = call1("now", now, |t| {
             self.inner.eviction_ranks(policy.core(), &ids, t)
         })?;
         PyList::new(py, ranks.into_iter().map(|i| &items[i]))
+    }
+
+    fn next_order_change_s(
+        &self,
+        py: Python<'_>,
+        program_ids: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        until_s: Arg<f64>,
+    ) -> PyResult<f64> {
+        let items = items("program_ids", "str", program_ids)?;
+        let ids = program_ids_of(&items)?;
+        let policy = self.policy.borrow(py);
+        call2(("now", now), ("until_s", until_s), |t, until| {
+            self.inner
+                .next_order_change_s(policy.core(), &ids, t, until)
+        })
     }
 
     fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -184,4 +197,12 @@ impl PyAdmissionControl {
     fn waiting_count(&self) -> usize {
         self.inner.waiting_count()
     }
+}
+
+/// The ids of `program_ids`' items, each checked as an id.
+fn program_ids_of<'a>(items: &'a [Bound<'_, PyAny>]) -> PyResult<Vec<&'a str>> {
+    items
+        .iter()
+        .map(|item| id_str("program_ids", item))
+        .collect()
 }

@@ -496,6 +496,11 @@ class AdmissionControl:
         """True for an admitted program; admits the oldest waiting one when its footprint
         fits beside the working set (or nobody is admitted)."""
     def eviction_order(self, program_ids: Iterable[str], now: SupportsFloat) -> list[str]: ...
+    def next_order_change_s(
+        self, program_ids: Iterable[str], now: SupportsFloat, until_s: SupportsFloat
+    ) -> float:
+        """The first instant in ``(now, until_s]`` at which ``eviction_order(program_ids, ·)``
+        differs from its answer at ``now`` with no event in between (``inf``: none)."""
     def admitted(self, program_id: str) -> bool: ...
     @property
     def admitted_count(self) -> int: ...

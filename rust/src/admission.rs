@@ -261,10 +261,19 @@ impl AdmissionControl {
     }
 
     fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
+        let samples = match (prog.live, prog.tool.as_deref()) {
+            (0, Some(tool)) => Self::samples(policy, tool),
+            _ => &[],
+        };
+        Self::next_use_on(prog, samples, policy, t)
+    }
+
+    /// [`next_use`](Self::next_use) with the program's durations (`samples`) looked up.
+    fn next_use_on(prog: &Program, samples: &[f64], policy: &TTLPolicy, t: f64) -> f64 {
         if prog.live > 0 {
             return 0.0;
         }
-        let (Some(tool), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
+        let (Some(_), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
             return f64::INFINITY;
         };
         let elapsed = t - since;
@@ -272,7 +281,6 @@ impl AdmissionControl {
         if elapsed > cfg.max_ttl_s {
             return f64::INFINITY; // away longer than any pin lasts: not expected back
         }
-        let samples = Self::samples(policy, tool);
         let n = samples.len();
         if n == 0 {
             return cfg.prior_mean_s * std::f64::consts::LN_2;
@@ -454,24 +462,138 @@ impl AdmissionControl {
         let t = self.check_now(now)?;
         self.now = t;
         let mut out: Vec<usize> = Vec::with_capacity(program_ids.len());
-        let mut known: Vec<(f64, f64, usize)> = Vec::with_capacity(program_ids.len());
+        let mut known: Vec<usize> = Vec::with_capacity(program_ids.len());
         for (i, p) in program_ids.iter().enumerate() {
-            match self.programs.get(p.as_ref()) {
-                None => out.push(i),
-                Some(prog) => known.push((Self::next_use(prog, policy, t), prog.arrival_s, i)),
+            if self.programs.contains_key(p.as_ref()) {
+                known.push(i);
+            } else {
+                out.push(i);
             }
         }
+        out.extend(self.sorted_known(policy, program_ids, &known, t));
+        Ok(out)
+    }
+
+    /// The positions `known` (of programs in `program_ids` this controller knows) in eviction
+    /// order at `t`.
+    fn sorted_known<S: AsRef<str>>(
+        &self,
+        policy: &TTLPolicy,
+        program_ids: &[S],
+        known: &[usize],
+        t: f64,
+    ) -> Vec<usize> {
+        let mut keyed: Vec<(f64, f64, usize)> = known
+            .iter()
+            .map(|&i| {
+                let prog = &self.programs[program_ids[i].as_ref()];
+                (Self::next_use(prog, policy, t), prog.arrival_s, i)
+            })
+            .collect();
         // Descending next use, then descending arrival, then ascending id (the reference's
         // key (-next_use, -arrival, id); partial_cmp so that 0.0 == -0.0 as in Python). A
         // stable sort: equal ids keep the order given, as in the reference.
-        known.sort_by(|a, b| {
+        keyed.sort_by(|a, b| {
             b.0.partial_cmp(&a.0)
                 .unwrap_or(Ordering::Equal)
                 .then_with(|| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal))
                 .then_with(|| program_ids[a.2].as_ref().cmp(program_ids[b.2].as_ref()))
         });
-        out.extend(known.into_iter().map(|(_, _, i)| i));
-        Ok(out)
+        keyed.into_iter().map(|(_, _, i)| i).collect()
+    }
+
+    /// The first instant in `(now, until_s]` at which
+    /// [`eviction_order`](Self::eviction_order) of `program_ids` differs from its answer at
+    /// `now` with no event in between; `inf` if none (it looks no further than `until_s`).
+    /// Moves no clock. Only a jump of a next use changes the order (the reference's
+    /// `next_order_change_s` says why): the order is compared at each jump, in time order.
+    pub fn next_order_change_s<S: AsRef<str>>(
+        &self,
+        policy: &TTLPolicy,
+        program_ids: &[S],
+        now: f64,
+        until_s: f64,
+    ) -> Result<f64> {
+        for p in program_ids {
+            check_id("program_ids", p.as_ref())?;
+        }
+        let t = self.check_now(now)?;
+        let until = finite("until_s", until_s)?;
+        // unknown programs go first, in a fixed order
+        let known: Vec<usize> = (0..program_ids.len())
+            .filter(|&i| self.programs.contains_key(program_ids[i].as_ref()))
+            .collect();
+        if known.len() < 2 || until <= t {
+            return Ok(f64::INFINITY);
+        }
+        let max_ttl_s = policy.config().max_ttl_s;
+        let mut jumps: Vec<f64> = Vec::new();
+        for &i in &known {
+            let prog = &self.programs[program_ids[i].as_ref()];
+            let (Some(tool), Some(since), 0) = (prog.tool.as_deref(), prog.away_since_s, prog.live)
+            else {
+                continue; // a constant next use: 0, or inf
+            };
+            if t - since > max_ttl_s {
+                continue; // inf from now on
+            }
+            let leave = first_instant(since, max_ttl_s, true);
+            if leave <= until {
+                jumps.push(leave);
+            }
+            let samples = Self::samples(policy, tool); // none: the prior's constant
+            let mut k = samples.partition_point(|&x| x <= t - since);
+            while k < samples.len() {
+                let d = samples[k];
+                let at = first_instant(since, d, false);
+                if at > until || at >= leave {
+                    break;
+                }
+                jumps.push(at);
+                k += samples[k..].partition_point(|&x| x <= d); // past the durations equal to d
+            }
+        }
+        jumps.sort_by(f64::total_cmp);
+        jumps.dedup();
+        // The order at `t`, and whether it still sorts each jump's keys (adjacent pairs in
+        // the sort's order: descending next use, then arrival, then ascending id) — the
+        // reference sorts again and compares, which is the same question.
+        let before: Vec<(&Program, &str, &[f64])> = self
+            .sorted_known(policy, program_ids, &known, t)
+            .into_iter()
+            .map(|i| {
+                let id = program_ids[i].as_ref();
+                let prog = &self.programs[id];
+                let samples = match (prog.live, prog.tool.as_deref()) {
+                    (0, Some(tool)) => Self::samples(policy, tool),
+                    _ => &[],
+                };
+                (prog, id, samples)
+            })
+            .collect();
+        let mut keys = vec![0.0f64; before.len()];
+        for at in jumps {
+            for (key, (prog, _, samples)) in keys.iter_mut().zip(&before) {
+                *key = Self::next_use_on(prog, samples, policy, at);
+            }
+            let out_of_order = (1..before.len()).any(|j| {
+                let (a, b) = (&before[j - 1], &before[j]);
+                keys[j]
+                    .partial_cmp(&keys[j - 1])
+                    .unwrap_or(Ordering::Equal)
+                    .then_with(|| {
+                        b.0.arrival_s
+                            .partial_cmp(&a.0.arrival_s)
+                            .unwrap_or(Ordering::Equal)
+                    })
+                    .then_with(|| a.1.cmp(b.1))
+                    == Ordering::Greater
+            });
+            if out_of_order {
+                return Ok(at);
+            }
+        }
+        Ok(f64::INFINITY)
     }
 
     // -- views -------------------------------------------------------------------------------
@@ -585,6 +707,36 @@ mod tests {
         // (0.1 + 4.0) - 0.1 < 4.0: the sum alone rounds short
         let at = ac.next_shrink_s(&pol, 0.1).unwrap();
         assert!(at - 0.1 >= 4.0 && at.next_down() - 0.1 < 4.0);
+    }
+
+    #[test]
+    fn the_eviction_order_changes_at_a_jump_that_reorders() {
+        // "t" took 1, 3 and 10 s; a left at 0 s, b at 1 s. At 1.5 s: a's next use is the
+        // median of {3, 10} - 1.5 = 1.5, b's of {1, 3, 10} - 0.5 = 2.5: b goes first. b's
+        // jump at 2 s (its time away reaches 1 s) keeps the order (2 against 1); a's at 3 s
+        // (10 - 3 = 7 against 1) reverses it; b's at 4 s (7 against 6) reverses it again.
+        let (pol, mut ac) = admitted_p(1, "t", &[1.0, 3.0, 10.0]);
+        ac.end("p").unwrap();
+        ac.arrive("a", 0.0, 10).unwrap();
+        ac.finish("a", 0.0, 10, Some("t"), 1.0, false).unwrap();
+        ac.arrive("b", 0.5, 10).unwrap();
+        ac.finish("b", 1.0, 10, Some("t"), 1.0, false).unwrap();
+        let ids = ["a", "b"];
+        assert_eq!(ac.next_order_change_s(&pol, &ids, 1.5, 100.0).unwrap(), 3.0);
+        assert_eq!(ac.next_order_change_s(&pol, &ids, 1.5, 3.0).unwrap(), 3.0);
+        let never = ac
+            .next_order_change_s(&pol, &ids, 1.5, 3.0f64.next_down())
+            .unwrap();
+        assert_eq!(never, f64::INFINITY);
+        assert_eq!(ac.next_order_change_s(&pol, &ids, 3.0, 100.0).unwrap(), 4.0);
+        // one known program has one order; the query moved no clock
+        assert_eq!(
+            ac.next_order_change_s(&pol, &["a", "zz"], 1.5, 100.0)
+                .unwrap(),
+            f64::INFINITY
+        );
+        assert_eq!(ac.eviction_order(&pol, &ids, 1.5).unwrap(), vec!["b", "a"]);
+        assert_eq!(ac.eviction_order(&pol, &ids, 3.0).unwrap(), vec!["a", "b"]);
     }
 
     #[test]

@@ -217,6 +217,8 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
     ("AdmissionControl", admission, "next_shrink_s", dict(now=3.0)),
     ("AdmissionControl", admission, "may_run", dict(program_id="B", now=3.0)),
     ("AdmissionControl", admission, "eviction_order", dict(program_ids=["A", "B"], now=3.0)),
+    ("AdmissionControl", admission, "next_order_change_s",
+     dict(program_ids=["A", "B"], now=3.0, until_s=9.0)),
     ("AdmissionControl", admission, "admitted", dict(program_id="A")),
 ]  # fmt: skip
 

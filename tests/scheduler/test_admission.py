@@ -211,6 +211,34 @@ def test_a_program_ends_on_its_last_turn(impl):
         ac.may_run("p", 1.0)
 
 
+def test_the_eviction_order_changes_only_at_a_jump_that_reorders(impl):
+    # "t" took 1, 3 and 10 s; a left at 0 s, b at 1 s.  At 1.5 s a's next use is the median
+    # of {3, 10} - 1.5 = 1.5 s, b's the median of {1, 3, 10} - 0.5 = 2.5 s: b goes first.
+    # Both fall together until a jump: b's at 2 s (its time away reaches 1 s: 3 - 1 = 2
+    # against a's 1) keeps the order; a's at 3 s (10 - 3 = 7 against b's 1) reverses it;
+    # b's at 4 s (10 - 3 = 7 against a's 6) reverses it again.
+    ac, policy = make(impl, min_tool_samples=1)
+    for d in (1.0, 3.0, 10.0):
+        policy.observe_tool("t", d)
+    ac.arrive("a", 0.0, 10)
+    ac.finish("a", 0.0, 10, tool="t")
+    ac.arrive("b", 0.5, 10)
+    ac.finish("b", 1.0, 10, tool="t")
+    assert ac.next_order_change_s(["a", "b"], 1.5, 100.0) == 3.0
+    assert ac.next_order_change_s(["a", "b"], 1.5, 3.0) == 3.0  # until_s is included
+    assert ac.next_order_change_s(["a", "b"], 1.5, math.nextafter(3.0, 0.0)) == math.inf
+    assert ac.next_order_change_s(["b", "zz", "a"], 3.0, 100.0) == 4.0
+    assert ac.next_order_change_s(["a", "zz"], 1.5, 100.0) == math.inf  # one known program
+    # it moved no clock: the order at 1.5 s is still asked for, and is as said
+    assert ac.eviction_order(["a", "b"], 1.5) == ["b", "a"]
+    assert ac.eviction_order(["a", "b"], 3.0) == ["a", "b"]
+    assert ac.eviction_order(["a", "b"], 4.0) == ["b", "a"]
+    # past its last recorded duration a program is not expected back (inf, for good): a at
+    # 10 s goes first; b follows at 11 s, and arrived later: it goes first; then no change
+    assert ac.next_order_change_s(["a", "b"], 10.0, 1e9) == 11.0
+    assert ac.next_order_change_s(["a", "b"], 11.0, 1e9) == math.inf
+
+
 @pytest.mark.parametrize(
     "call, error",
     [
@@ -228,6 +256,10 @@ def test_a_program_ends_on_its_last_turn(impl):
         (lambda ac: ac.end("nobody"), KeyError),
         (lambda ac: ac.eviction_order("p", 5.0), TypeError),
         (lambda ac: ac.eviction_order(["p", ""], 5.0), ValueError),
+        (lambda ac: ac.next_order_change_s(["p"], 5.0, math.nan), ValueError),
+        (lambda ac: ac.next_order_change_s(["p"], 5.0, math.inf), ValueError),
+        (lambda ac: ac.next_order_change_s(["p"], -1.0, 9.0), ValueError),  # time goes back
+        (lambda ac: ac.next_order_change_s([3], 5.0, 9.0), TypeError),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(impl, call, error):

@@ -229,3 +229,59 @@ def test_backends_agree_on_when_the_working_set_shrinks(durations, programs, now
         assert ac.admitted_count == len(programs)  # 1000 blocks: all fit
         shrinks.append(ac.next_shrink_s(now))
     assert shrinks[0] == shrinks[1]
+
+
+away_dyadic = st.tuples(  # as ``away``, leaving at instants exact in binary (keys then round
+    st.integers(1, 60),  # nowhere: the property below compares orders at other instants)
+    st.sampled_from(TOOLS),
+    st.sampled_from([0.5, 2.0, 6.0, 20.0]),
+    st.sampled_from([1.0, 1.25, 4.0]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=12),
+    st.lists(away_dyadic, min_size=1, max_size=5),
+    st.sampled_from(both_backends()),
+    st.lists(st.integers(1, 16 * 80), min_size=1, max_size=8),
+    st.booleans(),
+)
+def test_the_eviction_order_holds_until_it_is_said_to_change(
+    durations, programs, backend, sixteenths, live_one
+):
+    """With no event in between, ``eviction_order`` at any instant before
+    ``next_order_change_s(ids, now, until_s)`` is its order at ``now``, and differs at that
+    instant — the promise that lets the simulator allocate a run of steps' blocks at once."""
+    ac, names = gone_on_tools(backend.values[0] or REFERENCE, durations, programs, 1000)
+    now, until_s = 5.0, 85.0
+    if live_one:
+        ac.arrive(names[0], now, 1)  # back: next use 0 from now on
+    ids = [*names, "gone"]  # "gone": unknown, first of all
+    change_s = ac.next_order_change_s(ids, now, until_s)
+    assert change_s > now
+    assert change_s == math.inf or change_s <= until_s
+    before = ac.eviction_order(ids, now)
+    for t in sorted(now + n / 16 for n in sixteenths):
+        if t >= change_s:
+            break
+        assert ac.eviction_order(ids, t) == before, (t, change_s)
+    if change_s < math.inf:
+        assert ac.eviction_order(ids, change_s) != before
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=80),
+    st.lists(away, min_size=1, max_size=5),
+    st.sampled_from([4.0, 4.5, 9.0, 30.0, 60.0]),
+    st.sampled_from([0.5, 10.0, 100.0]),
+)
+def test_backends_agree_on_when_the_eviction_order_changes(durations, programs, now, window_s):
+    """The Rust core checks the order kept at each jump pair by pair; the reference sorts
+    again and compares: the same instant either way."""
+    changes = []
+    for b in both_backends():
+        ac, names = gone_on_tools(b.values[0] or REFERENCE, durations, programs, 1000)
+        changes.append(ac.next_order_change_s([*names, "gone"], now, now + window_s))
+    assert changes[0] == changes[1]

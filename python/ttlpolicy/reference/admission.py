@@ -50,7 +50,8 @@ Rules (the same in both backends):
   does not ask at every step (a simulator jumping over runs of steps) asks again then.
 * **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
   the latest goes first (ties: the latest-arrived program first); unknown or ended
-  programs' contexts before any live one.
+  programs' contexts before any live one.  With no event it changes only when a next use
+  jumps (``next_order_change_s``): between jumps the finite ones fall together.
 
 Invariant (why it cannot livelock or starve): admitted programs are never blocked by
 admission, so they run to their end — and every admitted program arrived strictly before any
@@ -372,9 +373,57 @@ class AdmissionControl:
         self._now = t
         unknown = [p for p in ids if p not in self._programs]
         known = [p for p in ids if p in self._programs]
+        return unknown + self._sorted(known, t)
+
+    def _sorted(self, known: list[str], t: float) -> list[str]:
+        """Known programs in eviction order at ``t`` (latest next use first)."""
         progs = self._programs
-        known.sort(key=lambda p: (-self._next_use(progs[p], t), -progs[p].arrival_s, p))
-        return unknown + known
+        return sorted(known, key=lambda p: (-self._next_use(progs[p], t), -progs[p].arrival_s, p))
+
+    def next_order_change_s(self, program_ids: Any, now: Any, until_s: Any) -> float:
+        """The first instant in ``(now, until_s]`` at which ``eviction_order(program_ids, ·)``
+        differs from its answer at ``now`` with no event in between; ``inf`` if none (it
+        looks no further than ``until_s``).  Moves no clock.
+
+        Only a jump of a next use changes the order: between jumps every finite next use of
+        a program away falls at the clock's pace, so two keep their order, and a falling one
+        never meets a constant one (0 for a live request, ``inf``; the prior's constant
+        applies only while no duration is recorded at all, when none falls).  A next use
+        jumps when its time away reaches a recorded duration or passes ``max_ttl_s``; the
+        order is compared at each such instant, in time order (to the rounding of the keys:
+        two next uses within an ulp of each other may swap between jumps).  An engine that
+        jumps over runs of steps evicts in the order of each step's start by asking this."""
+        ids = check_ids("program_ids", program_ids)
+        t = self._check_now(now)
+        until = finite("until_s", until_s)
+        progs = self._programs
+        known = [p for p in ids if p in progs]  # unknown programs go first, in a fixed order
+        if len(known) < 2 or until <= t:
+            return math.inf
+        max_ttl_s = self.policy.config.max_ttl_s
+        jumps: set[float] = set()
+        for p in known:
+            prog = progs[p]
+            since = prog.away_since_s
+            if prog.live > 0 or prog.tool is None or since is None or t - since > max_ttl_s:
+                continue  # a constant next use: 0, or inf from now on
+            leave = _first_instant(since, max_ttl_s, beyond=True)
+            if leave <= until:
+                jumps.add(leave)
+            samples = self._samples(prog.tool)  # none: the prior's constant
+            k = bisect.bisect_right(samples, t - since)
+            while k < len(samples):
+                d = samples[k]
+                at = _first_instant(since, d, beyond=False)
+                if at > until or at >= leave:
+                    break
+                jumps.add(at)
+                k = bisect.bisect_right(samples, d, k)  # past the durations equal to d
+        before = self._sorted(known, t)
+        for at in sorted(jumps):
+            if self._sorted(known, at) != before:
+                return at
+        return math.inf
 
     # -- views ----------------------------------------------------------------------------
     def admitted(self, program_id: Any) -> bool:
