@@ -112,12 +112,11 @@ class OrderFlipsAt(VLLM):
         super().__init__()
         self.flip_s = flip_s
 
-    def bind(self, view) -> None:  # type: ignore[no-untyped-def]
-        super().bind(view)
-        self.view = view
-
     def eviction_order(self) -> Callable[[list[str]], list[str]]:
-        first = lambda: "P" if self.view.now < self.flip_s else "Q"  # noqa: E731
+        def first() -> str:
+            assert self.view is not None  # (bound before the run)
+            return "P" if self.view.now < self.flip_s else "Q"
+
         return lambda programs: sorted(programs, key=lambda p: p != first())
 
 

@@ -10,6 +10,9 @@ chunk loop for every prefill.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
 from trace_files import DATA
@@ -52,3 +55,56 @@ def test_loop_shortcuts_give_the_plain_results(
     assert fast.calls_done == sum(len(p.turns) for p in PROGRAMS)
     # every field, floats compared exactly (a dataclass compares its fields with ==)
     assert fast == plain
+
+
+def same_but_rounding(a: Any, b: Any) -> bool:
+    """Equal, floats to 1e-12 relative: a run kept whole sums its steps' times in one closed
+    form, where the same steps split into two runs sum in two (the last bits differ)."""
+    if isinstance(a, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-12)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(map(same_but_rounding, a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_but_rounding(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("load", ["closed", "poisson"])
+@pytest.mark.parametrize("policy", ["ttlpolicy", "ttlpolicy-offload"])
+def test_runs_kept_whole_while_the_eviction_order_holds_give_the_step_by_step_results(
+    policy: str, load: str
+) -> None:
+    """Under a policy's eviction order, which reads the clock, a run of steps whose later
+    steps evict is kept whole only while the policy says the order holds
+    (``eviction_order_change_s``); without that hook every such run ends before its first
+    step that evicts, and each evicting step evicts in the order of its own start.  The same
+    results either way (to the clock's last bits) — on a KV cache of 20 GB, where the three
+    sessions' 120k-token contexts compete and the hook is asked both ways."""
+    answers: list[bool] = []
+
+    def run_with(hook: bool) -> dict[str, Any]:
+        hw = roofline("llama-3.1-8b", "h100-80g", cpu_tier_bytes=64e9)
+        engine = Engine(dataclasses.replace(hw, kv_capacity_bytes=20e9), make_policy(policy))
+        asked = engine._order_change_s
+        assert asked is not None
+
+        def counted(programs: list[str], from_s: float, until_s: float) -> float:
+            at = asked(programs, from_s, until_s)
+            answers.append(at > until_s)
+            return at
+
+        engine._order_change_s = counted if hook else None
+        if load == "closed":
+            engine.use_concurrency(ConcurrencyArrivals(PROGRAMS, 8, 0))
+        else:
+            engine.add_programs(poisson_arrivals(PROGRAMS, 0.05, 0))
+        m = engine.run()
+        assert m.calls_done == sum(len(p.turns) for p in PROGRAMS)
+        assert m.evicted_blocks > 0
+        return dataclasses.asdict(m)
+
+    whole, step_by_step = run_with(True), run_with(False)
+    assert True in answers and False in answers  # runs kept whole, and runs ended
+    assert whole.keys() == step_by_step.keys()
+    for field, value in whole.items():
+        assert same_but_rounding(value, step_by_step[field]), field

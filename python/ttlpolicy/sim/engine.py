@@ -16,9 +16,10 @@ nothing.
 The engine jumps over runs of identical steps — a decode-only batch, or one long prefill
 chunked at the full budget — summing their step times in closed form (their blocks past the
 first step's allocated at the end of the run; under a policy's eviction order, which reads
-the clock, a run ends before a step that would evict), and stops a jump at the
-next event (a call issued, a pin deadline, a reload done, a call finishing, memory running
-short).  Results are deterministic for a given workload, policy and seed.
+the clock, a run ends before a step that evicts unless the order stays the same till its
+end), and stops a jump at the next event (a call issued, a pin deadline, a reload done, a
+call finishing, memory running short).  Results are deterministic for a given workload,
+policy and seed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from operator import attrgetter
 from typing import cast
 
 from .call import Call, ProgramRun
-from .hardware import Hardware, native_steps
+from .hardware import Hardware, RunTimes, native_steps
 from .interface import EngineConfig, Policy, StepPlan, Verdict
 from .kv_cache import KVCache
 from .metrics import Metrics
@@ -121,6 +122,10 @@ class Engine:
         # An optional hook of the policy: its eviction order of free cached chains.
         order = getattr(policy, "eviction_order", None)
         self.kv.eviction_order = order() if order is not None else None
+        # With it, optionally: ``eviction_order_change_s(programs, from_s, until_s)``, the
+        # first instant in (from_s, until_s] at which that order changes (else inf); without
+        # it a run of steps ends before a step that evicts (``_one_order_steps``).
+        self._order_change_s = getattr(policy, "eviction_order_change_s", None)
         # An optional hook of the policy: ``stepped(chunks, step_s)`` after each step that
         # prefilled (a run of identical steps reports its first: the rest continue its chunks).
         self._stepped = getattr(policy, "stepped", None)
@@ -446,17 +451,39 @@ class Engine:
                 bound += -(-(c.computed + n * k) // b) - c.blocks
             if bound > avail and self._run_need(dec, chunks, k) > avail:
                 k = self._fit_memory(dec, chunks, k, avail)
-            # A policy's eviction order reads the clock (next uses move with time): a later
-            # step that evicts must evict in the order of its own start, when vLLM allocates
-            # its blocks, not at the run's end.  So the run stops before the first such step.
-            if k > 1 and kv.eviction_order is not None:
-                free_now = avail - kv.cached  # kv.free_blocks: no eviction within these
-                if bound > free_now and self._run_need(dec, chunks, k) > free_now:
-                    k = self._fit_memory(dec, chunks, k, free_now)
         seqs = n_dec + len(chunks)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
             return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
-        return dec, chunks, k, self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
+        run = self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
+        if k > 1 and kv.eviction_order is not None and bound > avail - kv.cached:
+            k = self._one_order_steps(dec, chunks, k, avail - kv.cached, run)
+            if k == 1 and self.one_step_shortcut:
+                return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
+        return dec, chunks, k, run
+
+    def _one_order_steps(
+        self, dec: list[Call], chunks: list[tuple[Call, int]], k: int, free: int, run: RunTimes
+    ) -> int:
+        """How many of a run's ``k`` steps to take under a policy's eviction order, which
+        reads the clock (next uses move with time).  vLLM allocates a step's blocks when it
+        schedules the step, so a step that evicts evicts in the order of its own start; the
+        run allocates its later steps' blocks at its end, in the order of then.  So the run
+        ends before its first step that evicts (the ``free`` blocks, uncached, run out),
+        unless the order stays the same from that step's start to the run's end."""
+        if self._run_need(dec, chunks, k) <= free:
+            return k
+        quiet = self._fit_memory(dec, chunks, k, free)  # the steps that evict nothing
+        change_s = self._order_change_s
+        if change_s is not None:
+            now = self.now
+            first_s, run_s = now + run.s(quiet), run.s(k)
+            t_next = self._next_event_s()  # the run stops there (``_step``): look no further
+            if t_next is not None and now + run_s > t_next:
+                run_s = run.reach(now, t_next, k, run_s)[1]
+            end_s = now + run_s
+            if end_s <= first_s or change_s(self.kv.free_programs(), first_s, end_s) > end_s:
+                return k
+        return quiet
 
     def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> int:
         """Blocks a run of k steps needs past those its calls hold (one chunk when k > 1)."""
@@ -548,9 +575,9 @@ class Engine:
                 if c.generated >= c.output:
                     done.append(c)
         # One allocation for the run's later steps: the same blocks are evicted as by one
-        # allocation per call and step, since an LRU queue's order is the rest of the same
-        # order after an eviction (a policy's order, which reads the clock, evicts nothing
-        # here: ``_plan`` ends a run before a later step would evict).
+        # allocation per call and step, since the order of what is left after an eviction is
+        # the rest of the same order (a policy's order, which reads the clock, is the same
+        # from the first step that evicts to the run's end: ``_one_order_steps``).
         if growth:
             ok = kv.grow(growth)
             assert ok, "a run's blocks were checked against free memory"

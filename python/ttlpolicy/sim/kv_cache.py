@@ -71,6 +71,10 @@ class KVCache:
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
 
+    def free_programs(self) -> list[str]:
+        """The programs whose chains are free (evictable), least recently freed first."""
+        return list(self._free)
+
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
         """Evict free chains (LRU, tail first) until ``need`` blocks are free, or none is left."""

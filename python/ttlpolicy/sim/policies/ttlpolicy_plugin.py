@@ -235,6 +235,12 @@ class TTLPolicyPlugin:
         ac, view = self.admission, self.view
         return lambda programs: ac.eviction_order(programs, view.now)
 
+    def eviction_order_change_s(self, programs: list[str], from_s: float, until_s: float) -> float:
+        """An optional hook of the engine, with ``eviction_order``: the first instant in
+        ``(from_s, until_s]`` at which that order of ``programs`` changes, else ``inf``."""
+        assert self.admission is not None  # (asked only when eviction_order gave an order)
+        return self.admission.next_order_change_s(programs, from_s, until_s)
+
 
 class TTLPolicyOffload(TTLPolicyPlugin):
     """ttlpolicy on an engine with a CPU tier (as ``vllm-offload``): blocks evicted from the
