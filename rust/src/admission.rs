@@ -31,6 +31,154 @@ fn first_instant(since_s: f64, elapsed_s: f64, beyond: bool) -> f64 {
     t
 }
 
+/// Where a program stands in the eviction order by itself, first to go first (the
+/// reference's `_place`): not expected back; away, by the latest expected return instant;
+/// away on the prior; live. Ties: the latest arrival, then the id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Class {
+    Gone,
+    Away,
+    Prior,
+    Live,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    class: Class,
+    /// `Away`: when the program is expected back (the latest goes first); else 0.
+    back_s: f64,
+}
+
+impl Place {
+    fn cmp(&self, other: &Place) -> Ordering {
+        self.class.cmp(&other.class).then_with(|| {
+            // partial_cmp so that 0.0 == -0.0 as in Python
+            other
+                .back_s
+                .partial_cmp(&self.back_s)
+                .unwrap_or(Ordering::Equal)
+        })
+    }
+}
+
+/// A known program in an eviction order: its state, id and the durations it is judged by.
+struct Member<'a> {
+    prog: &'a Program,
+    id: &'a str,
+    samples: &'a [f64],
+    max_ttl_s: f64,
+}
+
+impl Member<'_> {
+    fn place(&self, t: f64) -> Place {
+        let p = self.prog;
+        let (class, back_s) = match (p.live, p.tool.as_deref(), p.away_since_s) {
+            (1.., _, _) => (Class::Live, 0.0),
+            (0, Some(_), Some(since)) if t - since <= self.max_ttl_s => {
+                let n = self.samples.len();
+                let k = self.samples.partition_point(|&x| x <= t - since);
+                if n == 0 {
+                    (Class::Prior, 0.0)
+                } else if k == n {
+                    (Class::Gone, 0.0)
+                } else {
+                    (
+                        Class::Away,
+                        since + self.samples[k + (n - k).div_ceil(2) - 1],
+                    )
+                }
+            }
+            _ => (Class::Gone, 0.0),
+        };
+        Place { class, back_s }
+    }
+
+    /// Whether `self` sorts before `other` when `self` stands at `place` and `other` at
+    /// `at_place`: the sort's comparison (place, then latest arrival, then id).
+    fn before(&self, place: Place, other: &Member<'_>, other_place: Place) -> bool {
+        place
+            .cmp(&other_place)
+            .then_with(|| {
+                other
+                    .prog
+                    .arrival_s
+                    .partial_cmp(&self.prog.arrival_s)
+                    .unwrap_or(Ordering::Equal)
+            })
+            .then_with(|| self.id.cmp(other.id))
+            == Ordering::Less
+    }
+
+    fn cmp_at(&self, other: &Member<'_>, t: f64) -> Ordering {
+        let (a, b) = (self.place(t), other.place(t));
+        if self.before(a, other, b) {
+            Ordering::Less
+        } else if other.before(b, self, a) {
+            Ordering::Greater
+        } else {
+            Ordering::Equal
+        }
+    }
+
+    /// The first instant in `(after_s, until_s]` at which `self` sorts before `other`
+    /// standing at `other_place`; None if none. Its place moves only at its jumps (a
+    /// recorded duration reached, `max_ttl_s` passed) and only forward, so that is the
+    /// first jump whose place passes, found by bisection.
+    fn first_before(
+        &self,
+        other: &Member<'_>,
+        other_place: Place,
+        after_s: f64,
+        until_s: f64,
+    ) -> Option<f64> {
+        let p = self.prog;
+        let (0, Some(_), Some(since)) = (p.live, p.tool.as_deref(), p.away_since_s) else {
+            return None; // live or gone: its place never moves
+        };
+        if after_s - since > self.max_ttl_s {
+            return None; // gone for good
+        }
+        let passes = |at: f64| self.before(self.place(at), other, other_place);
+        let reach = |j: usize| first_instant(since, self.samples[j], false);
+        let k0 = self.samples.partition_point(|&x| x <= after_s - since);
+        // the first jump at a recorded duration whose place passes (passes() is monotone)
+        let (mut lo, mut hi) = (k0, self.samples.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if passes(reach(mid)) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let mut first = if lo < self.samples.len() {
+            reach(lo)
+        } else {
+            f64::INFINITY
+        };
+        let leave = first_instant(since, self.max_ttl_s, true);
+        if leave < first && passes(leave) {
+            first = leave;
+        }
+        (first <= until_s).then_some(first)
+    }
+}
+
+/// The first instant in `(t, until_s]` at which `p`, just after `u` in the eviction order at
+/// `t`, sorts before it; None if none. While `u` stands still that is `p`'s first jump past
+/// `u`'s place; `u` moves only forward, so if `u` too has moved by then, look again from
+/// there (each look starts past one of `u`'s jumps: this ends).
+fn first_pass(u: &Member<'_>, p: &Member<'_>, t: f64, until_s: f64) -> Option<f64> {
+    let mut after_s = t;
+    loop {
+        let at = p.first_before(u, u.place(after_s), after_s, until_s)?;
+        if p.cmp_at(u, at) == Ordering::Less {
+            return Some(at);
+        }
+        after_s = at;
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Program {
     arrival_s: f64,
@@ -474,6 +622,34 @@ impl AdmissionControl {
         Ok(out)
     }
 
+    /// The members `known` (positions in `program_ids` of programs this controller knows).
+    fn members<'a, S: AsRef<str>>(
+        &'a self,
+        policy: &'a TTLPolicy,
+        program_ids: &'a [S],
+        known: &[usize],
+    ) -> Vec<(usize, Member<'a>)> {
+        let max_ttl_s = policy.config().max_ttl_s;
+        known
+            .iter()
+            .map(|&i| {
+                let id = program_ids[i].as_ref();
+                let prog = &self.programs[id];
+                let samples = match (prog.live, prog.tool.as_deref()) {
+                    (0, Some(tool)) => Self::samples(policy, tool),
+                    _ => &[],
+                };
+                let member = Member {
+                    prog,
+                    id,
+                    samples,
+                    max_ttl_s,
+                };
+                (i, member)
+            })
+            .collect()
+    }
+
     /// The positions `known` (of programs in `program_ids` this controller knows) in eviction
     /// order at `t`.
     fn sorted_known<S: AsRef<str>>(
@@ -483,30 +659,20 @@ impl AdmissionControl {
         known: &[usize],
         t: f64,
     ) -> Vec<usize> {
-        let mut keyed: Vec<(f64, f64, usize)> = known
-            .iter()
-            .map(|&i| {
-                let prog = &self.programs[program_ids[i].as_ref()];
-                (Self::next_use(prog, policy, t), prog.arrival_s, i)
-            })
-            .collect();
-        // Descending next use, then descending arrival, then ascending id (the reference's
-        // key (-next_use, -arrival, id); partial_cmp so that 0.0 == -0.0 as in Python). A
-        // stable sort: equal ids keep the order given, as in the reference.
-        keyed.sort_by(|a, b| {
-            b.0.partial_cmp(&a.0)
-                .unwrap_or(Ordering::Equal)
-                .then_with(|| b.1.partial_cmp(&a.1).unwrap_or(Ordering::Equal))
-                .then_with(|| program_ids[a.2].as_ref().cmp(program_ids[b.2].as_ref()))
-        });
-        keyed.into_iter().map(|(_, _, i)| i).collect()
+        let mut members = self.members(policy, program_ids, known);
+        // A stable sort: equal ids keep the order given, as in the reference.
+        members.sort_by(|a, b| a.1.cmp_at(&b.1, t));
+        members.into_iter().map(|(i, _)| i).collect()
     }
 
     /// The first instant in `(now, until_s]` at which
     /// [`eviction_order`](Self::eviction_order) of `program_ids` differs from its answer at
     /// `now` with no event in between; `inf` if none (it looks no further than `until_s`).
     /// Moves no clock. Only a jump of a next use changes the order (the reference's
-    /// `next_order_change_s` says why): the order is compared at each jump, in time order.
+    /// `next_order_change_s` says why), which compares the order at each jump in time
+    /// order. The same instant found pair by pair: the order first changes when a program
+    /// first passes the one before it, and a program's place only moves forward, so each
+    /// pair's first pass is a bisection of the passing program's jumps.
     pub fn next_order_change_s<S: AsRef<str>>(
         &self,
         policy: &TTLPolicy,
@@ -526,74 +692,15 @@ impl AdmissionControl {
         if known.len() < 2 || until <= t {
             return Ok(f64::INFINITY);
         }
-        let max_ttl_s = policy.config().max_ttl_s;
-        let mut jumps: Vec<f64> = Vec::new();
-        for &i in &known {
-            let prog = &self.programs[program_ids[i].as_ref()];
-            let (Some(tool), Some(since), 0) = (prog.tool.as_deref(), prog.away_since_s, prog.live)
-            else {
-                continue; // a constant next use: 0, or inf
-            };
-            if t - since > max_ttl_s {
-                continue; // inf from now on
-            }
-            let leave = first_instant(since, max_ttl_s, true);
-            if leave <= until {
-                jumps.push(leave);
-            }
-            let samples = Self::samples(policy, tool); // none: the prior's constant
-            let mut k = samples.partition_point(|&x| x <= t - since);
-            while k < samples.len() {
-                let d = samples[k];
-                let at = first_instant(since, d, false);
-                if at > until || at >= leave {
-                    break;
-                }
-                jumps.push(at);
-                k += samples[k..].partition_point(|&x| x <= d); // past the durations equal to d
+        let mut members = self.members(policy, program_ids, &known);
+        members.sort_by(|a, b| a.1.cmp_at(&b.1, t));
+        let mut first = f64::INFINITY;
+        for pair in members.windows(2) {
+            if let Some(at) = first_pass(&pair[0].1, &pair[1].1, t, first.min(until)) {
+                first = at;
             }
         }
-        jumps.sort_by(f64::total_cmp);
-        jumps.dedup();
-        // The order at `t`, and whether it still sorts each jump's keys (adjacent pairs in
-        // the sort's order: descending next use, then arrival, then ascending id) — the
-        // reference sorts again and compares, which is the same question.
-        let before: Vec<(&Program, &str, &[f64])> = self
-            .sorted_known(policy, program_ids, &known, t)
-            .into_iter()
-            .map(|i| {
-                let id = program_ids[i].as_ref();
-                let prog = &self.programs[id];
-                let samples = match (prog.live, prog.tool.as_deref()) {
-                    (0, Some(tool)) => Self::samples(policy, tool),
-                    _ => &[],
-                };
-                (prog, id, samples)
-            })
-            .collect();
-        let mut keys = vec![0.0f64; before.len()];
-        for at in jumps {
-            for (key, (prog, _, samples)) in keys.iter_mut().zip(&before) {
-                *key = Self::next_use_on(prog, samples, policy, at);
-            }
-            let out_of_order = (1..before.len()).any(|j| {
-                let (a, b) = (&before[j - 1], &before[j]);
-                keys[j]
-                    .partial_cmp(&keys[j - 1])
-                    .unwrap_or(Ordering::Equal)
-                    .then_with(|| {
-                        b.0.arrival_s
-                            .partial_cmp(&a.0.arrival_s)
-                            .unwrap_or(Ordering::Equal)
-                    })
-                    .then_with(|| a.1.cmp(b.1))
-                    == Ordering::Greater
-            });
-            if out_of_order {
-                return Ok(at);
-            }
-        }
-        Ok(f64::INFINITY)
+        Ok(first)
     }
 
     // -- views -------------------------------------------------------------------------------

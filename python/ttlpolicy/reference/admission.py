@@ -50,8 +50,9 @@ Rules (the same in both backends):
   does not ask at every step (a simulator jumping over runs of steps) asks again then.
 * **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
   the latest goes first (ties: the latest-arrived program first); unknown or ended
-  programs' contexts before any live one.  With no event it changes only when a next use
-  jumps (``next_order_change_s``): between jumps the finite ones fall together.
+  programs' contexts before any live one.  Next uses are compared as the instants the
+  programs are expected back, which move only when a next use jumps: with no event the
+  order changes only then (``next_order_change_s``).
 
 Invariant (why it cannot livelock or starve): admitted programs are never blocked by
 admission, so they run to their end — and every admitted program arrived strictly before any
@@ -96,6 +97,9 @@ from .scheduler import (
 )
 
 __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
+
+# A program's place in the eviction order (``AdmissionControl._place``), first to go first.
+_GONE, _AWAY, _PRIOR, _LIVE = 0, 1, 2, 3
 
 #: Live programs tracked at once (each is forgotten when it ends).
 MAX_PROGRAMS = 1 << 20
@@ -375,10 +379,31 @@ class AdmissionControl:
         known = [p for p in ids if p in self._programs]
         return unknown + self._sorted(known, t)
 
+    def _place(self, prog: _Program, t: float) -> tuple[int, float]:
+        """Where a program stands in the eviction order at ``t``, by itself (smallest first):
+        not expected back; away, by the latest expected return instant (the time it left
+        plus the median of the longer durations: its next use is that instant minus ``t``,
+        so this is the latest next use first, with no float drift between programs); away on
+        the prior (one next use for all, and only while no duration is recorded: never
+        beside a program of the previous kind); live (next use 0)."""
+        if prog.live > 0:
+            return (_LIVE, 0.0)
+        since = prog.away_since_s
+        if prog.tool is None or since is None or t - since > self.policy.config.max_ttl_s:
+            return (_GONE, 0.0)
+        samples = self._samples(prog.tool)
+        n = len(samples)
+        if n == 0:
+            return (_PRIOR, 0.0)
+        k = bisect.bisect_right(samples, t - since)
+        if k == n:
+            return (_GONE, 0.0)
+        return (_AWAY, -(since + samples[k + (n - k + 1) // 2 - 1]))
+
     def _sorted(self, known: list[str], t: float) -> list[str]:
-        """Known programs in eviction order at ``t`` (latest next use first)."""
+        """Known programs in eviction order at ``t``: by place, then latest arrival, then id."""
         progs = self._programs
-        return sorted(known, key=lambda p: (-self._next_use(progs[p], t), -progs[p].arrival_s, p))
+        return sorted(known, key=lambda p: (*self._place(progs[p], t), -progs[p].arrival_s, p))
 
     def next_order_change_s(self, program_ids: Any, now: Any, until_s: Any) -> float:
         """The first instant in ``(now, until_s]`` at which ``eviction_order(program_ids, ·)``
@@ -386,13 +411,12 @@ class AdmissionControl:
         looks no further than ``until_s``).  Moves no clock.
 
         Only a jump of a next use changes the order: between jumps every finite next use of
-        a program away falls at the clock's pace, so two keep their order, and a falling one
-        never meets a constant one (0 for a live request, ``inf``; the prior's constant
+        a program away falls at the clock's pace — its expected return instant stays put —
+        and never meets a constant one (0 for a live request, ``inf``; the prior's constant
         applies only while no duration is recorded at all, when none falls).  A next use
         jumps when its time away reaches a recorded duration or passes ``max_ttl_s``; the
-        order is compared at each such instant, in time order (to the rounding of the keys:
-        two next uses within an ulp of each other may swap between jumps).  An engine that
-        jumps over runs of steps evicts in the order of each step's start by asking this."""
+        order is compared at each such instant, in time order.  An engine that jumps over
+        runs of steps evicts in the order of each step's start by asking this."""
         ids = check_ids("program_ids", program_ids)
         t = self._check_now(now)
         until = finite("until_s", until_s)
