@@ -472,18 +472,26 @@ class Engine:
         unless the order stays the same from that step's start to the run's end."""
         if self._run_need(dec, chunks, k) <= free:
             return k
-        quiet = self._fit_memory(dec, chunks, k, free)  # the steps that evict nothing
         change_s = self._order_change_s
-        if change_s is not None:
-            now = self.now
-            first_s, run_s = now + run.s(quiet), run.s(k)
-            t_next = self._next_event_s()  # the run stops there (``_step``): look no further
-            if t_next is not None and now + run_s > t_next:
-                run_s = run.reach(now, t_next, k, run_s)[1]
-            end_s = now + run_s
-            if end_s <= first_s or change_s(self.kv.free_programs(), first_s, end_s) > end_s:
-                return k
-        return quiet
+        if change_s is None:
+            return self._fit_memory(dec, chunks, k, free)
+        now = self.now
+        run_s = run.s(k)
+        t_next = self._next_event_s()  # the run stops there (``_step``): look no further
+        if t_next is not None and now + run_s > t_next:
+            run_s = run.reach(now, t_next, k, run_s)[1]
+        end_s = now + run_s
+        programs = self.kv.free_programs()
+        # From the second step's start first: most often the order holds all along, and the
+        # first step that evicts need not be found.
+        change_at = change_s(programs, now + run.s(1), end_s)
+        if change_at > end_s:
+            return k
+        quiet = self._fit_memory(dec, chunks, k, free)  # the steps that evict nothing
+        first_s = now + run.s(quiet)
+        if change_at > first_s or change_s(programs, first_s, end_s) <= end_s:
+            return quiet
+        return k
 
     def _run_need(self, dec: list[Call], chunks: list[tuple[Call, int]], k: int) -> int:
         """Blocks a run of k steps needs past those its calls hold (one chunk when k > 1)."""
