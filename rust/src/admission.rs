@@ -71,24 +71,10 @@ struct Member<'a> {
 
 impl Member<'_> {
     fn place(&self, t: f64) -> Place {
-        let p = self.prog;
-        let (class, back_s) = match (p.live, p.tool.as_deref(), p.away_since_s) {
-            (1.., _, _) => (Class::Live, 0.0),
-            (0, Some(_), Some(since)) if t - since <= self.max_ttl_s => {
-                let n = self.samples.len();
-                let k = self.samples.partition_point(|&x| x <= t - since);
-                if n == 0 {
-                    (Class::Prior, 0.0)
-                } else if k == n {
-                    (Class::Gone, 0.0)
-                } else {
-                    (
-                        Class::Away,
-                        since + self.samples[k + (n - k).div_ceil(2) - 1],
-                    )
-                }
-            }
-            _ => (Class::Gone, 0.0),
+        let (class, median) = standing(self.prog, self.samples, self.max_ttl_s, t);
+        let back_s = match (class, self.prog.away_since_s) {
+            (Class::Away, Some(since)) => since + median,
+            _ => 0.0,
         };
         Place { class, back_s }
     }
@@ -162,6 +148,31 @@ impl Member<'_> {
         }
         (first <= until_s).then_some(first)
     }
+}
+
+/// How a program stands at `t` (the reference's `_standing`): its class and, away, the
+/// median of its tool's durations (`samples`) longer than its time away (nearest rank); else
+/// 0. Both its next use and its place in the eviction order follow from these.
+fn standing(prog: &Program, samples: &[f64], max_ttl_s: f64, t: f64) -> (Class, f64) {
+    if prog.live > 0 {
+        return (Class::Live, 0.0);
+    }
+    let (Some(_), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
+        return (Class::Gone, 0.0);
+    };
+    let elapsed = t - since;
+    if elapsed > max_ttl_s {
+        return (Class::Gone, 0.0); // away longer than any pin lasts: not expected back
+    }
+    let n = samples.len();
+    if n == 0 {
+        return (Class::Prior, 0.0);
+    }
+    let k = samples.partition_point(|&x| x <= elapsed); // bisect_right
+    if k == n {
+        return (Class::Gone, 0.0);
+    }
+    (Class::Away, samples[k + (n - k).div_ceil(2) - 1])
 }
 
 /// The first instant in `(t, until_s]` at which `p`, just after `u` in the eviction order at
@@ -408,36 +419,24 @@ impl AdmissionControl {
         }
     }
 
-    fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
-        let samples = match (prog.live, prog.tool.as_deref()) {
+    /// The durations a program away is judged by (none for a live program or one away
+    /// without a tool).
+    fn samples_of<'a>(policy: &'a TTLPolicy, prog: &Program) -> &'a [f64] {
+        match (prog.live, prog.tool.as_deref()) {
             (0, Some(tool)) => Self::samples(policy, tool),
             _ => &[],
-        };
-        Self::next_use_on(prog, samples, policy, t)
+        }
     }
 
-    /// [`next_use`](Self::next_use) with the program's durations (`samples`) looked up.
-    fn next_use_on(prog: &Program, samples: &[f64], policy: &TTLPolicy, t: f64) -> f64 {
-        if prog.live > 0 {
-            return 0.0;
-        }
-        let (Some(_), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
-            return f64::INFINITY;
-        };
-        let elapsed = t - since;
+    fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
         let cfg = policy.config();
-        if elapsed > cfg.max_ttl_s {
-            return f64::INFINITY; // away longer than any pin lasts: not expected back
+        let (class, median) = standing(prog, Self::samples_of(policy, prog), cfg.max_ttl_s, t);
+        match (class, prog.away_since_s) {
+            (Class::Away, Some(since)) => median - (t - since),
+            (Class::Prior, _) => cfg.prior_mean_s * std::f64::consts::LN_2,
+            (Class::Live, _) => 0.0,
+            _ => f64::INFINITY, // gone: e.g. away longer than any pin lasts
         }
-        let n = samples.len();
-        if n == 0 {
-            return cfg.prior_mean_s * std::f64::consts::LN_2;
-        }
-        let k = samples.partition_point(|&x| x <= elapsed); // bisect_right
-        if k == n {
-            return f64::INFINITY;
-        }
-        samples[k + (n - k).div_ceil(2) - 1] - elapsed
     }
 
     /// Expected seconds until the program uses its context again; `inf` if unknown.
@@ -635,14 +634,10 @@ impl AdmissionControl {
             .map(|&i| {
                 let id = program_ids[i].as_ref();
                 let prog = &self.programs[id];
-                let samples = match (prog.live, prog.tool.as_deref()) {
-                    (0, Some(tool)) => Self::samples(policy, tool),
-                    _ => &[],
-                };
                 let member = Member {
                     prog,
                     id,
-                    samples,
+                    samples: Self::samples_of(policy, prog),
                     max_ttl_s,
                 };
                 (i, member)

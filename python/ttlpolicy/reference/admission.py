@@ -98,7 +98,7 @@ from .scheduler import (
 
 __all__ = ["MAX_PROGRAMS", "AdmissionControl"]
 
-# A program's place in the eviction order (``AdmissionControl._place``), first to go first.
+# How a program stands (``AdmissionControl._standing``), in eviction order: first to go first.
 _GONE, _AWAY, _PRIOR, _LIVE = 0, 1, 2, 3
 
 #: Live programs tracked at once (each is forgotten when it ends).
@@ -242,24 +242,32 @@ class AdmissionControl:
             window = history._global
         return window.sorted
 
-    def _next_use(self, prog: _Program, t: float) -> float:
+    def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
+        """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
+        away with no duration recorded, ``_AWAY``) and, away, the median of its tool's
+        durations longer than its time away (nearest rank); else 0.  Both its next use and
+        its place in the eviction order follow from these."""
         if prog.live > 0:
-            return 0.0
-        if prog.tool is None or prog.away_since_s is None:
-            return math.inf
-        elapsed = t - prog.away_since_s
-        cfg = self.policy.config
-        if elapsed > cfg.max_ttl_s:
-            return math.inf
+            return (_LIVE, 0.0)
+        since = prog.away_since_s
+        if prog.tool is None or since is None or t - since > self.policy.config.max_ttl_s:
+            return (_GONE, 0.0)
         samples = self._samples(prog.tool)
         n = len(samples)
         if n == 0:
-            return cfg.prior_mean_s * math.log(2.0)
-        k = bisect.bisect_right(samples, elapsed)
+            return (_PRIOR, 0.0)
+        k = bisect.bisect_right(samples, t - since)
         if k == n:
-            return math.inf
-        # the median of the samples above `elapsed` (nearest rank)
-        return samples[k + (n - k + 1) // 2 - 1] - elapsed
+            return (_GONE, 0.0)
+        return (_AWAY, samples[k + (n - k + 1) // 2 - 1])
+
+    def _next_use(self, prog: _Program, t: float) -> float:
+        kind, median = self._standing(prog, t)
+        if kind == _AWAY:
+            return median - (t - prog.away_since_s)  # type: ignore[operator]
+        if kind == _PRIOR:
+            return self.policy.config.prior_mean_s * math.log(2.0)
+        return 0.0 if kind == _LIVE else math.inf
 
     def next_use_s(self, program_id: Any, now: Any) -> float:
         """Expected seconds until the program uses its context again (see the module doc);
@@ -386,19 +394,10 @@ class AdmissionControl:
         so this is the latest next use first, with no float drift between programs); away on
         the prior (one next use for all, and only while no duration is recorded: never
         beside a program of the previous kind); live (next use 0)."""
-        if prog.live > 0:
-            return (_LIVE, 0.0)
-        since = prog.away_since_s
-        if prog.tool is None or since is None or t - since > self.policy.config.max_ttl_s:
-            return (_GONE, 0.0)
-        samples = self._samples(prog.tool)
-        n = len(samples)
-        if n == 0:
-            return (_PRIOR, 0.0)
-        k = bisect.bisect_right(samples, t - since)
-        if k == n:
-            return (_GONE, 0.0)
-        return (_AWAY, -(since + samples[k + (n - k + 1) // 2 - 1]))
+        kind, median = self._standing(prog, t)
+        if kind == _AWAY:
+            return (_AWAY, -(prog.away_since_s + median))  # type: ignore[operator]
+        return (kind, 0.0)
 
     def _sorted(self, known: list[str], t: float) -> list[str]:
         """Known programs in eviction order at ``t``: by place, then latest arrival, then id."""
