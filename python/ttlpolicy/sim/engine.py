@@ -452,13 +452,14 @@ class Engine:
             if bound > avail and self._run_need(dec, chunks, k) > avail:
                 k = self._fit_memory(dec, chunks, k, avail)
         seqs = n_dec + len(chunks)
+        run = None
+        if k > 1 and kv.eviction_order is not None and bound > avail - kv.cached:
+            run = self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
+            k = self._one_order_steps(dec, chunks, k, avail - kv.cached, run)
         if k == 1 and self.one_step_shortcut:  # StepRun.s(1)'s float, without the run
             return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
-        run = self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
-        if k > 1 and kv.eviction_order is not None and bound > avail - kv.cached:
-            k = self._one_order_steps(dec, chunks, k, avail - kv.cached, run)
-            if k == 1 and self.one_step_shortcut:
-                return dec, chunks, 1, self._steps.step_s(tokens, attn0, kv0, seqs)
+        if run is None:
+            run = self._steps.run(tokens, attn0, d_attn, kv0, d_kv, seqs)
         return dec, chunks, k, run
 
     def _one_order_steps(
