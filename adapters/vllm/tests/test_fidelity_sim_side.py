@@ -3,19 +3,12 @@ and step-time scatter of ratio 1 is the deterministic run (no engine needed)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
 @pytest.fixture
-def fidelity(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # it imports its neighbours in bench/ by name
-    import fidelity
-
-    return fidelity
+def fidelity(bench):
+    return bench("fidelity")
 
 
 def _setup(fidelity):

@@ -5,19 +5,12 @@ calls, and both sides start its programs in the same order."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
 @pytest.fixture
-def fidelity(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.syspath_prepend(str(BENCH))  # it imports its neighbours in bench/ by name
-    import fidelity
-
-    return fidelity
+def fidelity(bench):
+    return bench("fidelity")
 
 
 def test_contended_sets_its_defaults_and_flags_override(fidelity) -> None:
