@@ -4,13 +4,13 @@ first: it sets vLLM's environment before vllm is imported)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from ttlpolicy_vllm.testing import build_tiny_model
+from ttlpolicy_vllm.testing import Engine, build_tiny_model, make_engine
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 
@@ -25,3 +25,17 @@ def bench(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
     """Imports a ``bench/`` script by name, as its neighbours there import one another."""
     monkeypatch.syspath_prepend(str(BENCH))
     return importlib.import_module
+
+
+def ttl_engine(
+    model: Path, policy: str, pin_budget_fraction: str, num_blocks: int
+) -> Iterator[Engine]:
+    """A ``TTLScheduler`` engine on ``model`` with ``TTLPOLICY_POLICY`` and the pin budget
+    fraction set while it starts; shut down after its one yield."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTLPOLICY_POLICY", policy)
+    mp.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", pin_budget_fraction)
+    engine = make_engine(model, "ttlpolicy_vllm.TTLScheduler", num_blocks)
+    mp.undo()
+    yield engine
+    engine.llm.llm_engine.engine_core.shutdown()

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import pytest
 
 import ttlpolicy
-from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine, make_engine
+from conftest import ttl_engine
+from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +34,7 @@ ADMISSION_OFF = json.dumps(
 
 
 def engine_with(policy: str, tiny_model) -> Iterator[Engine]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("TTLPOLICY_POLICY", policy)
-    mp.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", "0")
-    engine = make_engine(tiny_model, TTL, NUM_BLOCKS)
-    mp.undo()
-    yield engine
-    engine.llm.llm_engine.engine_core.shutdown()
+    yield from ttl_engine(tiny_model, policy, "0", NUM_BLOCKS)  # no pins: load control alone
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from conftest import ttl_engine
 from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine, build_tiny_model, make_engine
 
 pytestmark = pytest.mark.slow
@@ -233,3 +234,45 @@ def test_a_running_prefill_counts_its_next_chunk_before_pins_yield(ttl) -> None:
         sched.max_num_scheduled_tokens = budget
     assert len(ttl.outputs[rid].outputs[0].token_ids) == 2
     assert ttl.free_blocks() == NUM_BLOCKS - 1
+
+
+@pytest.fixture
+def fresh(tiny_model) -> Iterator[Engine]:
+    """An engine of its own, as ``pair``'s TTL one: no program of another test is noted in its
+    free queue's order (one whose standing changes with time would refresh the queue)."""
+    yield from ttl_engine(tiny_model, TEST_POLICY, "0.75", NUM_BLOCKS)
+
+
+def test_contexts_released_by_pins_are_evicted_in_the_librarys_order(fresh) -> None:
+    """A pin's expiry hands its blocks back to vLLM's free queue at the tail, in the order the
+    pins expire: x's (it left first), then y's.  The library's order is the other way (both
+    expected back alike, the later arrival y goes first).  The pins expire within a second of
+    the free queue's last ordering, with no turn finished since, as z returns needing more
+    blocks than are empty: it must take y's, not x's (before, the adapter re-sorted the queue
+    only after a turn finished, the order changed, or a second passed, and gave it x's)."""
+    ttl = fresh
+    p = Prompts(ttl, seed=5)
+    sched = ttl.scheduler
+    z1, x1, y1 = p(40), p(TURN1_PROMPT), p(TURN1_PROMPT)  # 1, 7 and 7 full blocks
+    z_out = ttl.turn(z1, 8, program_id="z-pin", tool="bash")
+    ttl.clock.advance(0.1)
+    x_out = ttl.turn(x1, TURN1_OUT, program_id="x-pin", tool="bash")
+    ttl.clock.advance(0.2)
+    y_out = ttl.turn(y1, TURN1_OUT, program_id="y-pin", tool="bash")
+    pins = {pin.program_id: pin.deadline_s for pin in sched.programs.pins()}
+    assert sorted(pins) == ["x-pin", "y-pin", "z-pin"]
+    ttl.clock.advance(pins["y-pin"] - sched.clock() - 0.3)
+    ttl.turn(p(20), 2)  # steps just before x's and y's deadlines: the free queue is ordered
+    order = sched.admission.eviction_order(sched.eviction.programs(), sched.clock())
+    assert order == ["y-pin", "x-pin", "z-pin"]
+    ttl.clock.advance(0.6)  # past both deadlines, within a second of that ordering
+    # z returns: 16 blocks, 15 new, more than are empty; x's and y's pins expire first
+    # (the order the free queue was put in still holds: only a release can have moved it)
+    assert sched.admission.eviction_order(sched.eviction.programs(), sched.clock()) == order
+    z2 = ttl.turn(context_of(z1, z_out) + p(450), 4, program_id="z-pin", last_turn=True)
+    assert z2.num_cached_tokens == BLOCK
+    assert sched.programs.pin_count == 0
+    x2 = ttl.turn(context_of(x1, x_out) + p(8), 2, program_id="x-pin", last_turn=True)
+    y2 = ttl.turn(context_of(y1, y_out) + p(8), 2, program_id="y-pin", last_turn=True)
+    assert x2.num_cached_tokens == 7 * BLOCK, "x, second to go, kept its context"
+    assert y2.num_cached_tokens < 7 * BLOCK, "y, first to go, lost the blocks z needed"

@@ -147,7 +147,9 @@ class TTLScheduler(Scheduler):
             else None
         )
         self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
-        self._eviction_stale = False  # a turn finished since the free queue was ordered
+        # blocks went back to the free queue since it was ordered (vLLM appends them at its
+        # tail, where LRU takes them last): a request freed, or a pin released
+        self._eviction_stale = False
         self._eviction_ordered_at = -math.inf
         self._eviction_order: list[str] = []  # the order the free queue was last put in
         self.pins = BlockPins(pool)
@@ -203,7 +205,7 @@ class TTLScheduler(Scheduler):
         t_start = time.perf_counter()
         now = self.clock()
         for pin in self.programs.expire(now):
-            if self.pins.release(pin.program_id):
+            if self._release_pin(pin.program_id):
                 self.ttl_metrics.expiries += 1
         self._reclaim_if_short(now)
         # a fresh reading: the queue's admission check above may have read a later one
@@ -246,7 +248,7 @@ class TTLScheduler(Scheduler):
         if short <= 0:
             return
         for pin in self.programs.reclaim(short, now):
-            if self.pins.release(pin.program_id):
+            if self._release_pin(pin.program_id):
                 self.ttl_metrics.reclaims += 1
 
     def _step_blocks(self) -> int:
@@ -270,10 +272,13 @@ class TTLScheduler(Scheduler):
         """Keep the programs' free cached blocks in the library's eviction order.  The order
         is asked for before every step — next uses move with time, so it can change with no
         turn ending (a program away longer than its tool ever took stops being expected back)
-        — and the blocks are moved when it changed, when a turn finished since, or when a
-        second passed.  The simulator applies the order at each eviction; refreshing it only
-        after a turn or once a second lost hits against it (bench/RESULTS.md, "Simulator
-        fidelity — ties on arrival, and the eviction order's cadence")."""
+        — and the blocks are moved when it changed, when blocks went back to the free queue
+        since (a request freed, a pin released: vLLM appends them at the tail, where LRU takes
+        them last), or when a second passed.  The simulator applies the order at each
+        eviction; refreshing it only after a turn or once a second lost hits against it
+        (bench/RESULTS.md, "Simulator fidelity — ties on arrival, and the eviction order's
+        cadence"), and so did leaving released pins' blocks at the tail ("— a pin's blocks
+        back in the order")."""
         if self.eviction is None or self.admission is None:
             return
         programs = self.eviction.programs()
@@ -323,6 +328,7 @@ class TTLScheduler(Scheduler):
     # -- finish ---------------------------------------------------------------------------
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         t0 = time.perf_counter()
+        self._eviction_stale = True  # (its blocks go back to the free queue)
         rid = request.request_id
         info = self._programs_of.pop(rid, None)
         state = self.waiting.state(rid)
@@ -380,7 +386,6 @@ class TTLScheduler(Scheduler):
             )
         if self.eviction is not None and finished.ended is None:
             self.eviction.note(pid, blocks)
-            self._eviction_stale = True
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
@@ -406,8 +411,14 @@ class TTLScheduler(Scheduler):
             self.waiting.readmit(siblings)
 
     def _release(self, program_id: str) -> None:
-        if self.pins.release(program_id):
+        if self._release_pin(program_id):
             self.ttl_metrics.released_at_once += 1
+
+    def _release_pin(self, program_id: str) -> bool:
+        """Drop the program's pin; its blocks no request holds go back to the free queue."""
+        released = self.pins.release(program_id) > 0
+        self._eviction_stale |= released
+        return released
 
     def _parse_tool(self, request: Request) -> str | None:
         if not self._tokenizer_loaded:
