@@ -66,6 +66,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fidelity_runs import error, same_order
 from ttlpolicy.sim import EngineConfig, Hardware, load_profile, save_profile, simulate
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim import Turn as SimTurn
@@ -347,25 +348,16 @@ def replay_sim_jittered(
 
 def errors(engine: dict[str, float], sim: dict[str, float]) -> dict[str, float]:
     """Relative error of the simulator (hit rate: difference in points)."""
-    out = {}
-    for k in METRICS:
-        if k == "hit_rate":
-            out[k] = 100.0 * (sim[k] - engine[k])
-        else:
-            out[k] = (sim[k] - engine[k]) / engine[k] if engine[k] else float("nan")
-    out["preemptions"] = sim["preemptions"] - engine["preemptions"]
-    return out
+    return {k: error(k, engine[k], sim[k]) for k in (*METRICS, "preemptions")}
 
 
 def ranking(rows: list[dict[str, Any]]) -> dict[str, bool]:
     """Per metric: does the simulator order the two schedulers as the engine does?"""
     a, b = rows
-    agree = {}
-    for k in (*METRICS, "preemptions"):
-        de = b["engine"][k] - a["engine"][k]
-        ds = b["sim"][k] - a["sim"][k]
-        agree[k] = (de > 0 and ds > 0) or (de < 0 and ds < 0) or (de == 0 and ds == 0)
-    return agree
+    return {
+        k: same_order(b["engine"][k] - a["engine"][k], b["sim"][k] - a["sim"][k])
+        for k in (*METRICS, "preemptions")
+    }
 
 
 def table(rows: list[dict[str, Any]], agree: dict[str, bool]) -> str:

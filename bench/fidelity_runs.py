@@ -55,7 +55,8 @@ def _mean_se_sd(xs: list[float]) -> tuple[float, float, float]:
     return mean, sd / math.sqrt(len(xs)), sd
 
 
-def _same_order(de: float, ds: float) -> bool:
+def same_order(de: float, ds: float) -> bool:
+    """Do the engine's and the simulator's differences between two schedulers agree in sign?"""
     return (de > 0 and ds > 0) or (de < 0 and ds < 0) or (de == 0 and ds == 0)
 
 
@@ -88,7 +89,7 @@ def summarize(runs: list[dict[str, Any]], profile: str = "own") -> dict[str, Any
         for m in METRICS:
             de = float(b["engine"][m]) - float(a["engine"][m])
             ds = float(b["sim"][m]) - float(a["sim"][m])
-            same_runs[m] += _same_order(de, ds)
+            same_runs[m] += same_order(de, ds)
     if len(order) != 2 or any(len(per[n]["hit_rate"]["error"]) != len(runs) for n in order):
         raise ValueError(f"runs do not hold the same two schedulers: {order}")
     out: dict[str, Any] = {"runs": len(runs), "profile": profile, "schedulers": {}, "ranking": {}}
@@ -114,7 +115,7 @@ def summarize(runs: list[dict[str, Any]], profile: str = "own") -> dict[str, Any
     for m in METRICS:
         ea, eb = (out["schedulers"][n][m]["engine_mean"] for n in order)
         sa, sb = (out["schedulers"][n][m]["sim_mean"] for n in order)
-        out["ranking"][m] = {"runs_same": same_runs[m], "means_same": _same_order(eb - ea, sb - sa)}
+        out["ranking"][m] = {"runs_same": same_runs[m], "means_same": same_order(eb - ea, sb - sa)}
     return out
 
 
