@@ -61,6 +61,10 @@ class _View:
     def running_blocks(self) -> int:
         return sum(c.blocks for c in self._e.running)
 
+    def free_blocks_for(self, program: str | None) -> int:
+        kv = self._e.kv
+        return kv.available() if program is None else kv.available_for(program)
+
     @property
     def running_count(self) -> int:
         return len(self._e.running)
@@ -129,6 +133,21 @@ class Engine:
         # An optional hook of the policy: ``stepped(chunks, step_s)`` after each step that
         # prefilled (a run of identical steps reports its first: the rest continue its chunks).
         self._stepped = getattr(policy, "stepped", None)
+        # An optional hook of the policy, on when its flag ``reclaims_ahead`` is: pins are
+        # released before each step, not when the head of the queue does not fit —
+        # ``reclaim_ahead(step_blocks, now)``, asked while pins are held and a call waits,
+        # names the programs whose pins to release, given the blocks the running calls' next
+        # step takes (``ttlpolicy_vllm.TTLScheduler`` reclaims there, before vLLM allocates;
+        # a head that does not fit then waits for the next step).
+        self._reclaim_ahead = (
+            getattr(policy, "reclaim_ahead", None)
+            if getattr(policy, "reclaims_ahead", False)
+            else None
+        )
+        # An optional flag of the policy: a pin consumed by its program's arriving call
+        # (``arrive`` True) keeps its chain held until that call is admitted, as TTLScheduler
+        # holds a handed-over pin's blocks; otherwise the chain is free from the arrival on.
+        self._hold_handed_pins = bool(getattr(policy, "holds_handed_pins", False))
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -148,11 +167,15 @@ class Engine:
         handle_events, admit, step = self._handle_events, self._admit, self._step
         plan_step, plan_again = self._plan, self._schedule_again
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
+        reclaim_ahead = self._reclaim_ahead
         metrics = self.metrics
         while True:
             handle_events()
             now = self.now
             active = running if self._ready_max_s <= now else self._active(now)
+            if reclaim_ahead is not None and self.kv.pinned and policy.waiting():
+                for program in reclaim_ahead(self._step_blocks(active), now):
+                    self.kv.unpin(program)
             # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
             # a step that preempted admits nothing (else a just-preempted call could be
             # readmitted and preempted forever).
@@ -202,6 +225,30 @@ class Engine:
             if plan is not None:
                 return plan
 
+    def _step_blocks(self, active: list[Call]) -> int:
+        """Blocks the next step allocates for the running calls, as vLLM schedules them: in
+        admission order, each its next prompt chunk (or its one decode token) within the token
+        budget, past the blocks it holds."""
+        b = self.config.block_tokens
+        budget = self.config.token_budget
+        need = 0
+        for c in active:
+            if budget <= 0:
+                break
+            if c.computed >= c.prompt:  # decoding: after it, the KV of all but its new token
+                budget -= 1
+                held = c.prompt + c.generated
+            else:
+                n = c.prompt - c.computed
+                if n > budget:
+                    n = budget
+                budget -= n
+                held = c.computed + n
+            want = -(-held // b)
+            if want > c.blocks:
+                need += want - c.blocks
+        return need
+
     def _active(self, now: float) -> list[Call]:
         """The running calls that may compute now (not waiting for a reload from the CPU):
         the batch itself when every reload is done (a step reads it before changing it)."""
@@ -222,10 +269,6 @@ class Engine:
 
     def _handle_events(self) -> None:
         now = self.now
-        deadline = self.policy.next_deadline()
-        if deadline is not None and deadline <= now:
-            for program in self.policy.expire(now):
-                self.kv.unpin(program)
         events = self._events
         arrived = False
         while events and events[0][0] <= now:
@@ -245,10 +288,17 @@ class Engine:
                 issued, index = cast("tuple[ProgramRun, int]", obj)  # (no alias built per event)
                 self._issue(issued, index)
             # _READY needs no action: the call is already in the batch, now ready.
+        # Then pins due: as vLLM adds the requests that came during a step before it schedules
+        # the next (where TTLScheduler expires pins), a call back by then takes its program's
+        # pin over even if the deadline fell within that step.
+        deadline = self.policy.next_deadline()
+        if deadline is not None and deadline <= now:
+            for program in self.policy.expire(now):
+                self.kv.unpin(program)
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
-        if self.policy.arrive(call, self.now):
+        if self.policy.arrive(call, self.now) and not self._hold_handed_pins:
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
 
     # -- admission ------------------------------------------------------------------------
@@ -274,6 +324,8 @@ class Engine:
             reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.hit(call.program_id, reusable, total)
             if got is None:
+                if self._reclaim_ahead is not None:
+                    return  # (pins were weighed before the step) head-of-line waits
                 need = total - kv.available_for(call.program_id)
                 # a preempted call was running: it asks as running calls do (any pin)
                 asker = None if call.preempted else call.program_id

@@ -53,6 +53,11 @@ class EngineView(Protocol):
         """Time to prefill ``tokens`` on this engine (recomputing a lost prefix)."""
         ...
 
+    def free_blocks_for(self, program: str | None) -> int:
+        """Blocks a call of ``program`` could be given now: free ones, free cached ones it
+        may evict, and the pinned chain of its own the engine holds for it (None: no own)."""
+        ...
+
     @property
     def running_count(self) -> int:
         """Calls in the running batch."""

@@ -30,6 +30,9 @@ class CacheTTL(TTLPolicyPlugin):
     name = "cachettl"
     #: ``PolicyConfig.published`` fields this variant changes
     overrides: ClassVar[dict[str, Any]] = {}
+    #: the paper's rule: a pin is released when the head of the queue cannot be admitted,
+    #: at its admission — not ahead of each step, as the adapter does
+    reclaims_ahead = False
 
     def __init__(self) -> None:
         # the paper has no pin budget; its miss cost is exact (``miss_cost_s`` below), so

@@ -34,6 +34,12 @@ class TTLPolicyPlugin:
     uses_cpu_tier = False
     #: whether a waiting call may take only the pins of programs younger than its own
     fcfs_reclaim = False
+    #: a pin handed over on arrival keeps its blocks held till the call is admitted, as
+    #: TTLScheduler holds them (the engine's flag)
+    holds_handed_pins = True
+    #: pins are released before each step (``reclaim_ahead``), as TTLScheduler releases
+    #: them, not when the head of the queue does not fit (the engine's flag)
+    reclaims_ahead = True
     # set by ``bind``, before the engine calls anything else
     view: EngineView
     ttl_policy: tp.TTLPolicy
@@ -213,6 +219,24 @@ class TTLPolicyPlugin:
         # rule for ``for_program``); otherwise any pin, latest-arrived program first.
         pid = for_program if self.fcfs_reclaim else None
         return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
+
+    def reclaim_ahead(self, step_blocks: int, now: float) -> list[str]:
+        """An optional hook of the engine, before each step: as ``TTLScheduler`` reclaims
+        before vLLM schedules, pins are released when the running calls' next step
+        (``step_blocks``) and the head of the queue — its whole prompt; nothing while it waits
+        for admission — need more than the blocks free to them.  So the step's growth takes a
+        released pin's blocks in the eviction order, not the chain next in it before."""
+        need = step_blocks
+        head = self.peek()
+        program = None
+        if head is not None:
+            blocks = -(-head.prompt // self._block_tokens)
+            need += blocks if blocks < self._total else self._total
+            program = head.program_id
+        short = need - self.view.free_blocks_for(program)
+        if short <= 0:
+            return []
+        return self.reclaim(short, now)
 
     def next_deadline(self) -> float | None:
         deadline_s = self.sched.next_deadline_s

@@ -1,0 +1,62 @@
+"""A pin handed over when its program's next call arrives: by default the engine frees the
+chain then (it stays cached, evictable); a policy with ``holds_handed_pins`` has it held
+until that call is admitted, as ``ttlpolicy_vllm.TTLScheduler`` holds a handed-over pin's
+blocks (``ttlpolicy:adapter`` does).  In virtual time the simulator lost a block of such a
+chain to a call admitted ahead of it, where vLLM kept it (bench/RESULTS.md, "Simulator
+fidelity — reclaimed ahead of the step, held until admitted")."""
+
+from __future__ import annotations
+
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from ttlpolicy.sim.hardware import Hardware
+from ttlpolicy.sim.policies.fixed_ttl import FixedTTL
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
+
+BLOCK = 16
+CAPACITY = 60  # KV blocks
+
+
+class HeldFixedTTL(FixedTTL):
+    holds_handed_pins = True
+
+
+def hw_blocks(blocks: int) -> Hardware:
+    base = roofline("llama-3.1-8b", "h100-80g")
+    per_block = BLOCK * base.kv_bytes_per_token
+    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
+
+
+def run(policy: FixedTTL) -> tuple[Engine, int]:
+    # ``a`` (20 blocks of prompt) returns the instant its first call ends, pinned; ``b`` is
+    # decoding and holds 21 blocks to its end; ``c`` (20 blocks) has waited since 0 for a
+    # sequence slot and is ahead of ``a``'s return in the queue (request FCFS).  When ``a``'s
+    # call ends only 19 blocks are free besides ``a``'s chain.
+    a = Program("a", (Turn(320, 2, 0, 0.0, "bash"), Turn(336, 2, 20, 0.0, None)))
+    b = Program("b", (Turn(320, 10, 0, 0.0, None),))
+    c = Program("c", (Turn(319, 2, 0, 0.0, None),))
+    engine = Engine(hw_blocks(CAPACITY), policy, EngineConfig(BLOCK, 2048, max_seqs=2))
+    engine.add_programs([(0.0, a), (0.0, b), (0.0, c)])
+    metrics = engine.run()
+    engine.kv.check()
+    assert metrics.programs_done == 3
+    return engine, metrics.hit_tokens
+
+
+def test_a_handed_over_chain_is_free_from_the_arrival_by_default() -> None:
+    # ``c`` is admitted on ``a``'s return and evicts one block of ``a``'s chain (free since
+    # the return): ``a``'s second call finds 19 of its 20 blocks.
+    _, hit_tokens = run(FixedTTL(100.0))
+    assert hit_tokens == 19 * BLOCK
+
+
+def test_a_held_handed_over_chain_survives_until_its_call_is_admitted() -> None:
+    # Held, the chain is not ``c``'s to evict: ``c`` waits for ``b`` to end, and ``a``'s
+    # second call, admitted after it, finds all 20 blocks (its prompt's 21st is partial).
+    engine, hit_tokens = run(HeldFixedTTL(100.0))
+    assert hit_tokens == 20 * BLOCK
+    assert engine.kv.pinned == 0 and engine.kv.used == 0  # the hold ended at admission
+
+
+def test_the_library_plugin_holds_handed_pins_as_the_adapter() -> None:
+    assert TTLPolicyPlugin.holds_handed_pins is True
+    assert getattr(FixedTTL(1.0), "holds_handed_pins", False) is False
