@@ -21,7 +21,9 @@ simulator's error on each; per request, the prompt tokens served from cache on e
 
 ``--engine-like-sim`` switches vLLM behaviours to the simulator's, one at a time, to measure
 what each difference is worth (see ``KNOBS``; ``d``, vLLM allocating a prompt whole, is gone:
-the simulator allocates chunk by chunk as vLLM does).  Deterministic: no wall clock is read.
+the simulator allocates chunk by chunk as vLLM does; so is ``e``, pins expired before the
+requests that arrived in the same step: the simulator takes arrivals first, as vLLM does).
+Deterministic: no wall clock is read.
 
 Run (the vLLM venv; ~10-60 s per configuration):
     "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity_logic.py [--json out.json]
@@ -60,8 +62,6 @@ KNOBS = {
     "a": "cache only a request's prompt blocks (vLLM also caches full blocks of its output)",
     "b": "a program's last request frees its blocks uncached, to the front of the free queue "
     "(vLLM keeps them cached, at the most-recently-used end)",
-    "e": "TTLScheduler expires pins whose deadline has passed when a request arrives, as the "
-    "simulator does at the deadline (the adapter expires them in schedule(), after arrivals)",
     "o": "TTLScheduler puts the free queue in eviction order before every step, nearer the "
     "simulator's order at each eviction (the adapter: after a turn finished or every second)",
 }
@@ -216,15 +216,6 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             free(request)
 
         kvm.free = drop_last
-    if "e" in knobs and hasattr(sched, "programs"):
-        add = sched.add_request
-
-        def expire_first(request: Any) -> None:
-            for pin in sched.programs.expire(sched.clock()):
-                sched.pins.release(pin.program_id)
-            add(request)
-
-        sched.add_request = expire_first
     if "o" in knobs and hasattr(sched, "_order_free_blocks"):
         order = sched._order_free_blocks
 

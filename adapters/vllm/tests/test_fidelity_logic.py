@@ -121,3 +121,30 @@ def test_a_calibrated_profile_prices_both_sides_per_sequence(tmp_path):
     (row,) = run["rows"]
     for metric, error in row["error"].items():
         assert abs(error) < 1e-6, (metric, row["engine"][metric], row["sim"][metric])
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        # the harness's default: 131 pins; 33 of 160 requests differed while the simulator
+        # released a pin only after the running calls took their step's blocks
+        ["--programs", "16", "--turns", "10"],
+        # a return with no tool time waits behind another call: 1 of 40 differed while the
+        # simulator freed a handed-over pin's chain at its call's arrival
+        ["--programs", "10", "--turns", "4", "--blocks", "1800"],
+        # an A100's longer steps: 32 of 160 differed while the simulator expired the pins
+        # due within a step before taking the calls that came back in it
+        ["--programs", "16", "--turns", "10", "--gpu", "a100-80g", "--blocks", "2500"],
+    ],
+    ids=["reclaimed-ahead", "held-until-admitted", "expired-after-arrivals"],
+)
+def test_with_load_control_the_simulator_pins_and_serves_as_ttlscheduler(tmp_path, workload):
+    # ``ttlpolicy:adapter`` as deployed (load control on, the roofline's step times): the
+    # simulator must take TTLScheduler's pins and serve each request's hit exactly.
+    run = harness(tmp_path, "ttl", "--max-context", "6000", "--max-out", "200", *workload)
+    _, row = run["rows"]
+    assert row["engine"]["pins"] > 10
+    assert row["sim"]["pins"] == row["engine"]["pins"]
+    assert row["requests"]["differ"] == 0, row["requests"]["first"]
+    for metric, error in row["error"].items():
+        assert abs(error) < 1e-6, (metric, row["engine"][metric], row["sim"][metric])
