@@ -11,7 +11,9 @@ the running calls' first, then admissions (vLLM's ``Scheduler.schedule``), so a 
 evicts what the free queue's order is then, and may not fit.  When a step's blocks do not
 fit, pins are reclaimed (the policy chooses), then the most recently admitted call is
 preempted (possibly the one short of memory) and later recomputed, and that step admits
-nothing.
+nothing.  A policy may instead release pins before each step (``reclaim_ahead``, as the vLLM
+adapter does).  At a step boundary the calls issued during the step arrive before pins due
+expire (vLLM adds requests before it schedules).
 
 The engine jumps over runs of identical steps — a decode-only batch, or one long prefill
 chunked at the full budget — summing their step times in closed form (their blocks past the
