@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from sim_hardware import hw_blocks
 from ttlpolicy import PolicyConfig
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
@@ -27,12 +28,6 @@ def ttl(name: str) -> TTLPolicyPlugin:
     plugin = make_policy(name)
     assert isinstance(plugin, TTLPolicyPlugin)
     return plugin
-
-
-def hw_blocks(blocks: int, cpu_blocks: int = 0) -> Hardware:
-    base = roofline("llama-3.1-8b", "h100-80g")
-    per_block = BLOCK * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, cpu_blocks * per_block)
 
 
 class _Recorder:

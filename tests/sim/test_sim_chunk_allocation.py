@@ -14,19 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from sim_hardware import hw_blocks
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.vllm import VLLM
 
 BLOCK = 16
-
-
-def hw_blocks(blocks: int) -> Hardware:
-    base = roofline("llama-3.1-8b", "h100-80g")
-    per_block = BLOCK * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
 
 
 class ReturnedLast(VLLM):

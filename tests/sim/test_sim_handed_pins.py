@@ -7,8 +7,8 @@ fidelity — reclaimed ahead of the step, held until admitted")."""
 
 from __future__ import annotations
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
-from ttlpolicy.sim.hardware import Hardware
+from sim_hardware import hw_blocks
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.policies.fixed_ttl import FixedTTL
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 
@@ -18,12 +18,6 @@ CAPACITY = 60  # KV blocks
 
 class HeldFixedTTL(FixedTTL):
     holds_handed_pins = True
-
-
-def hw_blocks(blocks: int) -> Hardware:
-    base = roofline("llama-3.1-8b", "h100-80g")
-    per_block = BLOCK * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
 
 
 def run(policy: FixedTTL) -> tuple[Engine, int]:

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sim_hardware import hw_blocks
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.kv_cache import KVCache
@@ -20,8 +21,7 @@ SLOW = roofline("llama-3.1-8b", "h100-80g", efficiency=0.01)
 
 
 def hw_with(blocks: int, base: Hardware = SLOW) -> Hardware:
-    per_block = 64 * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0)
+    return hw_blocks(blocks, CFG.block_tokens, base=base)
 
 
 def test_kv_cache_evicts_in_the_policys_order() -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from sim_hardware import hw_blocks
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.policies.fixed_ttl import FixedTTL
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 
@@ -23,12 +23,6 @@ BLOCK = 16
 #: ``p``'s pinned chain goes before ``d``'s free one (``d`` returns at once, ``p`` in 100 s);
 #: ended programs' chains go first
 RANK = {"p": 1, "d": 2}
-
-
-def hw_blocks(blocks: int) -> Hardware:
-    base = roofline("llama-3.1-8b", "h100-80g")
-    per_block = BLOCK * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
 
 
 class PinP(FixedTTL):

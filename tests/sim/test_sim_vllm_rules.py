@@ -4,17 +4,11 @@ here with the vLLM source line it comes from, on scenarios small enough to count
 
 from __future__ import annotations
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
-from ttlpolicy.sim.hardware import Hardware
+from sim_hardware import hw_blocks
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 
 BLOCK = 16
 CFG = EngineConfig(block_tokens=BLOCK, token_budget=4096, max_seqs=8)
-
-
-def hw_blocks(blocks: int) -> Hardware:
-    base = roofline("llama-3.1-8b", "h100-80g")
-    per_block = BLOCK * base.kv_bytes_per_token
-    return Hardware(base.model, base.gpu, base.steps, blocks * per_block, 0.0)
 
 
 def run(blocks: int, programs: list[tuple[float, Program]]) -> tuple[Engine, int]:
