@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import ttlpolicy as tp
+from fidelity_runs import error, mean_se_sd
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.sim.hardware import Hardware, JitteredSteps, StepModel, step_ratios
 from ttlpolicy.sim.policies import make_policy
@@ -173,16 +174,27 @@ def timed_ratios(data: dict[str, Any], hw: Hardware) -> list[tuple[float, float,
     return sorted(out)
 
 
+def fitted_profile(data: dict[str, Any]) -> Hardware:
+    """The run's own profile, fitted to its TTL replay's steps as ``fidelity.py`` fits it."""
+    rows = [tuple(r) for r in data["steps"][SCHEDULER]["rows"]]
+    settings = EngineSettings(**data["meta"]["settings"])
+    blocks = data["profiles"]["own"]["rows"][0]["kv_blocks"]
+    return fidelity.fitted_profile(rows, blocks, settings, SHAPES[data["meta"]["args"]["shape"]],
+                                   "cpu")  # fmt: skip
+
+
 def resimulate(
     data: dict[str, Any],
+    hw: Hardware,
     seeds: int,
     gap_add_s: float | dict[tuple[str, int], float] = 0.0,
     window_s: float = 0.0,
     price_scale: float = 1.0,
     prices: _PriceLog | None = None,
 ) -> dict[str, float]:
-    """The simulator side of ``data``'s TTL run, one assumption changed: mean hit rate, its sd
-    between seeds, mean first-call wait (first token after issue), mean lateness."""
+    """The simulator side of ``data``'s TTL run on its profile ``hw``, one assumption
+    changed: mean hit rate, its sd between seeds, mean first-call wait (first token after
+    issue), mean lateness."""
     a = data["meta"]["args"]
     settings = EngineSettings(**data["meta"]["settings"])
     sessions = fidelity.workload_sessions(argparse.Namespace(**a))
@@ -198,8 +210,6 @@ def resimulate(
             dataclasses.replace(t, think_s=t.think_s + added(p.program_id, i))
             for i, t in enumerate(p.turns))) for p in programs]  # fmt: skip
     rows = [tuple(r) for r in data["steps"][SCHEDULER]["rows"]]
-    blocks = data["profiles"]["own"]["rows"][0]["kv_blocks"]
-    hw = fidelity.fitted_profile(rows, blocks, settings, SHAPES[a["shape"]], "cpu")
     decode_ratios, other_ratios = step_ratios(hw.steps, rows)
     timed = timed_ratios(data, hw) if window_s > 0 else []
     think = {(p.program_id, i): t.think_s for p in programs for i, t in enumerate(p.turns)}
@@ -275,11 +285,9 @@ def report(
     name = Path(path).stem
     s = data["steps"][SCHEDULER]
     rows = [tuple(r) for r in s["rows"]]
-    settings = EngineSettings(**data["meta"]["settings"])
-    hw = fidelity.fitted_profile(rows, data["profiles"]["own"]["rows"][0]["kv_blocks"], settings,
-                                 SHAPES[data["meta"]["args"]["shape"]], "cpu")  # fmt: skip
+    hw = fitted_profile(data)
     log = _PriceLog()
-    base = resimulate(data, seeds, prices=log)
+    base = resimulate(data, hw, seeds, prices=log)
     head = " ".join(f"{n:>6}" for n in PRICE_TOKENS)
     executor = engine_prices(data, lambda i: s["model_s"][i])
     modelled = engine_prices(data, lambda i: hw.steps.step_s(*rows[i][:4]))
@@ -295,17 +303,23 @@ def report(
     }  # fmt: skip
     variants = [
         ("as recorded", base),
-        (f"every tool gap +{1e3 * gap_add_s:.0f} ms", resimulate(data, seeds, gap_add_s=gap_add_s)),
-        ("returns as late as the engine's", resimulate(data, seeds, gap_add_s=extra)),
-        (f"step scatter drawn within {window_s:g} s", resimulate(data, seeds, window_s=window_s)),
-        (f"miss price × {price_scale:g}", resimulate(data, seeds, price_scale=price_scale)),
+        (
+            f"every tool gap +{1e3 * gap_add_s:.0f} ms",
+            resimulate(data, hw, seeds, gap_add_s=gap_add_s),
+        ),
+        ("returns as late as the engine's", resimulate(data, hw, seeds, gap_add_s=extra)),
+        (
+            f"step scatter drawn within {window_s:g} s",
+            resimulate(data, hw, seeds, window_s=window_s),
+        ),
+        (f"miss price × {price_scale:g}", resimulate(data, hw, seeds, price_scale=price_scale)),
     ]
     lines.append(f"  {'engine':<34} {_outcome(eng)}")
     figures = {"price ratio": statistics.fmean(p[-1] for p in log.prices)
                / statistics.fmean(p[-1] for p in executor)}  # fmt: skip
     for label, r in variants:
         lines.append(f"  {label:<34} {_outcome(r, eng['hit_rate'])}")
-        figures[label] = 100 * (r["hit_rate"] - eng["hit_rate"])
+        figures[label] = error("hit_rate", eng["hit_rate"], r["hit_rate"])
     return lines, figures
 
 
@@ -317,10 +331,8 @@ def summary(figures: list[dict[str, float]]) -> list[str]:
     for label in figures[0]:
         if label == "price ratio":
             continue
-        xs = [f[label] for f in figures]
-        sd = statistics.stdev(xs)
-        lines.append(f"  {label:<34} {statistics.fmean(xs):+.2f} ± {sd / n**0.5:.2f} pt "
-                     f"({sd:.2f})")  # fmt: skip
+        mean, se, sd = mean_se_sd([f[label] for f in figures])
+        lines.append(f"  {label:<34} {mean:+.2f} ± {se:.2f} pt ({sd:.2f})")
     ratios = [f["price ratio"] for f in figures]
     r = statistics.correlation(ratios, [f["as recorded"] for f in figures])
     lines.append(f"  simulator's price / engine's at {PRICE_TOKENS[-1]} tokens: "

@@ -49,7 +49,8 @@ def error(metric: str, engine: float, sim: float) -> float:
     return (sim - engine) / engine if engine else math.nan
 
 
-def _mean_se_sd(xs: list[float]) -> tuple[float, float, float]:
+def mean_se_sd(xs: list[float]) -> tuple[float, float, float]:
+    """Mean, its standard error and the sample standard deviation of ``xs``."""
     mean = statistics.fmean(xs)
     sd = statistics.stdev(xs) if len(xs) > 1 else 0.0
     return mean, sd / math.sqrt(len(xs)), sd
@@ -97,7 +98,7 @@ def summarize(runs: list[dict[str, Any]], profile: str = "own") -> dict[str, Any
         rows_out = {}
         for m in METRICS:
             cell = per[name][m]
-            mean, se, sd = _mean_se_sd(cell["error"])
+            mean, se, sd = mean_se_sd(cell["error"])
             target = TARGETS.get(m)
             within = None if target is None else sum(abs(x) <= target for x in cell["error"])
             e_mean, s_mean = statistics.fmean(cell["engine"]), statistics.fmean(cell["sim"])
