@@ -382,6 +382,7 @@ class Engine:
                 lost = (reusable if reusable < max_hit_blocks else max_hit_blocks) * b - hit_tokens
                 if lost > 0:
                     m.recomputed_tokens += lost
+                m.queued(call.turn_index > 0, lost > 0, self.now - call.issue_s)
             else:
                 m.recomputed_tokens += call.prompt - hit_tokens
             policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)

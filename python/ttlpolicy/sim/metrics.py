@@ -13,6 +13,12 @@ class Metrics:
     program_finish_s: dict[str, float] = field(default_factory=dict)
     program_think_s: dict[str, float] = field(default_factory=dict)  # tool + human gaps
     ttfts_s: list[float] = field(default_factory=list)
+    # Issue → first admission (the queue wait, prefill not included), per call: programs'
+    # first calls; returning calls whose whole reusable prefix was still cached (GPU or CPU
+    # tier); returning calls that had lost some of it.  Where a policy's JCT goes.
+    first_waits_s: list[float] = field(default_factory=list)
+    return_waits_kept_s: list[float] = field(default_factory=list)
+    return_waits_lost_s: list[float] = field(default_factory=list)
     calls_done: int = 0
     input_tokens: int = 0
     hit_tokens: int = 0  # prompt tokens served from cache (GPU, or reloaded from CPU)
@@ -45,6 +51,15 @@ class Metrics:
     def ttft(self, seconds: float) -> None:
         self.ttfts_s.append(seconds)
 
+    def queued(self, returning: bool, cache_lost: bool, wait_s: float) -> None:
+        """A call was admitted for the first time ``wait_s`` after it was issued."""
+        if not returning:
+            self.first_waits_s.append(wait_s)
+        elif cache_lost:
+            self.return_waits_lost_s.append(wait_s)
+        else:
+            self.return_waits_kept_s.append(wait_s)
+
     def completion_times_s(self) -> np.ndarray:
         return np.array(
             [self.program_finish_s[p] - self.program_start_s[p] for p in self.program_finish_s],
@@ -53,6 +68,8 @@ class Metrics:
 
     def summary(self) -> dict[str, float]:
         jct = self.completion_times_s()
+        kept = self.return_waits_kept_s
+        returns = len(kept) + len(self.return_waits_lost_s)
         span = self.makespan_s or 1.0
         return {
             "programs": float(len(jct)),
@@ -73,6 +90,10 @@ class Metrics:
             if len(jct)
             else 0.0,
             "ttft_mean_s": float(np.mean(self.ttfts_s)) if self.ttfts_s else 0.0,
+            "wait_first_call_s": _mean(self.first_waits_s),
+            "wait_return_kept_s": _mean(self.return_waits_kept_s),
+            "wait_return_lost_s": _mean(self.return_waits_lost_s),
+            "returns_kept": len(kept) / returns if returns else 0.0,
             "throughput_tok_s": self.output_tokens / span,
             "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
             "recomputed_tokens": float(self.recomputed_tokens),
@@ -80,3 +101,7 @@ class Metrics:
             "preemptions": float(self.preemptions),
             "makespan_s": self.makespan_s,
         }
+
+
+def _mean(xs: list[float]) -> float:
+    return float(np.mean(xs)) if xs else 0.0
