@@ -65,6 +65,15 @@ SENSITIVITY: tuple[tuple[str, dict[str, Any]], ...] = (
         {"output_mean_tokens": 2000.0, "observation_mean_tokens": 6900.0},
     ),
 )
+#: Output lengths tried with Table 2's contexts as the issue reads them (tokens summed over a
+#: program's calls; the visible action kept): is there one where the paper's gaps appear?
+OUTPUT_GRID = (300.0, 1000.0, 2000.0, 4000.0, 6000.0, 8000.0, 10000.0)
+GRID_POLICIES = ("vllm", "program-fcfs", "static-ttl", "cachettl", "cachettl:fcfs-reclaim",
+                 "continuum")  # fmt: skip
+#: Where a program's time goes, on the reading that ties and on the one that gives the shape.
+WAIT_SETTINGS: tuple[tuple[str, dict[str, Any]], ...] = (SENSITIVITY[0], SENSITIVITY[-1])
+WAIT_POLICIES = ("vllm", "program-fcfs", "static-ttl:fcfs-reclaim", "cachettl:fcfs-reclaim",
+                 "continuum")  # fmt: skip
 #: The paper's 8B on one B200, unless a sensitivity row says otherwise.
 MODEL, GPU = "llama-3.1-8b", "b200"
 
@@ -79,10 +88,13 @@ class Runner:
         self._cache: dict[tuple, dict] = {}
         self.sim_s = 0.0
 
-    def jct(self, workload: str, policy: str, rate: float, *, offload: bool = False,
-            turn_scale: int = 1, output_mean_tokens: float | None = None,
-            keep_whole_output: bool = False, engine: str = "8b",
-            observation_mean_tokens: float | None = None) -> float:  # fmt: skip
+    def jct(self, workload: str, policy: str, rate: float, **setting: Any) -> float:
+        return self.summary(workload, policy, rate, **setting)["jct_mean_s"]
+
+    def summary(self, workload: str, policy: str, rate: float, *, offload: bool = False,
+                turn_scale: int = 1, output_mean_tokens: float | None = None,
+                keep_whole_output: bool = False, engine: str = "8b",
+                observation_mean_tokens: float | None = None) -> dict[str, float]:  # fmt: skip
         key = (workload, policy, rate, offload, turn_scale, output_mean_tokens,
                keep_whole_output, engine, observation_mean_tokens)  # fmt: skip
         if key not in self._cache:
@@ -115,7 +127,7 @@ class Runner:
             print(f"  {workload} {policy} rate={rate:g} offload={offload} K={turn_scale} "
                   f"out={output_mean_tokens} {engine}: JCT {s['jct_mean_s']:.1f} s",
                   file=sys.stderr)  # fmt: skip
-        return self._cache[key]["jct_mean_s"]
+        return self._cache[key]
 
 
 def sweep_rates(workload: str, quick: bool) -> list[float]:
@@ -296,6 +308,48 @@ def main(argv: list[str] | None = None) -> int:
         ),
         "",
     ]
+    # Is there an output length, Table 2's contexts as read, that gives the paper's gaps?
+    grid = (1000.0, 6000.0) if args.quick else OUTPUT_GRID
+    md += [
+        f"**Output length — swe-bench, {rate:g} jobs/s, no offload, Table 2's contexts as "
+        "read (summed over calls; the visible action kept)**",
+        "",
+        "| generated per call | vllm JCT s | "
+        + " | ".join(f"vLLM / {p}" for p in GRID_POLICIES[1:])
+        + " |",
+        "|---:|---:|" + "---:|" * (len(GRID_POLICIES) - 1),
+    ]
+    for n in grid:
+        row = {p: r.jct("swe-bench", p, rate, output_mean_tokens=n) for p in GRID_POLICIES}
+        md.append(f"| {n:,.0f} | {row['vllm']:,.0f} | "
+                  + " | ".join(f"{row['vllm'] / row[p]:.2f}×" for p in GRID_POLICIES[1:])
+                  + " |")  # fmt: skip
+    md.append("")
+
+    # Where a program's time goes: queue waits of first calls and of returns (cache kept/lost).
+    md += [
+        f"**Where the time goes — swe-bench, {rate:g} jobs/s, no offload: queue waits "
+        "(issue → admission), per program and per returning call**",
+        "",
+        "| setting | policy | JCT s | first call's wait s | returns' waits s | "
+        "returns that kept their prefix | wait per kept return s | wait per lost return s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, change in WAIT_SETTINGS:
+        kw = dict(change)
+        workload_kw = {k: v for k, v in kw.items() if k != "engine"}
+        progs = paper_programs("swe-bench", args.programs, args.seed, **workload_kw)
+        returns = sum(len(p.turns) - 1 for p in progs) / len(progs)
+        for p in WAIT_POLICIES:
+            s = r.summary("swe-bench", p, rate, **kw)
+            kept = s["returns_kept"]
+            waits = returns * (
+                kept * s["wait_return_kept_s"] + (1 - kept) * s["wait_return_lost_s"]
+            )
+            md.append(f"| {label} | {p} | {s['jct_mean_s']:,.0f} | {s['wait_first_call_s']:,.1f} "
+                      f"| {waits:,.1f} | {kept:.0%} | {s['wait_return_kept_s']:,.1f} "
+                      f"| {s['wait_return_lost_s']:,.1f} |")  # fmt: skip
+    md.append("")
     wall = time.perf_counter() - t0
     md.append(f"({len(r.results)} simulations, {r.sim_s:.0f} s simulating, {wall:.0f} s in all)")
     (out / "tables.md").write_text("\n".join(md) + "\n", encoding="utf-8")
