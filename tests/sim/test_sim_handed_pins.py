@@ -54,3 +54,24 @@ def test_a_held_handed_over_chain_survives_until_its_call_is_admitted() -> None:
 def test_the_library_plugin_holds_handed_pins_as_the_adapter() -> None:
     assert TTLPolicyPlugin.holds_handed_pins is True
     assert getattr(FixedTTL(1.0), "holds_handed_pins", False) is False
+
+
+def test_held_chains_yield_to_the_head_when_nothing_runs() -> None:
+    # ``a`` and ``d`` (7 blocks each) return the instant their first calls end, pinned: their
+    # chains are held (14 of 24 blocks) while their second calls (11 blocks, 4 new) wait
+    # behind ``b``, which grows past the 10 blocks left and is preempted.  Nothing runs then
+    # and ``b`` heads the queue needing 11 blocks: held chains yield, the later arrival's
+    # (``d``) first, until it fits — as TTLScheduler's do.  Before, the engine stalled.
+    a = Program("a", (Turn(112, 2, 0, 0.0, "bash"), Turn(176, 2, 7, 0.0, None)))
+    d = Program("d", (Turn(112, 2, 0, 0.0, "bash"), Turn(176, 2, 7, 0.0, None)))
+    b = Program("b", (Turn(128, 100, 0, 0.0, None),))
+    engine = Engine(hw_blocks(24), HeldFixedTTL(100.0), EngineConfig(BLOCK, 2048, max_seqs=3))
+    engine.add_programs([(0.0, a), (0.0, d), (0.0, b)])
+    metrics = engine.run()
+    engine.kv.check()
+    assert metrics.programs_done == 3 and metrics.preemptions >= 1
+    assert engine.kv.pinned == 0 and engine.kv.used == 0
+    # a's second call finds its whole chain (held throughout); d's lost blocks to b's growth
+    kept, lost = metrics.return_waits_kept_s, metrics.return_waits_lost_s
+    assert len(kept) == 1 and len(lost) == 1
+    assert 7 * BLOCK <= metrics.hit_tokens < 14 * BLOCK

@@ -276,3 +276,33 @@ def test_contexts_released_by_pins_are_evicted_in_the_librarys_order(fresh) -> N
     y2 = ttl.turn(context_of(y1, y_out) + p(8), 2, program_id="y-pin", last_turn=True)
     assert x2.num_cached_tokens == 7 * BLOCK, "x, second to go, kept its context"
     assert y2.num_cached_tokens < 7 * BLOCK, "y, first to go, lost the blocks z needed"
+
+
+def test_held_chains_never_stall_a_preempted_head(fresh) -> None:
+    """A pin handed over to its program's next request at arrival keeps its blocks held until
+    that request is admitted.  Here two such requests (``a`` and ``d``, 7 blocks held each)
+    wait behind ``b``, which grows past the 10 blocks left and is preempted; nothing runs
+    then, and ``b`` heads the queue (preempted first) needing 11 blocks.  The held chains
+    must yield to it — before, ``b`` waited for their blocks forever and the engine stalled."""
+    ttl = fresh
+    sched = ttl.scheduler
+    p = Prompts(ttl, seed=11)
+    firsts = {pid: p(TURN1_PROMPT) for pid in ("a-held", "d-held")}
+    outs = {pid: ttl.turn(x, TURN1_OUT, program_id=pid, tool="bash") for pid, x in firsts.items()}
+    assert sched.programs.pin_count == 2
+    b = ttl.submit(p(250), 150)  # no program: 8 blocks of prompt, 13 at its end
+    ttl.step()  # b is admitted
+    seconds = [
+        ttl.submit(context_of(x, outs[pid]) + p(100), 2, program_id=pid, last_turn=True)
+        for pid, x in firsts.items()
+    ]  # 11 blocks each, 4 of them new: they wait while b runs
+    assert sched.pins.held_blocks() == 14 and len(sched._handover) == 2  # held till admitted
+    assert sched.programs.pin_count == 0  # (both consumed: no pin left to reclaim)
+    reclaims = sched.ttl_stats()["reclaims"]
+    ttl.run(max_steps=3000)
+    assert sched.ttl_stats()["reclaims"] - reclaims == 1  # d's chain only: then b fits
+    assert len(ttl.outputs[b].outputs[0].token_ids) == 150
+    for rid in seconds:
+        assert len(ttl.outputs[rid].outputs[0].token_ids) == 2
+    assert sched.pins.held_blocks() == 0 and not sched._handover
+    assert ttl.free_blocks() == NUM_BLOCKS - 1

@@ -149,7 +149,10 @@ class Engine:
         # An optional flag of the policy: a pin consumed by its program's arriving call
         # (``arrive`` True) keeps its chain held until that call is admitted, as TTLScheduler
         # holds a handed-over pin's blocks; otherwise the chain is free from the arrival on.
+        # When nothing runs and the queue's head does not fit, the chains held for the other
+        # waiting calls yield to it (``_release_held_for_head``), as TTLScheduler's do.
         self._hold_handed_pins = bool(getattr(policy, "holds_handed_pins", False))
+        self._held: dict[str, None] = {}  # programs whose handed-over chain is held, by arrival
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -178,6 +181,8 @@ class Engine:
             if reclaim_ahead is not None and self.kv.pinned and policy.waiting():
                 for program in reclaim_ahead(self._step_blocks(active), now):
                     self.kv.unpin(program)
+            if self._held and not running and policy.waiting():
+                self._release_held_for_head()
             # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
             # a step that preempted admits nothing (else a just-preempted call could be
             # readmitted and preempted forever).
@@ -300,8 +305,30 @@ class Engine:
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
-        if self.policy.arrive(call, self.now) and not self._hold_handed_pins:
-            self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
+        if self.policy.arrive(call, self.now):
+            if self._hold_handed_pins:
+                self._held[call.program_id] = None
+            else:
+                self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
+
+    def _release_held_for_head(self) -> None:
+        """Nothing runs and a call waits: the chains held for waiting calls other than the
+        head's are released, the latest-arrived first, until the head's whole prompt fits
+        (they stay cached, evictable), as ``TTLScheduler._reclaim_if_short`` does — nothing
+        else would free memory for it (a preempted call heads the queue, and chains held
+        behind it can leave it too little)."""
+        head = self.policy.peek()
+        if head is None:
+            return
+        kv = self.kv
+        need = -(-head.prompt // self.config.block_tokens)
+        need = need if need < kv.capacity else kv.capacity
+        for program in reversed(list(self._held)):
+            if need <= kv.available_for(head.program_id):
+                return
+            if program != head.program_id:
+                del self._held[program]
+                kv.unpin(program)
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -345,6 +372,8 @@ class Engine:
                 if got is None:
                     return  # head-of-line waits for memory
             popped = policy.pop()
+            if self._held:
+                self._held.pop(call.program_id, None)  # (kv.take ends the hold below)
             if popped is not call:
                 raise RuntimeError(
                     f"policy {policy.name!r} popped call {popped.call_id} after peeking "

@@ -234,22 +234,38 @@ class TTLScheduler(Scheduler):
     def _reclaim_if_short(self, now: float) -> None:
         """Release pins (ProgramScheduler picks which) when the next step could run short:
         the running requests' next blocks (``_step_blocks``) plus the waiting head's blocks
-        exceed the free blocks.  Pins yield before vLLM would preempt or stall."""
-        if not self.programs.pin_count:
+        exceed the free blocks.  Pins yield before vLLM would preempt or stall.  When nothing
+        runs and the head is still short, the chains held for the other waiting requests
+        (pins handed over at their arrival, ``_handover``) yield too: no request would ever
+        end to free memory for the head, and vLLM would stall (a preempted request heads the
+        queue, and held chains behind it can leave it too little)."""
+        if not self.programs.pin_count and not self._handover:
             return
+        pool = self.kv_cache_manager.block_pool
         need = self._step_blocks()
+        head = None
         if self.waiting:
             head = self.waiting.peek_request()
             need += self._blocks_needed(head)
             handed = self._handover.get(head.request_id)
             if handed is not None:
                 need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
-        short = need - self.kv_cache_manager.block_pool.get_num_free_blocks()
+        short = need - pool.get_num_free_blocks()
         if short <= 0:
             return
-        for pin in self.programs.reclaim(short, now):
-            if self._release_pin(pin.program_id):
+        if self.programs.pin_count:
+            for pin in self.programs.reclaim(short, now):
+                if self._release_pin(pin.program_id):
+                    self.ttl_metrics.reclaims += 1
+        if head is None or self.running or need <= pool.get_num_free_blocks():
+            return
+        for rid in reversed(list(self._handover)):  # the latest to arrive first, till it fits
+            if rid == head.request_id:
+                continue
+            if self._release_pin(self._handover.pop(rid)):
                 self.ttl_metrics.reclaims += 1
+            if need <= pool.get_num_free_blocks():
+                return
 
     def _step_blocks(self) -> int:
         """Blocks the running requests' next step allocates, as ``schedule`` takes them: in
