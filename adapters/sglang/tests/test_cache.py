@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
@@ -199,3 +200,45 @@ def test_the_tool_is_read_from_the_output_when_the_client_names_none(
     req.tokenizer = tokenizer
     req.output_ids.extend(ord(ch) for ch in output)
     assert s.ttl._parse_tool(req) == expected
+
+
+def _held_behind(policy_env) -> tuple[MiniScheduler, Any, Any]:
+    """agent-held's first turn is pinned (220 tokens); an anonymous request ``x`` runs
+    (280 of the 512 tokens); agent-held's next request arrives and consumes the pin — its
+    prefix stays locked until it is admitted — but cannot be: 12 tokens are free."""
+    policy_env.setenv(
+        "TTLPOLICY_POLICY", json.dumps({**json.loads(TEST_POLICY), "admission": False})
+    )
+    s = make_scheduler(KV, "ttlpolicy", FakeClock())
+    prompt, out = turn1(s, "agent-held")
+    x = s.submit(tokens(70_000, 280))
+    assert s.schedule() == [x]
+    nxt = s.submit(prompt + out + tokens(90_000, 100), program="agent-held", last_turn=True)
+    assert s.schedule() == []
+    assert s.ttl.programs.pin_count == 0 and s.ttl.handover.held_tokens() == TURN1 + OUT1
+    return s, x, nxt
+
+
+def test_a_held_prefix_yields_to_the_last_running_request(policy_env) -> None:
+    """SGLang never retracts its last running request: when its decoding needs more than
+    is free and no pin is left, the prefix held for a waiting request must turn evictable —
+    before, the allocation ran out of memory (SGLang's RuntimeError)."""
+    s, x, nxt = _held_behind(policy_env)
+    s.decode(x, tokens(80_000, 60))  # 12 free: 48 must come from the held prefix
+    assert s.ttl.metrics.reclaims == 1 and s.ttl.handover.held_tokens() == 0
+    s.finish(x, tokens(81_000, 2))
+    assert s.schedule() == [nxt]
+    assert nxt.prefix_len < TURN1 + OUT1  # x's decoding took the end of it
+
+
+def test_held_prefixes_never_stall_a_retracted_head(policy_env) -> None:
+    """``x`` decodes, is retracted, and heads the queue (retracted first) needing 290 + 8
+    tokens with nothing running: only 292 are free beside the held prefix, which must yield
+    — before, the queue waited for memory no request would ever free."""
+    s, x, nxt = _held_behind(policy_env)
+    s.decode(x, tokens(80_000, 10))
+    s.retract(x)
+    assert s.schedule() == [x]
+    assert s.ttl.metrics.reclaims == 1 and s.ttl.handover.held_tokens() == 0
+    s.finish(x, tokens(81_000, 2))
+    assert s.schedule() == [nxt]

@@ -9,7 +9,8 @@ method of the real tree is inherited; the overrides only report to the ``Program
 * ``on_release`` — every release ends there: aborts and un-inserted requests end their program.
 * ``finish`` — a queued request aborted by SGLang (never held KV): its program ends.
 * ``evict`` / ``evict_for_alloc`` — when the evictable tokens cannot cover the request, pins
-  are reclaimed first (latest-arrived program first), so SGLang's own eviction can proceed.
+  are reclaimed first (latest-arrived program first), so SGLang's own eviction can proceed;
+  for an allocation, then the prefixes held for waiting requests (consumed pins).
 
 Tested against SGLang 0.5.23 exactly (``sglang==0.5.23``).
 """
@@ -62,6 +63,10 @@ class TTLRadixCache(UnifiedRadixCache):
 
     def evict_for_alloc(self, params: EvictParams, **kwargs: Any) -> EvictResult:
         self._make_evictable(params.num_tokens)
+        if not self.disable and self.ttl.handover.held_tokens():
+            # An allocation pins alone cannot cover: the prefixes held for waiting requests
+            # yield too, else SGLang runs out of memory (it never retracts its last request).
+            self.ttl.release_held(params.num_tokens - self.evictable_size())
         return super().evict_for_alloc(params, **kwargs)
 
     def _make_evictable(self, num_tokens: int) -> None:

@@ -119,7 +119,7 @@ class ProgramTracker:
                 now = self._arrive(key, req, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
-        if waiting_queue and self.programs.pin_count:
+        if waiting_queue and (self.programs.pin_count or self.handover.held_tokens()):
             self._reclaim_for_head(waiting_queue[0], running_batch)
         self.metrics.pinned_tokens_now = self.pins.held_tokens()
         if self.admission is not None:
@@ -185,7 +185,11 @@ class ProgramTracker:
     def _reclaim_for_head(self, head: Any, running_batch: Any) -> None:
         """Reclaim pins when the queue's head could not be admitted: its uncached tokens, its
         first decode reservation (as SGLang's PrefillAdder clips it) and a page per running
-        request exceed the free plus evictable tokens.  Pins yield before requests wait."""
+        request exceed the free plus evictable tokens.  Pins yield before requests wait.
+        When nothing runs and the head is still short, the prefixes held for the other
+        waiting requests (pins they consumed on arrival) yield too: no request would end to
+        free memory for it (a retracted request heads the queue, and prefixes held behind it
+        can leave it too little), as ``ttlpolicy_vllm.TTLScheduler`` does."""
         ids = array("q", head.origin_input_ids)
         ids.extend(head.output_ids)
         match = self._cache.match_prefix(
@@ -195,13 +199,21 @@ class ProgramTracker:
         need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
         if running_batch is not None:
             need += self.page_size * len(running_batch.reqs)
-        # Admission locks the matched prefix, which then no longer counts as evictable.
-        lock = self._cache.lock(match.last_device_node)
+        self.reclaim(need - self._available_besides(match.last_device_node))
+        nothing_runs = running_batch is not None and not running_batch.reqs
+        if nothing_runs and self.handover.held_tokens():
+            short = need - self._available_besides(match.last_device_node)
+            self.release_held(short, keep=request_key(head.rid))
+
+    def _available_besides(self, node: Any) -> int:
+        """Free plus evictable tokens once ``node``'s path is locked (admission locks the
+        matched prefix, which then no longer counts as evictable)."""
+        lock = self._cache.lock(node)
         available = (
             self._cache.token_to_kv_pool_allocator.available_size() + self._cache.evictable_size()
         )
         self._cache.unlock(lock)
-        self.reclaim(need - available)
+        return available
 
     # -- pins ----------------------------------------------------------------------------------
     def expire(self) -> None:
@@ -216,6 +228,20 @@ class ProgramTracker:
         for pin in self.programs.reclaim(math.ceil(short_tokens / self.page_size), self._now()):
             if self.pins.release(pin.program_id):
                 self.metrics.reclaims += 1
+
+    def release_held(self, short_tokens: int, keep: str | None = None) -> None:
+        """Unlock the prefixes held for waiting requests (the pins they consumed on arrival),
+        the latest-arrived first, until ``short_tokens`` more are evictable; ``keep``'s (the
+        head's own prefix) stays.  They stay in the tree, evictable."""
+        for key in reversed(self.handover.programs()):
+            if short_tokens <= 0:
+                return
+            if key == keep:
+                continue
+            before = self._cache.evictable_size()
+            if self.handover.release(key):
+                self.metrics.reclaims += 1
+                short_tokens -= self._cache.evictable_size() - before
 
     # -- the cache's events -------------------------------------------------------------------
     def finished(self, req: Any, node: Any, path_tokens: int) -> None:

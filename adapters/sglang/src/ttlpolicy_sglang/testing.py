@@ -30,6 +30,7 @@ if torch.version.cuda is None:
 
 from array import array
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_MATCHED_TOKEN, Req
@@ -159,7 +160,10 @@ class MiniScheduler:
     def order(self) -> None:
         """One pass of SGLang's calc_priority, through the adapter's hook (as the plug-in
         installs it): stock order when the cache is not the adapter's."""
-        calc_priority_by_program(SchedulePolicy.calc_priority, self.policy, self.waiting, None)
+        running_batch = SimpleNamespace(reqs=list(self.running.values()))  # what it reads
+        calc_priority_by_program(
+            SchedulePolicy.calc_priority, self.policy, self.waiting, running_batch
+        )
 
     def schedule(self) -> list[Any]:
         """Order the queue, then admit from its head while requests fit and load control
@@ -215,6 +219,14 @@ class MiniScheduler:
         req.finished_reason = FINISH_MATCHED_TOKEN(matched=tokens[-1])
         del self.running[req.rid]
         release_kv_cache(req, self.cache, checkpoint=True)
+
+    def retract(self, req: Any) -> None:
+        """SGLang's retraction of a decoding request (``ScheduleBatch.retract_decode`` →
+        ``release_req``): its KV freed, not inserted, and the request back in the queue."""
+        del self.running[req.rid]
+        release_kv_cache(req, self.cache, checkpoint=False)
+        req.reset_for_retract()
+        self.waiting.insert(0, req)
 
     def abort_running(self, req: Any) -> None:
         req.finished_reason = FINISH_ABORT()
