@@ -7,10 +7,15 @@ fidelity — reclaimed ahead of the step, held until admitted")."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from sim_hardware import hw_blocks
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
+from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.fixed_ttl import FixedTTL
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
+from ttlpolicy.sim.workload import poisson_arrivals, swe_agent_programs
 
 BLOCK = 16
 CAPACITY = 60  # KV blocks
@@ -75,3 +80,35 @@ def test_held_chains_yield_to_the_head_when_nothing_runs() -> None:
     kept, lost = metrics.return_waits_kept_s, metrics.return_waits_lost_s
     assert len(kept) == 1 and len(lost) == 1
     assert 7 * BLOCK <= metrics.hit_tokens < 14 * BLOCK
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    programs=st.integers(3, 10),
+    spare=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    held_ttl_s=st.sampled_from([None, 1.0, 10.0, 100.0]),  # None: the library's own policy
+    max_seqs=st.sampled_from([2, 4, 16]),
+    rate_per_s=st.sampled_from([0.5, 2.0, 10.0]),
+)
+def test_the_queue_always_makes_progress_with_held_chains(
+    seed: int,
+    programs: int,
+    spare: float,
+    held_ttl_s: float | None,
+    max_seqs: int,
+    rate_per_s: float,
+) -> None:
+    # Memory from just the largest call to twice it: held chains, preemptions and pins all
+    # compete, and every call still fits alone.  Every program must end (no stall).
+    progs = swe_agent_programs(programs, seed=seed)
+    largest = max(-(-(t.input_tokens + t.output_tokens) // 64) for p in progs for t in p.turns)
+    policy = HeldFixedTTL(held_ttl_s) if held_ttl_s is not None else make_policy("ttlpolicy")
+    engine = Engine(
+        hw_blocks(largest + int(largest * spare), 64), policy, EngineConfig(64, 2048, max_seqs)
+    )
+    engine.add_programs(poisson_arrivals(progs, rate_per_s, seed=seed))
+    metrics = engine.run()
+    engine.kv.check()
+    assert metrics.programs_done == programs
+    assert engine.kv.pinned == 0
