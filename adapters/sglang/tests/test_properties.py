@@ -62,6 +62,7 @@ def finish(s: MiniScheduler, c: Programs, req: Any, n_out: int) -> None:
         s.finish(req, c.fresh(n_out))
     except RuntimeError as e:  # no room for its last tokens: nothing allocated, still running
         assert "Out of memory" in str(e)
+        everything_yielded(s)
         return
     if p is None:
         return
@@ -70,6 +71,15 @@ def finish(s: MiniScheduler, c: Programs, req: Any, n_out: int) -> None:
     else:
         c.history[p] = list(req.origin_input_ids) + list(req.output_ids)
         del c.live[p]
+
+
+def everything_yielded(s: MiniScheduler) -> None:
+    """An allocation ran out of memory.  SGLang retracts running requests for memory but never
+    its last one: when it is the last, every pin and every prefix held for a waiting request
+    must have yielded first (else the adapter, not the workload, made it fail)."""
+    if len(s.running) == 1:
+        assert s.ttl.programs.pin_count == 0
+        assert s.ttl.handover.held_tokens() == 0
 
 
 def check(s: MiniScheduler) -> None:
@@ -146,6 +156,7 @@ class Interleavings(RuleBasedStateMachine):
             self.s.decode(self._pick(list(self.s.running.values()), i), self.c.fresh(n))
         except RuntimeError as e:
             assert "Out of memory" in str(e)
+            everything_yielded(self.s)
 
     @precondition(lambda self: self.s.waiting)
     @rule(i=st.integers(0, 7))
