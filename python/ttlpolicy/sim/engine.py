@@ -173,6 +173,7 @@ class Engine:
         plan_step, plan_again = self._plan, self._schedule_again
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         reclaim_ahead = self._reclaim_ahead
+        held = self._held  # (mutated in place, never rebound)
         metrics = self.metrics
         while True:
             handle_events()
@@ -181,7 +182,7 @@ class Engine:
             if reclaim_ahead is not None and self.kv.pinned and policy.waiting():
                 for program in reclaim_ahead(self._step_blocks(active), now):
                     self.kv.unpin(program)
-            if self._held and not running and policy.waiting():
+            if held and not running and policy.waiting():
                 self._release_held_for_head()
             # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
             # a step that preempted admits nothing (else a just-preempted call could be
@@ -322,7 +323,6 @@ class Engine:
             return
         kv = self.kv
         need = -(-head.prompt // self.config.block_tokens)
-        need = need if need < kv.capacity else kv.capacity
         for program in reversed(list(self._held)):
             if need <= kv.available_for(head.program_id):
                 return

@@ -119,7 +119,8 @@ class ProgramTracker:
                 now = self._arrive(key, req, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
-        if waiting_queue and (self.programs.pin_count or self.handover.held_tokens()):
+        held = _nothing_runs(running_batch) and self.handover.held_tokens() > 0
+        if waiting_queue and (self.programs.pin_count or held):
             self._reclaim_for_head(waiting_queue[0], running_batch)
         self.metrics.pinned_tokens_now = self.pins.held_tokens()
         if self.admission is not None:
@@ -200,8 +201,7 @@ class ProgramTracker:
         if running_batch is not None:
             need += self.page_size * len(running_batch.reqs)
         self.reclaim(need - self._available_besides(match.last_device_node))
-        nothing_runs = running_batch is not None and not running_batch.reqs
-        if nothing_runs and self.handover.held_tokens():
+        if _nothing_runs(running_batch) and self.handover.held_tokens():
             short = need - self._available_besides(match.last_device_node)
             self.release_held(short, keep=request_key(head.rid))
 
@@ -341,3 +341,8 @@ class ProgramTracker:
     # -- views ---------------------------------------------------------------------------------
     def live_requests(self) -> int:
         return len(self._info)
+
+
+def _nothing_runs(running_batch: Any) -> bool:
+    """SGLang's running batch is empty (None: not known, as when a caller passes none)."""
+    return running_batch is not None and not running_batch.reqs

@@ -239,8 +239,8 @@ class TTLScheduler(Scheduler):
         (pins handed over at their arrival, ``_handover``) yield too: no request would ever
         end to free memory for the head, and vLLM would stall (a preempted request heads the
         queue, and held chains behind it can leave it too little)."""
-        if not self.programs.pin_count and not self._handover:
-            return
+        if not self.programs.pin_count and (not self._handover or self.running):
+            return  # (held chains yield only when nothing runs)
         pool = self.kv_cache_manager.block_pool
         need = self._step_blocks()
         head = None
