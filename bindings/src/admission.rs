@@ -178,6 +178,11 @@ impl PyAdmissionControl {
         })
     }
 
+    fn knows(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let pid = id_str("program_id", program_id)?;
+        Args::new().finish(self.inner.knows(pid))
+    }
+
     fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
         Args::new().finish(self.inner.admitted(pid))

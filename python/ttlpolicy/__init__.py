@@ -15,6 +15,7 @@ from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group T
 from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
+from .reference import lifecycle as _ref_lifecycle
 from .reference import policy as _ref_policy
 from .reference import prefix_tree as _ref_prefix_tree
 from .reference import scheduler as _ref_scheduler
@@ -59,6 +60,8 @@ else:
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
     AdmissionControl = _ref_admission.AdmissionControl
+# DEV: the reference serves both backends until the native one lands
+ProgramLifecycle = _ref_lifecycle.ProgramLifecycle
 
 __all__ = [
     "AdmissionControl",
@@ -72,6 +75,7 @@ __all__ = [
     "PinDecision",
     "PolicyConfig",
     "PrefixTree",
+    "ProgramLifecycle",
     "ProgramScheduler",
     "TTLPolicy",
     "ToolHistory",

@@ -700,6 +700,12 @@ impl AdmissionControl {
 
     // -- views -------------------------------------------------------------------------------
 
+    /// Whether the program is tracked (arrived, not ended, not forgotten while idle).
+    pub fn knows(&self, program_id: &str) -> Result<bool> {
+        check_id("program_id", program_id)?;
+        Ok(self.programs.get(program_id).is_some())
+    }
+
     /// Whether the program is admitted (false for an unknown program).
     pub fn admitted(&self, program_id: &str) -> Result<bool> {
         check_id("program_id", program_id)?;

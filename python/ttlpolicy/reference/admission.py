@@ -449,6 +449,10 @@ class AdmissionControl:
         return math.inf
 
     # -- views ----------------------------------------------------------------------------
+    def knows(self, program_id: Any) -> bool:
+        """Whether the program is tracked (arrived, not ended, not forgotten while idle)."""
+        return check_id("program_id", program_id) in self._programs
+
     def admitted(self, program_id: Any) -> bool:
         """Whether the program is admitted (False for an unknown program)."""
         prog = self._programs.get(check_id("program_id", program_id))

@@ -1,0 +1,239 @@
+"""A program's life on one engine: one object that engines report to and that says what they
+must free or hold.
+
+An engine that serves agent programs with ttlpolicy keeps three pieces of the library's state
+— the waiting queue and pin table (``ProgramScheduler``), load control and the eviction order
+(``AdmissionControl``, optional) — and one of its own: the blocks of a pin *handed over* to
+its program's next request at arrival, which the engine keeps holding until that request is
+admitted (else they could be evicted in between).  ``ProgramLifecycle`` owns the rules that
+join them, so that no engine states them again:
+
+* ``arrive`` reports a request to both; a pin it consumed becomes a *held chain* of that
+  request (kept by arrival order).
+* ``admitted`` ends the hold: the request's own references hold its prefix now.
+* ``finish`` reports a finished request to both, once; ``abort`` and ``end_program`` end the
+  program in both (a last turn ends it in both already).  Holds of the requests they drop
+  go with them.
+* ``give_way`` — when pins give way.  The engine measures how many blocks its next step
+  (its running requests' growth plus the queue's head) is short of, and calls it before
+  scheduling: pins are reclaimed first (``ProgramScheduler.reclaim``: latest-arrived
+  program first, or only younger programs' with ``for_program``); then, only when the engine
+  is *stalled* — no running request will end to free memory (nothing runs, or an allocation
+  would otherwise fail) — the held chains of the other waiting requests yield too, the
+  latest to arrive first, until the head fits.  The engine carries each release out through
+  ``release(program_id, request_id)`` and answers how many blocks it made available
+  (request_id None: a pin; else that request's held chain): blocks shared with other
+  requests free nothing, so only the engine can tell.
+
+The engine keeps translating: its requests to ids, its blocks to counts, references to
+holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
+(the queue's order, ``may_run``, the eviction order).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from .._validate import int_in
+from ._sync import synchronized
+from .admission import AdmissionControl
+from .policy import MAX_BLOCKS
+from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id
+
+__all__ = ["ProgramLifecycle"]
+
+#: ``release(program_id, request_id)``: carries out one release, returns the blocks it made
+#: available (request_id None: the program's pin; else that request's held chain).
+Release = Callable[[str, "str | None"], int]
+
+
+def _schedulers() -> tuple[type, ...]:
+    # DEV: until the native ProgramLifecycle lands, the reference joins either backend's parts
+    from .._backend import native
+
+    return (ProgramScheduler,) if native is None else (ProgramScheduler, native.ProgramScheduler)
+
+
+def _admissions() -> tuple[type, ...]:
+    from .._backend import native
+
+    return (AdmissionControl,) if native is None else (AdmissionControl, native.AdmissionControl)
+
+
+@synchronized
+class ProgramLifecycle:
+    """Joins a ``ProgramScheduler`` and an optional ``AdmissionControl`` of the same policy
+    (see the module doc)."""
+
+    def __init__(self, scheduler: Any, admission: Any = None) -> None:
+        if not isinstance(scheduler, _schedulers()):
+            raise TypeError(f"scheduler must be a ProgramScheduler, got {type(scheduler).__name__}")
+        if admission is not None:
+            if not isinstance(admission, _admissions()):
+                raise TypeError(
+                    f"admission must be an AdmissionControl or None, got {type(admission).__name__}"
+                )
+            if admission.policy is not scheduler.policy:
+                raise ValueError(
+                    "admission must read the scheduler's policy, got an AdmissionControl of "
+                    "another TTLPolicy"
+                )
+        self.scheduler = scheduler
+        self.admission = admission
+        self._program_of: dict[str, str] = {}  # live requests (arrived, not finished)
+        self._held: OrderedDict[str, str] = OrderedDict()  # request -> program, by arrival
+
+    # -- events ---------------------------------------------------------------------------
+    def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
+        """A request arrives (both are told).  Returns the pin it consumed, whose blocks the
+        engine now holds for it until ``admitted``."""
+        pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+        if self.admission is not None:
+            self.admission.arrive(program_id, now, blocks_needed)
+        self._program_of[request_id] = program_id
+        if pin is not None:
+            self._held[request_id] = pin.program_id
+        return pin
+
+    def admitted(self, request_id: Any) -> str | None:
+        """The request entered the running batch: its held chain, if any, is its own now.
+        Returns the program whose hold the engine drops (None: it held none)."""
+        rid = check_id("request_id", request_id)
+        return self._held.pop(rid, None)
+
+    def finish(
+        self,
+        request_id: Any,
+        now: Any,
+        blocks_held: Any,
+        tool: Any = None,
+        last_turn: Any = False,
+        cache_miss_cost_s: Any = None,
+        prefix_tokens: Any = 0,
+        offloaded_tokens: Any = 0,
+        mean_active_blocks: Any = None,
+    ) -> Finished:
+        """A running request ended (``ProgramScheduler.finish``; load control is told the
+        same, with ``cache_miss_cost_s`` as what rebuilding the context costs)."""
+        pid = self._program_of.get(request_id) if isinstance(request_id, str) else None
+        finished = self.scheduler.finish(
+            request_id,
+            now,
+            blocks_held,
+            tool,
+            last_turn,
+            cache_miss_cost_s,
+            prefix_tokens,
+            offloaded_tokens,
+            mean_active_blocks,
+        )
+        self._program_of.pop(request_id, None)
+        self._held.pop(request_id, None)
+        if self.admission is not None and pid is not None:
+            rebuild_s = 0.0 if cache_miss_cost_s is None else cache_miss_cost_s
+            self.admission.finish(pid, now, blocks_held, tool, rebuild_s, last_turn)
+        if finished.ended is not None:
+            self._forget(finished.ended)
+        return finished
+
+    def abort(self, request_id: Any) -> Ended:
+        """The request was aborted: its whole program ends in both (no η sample)."""
+        ended = self.scheduler.abort(request_id)
+        self._end_admission(ended.program_id)
+        self._program_of.pop(request_id, None)
+        self._held.pop(request_id, None)
+        return self._forget(ended)
+
+    def end_program(self, program_id: Any) -> Ended:
+        """The program is done (η observed): it ends in both."""
+        ended = self.scheduler.end_program(program_id)
+        self._end_admission(ended.program_id)
+        return self._forget(ended)
+
+    def may_run(self, program_id: Any, now: Any) -> bool:
+        """May a request of the program be scheduled now: load control's answer
+        (``AdmissionControl.may_run``) when it is on (``PolicyConfig.admission``), else True."""
+        admission = self.admission
+        if admission is None or not self.scheduler.policy.config.admission:
+            return True
+        return bool(admission.may_run(program_id, now))
+
+    def expire(self, now: Any) -> list[Pin]:
+        """Pins past their deadline, released (``ProgramScheduler.expire``)."""
+        return self.scheduler.expire(now)
+
+    def give_way(
+        self,
+        now: Any,
+        short_blocks: Any,
+        release: Release,
+        stalled: Any = False,
+        keep: Any = None,
+        for_program: Any = None,
+    ) -> int:
+        """Pins, then held chains, give way to ``short_blocks`` the engine's next step lacks
+        (see the module doc); returns the blocks still lacking (``<= 0``: covered).
+        ``keep``: the request whose held chain stays (the head's own prefix);
+        ``for_program``: reclaim only younger programs' pins (program-level FCFS)."""
+        short = int_in("short_blocks", short_blocks, -MAX_BLOCKS, MAX_BLOCKS)
+        if not isinstance(stalled, bool):
+            raise TypeError(f"stalled must be a bool, got {type(stalled).__name__}")
+        kept = None if keep is None else check_id("keep", keep)
+        if not callable(release):
+            raise TypeError(f"release must be callable, got {type(release).__name__}")
+        if short <= 0:
+            return short
+        if self.scheduler.pin_count:
+            for pin in self.scheduler.reclaim(short, now, for_program):
+                short -= self._released(release, pin.program_id, None)
+        if not stalled:
+            return short
+        for rid in reversed(list(self._held)):
+            if short <= 0:
+                break
+            if rid != kept:
+                short -= self._released(release, self._held.pop(rid), rid)
+        return short
+
+    # -- views ----------------------------------------------------------------------------
+    def held(self, request_id: Any) -> str | None:
+        """The program whose handed-over chain is held for the request (None: none)."""
+        return self._held.get(check_id("request_id", request_id))
+
+    @property
+    def held_request_ids(self) -> list[str]:
+        """Requests holding a handed-over chain, by arrival."""
+        return list(self._held)
+
+    @property
+    def held_count(self) -> int:
+        return len(self._held)
+
+    def may_give_way(self, nothing_runs: Any) -> bool:
+        """Could ``give_way`` release anything: a pin is held, or a held chain is and
+        nothing runs (an engine skips measuring its step otherwise)."""
+        if not isinstance(nothing_runs, bool):
+            raise TypeError(f"nothing_runs must be a bool, got {type(nothing_runs).__name__}")
+        return bool(self.scheduler.pin_count) or (nothing_runs and bool(self._held))
+
+    # -- internals ------------------------------------------------------------------------
+    @staticmethod
+    def _released(release: Release, program_id: str, request_id: str | None) -> int:
+        freed = release(program_id, request_id)
+        if isinstance(freed, bool) or not isinstance(freed, int):
+            raise TypeError(f"release must return an int of blocks, got {type(freed).__name__}")
+        return freed
+
+    def _end_admission(self, program_id: str) -> None:
+        # (a program load control never saw, or forgot while idle past its cap, has nothing
+        # to end there)
+        if self.admission is not None and self.admission.knows(program_id):
+            self.admission.end(program_id)
+
+    def _forget(self, ended: Ended) -> Ended:
+        for rid in ended.request_ids:
+            self._program_of.pop(rid, None)
+            self._held.pop(rid, None)
+        return ended
