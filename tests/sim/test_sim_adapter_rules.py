@@ -6,7 +6,7 @@ what users deploy), each stated here with the adapter's line it comes from; the 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -32,7 +32,7 @@ def ttl(name: str) -> TTLPolicyPlugin:
 
 class _Recorder:
     """Records what the plug-in hands the library: ``observe_prefill`` samples and each
-    ``ProgramScheduler.finish``'s arguments; everything else passes through."""
+    ``ProgramLifecycle.finish``'s arguments; everything else passes through."""
 
     def __init__(self, target: Any, log: list[tuple[str, Any]], method: str) -> None:
         self._target, self._log, self._method = target, log, method
@@ -54,7 +54,7 @@ def run(hw: Hardware, programs: list[tuple[float, Program]], policy: str = "ttlp
     engine = Engine(hw, plugin, CFG)  # binds the plug-in
     log: list[tuple[str, Any]] = []
     plugin.ttl_policy = _Recorder(plugin.ttl_policy, log, "observe_prefill")
-    plugin.sched = _Recorder(plugin.sched, log, "finish")
+    plugin.life = cast(Any, _Recorder(plugin.life, log, "finish"))
     engine.add_programs(programs)
     metrics = engine.run()
     engine.kv.check()

@@ -1,15 +1,18 @@
 """A pin handed over when its program's next call arrives: by default the engine frees the
 chain then (it stays cached, evictable); a policy with ``holds_handed_pins`` has it held
 until that call is admitted, as ``ttlpolicy_vllm.TTLScheduler`` holds a handed-over pin's
-blocks (``ttlpolicy:adapter`` does).  In virtual time the simulator lost a block of such a
-chain to a call admitted ahead of it, where vLLM kept it (bench/RESULTS.md, "Simulator
-fidelity — reclaimed ahead of the step, held until admitted")."""
+blocks (``ttlpolicy:adapter`` does, through ``ttlpolicy.ProgramLifecycle``, whose
+``give_way`` also lets held chains yield to a head when nothing runs).  In virtual time the
+simulator lost a block of such a chain to a call admitted ahead of it, where vLLM kept it
+(bench/RESULTS.md, "Simulator fidelity — reclaimed ahead of the step, held until
+admitted")."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import ttlpolicy as tp
 from sim_hardware import hw_blocks
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.policies import make_policy
@@ -23,6 +26,12 @@ CAPACITY = 60  # KV blocks
 
 class HeldFixedTTL(FixedTTL):
     holds_handed_pins = True
+
+
+def pinning_plugin() -> TTLPolicyPlugin:
+    """The library's plug-in pinning every call: a lost prefix priced at 100 s (the
+    configured line: too few prefill samples for a fit), no pin budget limit."""
+    return TTLPolicyPlugin(tp.PolicyConfig(prefill_base_s=100.0), pin_budget_fraction=1.0)
 
 
 def run(policy: FixedTTL) -> tuple[Engine, int]:
@@ -66,11 +75,12 @@ def test_held_chains_yield_to_the_head_when_nothing_runs() -> None:
     # chains are held (14 of 24 blocks) while their second calls (11 blocks, 4 new) wait
     # behind ``b``, which grows past the 10 blocks left and is preempted.  Nothing runs then
     # and ``b`` heads the queue needing 11 blocks: held chains yield, the later arrival's
-    # (``d``) first, until it fits — as TTLScheduler's do.  Before, the engine stalled.
+    # (``d``) first, until it fits — as TTLScheduler's do (``ProgramLifecycle.give_way``,
+    # stalled).  Without that, the engine stalls.
     a = Program("a", (Turn(112, 2, 0, 0.0, "bash"), Turn(176, 2, 7, 0.0, None)))
     d = Program("d", (Turn(112, 2, 0, 0.0, "bash"), Turn(176, 2, 7, 0.0, None)))
     b = Program("b", (Turn(128, 100, 0, 0.0, None),))
-    engine = Engine(hw_blocks(24), HeldFixedTTL(100.0), EngineConfig(BLOCK, 2048, max_seqs=3))
+    engine = Engine(hw_blocks(24), pinning_plugin(), EngineConfig(BLOCK, 2048, max_seqs=3))
     engine.add_programs([(0.0, a), (0.0, d), (0.0, b)])
     metrics = engine.run()
     engine.kv.check()
@@ -87,7 +97,7 @@ def test_held_chains_yield_to_the_head_when_nothing_runs() -> None:
     seed=st.integers(0, 2**16),
     programs=st.integers(3, 10),
     spare=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
-    held_ttl_s=st.sampled_from([None, 1.0, 10.0, 100.0]),  # None: the library's own policy
+    pin_all=st.booleans(),  # the library's plug-in pinning every call, or as it decides
     max_seqs=st.sampled_from([2, 4, 16]),
     rate_per_s=st.sampled_from([0.5, 2.0, 10.0]),
 )
@@ -95,7 +105,7 @@ def test_the_queue_always_makes_progress_with_held_chains(
     seed: int,
     programs: int,
     spare: float,
-    held_ttl_s: float | None,
+    pin_all: bool,
     max_seqs: int,
     rate_per_s: float,
 ) -> None:
@@ -103,7 +113,7 @@ def test_the_queue_always_makes_progress_with_held_chains(
     # compete, and every call still fits alone.  Every program must end (no stall).
     progs = swe_agent_programs(programs, seed=seed)
     largest = max(-(-(t.input_tokens + t.output_tokens) // 64) for p in progs for t in p.turns)
-    policy = HeldFixedTTL(held_ttl_s) if held_ttl_s is not None else make_policy("ttlpolicy")
+    policy = pinning_plugin() if pin_all else make_policy("ttlpolicy")
     engine = Engine(
         hw_blocks(largest + int(largest * spare), 64), policy, EngineConfig(64, 2048, max_seqs)
     )

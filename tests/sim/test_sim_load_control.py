@@ -110,7 +110,7 @@ def test_both_backends_drive_the_simulation_alike(monkeypatch) -> None:
     import types
 
     import ttlpolicy as tp
-    from ttlpolicy.reference import admission, policy, scheduler
+    from ttlpolicy.reference import admission, lifecycle, policy, scheduler
     from ttlpolicy.sim import simulate, swe_agent_programs
     from ttlpolicy.sim.policies import ttlpolicy_plugin
 
@@ -124,6 +124,7 @@ def test_both_backends_drive_the_simulation_alike(monkeypatch) -> None:
         TTLPolicy=policy.TTLPolicy,
         ProgramScheduler=scheduler.ProgramScheduler,
         AdmissionControl=admission.AdmissionControl,
+        ProgramLifecycle=lifecycle.ProgramLifecycle,
     )
     monkeypatch.setattr(ttlpolicy_plugin, "tp", reference)
     python = simulate(hw, "ttlpolicy", programs, rate_per_s=2.0, seed=1, config=CFG).summary()

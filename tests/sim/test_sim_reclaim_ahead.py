@@ -1,6 +1,6 @@
-"""Pins released ahead of a step: a policy with the hook ``reclaim_ahead(step_blocks, now)``
-is asked before each step (pins held, a call waiting), with the blocks the running calls'
-next step takes, and the engine unpins what it names before that step allocates — as
+"""Pins released ahead of a step: a policy with ``reclaims_ahead`` is asked before each step
+(pins held, a call waiting) to ``give_way(step_blocks, now, unpin)``, with the blocks the
+running calls' next step takes, and unpins what it chooses before that step allocates — as
 ``ttlpolicy_vllm.TTLScheduler`` reclaims before vLLM schedules.  Without the hook a pin is
 released only when the step or the head's admission runs short, after the running calls
 took their blocks: a decode's new block then came from a free chain the policy's eviction
@@ -16,6 +16,7 @@ from typing import TypeVar
 from sim_hardware import hw_blocks
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn
 from ttlpolicy.sim.call import Call
+from ttlpolicy.sim.interface import Unpin
 from ttlpolicy.sim.policies.fixed_ttl import FixedTTL
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 
@@ -54,13 +55,14 @@ class PinPAhead(PinP):
         super().__init__()
         self.asked: list[int] = []
 
-    def reclaim_ahead(self, step_blocks: int, now: float) -> list[str]:
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         self.asked.append(step_blocks)
         head = self.peek()
         need = step_blocks + (-(-head.prompt // BLOCK) if head is not None else 0)
         assert self.view is not None
         short = need - self.view.free_blocks_for(head.program_id if head is not None else None)
-        return self.table.reclaim(short) if short > 0 else []
+        for program in self.table.reclaim(short) if short > 0 else []:
+            unpin(program)
 
 
 def run(policy: P) -> P:
@@ -101,7 +103,7 @@ def test_the_library_plugin_reclaims_ahead_as_the_adapter_and_the_paper_at_admis
     from ttlpolicy.sim.policies import make_policy
 
     assert TTLPolicyPlugin.reclaims_ahead is True
-    assert callable(getattr(TTLPolicyPlugin, "reclaim_ahead", None))
+    assert TTLPolicyPlugin.give_way is not FixedTTL.give_way  # (FixedTTL's is the no-op)
     for name in ("ttlpolicy", "ttlpolicy:exact", "ttlpolicy-offload"):
         assert getattr(make_policy(name), "reclaims_ahead", False) is True, name
     for name in ("cachettl", "static-ttl", "program-fcfs", "continuum", "vllm", "infercept"):

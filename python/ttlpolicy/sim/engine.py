@@ -11,7 +11,7 @@ the running calls' first, then admissions (vLLM's ``Scheduler.schedule``), so a 
 evicts what the free queue's order is then, and may not fit.  When a step's blocks do not
 fit, pins are reclaimed (the policy chooses), then the most recently admitted call is
 preempted (possibly the one short of memory) and later recomputed, and that step admits
-nothing.  A policy may instead release pins before each step (``reclaim_ahead``, as the vLLM
+nothing.  A policy may instead release pins before each step (``give_way``, as the vLLM
 adapter does).  At a step boundary the calls issued during the step arrive before pins due
 expire (vLLM adds requests before it schedules).
 
@@ -35,7 +35,7 @@ from typing import cast
 
 from .call import Call, ProgramRun
 from .hardware import Hardware, RunTimes, native_steps
-from .interface import EngineConfig, Policy, StepPlan, Verdict
+from .interface import EngineConfig, Policy, PolicyHooks, StepPlan, Verdict
 from .kv_cache import KVCache
 from .metrics import Metrics
 from .workload import ConcurrencyArrivals, Program
@@ -125,34 +125,12 @@ class Engine:
         self._ready_max_s = 0.0  # the latest ready_s of any admitted call (reloads end then)
         self.peak_used_blocks = 0
         policy.bind(_View(self))
-        # An optional hook of the policy: its eviction order of free cached chains.
-        order = getattr(policy, "eviction_order", None)
-        self.kv.eviction_order = order() if order is not None else None
-        # With it, optionally: ``eviction_order_change_s(programs, from_s, until_s)``, the
-        # first instant in (from_s, until_s] at which that order changes (else inf); without
-        # it a run of steps ends before a step that evicts (``_one_order_steps``).
-        self._order_change_s = getattr(policy, "eviction_order_change_s", None)
-        # An optional hook of the policy: ``stepped(chunks, step_s)`` after each step that
-        # prefilled (a run of identical steps reports its first: the rest continue its chunks).
-        self._stepped = getattr(policy, "stepped", None)
-        # An optional hook of the policy, on when its flag ``reclaims_ahead`` is: pins are
-        # released before each step, not when the head of the queue does not fit —
-        # ``reclaim_ahead(step_blocks, now)``, asked while pins are held and a call waits,
-        # names the programs whose pins to release, given the blocks the running calls' next
-        # step takes (``ttlpolicy_vllm.TTLScheduler`` reclaims there, before vLLM allocates;
-        # a head that does not fit then waits for the next step).
-        self._reclaim_ahead = (
-            getattr(policy, "reclaim_ahead", None)
-            if getattr(policy, "reclaims_ahead", False)
-            else None
-        )
-        # An optional flag of the policy: a pin consumed by its program's arriving call
-        # (``arrive`` True) keeps its chain held until that call is admitted, as TTLScheduler
-        # holds a handed-over pin's blocks; otherwise the chain is free from the arrival on.
-        # When nothing runs and the queue's head does not fit, the chains held for the other
-        # waiting calls yield to it (``_release_held_for_head``), as TTLScheduler's do.
-        self._hold_handed_pins = bool(getattr(policy, "holds_handed_pins", False))
-        self._held: dict[str, None] = {}  # programs whose handed-over chain is held, by arrival
+        # The policy's optional hooks (``interface.PolicyHooks``): its eviction order of free
+        # cached chains, and when that order changes (without an order, LRU); ``stepped``
+        # after each step that prefilled, skipped when the policy leaves it a no-op.
+        self.kv.eviction_order = policy.eviction_order()
+        self._order_change_s = policy.eviction_order_change_s
+        self._stepped = policy.stepped if type(policy).stepped is not PolicyHooks.stepped else None
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -172,18 +150,15 @@ class Engine:
         handle_events, admit, step = self._handle_events, self._admit, self._step
         plan_step, plan_again = self._plan, self._schedule_again
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
-        reclaim_ahead = self._reclaim_ahead
-        held = self._held  # (mutated in place, never rebound)
+        gives_way = policy.reclaims_ahead
+        unpin = self.kv.unpin
         metrics = self.metrics
         while True:
             handle_events()
             now = self.now
             active = running if self._ready_max_s <= now else self._active(now)
-            if reclaim_ahead is not None and self.kv.pinned and policy.waiting():
-                for program in reclaim_ahead(self._step_blocks(active), now):
-                    self.kv.unpin(program)
-            if held and not running and policy.waiting():
-                self._release_held_for_head()
+            if gives_way and self.kv.pinned and policy.waiting():
+                policy.give_way(self._step_blocks(active), now, unpin)
             # As vLLM's Scheduler.schedule: the running calls take their step's blocks first;
             # a step that preempted admits nothing (else a just-preempted call could be
             # readmitted and preempted forever).
@@ -306,29 +281,9 @@ class Engine:
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
-        if self.policy.arrive(call, self.now):
-            if self._hold_handed_pins:
-                self._held[call.program_id] = None
-            else:
-                self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
-
-    def _release_held_for_head(self) -> None:
-        """Nothing runs and a call waits: the chains held for waiting calls other than the
-        head's are released, the latest-arrived first, until the head's whole prompt fits
-        (they stay cached, evictable), as ``TTLScheduler._reclaim_if_short`` does — nothing
-        else would free memory for it (a preempted call heads the queue, and chains held
-        behind it can leave it too little)."""
-        head = self.policy.peek()
-        if head is None:
-            return
-        kv = self.kv
-        need = -(-head.prompt // self.config.block_tokens)
-        for program in reversed(list(self._held)):
-            if need <= kv.available_for(head.program_id):
-                return
-            if program != head.program_id:
-                del self._held[program]
-                kv.unpin(program)
+        policy = self.policy
+        if policy.arrive(call, self.now) and not policy.holds_handed_pins:
+            self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -353,7 +308,7 @@ class Engine:
             reusable = call.prompt // b if call.preempted else call.turn.reusable_blocks
             got = kv.hit(call.program_id, reusable, total)
             if got is None:
-                if self._reclaim_ahead is not None:
+                if policy.reclaims_ahead:
                     return  # (pins were weighed before the step) head-of-line waits
                 need = total - kv.available_for(call.program_id)
                 # a preempted call was running: it asks as running calls do (any pin)
@@ -371,9 +326,7 @@ class Engine:
                 got = kv.hit(call.program_id, reusable, total)
                 if got is None:
                     return  # head-of-line waits for memory
-            popped = policy.pop()
-            if self._held:
-                self._held.pop(call.program_id, None)  # (kv.take ends the hold below)
+            popped = policy.pop()  # (a held handed-over chain is the call's own: kv.take)
             if popped is not call:
                 raise RuntimeError(
                     f"policy {policy.name!r} popped call {popped.call_id} after peeking "
@@ -558,8 +511,6 @@ class Engine:
         if self._run_need(dec, chunks, k) <= free:
             return k
         change_s = self._order_change_s
-        if change_s is None:
-            return self._fit_memory(dec, chunks, k, free)
         now = self.now
         run_s = run.s(k)
         t_next = self._next_event_s()  # the run stops there (``_step``): look no further
@@ -570,11 +521,13 @@ class Engine:
         # From the second step's start first: most often the order holds all along, and the
         # first step that evicts need not be found.
         change_at = change_s(programs, now + run.s(1), end_s)
+        if change_at is None:  # (the policy cannot say when its order changes)
+            return self._fit_memory(dec, chunks, k, free)
         if change_at > end_s:
             return k
         quiet = self._fit_memory(dec, chunks, k, free)  # the steps that evict nothing
         first_s = now + run.s(quiet)
-        if change_at > first_s or change_s(programs, first_s, end_s) <= end_s:
+        if change_at > first_s or cast(float, change_s(programs, first_s, end_s)) <= end_s:
             return quiet
         return k
 

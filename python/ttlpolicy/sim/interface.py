@@ -9,6 +9,7 @@ and the fate of a finished call's KV chain.  Both sides import this module, neve
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -69,15 +70,27 @@ class EngineView(Protocol):
         ...
 
 
+#: ``release(program_id)``: the engine releases the program's pinned chain (``give_way``).
+Unpin = Callable[[str], None]
+
+
 @runtime_checkable
 class Policy(Protocol):
     """A simulated scheduling and KV-retention policy; the engine calls these, in this order
     over a call's life: ``arrive`` → (``peek``/``pop`` → ``admitted`` → [``requeue`` when
     preempted]) → ``finished``; ``expire``/``reclaim`` release pins; ``program_done`` at the
-    end of a program.  ``bind`` comes once, before the run."""
+    end of a program.  ``bind`` comes once, before the run.  The optional hooks and flags
+    below the events have no-op defaults in ``PolicyHooks``, which every policy inherits."""
 
     name: str
     uses_cpu_tier: bool  # the engine gets a CPU tier (sized by ``Hardware``)
+    #: a pin consumed by its program's arriving call (``arrive`` True) keeps its chain held
+    #: until that call is admitted, as TTLScheduler holds a handed-over pin's blocks (and
+    #: ``give_way`` may release it); False: the chain is free from the arrival on
+    holds_handed_pins: bool
+    #: pins give way before each step (``give_way``), as TTLScheduler releases them, not when
+    #: the head of the queue does not fit at admission (``reclaim``)
+    reclaims_ahead: bool
 
     def bind(self, view: EngineView) -> None: ...
 
@@ -127,6 +140,54 @@ class Policy(Protocol):
         ...
 
     def program_done(self, program_id: str, turns: int) -> None: ...
+
+    # -- optional hooks (``PolicyHooks``: no-op defaults) ---------------------------------
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        """With ``reclaims_ahead``, before each step while pins are held and a call waits:
+        release pins (and held chains) through ``unpin`` so that the running calls' next step
+        (``step_blocks``) and the head of the queue fit."""
+        ...
+
+    def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
+        """A step ran these prefill chunks in ``step_s`` (a run of identical steps reports its
+        first: the rest continue its chunks)."""
+        ...
+
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        """The order in which free cached chains are evicted (programs, first to go first),
+        or None for LRU; asked once, at the engine's start."""
+        ...
+
+    def eviction_order_change_s(
+        self, programs: list[str], from_s: float, until_s: float
+    ) -> float | None:
+        """With ``eviction_order``: the first instant in ``(from_s, until_s]`` at which that
+        order of ``programs`` changes, else ``inf``; None: not known (it may change at any
+        instant: a run of steps ends before a step that evicts)."""
+        ...
+
+
+class PolicyHooks:
+    """The optional hooks and flags of ``Policy``, doing nothing: a policy inherits this and
+    overrides what it uses (the engine skips a ``stepped`` left as it is)."""
+
+    uses_cpu_tier = False
+    holds_handed_pins = False
+    reclaims_ahead = False
+
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        return None
+
+    def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
+        return None
+
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        return None
+
+    def eviction_order_change_s(
+        self, programs: list[str], from_s: float, until_s: float
+    ) -> float | None:
+        return None
 
 
 #: A run of identical engine steps: the running calls that decode, the prefill chunks (call,

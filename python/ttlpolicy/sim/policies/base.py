@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from ..call import Call
-from ..interface import EngineView, Verdict
+from ..interface import EngineView, PolicyHooks, Verdict
 
 
 def request_fcfs(call: Call) -> tuple[float]:
@@ -18,13 +18,12 @@ def request_fcfs(call: Call) -> tuple[float]:
     return (call.issue_s,)
 
 
-class QueuePolicy:
+class QueuePolicy(PolicyHooks):
     """A policy whose waiting queue is ordered by ``key`` (smallest first, ties by arrival)
     and whose event hooks do nothing: a finished call's blocks are freed, nothing is pinned.
     Subclasses say the order and override the hooks they need."""
 
     name: str
-    uses_cpu_tier = False
 
     def __init__(self) -> None:
         self._heap: list[tuple] = []

@@ -24,26 +24,26 @@ import ttlpolicy as tp
 from ttlpolicy.prefill_sample import step_prefill_sample
 
 from ..call import Call
-from ..interface import EngineView, Verdict
+from ..interface import EngineView, PolicyHooks, Unpin, Verdict
 
 
-class TTLPolicyPlugin:
-    """Implements ``sim.interface.Policy`` on ``ttlpolicy.ProgramScheduler``."""
+class TTLPolicyPlugin(PolicyHooks):
+    """Implements ``sim.interface.Policy`` on ``ttlpolicy.ProgramLifecycle``."""
 
     name = "ttlpolicy"
-    uses_cpu_tier = False
     #: whether a waiting call may take only the pins of programs younger than its own
     fcfs_reclaim = False
     #: a pin handed over on arrival keeps its blocks held till the call is admitted, as
-    #: TTLScheduler holds them (the engine's flag)
+    #: TTLScheduler holds them (the lifecycle's held chains)
     holds_handed_pins = True
-    #: pins are released before each step (``reclaim_ahead``), as TTLScheduler releases
-    #: them, not when the head of the queue does not fit (the engine's flag)
+    #: pins give way before each step (``give_way``), as TTLScheduler releases them, not
+    #: when the head of the queue does not fit
     reclaims_ahead = True
     # set by ``bind``, before the engine calls anything else
     view: EngineView
     ttl_policy: tp.TTLPolicy
     sched: tp.ProgramScheduler
+    life: tp.ProgramLifecycle
 
     def __init__(
         self,
@@ -93,7 +93,9 @@ class TTLPolicyPlugin:
         self.admission = None
         if cfg.admission or cfg.evict_by_next_use:
             self.admission = tp.AdmissionControl(self.ttl_policy, total_blocks=total)
-        # The controller whose working-set rule gates the head of the queue, if it does.
+        self.life = tp.ProgramLifecycle(self.sched, self.admission)
+        # The controller whose working-set rule gates the head of the queue, if it does (its
+        # next_shrink_s says until when a refusal stands).
         self._gate = self.admission if cfg.admission else None
         self._block_tokens = view.config.block_tokens
 
@@ -118,10 +120,8 @@ class TTLPolicyPlugin:
         blocks = -(-call.prompt // b)
         if blocks > self._total:
             blocks = self._total
-        if self.admission is not None:
-            self.admission.arrive(call.program_id, now, blocks)
         self._refused_rid = None  # (admission's state changed: ask again)
-        return self.sched.arrive(rid, call.program_id, now, blocks) is not None
+        return self.life.arrive(rid, call.program_id, now, blocks) is not None
 
     def requeue(self, call: Call, now: float) -> None:
         self.sched.preempt(str(call.call_id), now)
@@ -136,7 +136,7 @@ class TTLPolicyPlugin:
             now = self.view.now
             if rid == self._refused_rid and now < self._refused_until_s:
                 return None  # refused, and nothing that could change that has happened
-            if not gate.may_run(call.program_id, now):
+            if not self.life.may_run(call.program_id, now):
                 # the head waits for admission (FCFS: nobody younger may pass)
                 self._refused_rid = rid
                 self._refused_until_s = gate.next_shrink_s(now)
@@ -151,8 +151,10 @@ class TTLPolicyPlugin:
 
     # -- events ---------------------------------------------------------------------------
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
-        # (the scheduler learns of admission through ``pop``)  A preempted call resumes: vLLM
-        # lists it apart from new requests, and the adapter takes no prefill sample from it.
+        # (the scheduler learns of admission through ``pop``; a held chain is the call's own
+        # now)  A preempted call resumes: vLLM lists it apart from new requests, and the
+        # adapter takes no prefill sample from it.
+        self.life.admitted(str(call.call_id))
         if not self.adapter:
             return  # (no prefill fit to feed: nothing to track)
         if call.preempted:
@@ -183,7 +185,7 @@ class TTLPolicyPlugin:
         del self._calls[rid]
         tokens = chain_blocks * self._block_tokens
         miss_s = self.miss_cost_s(tokens)
-        done = self.sched.finish(
+        done = self.life.finish(
             rid,
             now,
             chain_blocks,
@@ -191,10 +193,6 @@ class TTLPolicyPlugin:
             last_turn=last_turn,
             cache_miss_cost_s=miss_s,
         )
-        if self.admission is not None:
-            self.admission.finish(
-                call.program_id, now, chain_blocks, call.turn.tool, miss_s, last_turn
-            )
         self._refused_rid = None  # (admission's state changed: ask again)
         return Verdict.PIN if done.pinned else Verdict.FREE
 
@@ -212,7 +210,7 @@ class TTLPolicyPlugin:
         return self.view.prefill_s(tokens)  # recomputing them
 
     def expire(self, now: float) -> list[str]:
-        return [pin.program_id for pin in self.sched.expire(now)]
+        return [pin.program_id for pin in self.life.expire(now)]
 
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         # ``fcfs_reclaim``: a waiting call takes only younger programs' pins (the library's
@@ -220,23 +218,32 @@ class TTLPolicyPlugin:
         pid = for_program if self.fcfs_reclaim else None
         return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
 
-    def reclaim_ahead(self, step_blocks: int, now: float) -> list[str]:
-        """An optional hook of the engine, before each step: as ``TTLScheduler`` reclaims
-        before vLLM schedules, pins are released when the running calls' next step
-        (``step_blocks``) and the head of the queue — its whole prompt; nothing while it waits
-        for admission — need more than the blocks free to them.  So the step's growth takes a
-        released pin's blocks in the eviction order, not the chain next in it before."""
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        """Before each step, as ``TTLScheduler`` before vLLM schedules: the running calls'
+        next step (``step_blocks``) and the head of the queue — its whole prompt; nothing
+        while it waits for admission — are measured against the blocks free to them, and the
+        lifecycle says what gives way (``ProgramLifecycle.give_way``: pins; held chains when
+        nothing runs).  So the step's growth takes a released pin's blocks in the eviction
+        order, not the chain next in it before."""
         need = step_blocks
         head = self.peek()
-        program = None
+        program = keep = None
         if head is not None:
             blocks = -(-head.prompt // self._block_tokens)
             need += blocks if blocks < self._total else self._total
-            program = head.program_id
-        short = need - self.view.free_blocks_for(program)
+            program, keep = head.program_id, str(head.call_id)
+        view = self.view
+        short = need - view.free_blocks_for(program)
         if short <= 0:
-            return []
-        return self.reclaim(short, now)
+            return
+
+        def release(program_id: str, request_id: str | None) -> int:
+            before = view.free_blocks_for(program)
+            unpin(program_id)
+            return view.free_blocks_for(program) - before
+
+        stalled = head is not None and not view.running_count
+        self.life.give_way(now, short, release, stalled=stalled, keep=keep)
 
     def next_deadline(self) -> float | None:
         deadline_s = self.sched.next_deadline_s
@@ -251,7 +258,7 @@ class TTLPolicyPlugin:
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
     def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
-        """An optional hook of the engine: the order in which free cached chains are evicted
+        """The order in which free cached chains are evicted
         (programs, first to go first), or None for LRU.  The library's order is a sort by a
         key of each program's own, which the engine relies on (``KVCache.eviction_order``)."""
         if self.admission is None or not self.ttl_policy.config.evict_by_next_use:
@@ -259,8 +266,10 @@ class TTLPolicyPlugin:
         ac, view = self.admission, self.view
         return lambda programs: ac.eviction_order(programs, view.now)
 
-    def eviction_order_change_s(self, programs: list[str], from_s: float, until_s: float) -> float:
-        """An optional hook of the engine, with ``eviction_order``: the first instant in
+    def eviction_order_change_s(
+        self, programs: list[str], from_s: float, until_s: float
+    ) -> float | None:
+        """With ``eviction_order``: the first instant in
         ``(from_s, until_s]`` at which that order of ``programs`` changes, else ``inf``."""
         assert self.admission is not None  # (asked only when eviction_order gave an order)
         return self.admission.next_order_change_s(programs, from_s, until_s)
