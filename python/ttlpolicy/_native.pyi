@@ -12,7 +12,8 @@ shared by threads: every call is atomic (it runs under the GIL without releasing
 argument whose conversion calls back into the same object works.
 
 Checked against the module by ``python -m mypy.stubtest ttlpolicy._native``
-(``scripts/check.sh``).  Defaults show as ``...``: they are the core's constants, which the
+(``scripts/check.sh``), and against the reference's names, parameters and defaults by
+``tests/core/test_stub.py``.  Defaults show as ``...``: they are the core's constants, which the
 bindings do not restate; the reference's signatures (``ttlpolicy.reference``) show their
 values, and the parity test holds the two alike.  Sections are per topic; append below.
 """
