@@ -24,7 +24,8 @@ from typing import SupportsFloat, SupportsIndex, final
 from ttlpolicy.config import PolicyConfig
 
 __all__ = [
-    "POLICY_CONFIG_FIELDS",
+    "POLICY_CONFIG_DEFAULTS",
+    "POLICY_CONFIG_PUBLISHED",
     "SOURCES",
     "AdmissionControl",
     "CacheMissModel",
@@ -51,8 +52,11 @@ __all__ = [
 
 SOURCES: list[str]
 """``PinDecision.source`` values, in the core's order."""
-POLICY_CONFIG_FIELDS: list[str]
-"""The ``PolicyConfig`` fields the native ``TTLPolicy`` reads, in order."""
+POLICY_CONFIG_DEFAULTS: dict[str, object]
+"""The core's default ``PolicyConfig``, field by field in the order the native ``TTLPolicy``
+reads them (as ``PolicyConfig().model_dump()`` writes the Python one)."""
+POLICY_CONFIG_PUBLISHED: dict[str, object]
+"""The core's ``PolicyConfig.published()``, likewise."""
 
 def set_config_class(cls: type[PolicyConfig]) -> None:
     """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against

@@ -20,11 +20,12 @@ import pytest
 
 import ttlpolicy
 from conftest import REFERENCE
+from parity import NATIVE_TABLES
 from ttlpolicy.sim import hardware
 
 STUB = Path(ttlpolicy.__file__).with_name("_native.pyi")
-#: Native-only names: the core's name tables and the hook the package calls at import.
-NATIVE_ONLY = {"SOURCES", "POLICY_CONFIG_FIELDS", "set_config_class"}
+#: Native-only names: the core's tables and the hook the package calls at import.
+NATIVE_ONLY = NATIVE_TABLES
 #: The simulator's step timer: its reference is ``ttlpolicy.sim.hardware``, which has more
 #: (constructors from ``Line``s, ``run_s``, ``lines``): there, every member of the stub must
 #: be the reference's, not the other way round; constructors differ by design.
