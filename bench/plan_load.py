@@ -4,7 +4,7 @@
     PYTHONPATH=python python bench/plan_load.py [--trace DIR] [--policies P,Q] [--repeat N]
 
 Parse: the first ``programs_from_trace`` call (it parses as ``compare`` did before the cache,
-then stores the entry); cached: the same call again (``ttlpolicy.trace_cache``).  (The tiered
+then stores the entry); cached: the same call again (``ttlpolicy.traces.cache``).  (The tiered
 simulator's block form, ``load_block_trace``, is cached the same way; ``ttlpolicy plan``
 prints its load time.)  The cache goes to a fresh temporary folder, so the
 first load builds it.  Then each policy's engine loop runs on the loaded programs (8 in
@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from trace_paths import traces_dir
-from ttlpolicy._backend import backend
+from ttlpolicy import backend
 from ttlpolicy.sim import programs_from_records, programs_from_trace, roofline, simulate
 from ttlpolicy.traces import read_trace
 

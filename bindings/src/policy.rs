@@ -12,7 +12,7 @@ use std::borrow::Cow;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::GILOnceCell;
-use pyo3::types::{PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use pyo3::IntoPyObjectExt;
 use ttlpolicy_core::config::{FieldMut, PinHandover, ServeOrder};
 use ttlpolicy_core::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};
@@ -35,15 +35,29 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(solve_ttl, m)?)?;
     m.add_function(wrap_pyfunction!(set_config_class, m)?)?;
     m.add("SOURCES", Source::ALL.map(Source::as_str))?;
-    m.add("POLICY_CONFIG_FIELDS", config_field_names())?;
+    let (defaults, published) = (PolicyConfig::default(), PolicyConfig::published());
+    m.add("POLICY_CONFIG_DEFAULTS", config_fields(m.py(), defaults)?)?;
+    m.add("POLICY_CONFIG_PUBLISHED", config_fields(m.py(), published)?)?;
     Ok(())
 }
 
-/// The core's config field names, in order (the parity test compares them with the Python
-/// `PolicyConfig`).
-fn config_field_names() -> Vec<&'static str> {
-    let mut cfg = PolicyConfig::default();
-    cfg.fields_mut().into_iter().map(|(name, _)| name).collect()
+/// `{field: value}` of a core config, in the field table's order, as the Python
+/// `PolicyConfig.model_dump()` writes it (the parity test compares the two field by field).
+fn config_fields(py: Python<'_>, mut cfg: PolicyConfig) -> PyResult<Bound<'_, PyDict>> {
+    let out = PyDict::new(py);
+    for (name, field) in cfg.fields_mut() {
+        let value = match field {
+            FieldMut::Int(x) => x.into_bound_py_any(py)?,
+            FieldMut::Float(x) => x.into_bound_py_any(py)?,
+            FieldMut::OptionalInt(x) => x.into_bound_py_any(py)?,
+            FieldMut::OptionalFloat(x) => x.into_bound_py_any(py)?,
+            FieldMut::Bool(x) => x.into_bound_py_any(py)?,
+            FieldMut::Handover(x) => x.as_str().into_bound_py_any(py)?,
+            FieldMut::Order(x) => x.as_str().into_bound_py_any(py)?,
+        };
+        out.set_item(name, value)?;
+    }
+    Ok(out)
 }
 
 /// `(tau_s, value)`: the TTL that maximises P(τ)·benefit_s − cost_per_s·τ, τ ≤ max_ttl_s.

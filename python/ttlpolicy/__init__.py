@@ -2,7 +2,9 @@
 
 The public names below are served by the Rust core when it is built (``backend == "rust"``)
 and by the pure-Python reference otherwise; both give the same answers.  The reference
-classes stay importable from ``ttlpolicy.reference`` for differential testing.
+classes stay importable from ``ttlpolicy.reference`` for differential testing.  ``native`` is
+the native module serving them (None on the reference backend), for callers that use its
+extras (the simulator's step timer, ``sim.hardware.native_steps``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from importlib import metadata as _metadata
 
 from ._backend import backend, native
 from .config import PolicyConfig
-from .group_ttl import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
+from .groups.online import OnlineGroupTTL as OnlineGroupTTL  # online Kareto group TTLs
 from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history

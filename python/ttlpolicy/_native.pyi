@@ -12,7 +12,8 @@ shared by threads: every call is atomic (it runs under the GIL without releasing
 argument whose conversion calls back into the same object works.
 
 Checked against the module by ``python -m mypy.stubtest ttlpolicy._native``
-(``scripts/check.sh``).  Defaults show as ``...``: they are the core's constants, which the
+(``scripts/check.sh``), and against the reference's names, parameters and defaults by
+``tests/core/test_stub.py``.  Defaults show as ``...``: they are the core's constants, which the
 bindings do not restate; the reference's signatures (``ttlpolicy.reference``) show their
 values, and the parity test holds the two alike.  Sections are per topic; append below.
 """
@@ -23,7 +24,8 @@ from typing import SupportsFloat, SupportsIndex, final
 from ttlpolicy.config import PolicyConfig
 
 __all__ = [
-    "POLICY_CONFIG_FIELDS",
+    "POLICY_CONFIG_DEFAULTS",
+    "POLICY_CONFIG_PUBLISHED",
     "SOURCES",
     "AdmissionControl",
     "CacheMissModel",
@@ -50,8 +52,11 @@ __all__ = [
 
 SOURCES: list[str]
 """``PinDecision.source`` values, in the core's order."""
-POLICY_CONFIG_FIELDS: list[str]
-"""The ``PolicyConfig`` fields the native ``TTLPolicy`` reads, in order."""
+POLICY_CONFIG_DEFAULTS: dict[str, object]
+"""The core's default ``PolicyConfig``, field by field in the order the native ``TTLPolicy``
+reads them (as ``PolicyConfig().model_dump()`` writes the Python one)."""
+POLICY_CONFIG_PUBLISHED: dict[str, object]
+"""The core's ``PolicyConfig.published()``, likewise."""
 
 def set_config_class(cls: type[PolicyConfig]) -> None:
     """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against

@@ -1,6 +1,9 @@
 //! `PolicyConfig`: every knob of the CacheTTL decision. Mirrors the pydantic model in
 //! `python/ttlpolicy/config.py` — same fields, defaults and bounds — so a config that the
-//! Python side accepts is accepted here and vice versa.
+//! Python side accepts is accepted here and vice versa. Both write the defaults and
+//! `published()` (the reference backend runs without this crate): the bindings publish this
+//! side's as `POLICY_CONFIG_DEFAULTS`/`_PUBLISHED`, and tests/core/test_public_surface.py
+//! compares them with the Python model field by field.
 
 use crate::error::{Error, Result};
 use crate::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost};

@@ -21,14 +21,14 @@ import numpy as np
 import pytest
 
 import ttlpolicy
-from parity import PINNING_MISS_COST_S, assert_same, close, outcome, plain
+from parity import NATIVE_TABLES, PINNING_MISS_COST_S, assert_same, close, outcome, plain
 from ttlpolicy import PolicyConfig
 
 #: The public names both backends serve (``ttlpolicy.__all__`` less the shared ones).
 PUBLIC = sorted(set(ttlpolicy.__all__) - {"backend", "PolicyConfig"})
 #: What the native module has besides: the hook the package calls at import, and the core's
-#: name tables (read by the parity tests below).
-NATIVE_ONLY = {"set_config_class", "SOURCES", "POLICY_CONFIG_FIELDS"}
+#: tables (read by the parity tests below).
+NATIVE_ONLY = set(NATIVE_TABLES)
 #: The simulator's step timer, whose reference is ``ttlpolicy.sim.hardware`` (not a public
 #: name of the package: tests/sim/test_step_time_native.py holds the two together).
 NATIVE_ONLY |= {"StepModel", "StepRun"}
@@ -272,7 +272,29 @@ def test_both_backends_serve_every_public_name_and_nothing_else(backends):
     assert {n for n in dir(_native) if not n.startswith("_")} == set(PUBLIC) | NATIVE_ONLY
     # the core's name tables agree with the reference's
     assert list(_native.SOURCES) == list(ttlpolicy.reference.policy.SOURCES)
-    assert list(_native.POLICY_CONFIG_FIELDS) == list(PolicyConfig.model_fields)
+    assert list(_native.POLICY_CONFIG_DEFAULTS) == list(PolicyConfig.model_fields)
+
+
+@pytest.mark.parametrize(
+    ("table", "python"),
+    [
+        ("POLICY_CONFIG_DEFAULTS", PolicyConfig()),
+        ("POLICY_CONFIG_PUBLISHED", PolicyConfig.published()),
+    ],
+    ids=["defaults", "published"],
+)
+def test_config_values_are_the_cores_field_by_field(backends, table, python):
+    """``config.py`` and ``rust/src/config.rs`` each write the defaults and ``published()``
+    (the reference backend runs without the native module): every field, value and type,
+    must be the same in both."""
+    from ttlpolicy import _native
+
+    core = getattr(_native, table)
+    assert list(core) == list(PolicyConfig.model_fields), table
+    for field, value in python.model_dump().items():
+        assert type(core[field]) is type(value) and core[field] == value, (
+            f"{table}[{field!r}]: core {core[field]!r}, config.py {value!r}"
+        )
 
 
 def test_every_public_name_is_covered_here():

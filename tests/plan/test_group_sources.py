@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ttlpolicy as tp
-from ttlpolicy.group_sources import DepthGroups, make
-from ttlpolicy.group_ttl import OnlineGroupTTL
-from ttlpolicy.reuse_groups import NEW, ReuseClassTTL
+from ttlpolicy.groups.online import OnlineGroupTTL
+from ttlpolicy.groups.reuse import NEW, ReuseClassTTL
+from ttlpolicy.groups.sources import DepthGroups, make
 
 
 @given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=8), min_size=1, max_size=30))

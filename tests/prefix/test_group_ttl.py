@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ttlpolicy.group_ttl import OnlineGroupTTL
+from ttlpolicy.groups.online import OnlineGroupTTL
 from ttlpolicy.reference.solver import solve_ttl
 
 # Not `from conftest import NATIVE`: with several conftest.py in tests/, "conftest" names

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ttlpolicy._backend import native
+from ttlpolicy import native
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.hardware import Line, StepModel, StepTimer, native_steps
 from ttlpolicy.sim.workload import swe_agent_programs

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..sim.hardware import GPUS, MODELS, Hardware, roofline
-from ..sim.tiers import Tier, TieredStore, replay
-from ..trace_cache import BlockTrace, load_block_trace
+from ..traces.cache import BlockTrace, load_block_trace
 from .prices import Prices, load_prices
+from .tiers import Tier, TieredStore, replay
 
 GB = 1e9
 POLICY_KINDS = ("lru", "ttl", "group")
@@ -174,7 +174,7 @@ class Context:
 
     def group_source(self, tiers: list[Tier], grouping: str):
         """The online group-TTL tuner for the tiers (see the module doc for its economics)."""
-        from .. import group_sources
+        from ..groups import sources as group_sources
 
         usd_per_s = self.gpu_usd_per_h / 3600.0
         prefill_s = self.hw.steps.compute.c_tok * self.trace.block_tokens

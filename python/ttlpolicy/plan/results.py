@@ -1,5 +1,5 @@
 """A resumable record of evaluated configurations: one JSON line per evaluation, appended and
-flushed as each finishes, under ``<cache root>/plan/<key>.jsonl`` (``trace_cache.cache_root``).
+flushed as each finishes, under ``<cache root>/plan/<key>.jsonl`` (``traces.cache.cache_root``).
 The key covers the trace (its cached form's digest), the setup and the price table's bytes, so
 a rerun after a crash — or with a wider grid — evaluates only what is missing.  A torn last
 line (a crash mid-write) is ignored."""
@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
-from ..trace_cache import cache_root
+from ..traces.cache import cache_root
 from .objectives import Config, Context
 
 FORMAT_VERSION = 1

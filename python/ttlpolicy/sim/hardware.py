@@ -33,6 +33,8 @@ from typing import Protocol
 
 import numpy as np
 
+from .. import native
+
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
@@ -188,8 +190,6 @@ def native_steps(model: StepModel) -> StepTimer:
     ``model`` itself.  The simulator times a run several times per LLM call; the reference's
     arithmetic in Python was a sixth of its loop.  A subclass (``JitteredSteps``, which
     scatters step times) has rules of its own and is its own timer."""
-    from .._backend import native  # (here: the presets and fits need no native module)
-
     if native is None or type(model) is not StepModel:
         return model
 

@@ -22,7 +22,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..traces import TraceRecord, read_trace
+from ..traces.cache import cached_arrays
 
 MAX_TOOL_NAME = 64
 
@@ -115,12 +118,53 @@ def programs_from_records(
 
 def programs_from_trace(path: str | Path, **options) -> list[Program]:
     """Programs of an agentic trace file or folder (see ``programs_from_records``); parsed once
-    per trace content and options, then loaded from ``trace_cache``."""
-    from ..trace_cache import cached_programs
-
-    return cached_programs(
-        path, options, lambda: programs_from_records(read_trace(path), **options)
+    per trace content and options, then loaded from the trace cache (``traces.cache``)."""
+    arrays = cached_arrays(
+        "programs",
+        path,
+        options,
+        lambda: _program_arrays(programs_from_records(read_trace(path), **options)),
     )
+    return _programs_of_arrays(arrays)
+
+
+#: a turn without a tool, in the tool column of the cached arrays
+_NO_TOOL = -1
+
+
+def _program_arrays(programs: list[Program]) -> dict[str, np.ndarray]:
+    """Programs as arrays, one row per turn; tool names as an index into a name table."""
+    tools: dict[str, int] = {}
+    rows = []
+    for p in programs:
+        for t in p.turns:
+            code = _NO_TOOL if t.tool is None else tools.setdefault(t.tool, len(tools))
+            rows.append((t.input_tokens, t.output_tokens, t.reusable_blocks, code))
+    return {
+        "turn_ints": np.array(rows, dtype=np.int64).reshape(-1, 4),
+        "think_s": np.array([t.think_s for p in programs for t in p.turns], dtype=np.float64),
+        "issue_s": np.array([p.issue_s for p in programs], dtype=np.float64),
+        "turns": np.array([len(p.turns) for p in programs], dtype=np.int64),
+        "ids": np.array([p.program_id for p in programs], dtype=np.str_),
+        "tools": np.array(list(tools), dtype=np.str_),
+    }
+
+
+def _programs_of_arrays(a: dict[str, np.ndarray]) -> list[Program]:
+    tool_names = [str(x) for x in a["tools"]]
+    ints = a["turn_ints"].tolist()
+    think = a["think_s"].tolist()
+    out, i = [], 0
+    for pid, n, issue in zip(
+        a["ids"].tolist(), a["turns"].tolist(), a["issue_s"].tolist(), strict=True
+    ):
+        turns = tuple(
+            Turn(inp, outp, reuse, th, None if code == _NO_TOOL else tool_names[code])
+            for (inp, outp, reuse, code), th in zip(ints[i : i + n], think[i : i + n], strict=True)
+        )
+        out.append(Program(pid, turns, issue))
+        i += n
+    return out
 
 
 def open_loop_programs(

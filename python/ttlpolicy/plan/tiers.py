@@ -1,7 +1,7 @@
 """A tiered KV store (HBM → DRAM → SSD) keyed by prefix hash, and an open-loop replay of a block
 trace through it on one engine instance — what ``ttlpolicy plan`` evaluates per configuration.
 
-**Store.**  A block (one key of ``trace_cache.BlockTrace``) lives in at most one tier.  A request
+**Store.**  A block (one key of ``traces.cache.BlockTrace``) lives in at most one tier.  A request
 matches the longest prefix of its keys held in any tier (a block in DRAM after one in HBM still
 counts: the prefix is whole).  Matched blocks below HBM are *promoted* (loaded into HBM, leaving
 their tier); then every block of the request is in HBM, most recently used, its head most recent
@@ -13,7 +13,7 @@ the engine's prefix cache):
 * ``lru`` — kept until capacity pushes it down;
 * ``ttl`` — also demoted ``ttl_s`` after it landed in the tier (one global TTL);
 * ``group`` — also demoted after its *group's* TTL, chosen by return on investment by an online
-  tuner that sees only the past (``GroupTTLSource``; see ``group_sources``).
+  tuner that sees only the past (``GroupTTLSource``; see ``groups.sources``).
 
 **Time.**  One engine instance serves requests first come first served: a request is picked up
 at ``max(arrival, engine free)``; then its prefix is looked up, the matched blocks below HBM are
@@ -40,8 +40,8 @@ from typing import Protocol
 
 import numpy as np
 
-from ..trace_cache import BlockTrace
-from .hardware import Hardware
+from ..sim.hardware import Hardware
+from ..traces.cache import BlockTrace
 
 POLICIES = ("lru", "ttl", "group")
 

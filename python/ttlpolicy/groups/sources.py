@@ -1,9 +1,9 @@
 """Online group-TTL tuners as the tiered simulator's per-tier TTL source
-(``sim.tiers.GroupTTLSource``), one per grouping rule:
+(``plan.tiers.GroupTTLSource``), one per grouping rule:
 
 * ``depth`` — the prefix-tree depth rule (``PrefixTree``'s ``group_depth``), tuned online by
-  ``group_ttl.OnlineGroupTTL``;
-* ``reuse`` — the reuse-interval-class rule, ``reuse_groups.ReuseClassTTL``.
+  ``online.OnlineGroupTTL``;
+* ``reuse`` — the reuse-interval-class rule, ``reuse.ReuseClassTTL``.
 
 Both see only past accesses (no fit on the trace they are replayed on).
 """
@@ -26,7 +26,7 @@ def make(
 ):
     """One source serving every tier (benefit and price per tier, in one unit)."""
     if rule == "reuse":
-        from .reuse_groups import ReuseClassTTL
+        from .reuse import ReuseClassTTL
 
         return ReuseClassTTL(benefit_per_hit, price_per_block_s, max_ttl_s)
     if rule == "depth":
@@ -41,7 +41,7 @@ class DepthGroups:
     def __init__(
         self, benefit_per_hit: Sequence[float], price_per_block_s: Sequence[float], max_ttl_s: float
     ) -> None:
-        from .group_ttl import OnlineGroupTTL
+        from .online import OnlineGroupTTL
 
         self.tuners = [
             OnlineGroupTTL(b, p, max_ttl_s, refit_every=REFIT_EVERY)

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ttlpolicy.plan.tiers import Tier, TieredStore, replay
 from ttlpolicy.sim import roofline
-from ttlpolicy.sim.tiers import Tier, TieredStore, replay
-from ttlpolicy.trace_cache import BlockTrace
+from ttlpolicy.traces.cache import BlockTrace
 
 
 def tier(name="dram", cap=4, policy="lru", ttl_s=math.inf, latency_s=0.0, read=1e12):

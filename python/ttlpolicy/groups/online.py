@@ -55,11 +55,11 @@ import math
 from collections.abc import Iterable, Sequence, Sized
 from typing import Any
 
-from ._backend import native
-from ._validate import int_in, non_negative
-from .reference import prefix_tree as _ref_prefix_tree
-from .reference import solver as _ref_solver
-from .reference.prefix_tree import MAX_GROUP_DEPTH, MAX_IDLE_GROUPS, MAX_NODES, MAX_WINDOW
+from .._backend import native
+from .._validate import int_in, non_negative
+from ..reference import prefix_tree as _ref_prefix_tree
+from ..reference import solver as _ref_solver
+from ..reference.prefix_tree import MAX_GROUP_DEPTH, MAX_IDLE_GROUPS, MAX_NODES, MAX_WINDOW
 
 MAX_REFIT_EVERY = 1 << 30
 BACKENDS = ("auto", "rust", "python")

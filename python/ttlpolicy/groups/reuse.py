@@ -38,7 +38,7 @@ class ReuseClassTTL:
         refit_every: int = 256,
         max_blocks: int = 1 << 22,
     ) -> None:
-        from . import solve_ttl  # the active backend's solver
+        from .. import solve_ttl  # the active backend's solver
 
         econ = [("max_ttl_s", max_ttl_s)]
         if len(benefit_per_hit) != len(price_per_block_s) or not benefit_per_hit:

@@ -4,15 +4,16 @@ is parsed once, not once per run.
 Two forms:
 
 * ``load_block_trace`` — every request as (arrival, input tokens, output tokens, block keys), in
-  flat numpy arrays: what the tiered simulator (``ttlpolicy.sim.tiers``) replays.  Keys are the
-  trace's block hashes made unique across session files (``traces.HashScopes``), optionally
+  flat numpy arrays: what the tier planner's store (``ttlpolicy.plan.tiers``) replays.  Keys are the
+  trace's block hashes made unique across session files (``readers.HashScopes``), optionally
   coarsened: with ``block_tokens`` = f × the trace's block size, key j of a request is the hash
   of its trace block f·(j+1) − 1 (a prefix matched up to that block matches the whole coarse
   block); a trailing partial coarse block is not cached, as an engine caches full blocks only.
   Agentic sessions (each file a program) start at seeded Poisson times, their requests at the
   recorded offsets; Mooncake/Azure requests at their recorded times.
-* ``cached_programs`` — the agent programs of ``sim.workload.programs_from_records`` for given
-  options, as arrays (one row per turn), rebuilt into ``Program`` objects on load.
+* ``cached_arrays`` — any arrays a caller builds from a trace, for given options: the engine
+  simulator stores its agent programs so (``sim.workload.programs_from_trace``, one row per
+  turn), and rebuilds its ``Program`` objects on load.
 
 Where: ``traces/`` under ``cache_root()``: ``$TTLPOLICY_CACHE`` if set, else
 ``~/.cache/ttlpolicy``.  Key: SHA-256 over the
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .traces import HashScopes, TraceRecord, read_trace
+from .readers import HashScopes, TraceRecord, read_trace
 
 FORMAT_VERSION = 2
 #: Agentic sessions are replayed at this granularity by default (32 blocks of 64 tokens): the
@@ -238,46 +239,13 @@ def load_block_trace(
     )
 
 
-# ---- the program form (compare / the engine simulator) ------------------------------------
-
-_NO_TOOL = -1
+# ---- other forms (the engine simulator's programs: ``sim.workload.programs_from_trace``) --------
 
 
-def cached_programs(path: str | Path, options: dict, build: Callable[[], list]) -> list:
-    """``build()``'s programs (``sim.workload.Program``), from the cache when the trace and the
-    options are unchanged.  Tool names are stored as an index into a name table."""
-    from .sim.workload import Program, Turn
-
-    def to_arrays() -> dict[str, np.ndarray]:
-        programs = build()
-        tools: dict[str, int] = {}
-        rows = []
-        for p in programs:
-            for t in p.turns:
-                code = _NO_TOOL if t.tool is None else tools.setdefault(t.tool, len(tools))
-                rows.append((t.input_tokens, t.output_tokens, t.reusable_blocks, code))
-        ints = np.array(rows, dtype=np.int64).reshape(-1, 4)
-        return {
-            "turn_ints": ints,
-            "think_s": np.array([t.think_s for p in programs for t in p.turns], dtype=np.float64),
-            "issue_s": np.array([p.issue_s for p in programs], dtype=np.float64),
-            "turns": np.array([len(p.turns) for p in programs], dtype=np.int64),
-            "ids": np.array([p.program_id for p in programs], dtype=np.str_),
-            "tools": np.array(list(tools), dtype=np.str_),
-        }
-
-    a = _cached("programs", trace_digest(path), options, to_arrays)
-    tool_names = [str(x) for x in a["tools"]]
-    ints = a["turn_ints"].tolist()
-    think = a["think_s"].tolist()
-    out, i = [], 0
-    for pid, n, issue in zip(
-        a["ids"].tolist(), a["turns"].tolist(), a["issue_s"].tolist(), strict=True
-    ):
-        turns = tuple(
-            Turn(inp, outp, reuse, th, None if code == _NO_TOOL else tool_names[code])
-            for (inp, outp, reuse, code), th in zip(ints[i : i + n], think[i : i + n], strict=True)
-        )
-        out.append(Program(pid, turns, issue))
-        i += n
-    return out
+def cached_arrays(
+    form: str, path: str | Path, options: dict, build: Callable[[], dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """``build()``'s arrays, from the cache when the trace at ``path`` and ``options`` are
+    unchanged.  ``form`` names what the arrays hold (entries of two forms never meet); the
+    caller turns them into its objects, so this module knows no consumer's types."""
+    return _cached(form, trace_digest(path), options, build)

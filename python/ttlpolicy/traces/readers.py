@@ -329,4 +329,4 @@ class HashScopes:
 
 def sample_dir() -> Path:
     """The small sample of agentic sessions shipped in the package (Apache-2.0, LICENSE there)."""
-    return Path(__file__).parent / "data" / "sessions"
+    return Path(__file__).parent.parent / "data" / "sessions"

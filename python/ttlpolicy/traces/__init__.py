@@ -1,0 +1,36 @@
+"""Traces: readers of the public trace formats into one record stream (``readers``), and
+compact forms of a parsed trace cached on disk by content hash (``cache``).
+
+The readers' names are served here (``from ttlpolicy.traces import read_trace, sample_dir``);
+the cache is imported as ``ttlpolicy.traces.cache`` (it needs numpy, the readers do not).
+"""
+
+from .readers import (
+    MAX_TEXT_CHARS,
+    MOONCAKE_BLOCK_TOKENS,
+    HashScopes,
+    TraceFormatError,
+    TraceRecord,
+    detect_format,
+    open_text,
+    read_agentic,
+    read_azure,
+    read_mooncake,
+    read_trace,
+    sample_dir,
+)
+
+__all__ = [
+    "MAX_TEXT_CHARS",
+    "MOONCAKE_BLOCK_TOKENS",
+    "HashScopes",
+    "TraceFormatError",
+    "TraceRecord",
+    "detect_format",
+    "open_text",
+    "read_agentic",
+    "read_azure",
+    "read_mooncake",
+    "read_trace",
+    "sample_dir",
+]
