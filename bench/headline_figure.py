@@ -4,8 +4,9 @@ each (``agent_sweep.py``'s workload and engines), written as a PNG under docs/.
 
     PYTHONPATH=python python bench/headline_figure.py [--programs N] [--out docs/headline.png]
 
-Prints the table behind each point (bench/RESULTS.md, "Agentic sessions: load sweep").  The
-full 512 programs by default; ``--programs N`` keeps the first N of the seeded arrival order.
+Prints the table behind each point (bench/RESULTS.md, "Simulator: agentic sessions, Poisson
+arrivals").  The full 512 programs by default (~2 min on two shared cores); ``--programs N``
+keeps the first N of the seeded arrival order.
 """
 
 from __future__ import annotations
