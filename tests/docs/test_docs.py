@@ -200,11 +200,26 @@ def test_every_command_a_doc_gives_parses(doc: Path) -> None:
                 pytest.fail(f"{doc.name}: `{line}` does not parse (exit {e.code})")
 
 
+PYTHON_BLOCKS = [
+    (doc, i, body)
+    for doc in DOCS
+    if doc.name != "README.md"  # the README's snippet: tests/cli/test_readme.py, output too
+    for i, (lang, body) in enumerate(fenced_blocks(doc.read_text()))
+    if lang == "python"
+]
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[f"{d.name}:{i}" for d, i, _ in PYTHON_BLOCKS])
+def test_every_python_block_in_the_docs_runs(block: tuple[Path, int, str]) -> None:
+    exec(compile(block[2], f"{block[0].name} block {block[1]}", "exec"), {})
+
+
 def test_the_guides_give_commands() -> None:
     """So that the command check above checks something where it matters."""
     for name in ("simulate.md", "plan-tiers.md"):
         assert commands(ROOT / "docs" / name), name
     assert len(commands(ROOT / "README.md")) >= 4
+    assert PYTHON_BLOCKS  # design.md's public API
 
 
 def test_the_readme_fits_a_screen_or_two() -> None:
