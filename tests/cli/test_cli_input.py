@@ -26,7 +26,7 @@ def no_simulation(monkeypatch):
         raise AssertionError("the simulation ran before the input was checked")
 
     monkeypatch.setattr(compare_cli, "simulate", refuse)
-    monkeypatch.setattr(compare_cli, "programs_from_trace", refuse)
+    monkeypatch.setattr(compare_cli, "cached_programs", refuse)
 
 
 def _refused(capsys, argv: list[str]) -> str:
