@@ -1,5 +1,6 @@
 """Load sweep on the agentic sessions cut to one task each (issue 10, bench/RESULTS.md,
-"Beyond the paper").  Programs arrive as a Poisson process; one table per load point.
+"Simulator: agentic sessions, Poisson arrivals").  Programs arrive as a Poisson process; one
+table per load point.
 
     python bench/agent_sweep.py --rates 0.003,0.005,0.01 \
         [--programs N] [--setups llama-3.1-8b@h100-80g] [--policies vllm,ttlpolicy] [--json F]

@@ -1,5 +1,6 @@
-"""Where the time goes at one load point of the agentic sweep (issue 10, bench/RESULTS.md,
-"The onset of contention on seed 2: where the time goes").
+"""Where the time goes at one load point of the agentic sweep (issue 10,
+docs/investigations/results-history.md, "The onset of contention on seed 2: where the time
+goes").
 
     python bench/onset_probe.py --rate 0.004 --seed 2 [--setup llama-3.1-70b@h100-80g] \
         [--policies continuum,ttlpolicy,ttlpolicy:exact] [--trace DIR]

@@ -1,5 +1,5 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
-"Simulator").  Deterministic: rerun to reproduce the tables.
+"Simulator: closed loop").  Deterministic: rerun to reproduce the tables.
 
     python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
 

@@ -40,3 +40,18 @@ def test_tied_policies_stay_distinguishable_and_the_plot_has_a_title() -> None:
     looks = {(ln.get_marker(), ln.get_linestyle(), ln.get_markersize()) for ln in lines}
     assert len(looks) == 7  # no two curves look the same
     assert [t.get_text() for t in ax.get_xticklabels()] == ["2", "4", "8", "16"]
+
+
+def test_the_sweep_plot_starts_at_zero_so_a_small_gap_looks_small() -> None:
+    from ttlpolicy.cli.compare import figure
+
+    # two policies 0.9 % apart, far from 0: an axis fitted to the data would start near 1,000
+    results = [
+        {"policy": pol, "load": load, "summary": {"jct_mean_s": base * (1 + load / 100)}}
+        for pol, base in (("a", 1000.0), ("b", 1009.0))
+        for load in (2, 4, 8)
+    ]
+    (ax,) = figure(results, "concurrency (programs)", "t").axes
+    bottom, top = ax.get_ylim()
+    assert bottom == 0
+    assert top >= 1009.0 * 1.08

@@ -1,6 +1,6 @@
-"""The README's account of the demo matches what the demo prints (scripts/demo.sh runs
-``ttlpolicy compare --concurrency 4 --sweep``).  When the simulator changes, this fails until
-the README's sentence is rerun."""
+"""The guide's account of the demo (docs/simulate.md, "What the demo shows") matches what the
+demo prints (scripts/demo.sh runs ``ttlpolicy compare --concurrency 4 --sweep``).  When the
+simulator changes, this fails until the guide's sentence is rerun."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ttlpolicy.cli import main
 from ttlpolicy.cli.compare import DEFAULT_POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "simulate.md"
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +27,15 @@ def demo(tmp_path_factory) -> dict[tuple[str, int], float]:
     return {(r["policy"], r["load"]): r["summary"]["jct_mean_s"] for r in results}
 
 
-def test_readme_lists_exactly_the_policies_the_demo_runs(demo) -> None:
-    readme = ROOT / "README.md"
-    paragraph = readme.read_text().split("The demo runs")[1].split("\n\n")[0]
+def test_the_guide_lists_exactly_the_policies_the_demo_runs(demo) -> None:
+    paragraph = GUIDE.read_text().split("`bash scripts/demo.sh` runs")[1].split("\n\n")[0]
     listed = paragraph.split("under every policy")[1].split(") and prints")[0]
     named = set(re.findall(r"`([a-z-]+)`", listed))
     assert named == set(DEFAULT_POLICIES.split(",")) == {p for p, _ in demo}
 
 
-def test_readme_figures_are_what_the_demo_prints(demo) -> None:
-    text = " ".join((ROOT / "README.md").read_text().split())
+def test_the_guide_figures_are_what_the_demo_prints(demo) -> None:
+    text = " ".join(GUIDE.read_text().split())
     loads = sorted({load for _, load in demo})
     assert loads == [2, 4, 8, 16]  # "at 2, 4, 8 and 16 programs in flight"
     for load in (2, 4):  # "within 0.2 % of each other"
@@ -44,7 +44,7 @@ def test_readme_figures_are_what_the_demo_prints(demo) -> None:
     m = re.search(
         r"`vllm-offload`: mean ([\d,.]+) vs ([\d,.]+) s and ([\d,.]+) vs ([\d,.]+) s", text
     )
-    assert m, "the README's demo figures are gone"
+    assert m, "the guide's demo figures are gone"
     quoted = [float(x.replace(",", "")) for x in m.groups()]
     printed = [
         demo["vllm-offload", 8],
@@ -59,7 +59,7 @@ def test_readme_figures_are_what_the_demo_prints(demo) -> None:
         r"GPU-only `ttlpolicy` finishes ([\d.]+) % \(8 programs\) and ([\d.]+) % \(16\) sooner",
         text,
     )
-    assert m, "the README's ttlpolicy figures are gone"
+    assert m, "the guide's ttlpolicy figures are gone"
     for load, quoted_pct in zip((8, 16), m.groups(), strict=True):
         gain = 100 * (1 - demo["ttlpolicy", load] / demo["vllm", load])
         assert round(gain, 1) == float(quoted_pct)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -83,7 +84,9 @@ def finite_float(text: str) -> float:
 
 def writable_file(text: str) -> str:
     """An output file we will be able to write, checked before any work is done (a run of
-    minutes should not end in "permission denied").  Nothing is created here."""
+    minutes should not end in "permission denied").  The folder is tried for real (a file
+    created and removed there), since permission bits do not tell a read-only mount or, for
+    root, anything at all; the target itself is not created."""
     p = Path(text)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a directory, not a file")
@@ -92,7 +95,15 @@ def writable_file(text: str) -> str:
         raise argparse.ArgumentTypeError(
             f"cannot write {text!r}: no such directory {str(parent)!r}"
         )
-    target = p if p.exists() else parent
-    if not os.access(target, os.W_OK):
+    if p.exists() and not os.access(p, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: permission denied")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".ttlpolicy-write-check-")
+    except OSError as e:
+        reason = (e.strerror or str(e)).lower()
+        raise argparse.ArgumentTypeError(
+            f"cannot write {text!r}: folder {str(parent)!r}: {reason}"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
     return text

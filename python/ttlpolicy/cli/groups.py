@@ -295,6 +295,17 @@ def _hours(x: float) -> str:
     return f"{x:.1f}" if x >= 100 else f"{x:.4g}"
 
 
+def ttl_text(ttl_s: float) -> str:
+    """A TTL as printed: whole seconds from 10 s, tenths below (the solver picks a sample plus
+    a hair, so 71.999 and 3.001 are 72 and 3 s to a reader); "0" for no pin, "inf" for no
+    limit."""
+    if not math.isfinite(ttl_s):
+        return "inf"
+    if ttl_s == 0:
+        return "0"
+    return f"{ttl_s:.0f}" if ttl_s >= 10 else f"{ttl_s:.1f}"
+
+
 def group_name(key: Sequence[int], scopes: HashScopes) -> str:
     """A group as people read it: ``session:blocks`` for per-file block ids (the ids the trace
     recorded, not the 64-bit ids made unique across files), the ids themselves otherwise."""
@@ -354,7 +365,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         ttls = learned.group_ttls(benefit, price_block_s, args.max_ttl_s)
         roi_global = tp.solve_ttl(pooled, benefit, price_block_s, args.max_ttl_s)[0]
         roi = outcome(
-            f"ROI global TTL [{name}]", f"{roi_global:g}", bounded(default_ttl_s=roi_global)
+            f"ROI global TTL [{name}]", ttl_text(roi_global), bounded(default_ttl_s=roi_global)
         )
 
         def with_group_ttls(ttls: dict = ttls) -> Any:
@@ -395,7 +406,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     for g in top:
         med = statistics.median(g.reuse_s) if g.reuse_s else float("nan")
         row = f"{group_name(g.key, scopes):<26}{g.blocks:>8}{g.accesses:>9}{g.hits:>9}{med:>16.1f}"
-        p(row + "".join(f"{per_tier[k][1][tuple(g.key)]:>14g}" for k in tiers))
+        p(row + "".join(f"{ttl_text(per_tier[k][1][tuple(g.key)]):>14}" for k in tiers))
     for name, (price_block_h, _, roi, grouped) in per_tier.items():
         best = max(sweep, key=lambda o: o.value(benefit, price_block_h))
         p("")

@@ -2,7 +2,7 @@
 of cost, throughput and TTFT, by simulating the trace on each configuration.
 
 Each configuration is replayed open loop through a tiered KV store (HBM → DRAM → SSD, blocks
-keyed by prefix hash; ``ttlpolicy.sim.tiers``) on one engine instance (``--model`` on its
+keyed by prefix hash; ``ttlpolicy.plan.tiers``) on one engine instance (``--model`` on its
 tensor-parallel GPUs, roofline timing).  The search (``ttlpolicy.plan.search``) grows each tier
 by doublings until a doubling gains less than ``--gain-threshold``, then refines around the
 front until the hypervolume gains less than ``--hv-threshold``; ``--exhaustive`` evaluates the
@@ -30,6 +30,8 @@ from typing import Any
 
 from ..sim.hardware import GPUS, MODELS
 from ..traces import sample_dir
+from ._args import writable_file
+from ._plot import pyplot
 from .groups import Progress
 
 OBJECTIVES = (
@@ -58,8 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--model", default="llama-3.1-8b", help=f"one of: {', '.join(MODELS)}")
     a("--gpu", default="h100-80g", help=f"one of: {', '.join(GPUS)}")
     a("--prices", default=None, help="price table (JSON, layout of the shipped prices.json)")
-    a("--json", default=None, help="write every evaluated point here")
-    a("--plot", default=None, help="write the front as a figure here (PNG; needs matplotlib)")
+    a("--json", default=None, type=writable_file, help="write every evaluated point here")
+    a(
+        "--plot",
+        default=None,
+        type=writable_file,
+        help="write the front as a figure here (PNG; needs matplotlib)",
+    )
     a("--exhaustive", action="store_true", help="evaluate the whole grid")
     a("--baseline", default="dram=1024", help="configuration to compare with: dram=GB,ssd=GB")
     a("--dram-gb", default="64:8192", help="DRAM grid START:MAX, doubling (0 always in)")
@@ -158,29 +165,75 @@ def format_front(rows: list[tuple[str, dict]], cost_key: str) -> str:
     return "\n".join(lines)
 
 
-def plot(points: list[dict], front: list[int], path: str, cost_key: str) -> None:
-    try:
-        import matplotlib
+def tier_label(config: dict) -> str:
+    """A configuration's tier sizes and policy, short enough to print beside a point."""
+    return f"D{config['dram_gb']:g}/S{config['ssd_gb']:g} {config['label']}"
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+
+def figure(points: list[dict], front: list[int], baseline: int, cost_key: str, title: str) -> Any:
+    """Cost against throughput and against mean TTFT: every evaluated configuration, the
+    Pareto front (each point labelled with its tier sizes, GB) and the baseline."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    fr = sorted(front, key=lambda i: points[i][cost_key])
+    cost_name = "$/h (provisioned)" if cost_key == "cost_usd_per_h" else "$/h (GB-hours held)"
     for ax, key, label in (
         (axes[0], "throughput_tok_s", "output tokens/s"),
         (axes[1], "ttft_mean_s", "mean TTFT (s)"),
     ):
-        ax.scatter([p[cost_key] for p in points], [p[key] for p in points], s=10, c="0.7")
-        fr = sorted(front, key=lambda i: points[i][cost_key])
-        ax.plot([points[i][cost_key] for i in fr], [points[i][key] for i in fr], "o-", ms=4)
-        ax.set_xlabel("$/h")
+        ax.scatter(
+            [p[cost_key] for p in points],
+            [p[key] for p in points],
+            s=10,
+            c="0.7",
+            label="evaluated configurations",
+        )
+        xs, ys = [points[i][cost_key] for i in fr], [points[i][key] for i in fr]
+        ax.plot(xs, ys, "o-", ms=4, label="Pareto front")
+        for i, x, y in zip(fr, xs, ys, strict=True):
+            ax.annotate(
+                tier_label(points[i]["config"]),
+                (x, y),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        b = points[baseline]
+        ax.plot([b[cost_key]], [b[key]], "k*", ms=10, label="baseline")
+        ax.set_xlabel(cost_name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    fig.suptitle("evaluated configurations (grey) and the Pareto front")
+        ax.legend(fontsize="small")
+    fig.suptitle(title + "\nfront points: D<DRAM GB>/S<SSD GB> <tier policy>", fontsize="medium")
     fig.tight_layout()
+    return fig
+
+
+def plot(
+    points: list[dict], front: list[int], baseline: int, path: str, cost_key: str, title: str
+) -> None:
+    fig = figure(points, front, baseline, cost_key, title)
     fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    pyplot().close(fig)
+
+
+def overload_warning(trace: Any, points: list[dict]) -> str | None:
+    """A warning when no configuration keeps up with the trace: the best throughput is under
+    90 % of what the trace offers (its output tokens over its arrival span), so its TTFTs and
+    $/token measure a queue that grows for the whole replay, which no tier removes."""
+    span_s = float(trace.arrival_s[-1] - trace.arrival_s[0]) if len(trace.arrival_s) else 0.0
+    if span_s <= 0 or not points:
+        return None
+    offered = float(trace.output_tokens.sum()) / span_s
+    best = max(p["throughput_tok_s"] for p in points)
+    if best >= 0.9 * offered:
+        return None
+    return (
+        f"warning: the simulated engine is overloaded: at best it serves {best:.3g} output "
+        f"tokens/s of the {offered:.3g} the trace offers, so the TTFTs and $/token above "
+        "measure a growing queue, whatever the tiers; lower --rate-scale or --session-rate, "
+        "or plan for more engines"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -208,9 +261,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers must be >= 1, got {args.workers}")
     if args.decode_batch < 1:
         raise ValueError(f"--decode-batch must be >= 1, got {args.decode_batch}")
-    for out in (args.json, args.plot):
-        if out and not Path(out).resolve().parent.is_dir():
-            raise ValueError(f"output folder of {out!r} does not exist")
+    if args.plot:
+        pyplot()  # a missing matplotlib, before the search rather than after it
     setup = Setup(
         trace=args.trace or str(sample_dir()),
         model=args.model,
@@ -305,6 +357,9 @@ def run(args: argparse.Namespace) -> int:
         change = (points[best][k] - base[k]) / base[k] if base[k] else math.nan
         rows.append((f"best {name} ({change:+.1%})", points[best]))
     print(format_front(rows, cost_key))
+    warning = overload_warning(ctx.trace, points)
+    if warning:
+        print(f"\n{warning}", file=sys.stderr)
     print(
         f"\n{len(points)} points ({evaluated['run']} simulated now, {evaluated['cached']} from "
         f"{cache.path if cache.enabled else 'no cache'}) in {elapsed:.1f} s",
@@ -336,5 +391,10 @@ def run(args: argparse.Namespace) -> int:
 
         _atomic_write(args.json, write_json)
     if args.plot:
-        _atomic_write(args.plot, lambda tmp: plot(points, front, tmp, cost_key))
+        title = (
+            f"{Path(setup.trace).name}: {len(ctx.trace)} requests, {args.model} on "
+            f"{MODELS[args.model].tp}x {args.gpu}, {args.billing} billing"
+        )
+        base_i = configs.index(baseline)
+        _atomic_write(args.plot, lambda tmp: plot(points, front, base_i, tmp, cost_key, title))
     return 0

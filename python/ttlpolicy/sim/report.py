@@ -1,5 +1,5 @@
 """Reports of simulation runs: a text table of run summaries (one row a policy), a progress
-bar, a completion-time-vs-load plot.  Used by ``ttlpolicy compare`` and ``bench/``."""
+bar.  Used by ``ttlpolicy compare`` and ``bench/`` (the plot: ``ttlpolicy.cli.compare.figure``)."""
 
 from __future__ import annotations
 
@@ -58,27 +58,3 @@ def format_table(rows: list[tuple[str, dict[str, float]]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
-
-
-def plot(results: list[dict], path: str, load_name: str) -> None:
-    """Mean completion time against load, a line per policy, written to ``path`` (PNG...);
-    ``results``: dicts with ``policy``, ``load`` and ``summary``."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib)") from None
-    fig, ax = plt.subplots(figsize=(6, 4))
-    policies = list(dict.fromkeys(r["policy"] for r in results))
-    for pol in policies:
-        pts = sorted((r["load"], r["summary"]["jct_mean_s"]) for r in results if r["policy"] == pol)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=pol)
-    ax.set_xlabel(load_name)
-    ax.set_ylabel("mean program completion time (s)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,14 +116,19 @@ def programs_from_records(
     return out
 
 
-def programs_from_trace(path: str | Path, **options) -> list[Program]:
+def programs_from_trace(
+    path: str | Path, *, records: Callable[[], Iterable[dict]] | None = None, **options
+) -> list[Program]:
     """Programs of an agentic trace file or folder (see ``programs_from_records``); parsed once
-    per trace content and options, then loaded from the trace cache (``traces.cache``)."""
+    per trace content and options, then loaded from the trace cache (``traces.cache``).
+    ``records``: what reads the trace's records on a parse (default ``read_trace(path)``; the
+    CLI passes a reader that reports its progress)."""
+    read = records if records is not None else lambda: read_trace(path)
     arrays = cached_arrays(
         "programs",
         path,
         options,
-        lambda: _program_arrays(programs_from_records(read_trace(path), **options)),
+        lambda: _program_arrays(programs_from_records(read(), **options)),
     )
     return _programs_of_arrays(arrays)
 

@@ -18,7 +18,8 @@ It prints each run's stock and TTL hit-rate error (simulator mean − engine, po
 arms.  An experiment, not a change of the simulator: the step model knows no first chunk.
 
 Run (the vLLM venv):
-    "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity_first_step.py M1.json [M2.json ...]
+    PYTHONPATH=bench "$TTLPOLICY_VLLM_VENV/bin/python" \\
+        bench/investigations/fidelity_first_step.py M1.json [M2.json ...]
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ in total seconds and split by kind (steps with a prefill chunk; decode-only step
 
 Every fit is ``hardware.fit_line(relative=False)``, as ``fidelity.py`` fits a replay.
 
-    python bench/step_fit_compare.py fidelity.json [--json out.json]
+    python bench/investigations/step_fit_compare.py fidelity.json [--json out.json]
 """
 
 from __future__ import annotations

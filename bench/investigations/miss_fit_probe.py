@@ -13,7 +13,8 @@ simulator's engine runs one.  Per setup and rate: mean JCT and hit rate with the
 prefill time (``ttlpolicy:exact``), the library's fit (``ttlpolicy``) and the chunk-aware
 one, and each price against the exact one at 50k and 100k tokens.
 
-    python bench/miss_fit_probe.py [--setups llama-3.1-8b@h100-80g,...] [--rates 0.004,0.005]
+    PYTHONPATH=python:bench python bench/investigations/miss_fit_probe.py \\
+        [--setups llama-3.1-8b@h100-80g,...] [--rates 0.004,0.005]
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ the lateness on both sides (issued after the due time, waiting for a running ste
 engine's wall clock against the simulator's step ends).
 
 Run (the vLLM venv: the profile is fitted as ``fidelity.py`` fits it):
-    "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity_calls.py out.json [--seeds 32]
+    PYTHONPATH=bench "$TTLPOLICY_VLLM_VENV/bin/python" bench/investigations/fidelity_calls.py \\
+        out.json [--seeds 32]
 """
 
 from __future__ import annotations

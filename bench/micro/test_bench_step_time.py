@@ -1,5 +1,5 @@
 """The simulator's step-time model, both backends side by side
-(run: bash scripts/bench.sh bench/test_bench_step_time.py).
+(run: bash scripts/bench.sh bench/micro/test_bench_step_time.py).
 
 What the engine asks per run of steps: build the run from its first step's shape (a decode
 batch of 8 sequences, ~60k tokens of context each), its time over k steps, and the step at

@@ -1,5 +1,5 @@
 """AdmissionControl per-call cost, both backends side by side
-(run: bash scripts/bench.sh bench/test_bench_admission.py).
+(run: bash scripts/bench.sh bench/micro/test_bench_admission.py).
 
 State: a policy whose "bash" window holds 1024 tool gaps; 16 admitted programs away on
 "bash" (the working set is summed over them: each needs its next use, a binary search in the

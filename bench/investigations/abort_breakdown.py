@@ -2,7 +2,7 @@
 run between the scheduler's preemptions on a loaded machine), median and best of 40, with
 the peek() floor (a call through the binding) of the same scheduler and the load average.
 
-Run: python bench/abort_breakdown.py (after scripts/env.sh)."""
+Run: python bench/investigations/abort_breakdown.py (after scripts/env.sh)."""
 
 import os
 import random

@@ -1,7 +1,7 @@
 """Does a CPU vLLM step pay a one-off cost for a new token count?  Lone prefills of repeated
 and new sizes on the calibration engine (``ttlpolicy_vllm.calibrate``), one line each.
 
-    "$TTLPOLICY_VLLM_VENV/bin/python" bench/fidelity_shape_probe.py
+    PYTHONPATH=bench "$TTLPOLICY_VLLM_VENV/bin/python" bench/investigations/fidelity_shape_probe.py
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """ProgramScheduler per-operation cost with 100k waiting requests and 10k pins, both
-backends side by side (run: bash scripts/bench.sh bench/test_bench_scheduler.py).
+backends side by side (run: bash scripts/bench.sh bench/micro/test_bench_scheduler.py).
 
 Each round runs the operation ``OPS`` times on fresh ids and pytest-benchmark divides by the
 iterations, so every figure is per operation; the batched forms are timed per call of
