@@ -296,7 +296,7 @@ def test_held_chains_never_stall_a_preempted_head(fresh) -> None:
         ttl.submit(context_of(x, outs[pid]) + p(100), 2, program_id=pid, last_turn=True)
         for pid, x in firsts.items()
     ]  # 11 blocks each, 4 of them new: they wait while b runs
-    assert sched.pins.held_blocks() == 14 and len(sched._handover) == 2  # held till admitted
+    assert sched.pins.held_blocks() == 14 and sched.life.held_count == 2  # held till admitted
     assert sched.programs.pin_count == 0  # (both consumed: no pin left to reclaim)
     reclaims = sched.ttl_stats()["reclaims"]
     ttl.run(max_steps=3000)
@@ -304,5 +304,5 @@ def test_held_chains_never_stall_a_preempted_head(fresh) -> None:
     assert len(ttl.outputs[b].outputs[0].token_ids) == 150
     for rid in seconds:
         assert len(ttl.outputs[rid].outputs[0].token_ids) == 2
-    assert sched.pins.held_blocks() == 0 and not sched._handover
+    assert sched.pins.held_blocks() == 0 and sched.life.held_count == 0
     assert ttl.free_blocks() == NUM_BLOCKS - 1

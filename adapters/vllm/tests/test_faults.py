@@ -290,8 +290,8 @@ def test_random_faults_in_process_leave_no_state_behind(tiny_model: Path) -> Non
         queue = sched.waiting
         assert sched.pins.held_blocks() == 0 and sched.programs.pin_count == 0
         assert engine.free_blocks() == NUM_BLOCKS - 1
-        assert not sched._programs_of and not sched._handover
-        assert not queue.consumed and not queue._popped and not queue._removed
+        assert not sched._programs_of and sched.life.held_count == 0
+        assert not queue._popped and not queue._removed
         assert len(queue) == 0
         assert sched.ttl_metrics.pins > 0  # the faults hit pinned programs too
         # load control (on by default) tracks exactly the programs the ProgramScheduler

@@ -8,9 +8,11 @@ method of the real tree is inherited; the overrides only report to the ``Program
   request's own lock is dropped, so the path is never unprotected in between.
 * ``on_release`` — every release ends there: aborts and un-inserted requests end their program.
 * ``finish`` — a queued request aborted by SGLang (never held KV): its program ends.
-* ``evict`` / ``evict_for_alloc`` — when the evictable tokens cannot cover the request, pins
-  are reclaimed first (latest-arrived program first), so SGLang's own eviction can proceed;
-  for an allocation, then the prefixes held for waiting requests (consumed pins).
+* ``evict`` / ``evict_for_alloc`` — when the evictable tokens cannot cover the request, what
+  ``ProgramLifecycle.give_way`` says gives way is released first (pins, latest-arrived program
+  first), so SGLang's own eviction can proceed; for an allocation, stalled (SGLang never
+  retracts its last request: it would run out of memory), the prefixes held for waiting
+  requests (consumed pins) too.
 
 Tested against SGLang 0.5.23 exactly (``sglang==0.5.23``).
 """
@@ -58,21 +60,19 @@ class TTLRadixCache(UnifiedRadixCache):
             self.ttl.aborted(handle.rid)
 
     def evict(self, params: EvictParams) -> EvictResult:
-        self._make_evictable(params.num_tokens)
+        self._make_evictable(params.num_tokens, stalled=False)
         return super().evict(params)
 
     def evict_for_alloc(self, params: EvictParams, **kwargs: Any) -> EvictResult:
-        self._make_evictable(params.num_tokens)
-        if not self.disable and self.ttl.handover.held_tokens():
-            # An allocation pins alone cannot cover: the prefixes held for waiting requests
-            # yield too, else SGLang runs out of memory (it never retracts its last request).
-            self.ttl.release_held(params.num_tokens - self.evictable_size())
+        self._make_evictable(params.num_tokens, stalled=True)
         return super().evict_for_alloc(params, **kwargs)
 
-    def _make_evictable(self, num_tokens: int) -> None:
-        if self.ttl.programs.pin_count and not self.disable:
-            self.ttl.expire()
-            self.ttl.reclaim(num_tokens - self.evictable_size())
+    def _make_evictable(self, num_tokens: int, stalled: bool) -> None:
+        if self.disable or not self.ttl.life.may_give_way(stalled):
+            return
+        if self.ttl.programs.pin_count:
+            self.ttl.expire()  # (expired pins go first, as pins do at a scheduling pass)
+        self.ttl.give_way(num_tokens - self.evictable_size(), stalled)
 
     def ttl_stats(self) -> dict[str, float]:
         """The adapter's counters (see ``AdapterMetrics``)."""

@@ -1,24 +1,27 @@
 """SGLang's requests mapped onto ``ttlpolicy.ProgramScheduler``, and the pins it decides.
 
-Every rule (which request runs first, whether and how long to pin, which pin yields under
-pressure) lives in ``ttlpolicy``; this class only tells it what SGLang did and carries out
-its answers on the radix tree (``TreeLockPins``).  SGLang drives it from two places:
+Every rule (which request runs first, whether and how long to pin, what gives way under
+pressure) lives in ``ttlpolicy`` (``ProgramLifecycle``); this class only tells it what SGLang
+did and carries out its answers on the radix tree (``TreeLockPins``).  SGLang drives it
+from two places:
 
 * the waiting-queue ordering (``order``, called on each scheduling pass through the
   ``SchedulePolicy.calc_priority`` hook): requests that left the queue since the last pass were
   admitted (``pop``; a request that left finished was aborted), requests back in it were
   retracted (``preempt``), new ones ``arrive`` (a returning program's arrival consumes its pin:
   the locks move to the request until it is admitted and holds the prefix itself); then pins
-  past their deadline are released, pins are reclaimed when the queue's head would not fit
-  into free plus evictable memory, and the queue is sorted by ``ProgramScheduler.priority``;
+  past their deadline are released, what the lifecycle says gives way when the queue's head
+  would not fit into free plus evictable memory is released (``give_way``), and the queue is
+  sorted by ``ProgramScheduler.priority``;
 * SGLang's prefill admission (``may_run``, called for each candidate through the
   ``PrefillAdder.add_one_req`` hook): with load control on (``ttlpolicy.AdmissionControl``,
   the default) a request whose program the working-set rule refuses stops the pass there, as
-  a request that does not fit does; arrivals, finishes (footprint, tool, what losing the
-  context costs) and ends are reported to it beside the ProgramScheduler;
+  a request that does not fit does; the lifecycle reports arrivals, finishes (footprint,
+  tool, what losing the context costs) and ends to it beside the ProgramScheduler;
 * the tree cache (``TTLRadixCache``): a turn that finished ``finish``es, and if pinned the node
   its checkpoint ended on is locked; an abort ends the program and frees its pin; an eviction
-  that the evictable tokens cannot cover reclaims pins first.
+  that the evictable tokens cannot cover makes pins give way first (and, for an allocation,
+  held prefixes: SGLang never retracts its last request).
 
 SGLang tells the cache about arrivals and admissions only through the queue, so both are seen
 at the next pass: a request is stamped as arriving when the queue first shows it.  Requests
@@ -28,12 +31,11 @@ pinned, ended without an η sample.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sglang.srt.managers.schedule_batch import FINISH_ABORT
@@ -76,6 +78,7 @@ class ProgramTracker:
             if knobs.policy.admission
             else None
         )
+        self.life = ttlpolicy.ProgramLifecycle(self.programs, self.admission)
         self.pins = TreeLockPins(cache)  # by program
         self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
         self.metrics = AdapterMetrics()
@@ -119,8 +122,7 @@ class ProgramTracker:
                 now = self._arrive(key, req, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
-        held = _nothing_runs(running_batch) and self.handover.held_tokens() > 0
-        if waiting_queue and (self.programs.pin_count or held):
+        if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
             self._reclaim_for_head(waiting_queue[0], running_batch)
         self.metrics.pinned_tokens_now = self.pins.held_tokens()
         if self.admission is not None:
@@ -143,9 +145,7 @@ class ProgramTracker:
         info = program_of(req)
         program_id = self._program_id(key, info)
         blocks = self._blocks(len(req.origin_input_ids) + len(req.output_ids))
-        pin = self.programs.arrive(key, program_id, now, blocks)
-        if self.admission is not None:
-            self.admission.arrive(program_id, now, blocks)
+        pin = self.life.arrive(key, program_id, now, blocks)
         self._info[key] = info
         self._waiting[key] = req
         if pin is not None:
@@ -157,12 +157,10 @@ class ProgramTracker:
     def may_run(self, req: Any) -> bool:
         """May SGLang admit ``req`` now?  False only when load control refuses its program
         (a request this pass has not seen arrive is let through, as stock)."""
-        if self.admission is None:
-            return True
         key = request_key(req.rid)
         if key not in self._waiting:
             return True
-        return bool(self.admission.may_run(self._program_id(key, self._info[key]), self._now()))
+        return bool(self.life.may_run(self._program_id(key, self._info[key]), self._now()))
 
     def _start(self, keys: Iterable[str], now: float) -> None:
         """The requests left the waiting queue to run.  The ProgramScheduler pops in its own
@@ -176,6 +174,7 @@ class ProgramTracker:
             if key in left:
                 left.discard(key)
                 self._running[key] = self._waiting.pop(key)
+                self.life.admitted(key)
                 if self.handover.release(key):
                     self.metrics.pinned_prefix_hits += 1  # its own lock holds the prefix now
             else:
@@ -184,13 +183,13 @@ class ProgramTracker:
             self.programs.preempt(key, now)
 
     def _reclaim_for_head(self, head: Any, running_batch: Any) -> None:
-        """Reclaim pins when the queue's head could not be admitted: its uncached tokens, its
-        first decode reservation (as SGLang's PrefillAdder clips it) and a page per running
-        request exceed the free plus evictable tokens.  Pins yield before requests wait.
-        When nothing runs and the head is still short, the prefixes held for the other
-        waiting requests (pins they consumed on arrival) yield too: no request would end to
-        free memory for it (a retracted request heads the queue, and prefixes held behind it
-        can leave it too little), as ``ttlpolicy_vllm.TTLScheduler`` does."""
+        """What gives way when the queue's head could not be admitted: its uncached tokens,
+        its first decode reservation (as SGLang's PrefillAdder clips it) and a page per
+        running request exceed the free plus evictable tokens.  Pins yield before requests
+        wait; when nothing runs, so do the prefixes held for the other waiting requests (no
+        request would end to free memory for the head: a retracted request heads the queue,
+        and prefixes held behind it can leave it too little), as
+        ``ttlpolicy_vllm.TTLScheduler``'s do — ``ProgramLifecycle.give_way``'s rule."""
         ids = array("q", head.origin_input_ids)
         ids.extend(head.output_ids)
         match = self._cache.match_prefix(
@@ -200,10 +199,13 @@ class ProgramTracker:
         need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
         if running_batch is not None:
             need += self.page_size * len(running_batch.reqs)
-        self.reclaim(need - self._available_besides(match.last_device_node))
-        if _nothing_runs(running_batch) and self.handover.held_tokens():
-            short = need - self._available_besides(match.last_device_node)
-            self.release_held(short, keep=request_key(head.rid))
+        node = match.last_device_node
+        self.give_way(
+            need - self._available_besides(node),
+            stalled=_nothing_runs(running_batch),
+            keep=request_key(head.rid),
+            available=lambda: self._available_besides(node),
+        )
 
     def _available_besides(self, node: Any) -> int:
         """Free plus evictable tokens once ``node``'s path is locked (admission locks the
@@ -221,27 +223,29 @@ class ProgramTracker:
             if self.pins.release(pin.program_id):
                 self.metrics.expiries += 1
 
-    def reclaim(self, short_tokens: int) -> None:
-        """Release pins (latest-arrived program first) covering ``short_tokens``."""
-        if short_tokens <= 0 or not self.programs.pin_count:
+    def give_way(
+        self,
+        short_tokens: int,
+        stalled: bool,
+        keep: str | None = None,
+        available: Callable[[], int] | None = None,
+    ) -> None:
+        """Release what ``ProgramLifecycle.give_way`` says gives way to ``short_tokens``:
+        pins (latest-arrived program first), then, when ``stalled``, the prefixes held for
+        waiting requests but ``keep``'s (they stay in the tree, evictable).  Each release is
+        measured by ``available`` (default: the evictable tokens)."""
+        if short_tokens <= 0:
             return
-        for pin in self.programs.reclaim(math.ceil(short_tokens / self.page_size), self._now()):
-            if self.pins.release(pin.program_id):
-                self.metrics.reclaims += 1
+        page, measure = self.page_size, available or self._cache.evictable_size
 
-    def release_held(self, short_tokens: int, keep: str | None = None) -> None:
-        """Unlock the prefixes held for waiting requests (the pins they consumed on arrival),
-        the latest-arrived first, until ``short_tokens`` more are evictable; ``keep``'s (the
-        head's own prefix) stays.  They stay in the tree, evictable."""
-        for key in reversed(self.handover.programs()):
-            if short_tokens <= 0:
-                return
-            if key == keep:
-                continue
-            before = self._cache.evictable_size()
-            if self.handover.release(key):
+        def release(program_id: str, request_id: str | None) -> int:
+            before = measure()
+            held = self.pins if request_id is None else self.handover
+            if held.release(program_id if request_id is None else request_id):
                 self.metrics.reclaims += 1
-                short_tokens -= self._cache.evictable_size() - before
+            return (measure() - before) // page
+
+        self.life.give_way(self._now(), math.ceil(short_tokens / page), release, stalled, keep)
 
     # -- the cache's events -------------------------------------------------------------------
     def finished(self, req: Any, node: Any, path_tokens: int) -> None:
@@ -262,11 +266,11 @@ class ProgramTracker:
         if self.handover.release(key):
             self.metrics.pinned_prefix_hits += 1
         if info is None:
-            self._ended(self.programs.abort(key), key)
+            self._ended(self.life.abort(key), key)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
         miss_s = self.policy.miss_cost_s(path_tokens)
-        result = self.programs.finish(
+        result = self.life.finish(
             key,
             now,
             self._blocks(path_tokens),
@@ -274,15 +278,6 @@ class ProgramTracker:
             last_turn=info.last_turn,
             cache_miss_cost_s=miss_s,
         )
-        if self.admission is not None:
-            self.admission.finish(
-                info.program_id,
-                now,
-                self._blocks(path_tokens),
-                tool=tool,
-                rebuild_s=miss_s,
-                last_turn=info.last_turn,
-            )
         if result.ended is not None:
             self._ended(result.ended, key)
         elif result.pin is not None:
@@ -308,16 +303,13 @@ class ProgramTracker:
         self._waiting.pop(key, None)
         self._running.pop(key, None)
         self.handover.release(key)
-        self._ended(self.programs.abort(key), key)
+        self._ended(self.life.abort(key), key)
 
     def _ended(self, ended: Any, key: str) -> None:
-        """A program ended in the ProgramScheduler (``key``: the request that ended it): free
-        its pin; its other live requests are no longer tracked there."""
+        """A program ended in the lifecycle (``key``: the request that ended it): free its
+        pin; its other live requests are no longer tracked there."""
         if self.pins.release(ended.program_id):
             self.metrics.released_at_once += 1
-        if self.admission is not None and self.admission.program_count:
-            with contextlib.suppress(KeyError):  # ended there already (its last turn)
-                self.admission.end(ended.program_id)
         for sibling in ended.request_ids:
             if sibling == key or sibling not in self._info:
                 continue

@@ -2,16 +2,17 @@
 
 vLLM's scheduler reads its waiting queue through the ``RequestQueue`` interface (peek the
 head, pop it when admitted, prepend it back when preempted or skipped).  This implementation
-keeps no order of its own: every operation is forwarded to the ``ProgramScheduler``, which
-orders by ``(not preempted, not pinned, program arrival, request arrival, request id)``;
-this class only maps request ids back to vLLM ``Request`` objects.  Requests are tracked under
+keeps no order of its own: every operation is forwarded to the ``ProgramScheduler`` (through
+the ``ProgramLifecycle`` that joins it to load control), which orders by ``(not preempted,
+not pinned, program arrival, request arrival, request id)``; this class only maps request ids
+back to vLLM ``Request`` objects.  Requests are tracked under
 ``scheduler_key(request_id)`` (the id itself unless it is too long for the ProgramScheduler).
 
-With load control (``ttlpolicy.AdmissionControl``, on by default) each new request also
-``arrive``s there, and the queue is *gated*: vLLM's scheduling scan runs ``while`` the queue is
-truthy, so the queue is falsy when the program of its head is refused by the working-set rule
-(``may_run``): nothing behind the head is scheduled either (program FCFS), the refused requests
-stay queued in their order and ``len()`` still counts them (vLLM keeps stepping).
+With load control (``ttlpolicy.AdmissionControl``, on by default) the queue is *gated*:
+vLLM's scheduling scan runs ``while`` the queue is truthy, so the queue is falsy when the
+program of its head is refused by the working-set rule (``ProgramLifecycle.may_run``):
+nothing behind the head is scheduled either (program FCFS), the refused requests stay queued
+in their order and ``len()`` still counts them (vLLM keeps stepping).
 """
 
 from __future__ import annotations
@@ -28,25 +29,18 @@ from .identity import scheduler_key
 class ProgramRequestQueue(RequestQueue):
     def __init__(
         self,
-        programs: Any,
+        life: Any,
         clock: Callable[[], float],
         program_id_of: Callable[[Request], str],
         blocks_needed: Callable[[Request], int],
-        admission: Any = None,
-        gated: bool = True,
     ) -> None:
-        self._programs = programs
-        self._admission = admission  # an AdmissionControl told of arrivals, or None
-        self._gated = gated and admission is not None  # its may_run gates the head
+        self._life = life  # a ttlpolicy.ProgramLifecycle
+        self._programs = life.scheduler
         self._clock = clock
         self._program_id_of = program_id_of
         self._blocks_needed = blocks_needed
         self._requests: dict[str, Request] = {}  # queued, by id
         self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
-        #: the pin a new request consumed on ``arrive`` (only requests that consumed one);
-        #: read and cleared by TTLScheduler.add_request, so it holds at most the request
-        #: being added
-        self.consumed: dict[str, Any] = {}
         self._removed: set[str] = set()  # removed by vLLM, not yet settled
 
     # -- vLLM's RequestQueue interface ----------------------------------------------------
@@ -55,13 +49,10 @@ class ProgramRequestQueue(RequestQueue):
         if key in self._popped:
             self._requeue(key, request)
             return
-        program_id, now = self._program_id_of(request), self._clock()
-        blocks = self._blocks_needed(request)
-        pin = self._programs.arrive(key, program_id, now, blocks)
-        if self._admission is not None:
-            self._admission.arrive(program_id, now, blocks)
-        if pin is not None:
-            self.consumed[request.request_id] = pin
+        # (a pin it consumes stays held for it until it is admitted: the lifecycle's hold)
+        self._life.arrive(
+            key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
+        )
         self._requests[key] = request
 
     def pop_request(self) -> Request:
@@ -100,13 +91,11 @@ class ProgramRequestQueue(RequestQueue):
         # vLLM's scan reads this before each peek: the gate of the module doc.
         if not self._requests:
             return False
-        if not self._gated:
-            return True
         rid = self._programs.peek()
         request = self._requests.get(rid) if rid is not None else None
         if request is None:  # the head was removed by vLLM and is being settled
             return True
-        return bool(self._admission.may_run(self._program_id_of(request), self._clock()))
+        return bool(self._life.may_run(self._program_id_of(request), self._clock()))
 
     def __len__(self) -> int:
         return len(self._requests)
@@ -137,9 +126,6 @@ class ProgramRequestQueue(RequestQueue):
             request = self._requests.pop(key, None)
             if request is not None:
                 self.add_request(request)
-                # Nobody reads it (TTLScheduler.add_request is not on this path): without
-                # this every re-admission would leave an entry behind.
-                self.consumed.pop(request.request_id, None)
             self._popped.discard(key)
 
     def state(self, request_id: str) -> str | None:

@@ -7,29 +7,32 @@ scheduler is not a public interface, so the supported range is ``>=0.32.0,<0.33`
 What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
 
 * ``add_request`` — the waiting queue is a ``ProgramRequestQueue``: ``ProgramScheduler``
-  orders it.  A request of a program holding a pin consumes the pin there; the adapter keeps
-  the blocks referenced until the request is admitted (so they cannot be evicted in between)
+  orders it, and every arrival is reported through ``ttlpolicy.ProgramLifecycle``.  A request
+  of a program holding a pin consumes the pin there; the adapter keeps the blocks referenced
+  until the request is admitted (the lifecycle's hold, so they cannot be evicted in between)
   and then lets the request's own references take over.
-* ``schedule`` — first expire pins past their deadline and, when the waiting head (plus one
-  block per running request) does not fit in the free blocks, reclaim pins; both release the
-  blocks into vLLM's normal free queue, where they stay prefix-cacheable.  Then vLLM's own
-  ``schedule`` (its ``pop`` of a returning request without a pin feeds T, in the
+* ``schedule`` — first expire pins past their deadline, then measure how many blocks the
+  running requests' next step and the waiting head lack, and release what
+  ``ProgramLifecycle.give_way`` says gives way (pins; held chains when nothing runs); both
+  release the blocks into vLLM's normal free queue, where they stay prefix-cacheable.  Then
+  vLLM's own ``schedule`` (its ``pop`` of a returning request without a pin feeds T, in the
   ProgramScheduler).  Afterwards: count pinned-prefix hits.
 * ``update_from_output`` — the step's wall time, when it ran prefill, feeds the cache-miss
   model (the new requests' first chunks and the tokens cached before them).
-* ``_free_request`` — a program request that stopped: ``ProgramScheduler.finish`` decides the
+* ``_free_request`` — a program request that stopped: ``ProgramLifecycle.finish`` decides the
   pin (tool name from ``extra_args["tool"]``, else parsed from the output when a tokenizer is
   loaded); if pinned, the request's cached blocks get one more reference before vLLM frees
   them.  ``last_turn`` ends the program (its turn count feeds η); an abort ends it at once.
 * load control (``ttlpolicy.AdmissionControl``, on unless ``TTLPOLICY_POLICY`` says
-  ``"admission": false``) — every program's arrival and each finish (its blocks, tool, and
-  what losing its context costs) are reported to it; the waiting queue stops at a head whose
-  program the working-set rule refuses (``ProgramRequestQueue``), so a program starts only
-  when the contexts of the programs in progress, at their expected return times, leave room
-  for it; ends and aborts forget the program.  vLLM's prefix cache evicts from the head of
-  its free-block queue (LRU); with ``evict_by_next_use`` (on unless the JSON says false) the
-  free blocks of each program's latest turn are kept in the library's ``eviction_order``
-  instead (``NextUseOrder``), refreshed before a step after a turn finished or every second.
+  ``"admission": false``) — the lifecycle reports every program's arrival and each finish
+  (its blocks, tool, and what losing its context costs) to it; the waiting queue stops at a
+  head whose program the working-set rule refuses (``ProgramRequestQueue``), so a program
+  starts only when the contexts of the programs in progress, at their expected return
+  times, leave room for it; ends and aborts forget the program.  vLLM's prefix cache evicts
+  from the head of its free-block queue (LRU); with ``evict_by_next_use`` (on unless the
+  JSON says false) the free blocks of each program's latest turn are kept in the library's
+  ``eviction_order`` instead (``NextUseOrder``), refreshed before a step after a turn
+  finished or every second.
 
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
 stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
@@ -45,7 +48,6 @@ the JSON sets ``"serve_order": "program"``),
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import time
@@ -146,6 +148,7 @@ class TTLScheduler(Scheduler):
             if cfg.admission or cfg.evict_by_next_use
             else None
         )
+        self.life = ttlpolicy.ProgramLifecycle(self.programs, self.admission)
         self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
         # blocks went back to the free queue since it was ordered (vLLM appends them at its
         # tail, where LRU takes them last): a request freed, or a pin released
@@ -157,7 +160,6 @@ class TTLScheduler(Scheduler):
         self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
         self._last_log = self.clock()
         self._programs_of: dict[str, ProgramInfo] = {}  # live program requests, by request id
-        self._handover: dict[str, str] = {}  # request id -> program whose pin it consumed
         # (clock when scheduled, prefill tokens) of each step scheduled and not yet returned,
         # by id of its SchedulerOutput: one in flight without async scheduling, up to the
         # batch queue's depth with it (bounded, should an output never come back)
@@ -166,12 +168,7 @@ class TTLScheduler(Scheduler):
         self._tokenizer: Any = None
         self._tokenizer_loaded = False
         self.waiting = ProgramRequestQueue(
-            self.programs,
-            lambda: self.clock(),
-            self._program_id_of,
-            self._blocks_needed,
-            self.admission,
-            gated=cfg.admission,
+            self.life, lambda: self.clock(), self._program_id_of, self._blocks_needed
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -194,11 +191,6 @@ class TTLScheduler(Scheduler):
             self._programs_of[rid] = info
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
-        t0 = time.perf_counter()
-        pin = self.waiting.consumed.pop(rid, None)
-        if pin is not None and self.pins.blocks_of(pin.program_id):
-            self._handover[rid] = pin.program_id  # the pin became this request's prefix
-        self.ttl_metrics.adapter_s += time.perf_counter() - t0
 
     # -- each step --------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -232,40 +224,35 @@ class TTLScheduler(Scheduler):
         return out
 
     def _reclaim_if_short(self, now: float) -> None:
-        """Release pins (ProgramScheduler picks which) when the next step could run short:
-        the running requests' next blocks (``_step_blocks``) plus the waiting head's blocks
-        exceed the free blocks.  Pins yield before vLLM would preempt or stall.  When nothing
-        runs and the head is still short, the chains held for the other waiting requests
-        (pins handed over at their arrival, ``_handover``) yield too: no request would ever
-        end to free memory for the head, and vLLM would stall (a preempted request heads the
-        queue, and held chains behind it can leave it too little)."""
-        if not self.programs.pin_count and (not self._handover or self.running):
-            return  # (held chains yield only when nothing runs)
+        """Measure what the next step lacks — the running requests' next blocks
+        (``_step_blocks``) plus the waiting head's, less the free blocks and the head's own
+        held chain — and release what ``ProgramLifecycle.give_way`` says gives way, before
+        vLLM would preempt or stall: pins, then, when nothing runs (no request would end to
+        free memory for the head), the chains held for the other waiting requests."""
+        life = self.life
+        if not life.may_give_way(not self.running):
+            return
         pool = self.kv_cache_manager.block_pool
         need = self._step_blocks()
-        head = None
+        keep = None
         if self.waiting:
             head = self.waiting.peek_request()
             need += self._blocks_needed(head)
-            handed = self._handover.get(head.request_id)
+            keep = scheduler_key(head.request_id)
+            handed = life.held(keep)
             if handed is not None:
                 need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
-        short = need - pool.get_num_free_blocks()
-        if short <= 0:
-            return
-        if self.programs.pin_count:
-            for pin in self.programs.reclaim(short, now):
-                if self._release_pin(pin.program_id):
-                    self.ttl_metrics.reclaims += 1
-        if head is None or self.running or need <= pool.get_num_free_blocks():
-            return
-        for rid in reversed(list(self._handover)):  # the latest to arrive first, till it fits
-            if rid == head.request_id:
-                continue
-            if self._release_pin(self._handover.pop(rid)):
-                self.ttl_metrics.reclaims += 1
-            if need <= pool.get_num_free_blocks():
-                return
+        stalled = keep is not None and not self.running
+        life.give_way(now, need - pool.get_num_free_blocks(), self._give_way, stalled, keep)
+
+    def _give_way(self, program_id: str, request_id: str | None) -> int:
+        """Release a pin (or a held chain: both are the program's references) for
+        ``give_way``; returns the blocks that went free."""
+        pool = self.kv_cache_manager.block_pool
+        free = pool.get_num_free_blocks()
+        if self._release_pin(program_id):
+            self.ttl_metrics.reclaims += 1
+        return pool.get_num_free_blocks() - free
 
     def _step_blocks(self) -> int:
         """Blocks the running requests' next step allocates, as ``schedule`` takes them: in
@@ -319,10 +306,9 @@ class TTLScheduler(Scheduler):
         for new in out.scheduled_new_reqs:
             rid = new.req_id
             first_chunks.append((out.num_scheduled_tokens.get(rid, 0), new.num_computed_tokens))
-            pid = self._handover.pop(rid, None)
-            if pid is not None:
-                # Admitted: its own references now hold the prefix; drop the pin's.
-                self.pins.release(pid)
+            pid = self.life.admitted(scheduler_key(rid))
+            if pid is not None and self.pins.release(pid):
+                # Admitted: its own references now hold the prefix; the pin's are dropped.
                 self.ttl_metrics.pinned_prefix_hits += 1
                 self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
         return step_prefill_sample(first_chunks)
@@ -349,9 +335,6 @@ class TTLScheduler(Scheduler):
         info = self._programs_of.pop(rid, None)
         state = self.waiting.state(rid)
         self.waiting.forget(rid)
-        handed = self._handover.pop(rid, None)
-        if handed is not None:
-            self._release(handed)
         if state is None:
             pass  # not tracked any more (its program was ended by a sibling's abort)
         elif (
@@ -365,7 +348,7 @@ class TTLScheduler(Scheduler):
             # An abort, an anonymous request, or one that stopped while preempted: the
             # program ends without a pin and without an η sample.
             key = scheduler_key(rid)
-            self._ended(self.programs.abort(key), key)
+            self._ended(self.life.abort(key), key)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
@@ -380,7 +363,7 @@ class TTLScheduler(Scheduler):
         # is kept only when it beats that reload.
         offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
         miss_s = self.policy.miss_cost_s(prefix_tokens, offloaded)
-        finished = self.programs.finish(
+        finished = self.life.finish(
             key,
             now,
             min(len(blocks), self.total_blocks),
@@ -391,15 +374,6 @@ class TTLScheduler(Scheduler):
             offloaded_tokens=offloaded,
         )
         self.ttl_metrics.offloaded_tokens_at_finish += offloaded
-        if self.admission is not None:
-            self.admission.finish(
-                pid,
-                now,
-                min(len(blocks), self.total_blocks),
-                tool=tool,
-                rebuild_s=miss_s,
-                last_turn=info.last_turn,
-            )
         if self.eviction is not None and finished.ended is None:
             self.eviction.note(pid, blocks)
         if finished.ended is not None:
@@ -414,12 +388,9 @@ class TTLScheduler(Scheduler):
             self.ttl_metrics.pinned_blocks_total += len(blocks)
 
     def _ended(self, ended: Any, key: str) -> None:
-        """A program ended in the ProgramScheduler (``key``: the request that ended it):
-        free its pin, re-admit siblings."""
+        """A program ended in the lifecycle (``key``: the request that ended it): free its
+        pin and the chains held for its requests, re-admit siblings."""
         self._release(ended.program_id)
-        if self.admission is not None and self.admission.program_count:
-            with contextlib.suppress(KeyError):  # ended there already (its last turn)
-                self.admission.end(ended.program_id)
         if self.eviction is not None:
             self.eviction.forget(ended.program_id)
         siblings = [r for r in ended.request_ids if r != key]
