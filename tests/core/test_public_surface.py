@@ -114,7 +114,9 @@ def lifecycle(be: Any) -> Any:
     for rid, pid, t in (("b1", "B", 0.0), ("d1", "D", 0.2)):
         life.arrive(rid, pid, t, 2)
         s.pop(t)
-        assert life.finish(rid, t + 0.1, 2, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S).pinned
+        assert life.finish(
+            rid, t + 0.1, 2, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S
+        ).pinned
     life.arrive("r1", "A", 1.0, 1)
     s.pop(1.0)
     assert life.arrive("b2", "B", 1.5, 2) is not None
