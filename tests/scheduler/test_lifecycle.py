@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from conftest import NATIVE, REFERENCE
 from parity import PINNING_MISS_COST_S
 from ttlpolicy import PolicyConfig
 
@@ -286,9 +285,9 @@ def test_the_parts_are_checked_at_construction(impl):
     assert impl.ProgramLifecycle(s).admission is None
 
 
-@pytest.mark.skipif(NATIVE is None, reason="native module not built")
-def test_each_backend_joins_only_its_own_parts():
-    for mine, other in ((REFERENCE, NATIVE), (NATIVE, REFERENCE)):
+def test_each_backend_joins_only_its_own_parts(backends):
+    ref, nat = backends
+    for mine, other in ((ref, nat), (nat, ref)):
         policy = other.TTLPolicy(CONFIG)
         s = other.ProgramScheduler(policy, 100, 60)
         with pytest.raises(TypeError, match="scheduler must be a ProgramScheduler, got Program"):

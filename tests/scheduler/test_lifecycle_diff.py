@@ -7,6 +7,8 @@ is covered."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from hypothesis import HealthCheck, event, settings
@@ -101,6 +103,10 @@ def check_give_way(life: Any, op: tuple, held_before: list[str], result: tuple, 
         assert all(r not in life.held_request_ids for _, r in chains)
 
 
+def admit_request(life: Any, rid: str) -> Any:
+    return life.admitted(rid)
+
+
 def check_holds(life: Any) -> None:
     """A held chain never outlives its request: every held request is live."""
     s = life.scheduler
@@ -124,9 +130,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.issued: list[str] = []  # every request id arrived (ids are never reused)
         self.popped: list[str] = []  # every request id popped
 
-    def step(self, call) -> Any:
+    def step(self, call: Callable[[Any], Any]) -> Any:
         """``call(life)`` on every backend; the outcomes must agree. Returns the first."""
-        results = [outcome(lambda life=life: call(life)) for life in self.lives]
+        results = [outcome(partial(call, life)) for life in self.lives]
         for r in results[1:]:
             assert close(results[0], r), results
         for life in self.lives:
@@ -199,7 +205,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         if kind == "ok":
             self.popped.extend(popped)
             for rid in popped if admit else ():
-                self.step(lambda life, rid=rid: life.admitted(rid))
+                self.step(partial(admit_request, rid=rid))
 
     @precondition(lambda self: self.popped)
     @rule(data=st.data())
