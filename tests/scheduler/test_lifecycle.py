@@ -295,3 +295,18 @@ def test_each_backend_joins_only_its_own_parts(backends):
         own = mine.ProgramScheduler(mine.TTLPolicy(CONFIG), 100, 60)
         with pytest.raises(TypeError, match="admission must be an AdmissionControl or None"):
             mine.ProgramLifecycle(own, other.AdmissionControl(policy, 100))
+
+
+def test_a_release_calling_back_is_refused_by_the_native_backend(backends):
+    """``release`` must not call back into the lifecycle or its parts (they are borrowed for
+    the call): the native backend refuses it with a RuntimeError, no crash."""
+    _, nat = backends
+    life = engine(nat)
+    returning(life, ["A"])
+
+    def reads_back(program_id: str, request_id: str | None) -> int:
+        return life.scheduler.pin_count
+
+    with pytest.raises(RuntimeError, match="Already mutably borrowed"):
+        life.give_way(10.0, 5, reads_back, stalled=True)
+    assert life.scheduler.pin_count == 0 and life.held_count == 0
