@@ -45,7 +45,9 @@ from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id
 __all__ = ["ProgramLifecycle"]
 
 #: ``release(program_id, request_id)``: carries out one release, returns the blocks it made
-#: available (request_id None: the program's pin; else that request's held chain).
+#: available, an int in [0, MAX_BLOCKS] (request_id None: the program's pin; else that
+#: request's held chain).  It must not call back into the lifecycle or its parts: the native
+#: backend holds them borrowed for the call (``RuntimeError``).
 Release = Callable[[str, "str | None"], int]
 
 
@@ -203,6 +205,7 @@ class ProgramLifecycle:
 
     @property
     def held_count(self) -> int:
+        """Requests holding a handed-over chain."""
         return len(self._held)
 
     def may_give_way(self, nothing_runs: Any) -> bool:
