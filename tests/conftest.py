@@ -33,6 +33,7 @@ REFERENCE_MODULES = (
     "scheduler",
     "prefix_tree",
     "admission",
+    "lifecycle",
 )
 
 

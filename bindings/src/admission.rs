@@ -20,8 +20,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// Working-set admission and next-use eviction order over a `TTLPolicy` (read, not copied).
 #[pyclass(name = "AdmissionControl", module = "ttlpolicy._native")]
 pub struct PyAdmissionControl {
-    inner: AdmissionControl,
-    policy: Py<PyTTLPolicy>,
+    pub(crate) inner: AdmissionControl,
+    pub(crate) policy: Py<PyTTLPolicy>,
 }
 
 #[pymethods]

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod admission;
 mod convert;
+mod lifecycle;
 mod policy;
 mod prefix_tree;
 mod scheduler;
@@ -16,6 +17,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     policy::register(m)?;
     admission::register(m)?;
     scheduler::register(m)?;
+    lifecycle::register(m)?;
     prefix_tree::register(m)?;
     step_time::register(m)?;
     Ok(())

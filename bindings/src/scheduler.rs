@@ -7,6 +7,7 @@
 //! method converts its arguments before borrowing anything (re-entrant arguments work, each
 //! call is atomic for other threads).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -84,6 +85,73 @@ impl Flag {
     }
 }
 
+/// `finish`'s arguments (the scheduler's and the lifecycle's), converted in the reference's
+/// order: the types it checks first are refused at once, the others' faults are kept until
+/// the core has checked the values ([`Args`]).
+pub(crate) struct FinishCall<'a> {
+    pub(crate) rid: &'a str,
+    pub(crate) now: f64,
+    pub(crate) blocks: i64,
+    tool: Option<Cow<'a, str>>,
+    last_turn: bool,
+    cache_miss_cost_s: Option<f64>,
+    prefix_tokens: i64,
+    offloaded_tokens: i64,
+    mean_active_blocks: Option<f64>,
+    args: Args,
+}
+
+impl<'a> FinishCall<'a> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn convert(
+        request_id: &'a Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_held: Arg<i64>,
+        tool: Option<&'a Bound<'_, PyAny>>,
+        last_turn: Flag,
+        cache_miss_cost_s: Option<Arg<f64>>,
+        prefix_tokens: Arg<i64>,
+        offloaded_tokens: Arg<i64>,
+        mean_active_blocks: Option<Arg<f64>>,
+    ) -> PyResult<Self> {
+        let tool = tool_now(tool)?;
+        let last_turn = last_turn.get("last_turn")?;
+        let rid = id_str("request_id", request_id)?;
+        let mut args = Args::new();
+        Ok(FinishCall {
+            rid,
+            now: args.take("now", now),
+            blocks: args.take("blocks_held", blocks_held),
+            tool,
+            last_turn,
+            cache_miss_cost_s: args.take_opt("cache_miss_cost_s", cache_miss_cost_s),
+            prefix_tokens: args.take("prefix_tokens", prefix_tokens),
+            offloaded_tokens: args.take("offloaded_tokens", offloaded_tokens),
+            mean_active_blocks: args.take_opt("mean_active_blocks", mean_active_blocks),
+            args,
+        })
+    }
+
+    /// The core's optional arguments.
+    pub(crate) fn core(&self) -> FinishArgs<'_> {
+        FinishArgs {
+            tool: self.tool.as_deref(),
+            last_turn: self.last_turn,
+            cache_miss_cost_s: self.cache_miss_cost_s,
+            prefix_tokens: self.prefix_tokens,
+            offloaded_tokens: self.offloaded_tokens,
+            mean_active_blocks: self.mean_active_blocks,
+        }
+    }
+
+    /// The core's answer as the reference's (see [`Args::finish`]).
+    pub(crate) fn done(self, r: ttlpolicy_core::Result<Finished>) -> PyResult<PyFinished> {
+        Ok(PyFinished {
+            inner: self.args.finish(r)?,
+        })
+    }
+}
+
 // -- result types ---------------------------------------------------------------------------
 //
 // Each holds the core's value and builds its Python fields when read: `abort` and `finish`
@@ -142,7 +210,7 @@ impl PyPin {
     }
 }
 
-fn pin_obj(pin: Option<Pin>) -> Option<PyPin> {
+pub(crate) fn pin_obj(pin: Option<Pin>) -> Option<PyPin> {
     pin.map(|inner| PyPin { inner })
 }
 
@@ -150,7 +218,7 @@ fn pin_obj(pin: Option<Pin>) -> Option<PyPin> {
 /// dropped with it (`request_ids`, sorted).
 #[pyclass(name = "Ended", module = "ttlpolicy._native", frozen)]
 pub struct PyEnded {
-    inner: Ended,
+    pub(crate) inner: Ended,
 }
 
 impl Fields for PyEnded {
@@ -289,7 +357,7 @@ impl PyFinished {
     }
 }
 
-fn pins_list(pins: Vec<Pin>) -> Vec<PyPin> {
+pub(crate) fn pins_list(pins: Vec<Pin>) -> Vec<PyPin> {
     pins.into_iter().map(|inner| PyPin { inner }).collect()
 }
 
@@ -298,8 +366,8 @@ fn pins_list(pins: Vec<Pin>) -> Vec<PyPin> {
 /// Waiting queue and pin table of CacheTTL over a `TTLPolicy` (used, never copied).
 #[pyclass(name = "ProgramScheduler", module = "ttlpolicy._native")]
 pub struct PyProgramScheduler {
-    inner: ProgramScheduler,
-    policy: Py<PyTTLPolicy>,
+    pub(crate) inner: ProgramScheduler,
+    pub(crate) policy: Py<PyTTLPolicy>,
 }
 
 #[pymethods]
@@ -484,28 +552,27 @@ impl PyProgramScheduler {
         offloaded_tokens: Arg<i64>,
         mean_active_blocks: Option<Arg<f64>>,
     ) -> PyResult<PyFinished> {
-        // Types the core cannot be handed a failing stand-in for are refused at once (the
-        // reference checks them first too).
-        let tool = tool_now(tool)?;
-        let last_turn = last_turn.get("last_turn")?;
-        let rid = id_str("request_id", request_id)?;
-        let mut args = Args::new();
-        let t = args.take("now", now);
-        let blocks = args.take("blocks_held", blocks_held);
-        let fa = FinishArgs {
-            tool: tool.as_deref(),
+        let call = FinishCall::convert(
+            request_id,
+            now,
+            blocks_held,
+            tool,
             last_turn,
-            cache_miss_cost_s: args.take_opt("cache_miss_cost_s", cache_miss_cost_s),
-            prefix_tokens: args.take("prefix_tokens", prefix_tokens),
-            offloaded_tokens: args.take("offloaded_tokens", offloaded_tokens),
-            mean_active_blocks: args.take_opt("mean_active_blocks", mean_active_blocks),
-        };
+            cache_miss_cost_s,
+            prefix_tokens,
+            offloaded_tokens,
+            mean_active_blocks,
+        )?;
         let this = &mut *slf.borrow_mut();
         let mut policy = this.policy.borrow_mut(py);
-        let r = this.inner.finish(policy.core_mut(), rid, t, blocks, fa);
-        Ok(PyFinished {
-            inner: args.finish(r)?,
-        })
+        let r = (this.inner).finish(
+            policy.core_mut(),
+            call.rid,
+            call.now,
+            call.blocks,
+            call.core(),
+        );
+        call.done(r)
     }
 
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {

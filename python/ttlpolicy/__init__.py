@@ -47,6 +47,8 @@ if native is not None:
     GroupStats = native.GroupStats
     # program-level load control (admission, eviction order)
     AdmissionControl = native.AdmissionControl
+    # a program's life on one engine (joins the two above)
+    ProgramLifecycle = native.ProgramLifecycle
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -62,8 +64,7 @@ else:
     PrefixTree = _ref_prefix_tree.PrefixTree
     GroupStats = _ref_prefix_tree.GroupStats
     AdmissionControl = _ref_admission.AdmissionControl
-# DEV: the reference serves both backends until the native one lands
-ProgramLifecycle = _ref_lifecycle.ProgramLifecycle
+    ProgramLifecycle = _ref_lifecycle.ProgramLifecycle
 
 __all__ = [
     "AdmissionControl",

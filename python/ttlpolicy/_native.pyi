@@ -18,7 +18,7 @@ bindings do not restate; the reference's signatures (``ttlpolicy.reference``) sh
 values, and the parity test holds the two alike.  Sections are per topic; append below.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import SupportsFloat, SupportsIndex, final
 
 from ttlpolicy.config import PolicyConfig
@@ -37,6 +37,7 @@ __all__ = [
     "Pin",
     "PinDecision",
     "PrefixTree",
+    "ProgramLifecycle",
     "ProgramScheduler",
     "StepModel",
     "StepRun",
@@ -514,6 +515,62 @@ class AdmissionControl:
     def program_count(self) -> int: ...
     @property
     def waiting_count(self) -> int: ...
+
+# ---------------------------------------------------------------------------------------------
+# A program's life on one engine: ProgramLifecycle; twin of ttlpolicy.reference.lifecycle
+# (rules in its module doc).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class ProgramLifecycle:
+    """Joins a ``ProgramScheduler`` and an optional ``AdmissionControl`` of the same policy
+    (the very objects given, borrowed for each call) and holds the chains handed over to
+    requests until they are admitted."""
+
+    def __new__(
+        cls, scheduler: ProgramScheduler, admission: AdmissionControl | None = None
+    ) -> ProgramLifecycle: ...
+    @property
+    def scheduler(self) -> ProgramScheduler: ...
+    @property
+    def admission(self) -> AdmissionControl | None: ...
+    def arrive(
+        self, request_id: str, program_id: str, now: SupportsFloat, blocks_needed: SupportsIndex
+    ) -> Pin | None: ...
+    def admitted(self, request_id: str) -> str | None: ...
+    def finish(
+        self,
+        request_id: str,
+        now: SupportsFloat,
+        blocks_held: SupportsIndex,
+        tool: str | None = None,
+        last_turn: bool = ...,
+        cache_miss_cost_s: SupportsFloat | None = None,
+        prefix_tokens: SupportsIndex = ...,
+        offloaded_tokens: SupportsIndex = ...,
+        mean_active_blocks: SupportsFloat | None = None,
+    ) -> Finished: ...
+    def abort(self, request_id: str) -> Ended: ...
+    def end_program(self, program_id: str) -> Ended: ...
+    def may_run(self, program_id: str, now: SupportsFloat) -> bool: ...
+    def expire(self, now: SupportsFloat) -> list[Pin]: ...
+    def give_way(
+        self,
+        now: SupportsFloat,
+        short_blocks: SupportsIndex,
+        release: Callable[[str, str | None], int],
+        stalled: bool = ...,
+        keep: str | None = None,
+        for_program: str | None = None,
+    ) -> int:
+        """``release`` is called while the parts are borrowed: it must not call back into
+        this object, its scheduler or its load control (``RuntimeError``)."""
+    def held(self, request_id: str) -> str | None: ...
+    @property
+    def held_request_ids(self) -> list[str]: ...
+    @property
+    def held_count(self) -> int: ...
+    def may_give_way(self, nothing_runs: bool) -> bool: ...
 
 # The simulator's step-time model; twin of ttlpolicy.sim.hardware (StepModel, StepRun), the
 # same floats to the bit (tests/sim/test_step_time_native.py).

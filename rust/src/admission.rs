@@ -703,7 +703,7 @@ impl AdmissionControl {
     /// Whether the program is tracked (arrived, not ended, not forgotten while idle).
     pub fn knows(&self, program_id: &str) -> Result<bool> {
         check_id("program_id", program_id)?;
-        Ok(self.programs.get(program_id).is_some())
+        Ok(self.programs.contains_key(program_id))
     }
 
     /// Whether the program is admitted (false for an unknown program).

@@ -38,6 +38,7 @@ pub mod estimators;
 pub mod history;
 mod id_hash;
 pub mod index_list;
+pub mod lifecycle;
 pub mod policy;
 pub mod prefix_tree;
 pub mod scheduler;

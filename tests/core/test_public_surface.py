@@ -105,6 +105,25 @@ def admission(be: Any) -> Any:
     return ac
 
 
+def lifecycle(be: Any) -> Any:
+    """Over a scheduler and load control (on) of one policy: B's pin handed over to b2 (held),
+    D pinned, A running r1, C waiting on r3."""
+    policy = be.TTLPolicy(PolicyConfig(min_tool_samples=1, min_total_samples=1, admission=True))
+    s = be.ProgramScheduler(policy, 100, 10, 4)
+    life = be.ProgramLifecycle(s, be.AdmissionControl(policy, 100))
+    for rid, pid, t in (("b1", "B", 0.0), ("d1", "D", 0.2)):
+        life.arrive(rid, pid, t, 2)
+        s.pop(t)
+        assert life.finish(
+            rid, t + 0.1, 2, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S
+        ).pinned
+    life.arrive("r1", "A", 1.0, 1)
+    s.pop(1.0)
+    assert life.arrive("b2", "B", 1.5, 2) is not None
+    life.arrive("r3", "C", 2.0, 1)
+    return life
+
+
 def tree(be: Any) -> Any:
     t = be.PrefixTree(max_nodes=8, group_depth=2, window=4, max_idle_groups=2, default_ttl_s=9.0)
     t.insert([1, 2, 3], 0.0)
@@ -143,6 +162,7 @@ OBJECTS: dict[str, Callable[[Any], Any]] = {
     "ProgramScheduler": scheduler,
     "PrefixTree": tree,
     "AdmissionControl": admission,
+    "ProgramLifecycle": lifecycle,
 }
 
 #: (what, build, method or None for the constructor, valid keyword arguments).
@@ -220,6 +240,22 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
     ("AdmissionControl", admission, "next_order_change_s",
      dict(program_ids=["A", "B"], now=3.0, until_s=9.0)),
     ("AdmissionControl", admission, "admitted", dict(program_id="A")),
+    ("ProgramLifecycle", lifecycle, "arrive",
+     dict(request_id="n1", program_id="D", now=5.0, blocks_needed=1)),
+    ("ProgramLifecycle", lifecycle, "admitted", dict(request_id="b2")),
+    ("ProgramLifecycle", lifecycle, "finish",
+     dict(request_id="r1", now=5.0, blocks_held=1, tool="a", last_turn=False,
+          cache_miss_cost_s=PINNING_MISS_COST_S, prefix_tokens=0, offloaded_tokens=0,
+          mean_active_blocks=2.0)),
+    ("ProgramLifecycle", lifecycle, "abort", dict(request_id="b2")),
+    ("ProgramLifecycle", lifecycle, "end_program", dict(program_id="A")),
+    ("ProgramLifecycle", lifecycle, "may_run", dict(program_id="C", now=5.0)),
+    ("ProgramLifecycle", lifecycle, "expire", dict(now=5.0)),
+    ("ProgramLifecycle", lifecycle, "give_way",
+     dict(now=5.0, short_blocks=3, release=lambda program_id, request_id: 2, stalled=True,
+          keep="b2", for_program="B")),
+    ("ProgramLifecycle", lifecycle, "held", dict(request_id="b2")),
+    ("ProgramLifecycle", lifecycle, "may_give_way", dict(nothing_runs=True)),
 ]  # fmt: skip
 
 
@@ -227,8 +263,8 @@ def views(obj: Any) -> Any:
     """Everything an object shows without changing, as plain values."""
     out = {}
     for name in sorted(public_members(obj)):
-        if name in ("policy", "config"):
-            continue
+        if name in ("policy", "config", "scheduler", "admission"):
+            continue  # the parts an object reads: shown below, by their views
         value = getattr(obj, name)
         if not callable(value):
             out[name] = plain(value)
@@ -237,6 +273,9 @@ def views(obj: Any) -> Any:
         out["pins"] = plain(obj.pins())
         out["peek"] = obj.peek()
         out["policy"] = views(obj.policy)
+    elif name == "ProgramLifecycle":
+        out["scheduler"] = views(obj.scheduler)
+        out["admission"] = None if obj.admission is None else views(obj.admission)
     elif name == "PrefixTree":
         out["groups"] = plain(obj.groups())
         out["len"] = len(obj)
@@ -344,6 +383,8 @@ def test_defaults_give_the_same_objects(backends, name):
         built = [be.ProgramScheduler(be.TTLPolicy(), 10, 1) for be in backends]
     elif name == "AdmissionControl":
         built = [be.AdmissionControl(be.TTLPolicy(), 10) for be in backends]
+    elif name == "ProgramLifecycle":
+        built = [be.ProgramLifecycle(be.ProgramScheduler(be.TTLPolicy(), 10, 1)) for be in backends]
     else:
         built = [getattr(be, name)() for be in (ref, nat)]
     assert_same(views(built[0]), views(built[1]), name)

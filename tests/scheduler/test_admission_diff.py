@@ -63,9 +63,7 @@ def outcome(ac, policy, now, op):
 
 def views(ac, latest):
     """Every view at ``latest``, the latest time seen (no view moves the clock)."""
-    per_program = tuple(
-        (ac.knows(p), ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS
-    )
+    per_program = tuple((ac.knows(p), ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS)
     return (ac.admitted_count, ac.waiting_count, ac.program_count, per_program,
             ac.working_set_blocks(latest), ac.next_shrink_s(latest),
             ac.dropped_idle_programs)  # fmt: skip

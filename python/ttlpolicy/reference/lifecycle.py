@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._validate import int_in
+from .._validate import finite, int_in
 from ._sync import synchronized
 from .admission import AdmissionControl
 from .policy import MAX_BLOCKS
@@ -45,21 +45,10 @@ from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id
 __all__ = ["ProgramLifecycle"]
 
 #: ``release(program_id, request_id)``: carries out one release, returns the blocks it made
-#: available (request_id None: the program's pin; else that request's held chain).
+#: available, an int in [0, MAX_BLOCKS] (request_id None: the program's pin; else that
+#: request's held chain).  It must not call back into the lifecycle or its parts: the native
+#: backend holds them borrowed for the call (``RuntimeError``).
 Release = Callable[[str, "str | None"], int]
-
-
-def _schedulers() -> tuple[type, ...]:
-    # DEV: until the native ProgramLifecycle lands, the reference joins either backend's parts
-    from .._backend import native
-
-    return (ProgramScheduler,) if native is None else (ProgramScheduler, native.ProgramScheduler)
-
-
-def _admissions() -> tuple[type, ...]:
-    from .._backend import native
-
-    return (AdmissionControl,) if native is None else (AdmissionControl, native.AdmissionControl)
 
 
 @synchronized
@@ -68,10 +57,10 @@ class ProgramLifecycle:
     (see the module doc)."""
 
     def __init__(self, scheduler: Any, admission: Any = None) -> None:
-        if not isinstance(scheduler, _schedulers()):
+        if not isinstance(scheduler, ProgramScheduler):
             raise TypeError(f"scheduler must be a ProgramScheduler, got {type(scheduler).__name__}")
         if admission is not None:
-            if not isinstance(admission, _admissions()):
+            if not isinstance(admission, AdmissionControl):
                 raise TypeError(
                     f"admission must be an AdmissionControl or None, got {type(admission).__name__}"
                 )
@@ -155,6 +144,8 @@ class ProgramLifecycle:
     def may_run(self, program_id: Any, now: Any) -> bool:
         """May a request of the program be scheduled now: load control's answer
         (``AdmissionControl.may_run``) when it is on (``PolicyConfig.admission``), else True."""
+        check_id("program_id", program_id)  # refused alike with load control off
+        finite("now", now)
         admission = self.admission
         if admission is None or not self.scheduler.policy.config.admission:
             return True
@@ -177,12 +168,17 @@ class ProgramLifecycle:
         (see the module doc); returns the blocks still lacking (``<= 0``: covered).
         ``keep``: the request whose held chain stays (the head's own prefix);
         ``for_program``: reclaim only younger programs' pins (program-level FCFS)."""
-        short = int_in("short_blocks", short_blocks, -MAX_BLOCKS, MAX_BLOCKS)
+        # Every argument is checked whatever the state (a bad one is refused even when
+        # nothing is short): types first, then the values the native core checks.
+        if not callable(release):
+            raise TypeError(f"release must be callable, got {type(release).__name__}")
         if not isinstance(stalled, bool):
             raise TypeError(f"stalled must be a bool, got {type(stalled).__name__}")
         kept = None if keep is None else check_id("keep", keep)
-        if not callable(release):
-            raise TypeError(f"release must be callable, got {type(release).__name__}")
+        if for_program is not None:
+            check_id("for_program", for_program)
+        finite("now", now)
+        short = int_in("short_blocks", short_blocks, -MAX_BLOCKS, MAX_BLOCKS)
         if short <= 0:
             return short
         if self.scheduler.pin_count:
@@ -209,6 +205,7 @@ class ProgramLifecycle:
 
     @property
     def held_count(self) -> int:
+        """Requests holding a handed-over chain."""
         return len(self._held)
 
     def may_give_way(self, nothing_runs: Any) -> bool:
@@ -224,7 +221,7 @@ class ProgramLifecycle:
         freed = release(program_id, request_id)
         if isinstance(freed, bool) or not isinstance(freed, int):
             raise TypeError(f"release must return an int of blocks, got {type(freed).__name__}")
-        return freed
+        return int_in("blocks released", freed, 0, MAX_BLOCKS)
 
     def _end_admission(self, program_id: str) -> None:
         # (a program load control never saw, or forgot while idle past its cap, has nothing

@@ -1,0 +1,290 @@
+//! Native `ProgramLifecycle`: the same names, signatures, results and exceptions as
+//! `ttlpolicy.reference.lifecycle`. Conversions only; every rule lives in
+//! `ttlpolicy_core::lifecycle`.
+//!
+//! It keeps the very `ProgramScheduler` (and `AdmissionControl`) objects it was given and
+//! borrows them, with their policy, for each call. `give_way`'s `release` is called while
+//! they are borrowed: a `release` that calls back into them gets a `RuntimeError` (already
+//! borrowed), as the core's contract says it must not.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt};
+use ttlpolicy_core::lifecycle::{Parts, ProgramLifecycle};
+use ttlpolicy_core::Error;
+
+use crate::admission::PyAdmissionControl;
+use crate::convert::{call1, call2, core_err, type_name, Arg, Args};
+use crate::scheduler::{
+    id_str, pin_obj, pins_list, FinishCall, Flag, PyEnded, PyFinished, PyPin, PyProgramScheduler,
+};
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyProgramLifecycle>()
+}
+
+/// Why `give_way` failed: the core refused a value, or `release` raised (or answered
+/// something that is not an int).
+enum Fail {
+    Core(Error),
+    Py(PyErr),
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Core(e)
+    }
+}
+
+/// An optional id argument (None stays None).
+fn opt_id<'a>(field: &str, obj: Option<&'a Bound<'_, PyAny>>) -> PyResult<Option<&'a str>> {
+    match obj {
+        Some(o) if !o.is_none() => id_str(field, o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// A program's life on one engine over a `ProgramScheduler` and an optional
+/// `AdmissionControl` of the same policy (both used, never copied).
+#[pyclass(name = "ProgramLifecycle", module = "ttlpolicy._native")]
+pub struct PyProgramLifecycle {
+    inner: ProgramLifecycle,
+    scheduler: Py<PyProgramScheduler>,
+    admission: Option<Py<PyAdmissionControl>>,
+}
+
+impl PyProgramLifecycle {
+    /// `call` on the core lifecycle and the parts it joins, all borrowed for the call.
+    fn with_parts<T>(
+        slf: &Bound<'_, Self>,
+        call: impl FnOnce(&mut ProgramLifecycle, &mut Parts<'_>) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let py = slf.py();
+        let mut this = slf.try_borrow_mut()?;
+        let this = &mut *this;
+        let mut scheduler = this.scheduler.bind(py).try_borrow_mut()?;
+        let scheduler = &mut *scheduler;
+        let mut policy = scheduler.policy.bind(py).try_borrow_mut()?;
+        let mut admission = match &this.admission {
+            Some(a) => Some(a.bind(py).try_borrow_mut()?),
+            None => None,
+        };
+        let mut parts = Parts {
+            policy: policy.core_mut(),
+            scheduler: &mut scheduler.inner,
+            admission: admission.as_deref_mut().map(|a| &mut a.inner),
+        };
+        call(&mut this.inner, &mut parts)
+    }
+}
+
+#[pymethods]
+impl PyProgramLifecycle {
+    #[new]
+    #[pyo3(signature = (scheduler, admission = None))]
+    fn new(scheduler: &Bound<'_, PyAny>, admission: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let scheduler = scheduler.downcast::<PyProgramScheduler>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "scheduler must be a ProgramScheduler, got {}",
+                type_name(scheduler)
+            ))
+        })?;
+        let admission = match admission {
+            None => None,
+            Some(a) => {
+                let a = a.downcast::<PyAdmissionControl>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "admission must be an AdmissionControl or None, got {}",
+                        type_name(a)
+                    ))
+                })?;
+                if !a.try_borrow()?.policy.is(&scheduler.try_borrow()?.policy) {
+                    return Err(PyValueError::new_err(
+                        "admission must read the scheduler's policy, got an AdmissionControl of \
+                         another TTLPolicy",
+                    ));
+                }
+                Some(a.clone().unbind())
+            }
+        };
+        Ok(PyProgramLifecycle {
+            inner: ProgramLifecycle::new(),
+            scheduler: scheduler.clone().unbind(),
+            admission,
+        })
+    }
+
+    #[getter]
+    fn scheduler(&self, py: Python<'_>) -> Py<PyProgramScheduler> {
+        self.scheduler.clone_ref(py)
+    }
+
+    #[getter]
+    fn admission(&self, py: Python<'_>) -> Option<Py<PyAdmissionControl>> {
+        self.admission.as_ref().map(|a| a.clone_ref(py))
+    }
+
+    // -- events -----------------------------------------------------------------------------
+
+    fn arrive(
+        slf: &Bound<'_, Self>,
+        request_id: &Bound<'_, PyAny>,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_needed: Arg<i64>,
+    ) -> PyResult<Option<PyPin>> {
+        let rid = id_str("request_id", request_id)?;
+        let pid = id_str("program_id", program_id)?;
+        Self::with_parts(slf, |life, parts| {
+            call2(("now", now), ("blocks_needed", blocks_needed), |t, b| {
+                life.arrive(parts, rid, pid, t, b)
+            })
+        })
+        .map(pin_obj)
+    }
+
+    fn admitted(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let rid = id_str("request_id", request_id)?;
+        let pid = self.inner.admitted(rid).map_err(core_err)?;
+        Ok(pid.map(|p| p.to_string()))
+    }
+
+    #[pyo3(signature = (
+        request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
+        prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        slf: &Bound<'_, Self>,
+        request_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_held: Arg<i64>,
+        tool: Option<&Bound<'_, PyAny>>,
+        last_turn: Flag,
+        cache_miss_cost_s: Option<Arg<f64>>,
+        prefix_tokens: Arg<i64>,
+        offloaded_tokens: Arg<i64>,
+        mean_active_blocks: Option<Arg<f64>>,
+    ) -> PyResult<PyFinished> {
+        let call = FinishCall::convert(
+            request_id,
+            now,
+            blocks_held,
+            tool,
+            last_turn,
+            cache_miss_cost_s,
+            prefix_tokens,
+            offloaded_tokens,
+            mean_active_blocks,
+        )?;
+        Self::with_parts(slf, |life, parts| {
+            let r = life.finish(parts, call.rid, call.now, call.blocks, call.core());
+            call.done(r)
+        })
+    }
+
+    fn abort(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
+        let rid = id_str("request_id", request_id)?;
+        let inner = Self::with_parts(slf, |life, parts| life.abort(parts, rid).map_err(core_err))?;
+        Ok(PyEnded { inner })
+    }
+
+    fn end_program(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
+        let pid = id_str("program_id", program_id)?;
+        let inner = Self::with_parts(slf, |life, parts| {
+            life.end_program(parts, pid).map_err(core_err)
+        })?;
+        Ok(PyEnded { inner })
+    }
+
+    fn may_run(
+        slf: &Bound<'_, Self>,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<bool> {
+        let pid = id_str("program_id", program_id)?;
+        Self::with_parts(slf, |life, parts| {
+            call1("now", now, |t| life.may_run(parts, pid, t))
+        })
+    }
+
+    fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
+        Self::with_parts(slf, |life, parts| {
+            call1("now", now, |t| life.expire(parts, t))
+        })
+        .map(pins_list)
+    }
+
+    #[pyo3(signature = (
+        now, short_blocks, release, stalled = Flag(Ok(false)), keep = None, for_program = None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn give_way(
+        slf: &Bound<'_, Self>,
+        now: Arg<f64>,
+        short_blocks: Arg<i64>,
+        release: &Bound<'_, PyAny>,
+        stalled: Flag,
+        keep: Option<&Bound<'_, PyAny>>,
+        for_program: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        // The types the reference checks first, in its order; the values are the core's.
+        if !release.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "release must be callable, got {}",
+                type_name(release)
+            )));
+        }
+        let stalled = stalled.get("stalled")?;
+        let keep = opt_id("keep", keep)?;
+        let for_program = opt_id("for_program", for_program)?;
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        let short = args.take("short_blocks", short_blocks);
+        let answer = Self::with_parts(slf, |life, parts| {
+            let release = |pid: &str, rid: Option<&str>| -> Result<i64, Fail> {
+                let freed = release.call1((pid, rid)).map_err(Fail::Py)?;
+                if freed.is_instance_of::<PyBool>() || !freed.is_instance_of::<PyInt>() {
+                    return Err(Fail::Py(PyTypeError::new_err(format!(
+                        "release must return an int of blocks, got {}",
+                        type_name(&freed)
+                    ))));
+                }
+                // An int outside i64 is refused by the core's range check, worded with it.
+                let n = freed.extract::<Arg<i64>>().map_err(Fail::Py)?;
+                Ok(args.take("blocks released", n))
+            };
+            Ok(life.give_way(parts, t, short, release, stalled, keep, for_program))
+        })?;
+        match answer {
+            Ok(short) => args.finish(Ok(short)),
+            Err(Fail::Core(e)) => args.finish(Err(e)),
+            Err(Fail::Py(e)) => Err(e),
+        }
+    }
+
+    // -- views ------------------------------------------------------------------------------
+
+    fn held(&self, request_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let rid = id_str("request_id", request_id)?;
+        let pid = self.inner.held(rid).map_err(core_err)?;
+        Ok(pid.map(str::to_owned))
+    }
+
+    #[getter]
+    fn held_request_ids(&self) -> Vec<String> {
+        let ids = self.inner.held_request_ids();
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[getter]
+    fn held_count(&self) -> usize {
+        self.inner.held_count()
+    }
+
+    fn may_give_way(&self, py: Python<'_>, nothing_runs: Flag) -> PyResult<bool> {
+        let nothing_runs = nothing_runs.get("nothing_runs")?;
+        let scheduler = self.scheduler.bind(py).try_borrow()?;
+        Ok(self.inner.may_give_way(&scheduler.inner, nothing_runs))
+    }
+}

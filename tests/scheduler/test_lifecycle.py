@@ -1,0 +1,312 @@
+"""ProgramLifecycle: the rules of its module doc, each on both backends — a handed-over pin
+is held until its request is admitted; ``give_way`` reclaims pins first, yields held chains
+only when stalled, latest-arrived first, never ``keep``'s, and stops once covered; finish,
+abort and end tell load control once; holds go with the requests they hold for; bad input
+is refused naming the field (the differential test, test_lifecycle_diff.py, holds the
+messages alike)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from parity import PINNING_MISS_COST_S
+from ttlpolicy import PolicyConfig
+
+CONFIG = PolicyConfig(min_tool_samples=1, min_total_samples=1)
+
+
+def engine(impl: Any, admission: bool = True, config: PolicyConfig = CONFIG) -> Any:
+    """A lifecycle over a scheduler of 100 blocks (60 pinnable) and, optionally, load
+    control on the same policy."""
+    policy = impl.TTLPolicy(config)
+    s = impl.ProgramScheduler(policy, 100, 60)
+    ac = impl.AdmissionControl(policy, 100) if admission else None
+    return impl.ProgramLifecycle(s, ac)
+
+
+def pin(life: Any, rid: str, pid: str, now: float, blocks: int = 10) -> None:
+    """Program ``pid``'s request ``rid`` arrives, runs and ends pinned at ``now``."""
+    life.arrive(rid, pid, now, blocks)
+    assert life.scheduler.pop(now) == rid
+    life.admitted(rid)
+    assert life.finish(rid, now, blocks, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S).pinned
+
+
+def returning(life: Any, pids: list[str], now: float = 10.0) -> None:
+    """Each program pinned (``{p}1``, in order), then back (``{p}2``, in order), holding the
+    chain its pin handed over."""
+    for i, p in enumerate(pids):
+        pin(life, f"{p}1", p, float(i))
+    for p in pids:
+        assert life.arrive(f"{p}2", p, now, 10) is not None
+
+
+class Recorder:
+    """A ``release`` that answers ``blocks`` per call and records what it was asked."""
+
+    def __init__(self, blocks: int = 10) -> None:
+        self.blocks = blocks
+        self.calls: list[tuple[str, str | None]] = []
+
+    def __call__(self, program_id: str, request_id: str | None) -> int:
+        self.calls.append((program_id, request_id))
+        return self.blocks
+
+
+# -- hand-over and holds -----------------------------------------------------------------------
+
+
+def test_a_handed_over_pin_is_held_until_its_request_is_admitted(impl):
+    life = engine(impl)
+    returning(life, ["A"])
+    assert life.held("A2") == "A" and life.held_request_ids == ["A2"] and life.held_count == 1
+    assert life.scheduler.pop(10.0) == "A2"
+    assert life.held("A2") == "A"  # popped is not admitted: the engine says when
+    assert life.admitted("A2") == "A"
+    assert life.admitted("A2") is None and life.held("A2") is None and life.held_count == 0
+
+
+def test_an_arrival_without_a_pin_holds_nothing(impl):
+    life = engine(impl)
+    assert life.arrive("a1", "A", 0.0, 10) is None
+    assert life.held_count == 0 and life.admitted("a1") is None
+
+
+def test_holds_go_with_the_requests_of_ended_programs(impl):
+    life = engine(impl)
+    returning(life, ["A", "B", "C"])
+    life.arrive("A3", "A", 10.0, 5)  # a parallel call: ends with its program
+    assert life.end_program("A").request_ids == ("A2", "A3")
+    assert life.held_request_ids == ["B2", "C2"]
+    life.arrive("B3", "B", 10.0, 5)
+    life.abort("B3")  # aborting one request ends the program: B2's hold goes too
+    assert life.held_request_ids == ["C2"]
+    life.arrive("C3", "C", 10.0, 5)
+    life.scheduler.pop(10.0)  # C2 (pinned) runs first, then C3
+    assert life.scheduler.pop(10.0) == "C3"
+    assert life.finish("C3", 11.0, 5, last_turn=True).ended.request_ids == ("C2",)
+    assert life.held_count == 0
+
+
+def test_a_finished_request_drops_its_hold(impl):
+    life = engine(impl)
+    returning(life, ["A"])
+    life.scheduler.pop(10.0)
+    life.finish("A2", 11.0, 10)  # finished without the engine reporting it admitted
+    assert life.held_count == 0
+
+
+# -- give_way ----------------------------------------------------------------------------------
+
+
+def test_pins_give_way_first_latest_program_first_even_when_not_stalled(impl):
+    life = engine(impl)
+    for i, p in enumerate(["A", "B", "C"]):
+        pin(life, f"{p}1", p, float(i))
+    returning_b = life.arrive("B2", "B", 5.0, 10)
+    assert returning_b is not None and life.held_request_ids == ["B2"]
+    release = Recorder(10)
+    assert life.give_way(5.0, 15, release) == -5
+    assert release.calls == [("C", None), ("A", None)]  # pins only: B2's chain stays
+    assert life.held_request_ids == ["B2"] and life.scheduler.pin_count == 0
+
+
+def test_held_chains_yield_only_when_stalled_latest_arrived_first(impl):
+    life = engine(impl)
+    returning(life, ["A", "B", "C"])
+    release = Recorder(10)
+    assert life.give_way(10.0, 25, release, stalled=False) == 25
+    assert release.calls == [] and life.held_count == 3
+    assert life.give_way(10.0, 25, release, stalled=True) == -5
+    assert release.calls == [("C", "C2"), ("B", "B2"), ("A", "A2")]
+    assert life.held_count == 0
+
+
+def test_give_way_skips_keep_and_stops_once_covered(impl):
+    life = engine(impl)
+    returning(life, ["A", "B", "C", "D"])
+    release = Recorder(10)
+    assert life.give_way(10.0, 20, release, stalled=True, keep="D2") == 0
+    assert release.calls == [("C", "C2"), ("B", "B2")]
+    assert life.held_request_ids == ["A2", "D2"]
+    # nothing short: nothing is released, the value comes back as is
+    assert life.give_way(10.0, 0, release, stalled=True) == 0
+    assert life.give_way(10.0, -7, release, stalled=True) == -7
+    assert len(release.calls) == 2
+
+
+def test_shared_blocks_free_nothing_so_more_yield(impl):
+    life = engine(impl)
+    returning(life, ["A", "B"])
+    release = Recorder(0)  # every chain shared with a running request: nothing freed
+    assert life.give_way(10.0, 5, release, stalled=True) == 5
+    assert release.calls == [("B", "B2"), ("A", "A2")]
+
+
+def test_for_program_keeps_its_own_and_older_programs_pins(impl):
+    life = engine(impl)
+    for i, p in enumerate(["A", "B", "C"]):
+        pin(life, f"{p}1", p, float(i))
+    release = Recorder(10)
+    assert life.give_way(5.0, 100, release, for_program="B") == 90
+    assert release.calls == [("C", None)]
+    assert sorted(p.program_id for p in life.scheduler.pins()) == ["A", "B"]
+
+
+def test_may_give_way_says_whether_anything_could_be_released(impl):
+    life = engine(impl)
+    assert not life.may_give_way(True)
+    returning(life, ["A"])
+    assert life.may_give_way(True) and not life.may_give_way(False)
+    assert life.scheduler.pop(10.0) == "A2" and life.admitted("A2") == "A"
+    assert not life.may_give_way(True)
+    pin(life, "b1", "B", 11.0)
+    assert life.may_give_way(False)
+
+
+def test_an_exception_from_release_propagates(impl):
+    life = engine(impl)
+    returning(life, ["A"])
+
+    def failing(program_id: str, request_id: str | None) -> int:
+        raise RuntimeError("the engine could not free them")
+
+    with pytest.raises(RuntimeError, match="could not free"):
+        life.give_way(10.0, 5, failing, stalled=True)
+    assert life.held_count == 0  # handed to release before it failed
+
+
+# -- load control ------------------------------------------------------------------------------
+
+
+def test_finish_abort_and_end_tell_load_control_once(impl):
+    life = engine(impl)
+    ac = life.admission
+    life.arrive("a1", "A", 0.0, 10)
+    life.scheduler.pop(0.0)
+    life.finish("a1", 1.0, 10, tool="bash")
+    # told once: its request is no longer live there (a second report is refused)
+    with pytest.raises(ValueError, match="program_id must be a program with a live request"):
+        ac.finish("A", 1.0, 10)
+    assert ac.knows("A")
+    life.end_program("A")
+    assert not ac.knows("A")
+    life.arrive("b1", "B", 2.0, 10)
+    life.abort("b1")
+    assert not ac.knows("B")
+    life.arrive("c1", "C", 3.0, 10)
+    life.scheduler.pop(3.0)
+    life.finish("c1", 4.0, 10, last_turn=True)
+    assert not ac.knows("C") and ac.program_count == 0
+
+
+def test_a_program_load_control_forgot_ends_without_error(impl):
+    policy = impl.TTLPolicy(CONFIG)
+    s = impl.ProgramScheduler(policy, 100, 60)
+    ac = impl.AdmissionControl(policy, 100, 0)  # forgets every idle program at once
+    life = impl.ProgramLifecycle(s, ac)
+    life.arrive("a1", "A", 0.0, 10)
+    s.pop(0.0)
+    life.finish("a1", 1.0, 10, tool="bash")
+    assert not ac.knows("A") and s.program_count == 1
+    assert life.end_program("A").program_id == "A"
+
+
+def test_may_run_asks_load_control_only_when_it_is_on(impl):
+    on = engine(impl, config=PolicyConfig(min_tool_samples=1, min_total_samples=1, admission=True))
+    off = engine(impl)
+    for life in (on, off):
+        life.arrive("a1", "A", 0.0, 90)
+        life.arrive("b1", "B", 1.0, 90)
+        assert life.may_run("A", 1.0)
+    assert not on.may_run("B", 1.0)  # A's 90 blocks and B's do not fit in 100
+    assert off.may_run("B", 1.0)
+    assert engine(impl, admission=False).may_run("Z", 0.0)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda life: life.give_way(1.0, 5, 3), TypeError, "release must be callable, got int"),
+        (lambda life: life.give_way(1.0, 5, Recorder(), stalled=1), TypeError, "stalled must be"),
+        (lambda life: life.give_way(1.0, 5, Recorder(), keep=7), TypeError, "keep must be a str"),
+        (lambda life: life.give_way(1.0, 5, Recorder(), keep=""), ValueError, "keep must be 1 to"),
+        (lambda life: life.give_way(1.0, 5, Recorder(), for_program=7), TypeError, "for_program"),
+        (lambda life: life.give_way(math.nan, -5, Recorder()), ValueError, "now must be finite"),
+        (lambda life: life.give_way("1", -5, Recorder()), TypeError, "now must be a number"),
+        (lambda life: life.give_way(1.0, 2**41, Recorder()), ValueError, "short_blocks must be in"),
+        (lambda life: life.give_way(1.0, 5.0, Recorder()), TypeError, "short_blocks must be an"),
+        (lambda life: life.give_way(1.0, 5, lambda p, r: True, True), TypeError,
+         "release must return an int of blocks, got bool"),
+        (lambda life: life.give_way(1.0, 5, lambda p, r: 2.0, True), TypeError,
+         "release must return an int of blocks, got float"),
+        (lambda life: life.give_way(1.0, 5, lambda p, r: -1, True), ValueError,
+         "blocks released must be in [0, 1099511627776], got -1"),
+        (lambda life: life.give_way(1.0, 5, lambda p, r: 2**70, True), ValueError,
+         "blocks released must be in [0, 1099511627776], got 1180591620717411303424"),
+        (lambda life: life.may_give_way(1), TypeError, "nothing_runs must be a bool, got int"),
+        (lambda life: life.held(3), TypeError, "request_id must be a str, got int"),
+        (lambda life: life.admitted(None), TypeError, "request_id must be a str, got NoneType"),
+        (lambda life: life.may_run(3, 1.0), TypeError, "program_id must be a str, got int"),
+        (lambda life: life.may_run("A", float("inf")), ValueError, "now must be finite, got inf"),
+        (lambda life: life.arrive("x", "A", 0.0, 1), ValueError, "now must be >= 10.0"),
+        (lambda life: life.finish("nope", 11.0, 1), KeyError, "unknown request_id: 'nope'"),
+        (lambda life: life.abort("nope"), KeyError, "unknown request_id: 'nope'"),
+        (lambda life: life.end_program("nope"), KeyError, "unknown program_id: 'nope'"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_refused_naming_the_field(impl, call, error, message):
+    life = engine(impl)
+    returning(life, ["A"])
+    with pytest.raises(error) as raised:
+        call(life)
+    assert message in str(raised.value)
+
+
+def test_the_parts_are_checked_at_construction(impl):
+    policy = impl.TTLPolicy(CONFIG)
+    s = impl.ProgramScheduler(policy, 100, 60)
+    with pytest.raises(TypeError, match="scheduler must be a ProgramScheduler, got TTLPolicy"):
+        impl.ProgramLifecycle(policy)
+    with pytest.raises(TypeError, match="admission must be an AdmissionControl or None, got int"):
+        impl.ProgramLifecycle(s, 3)
+    other = impl.AdmissionControl(impl.TTLPolicy(CONFIG), 100)
+    with pytest.raises(ValueError, match="admission must read the scheduler's policy"):
+        impl.ProgramLifecycle(s, other)
+    ac = impl.AdmissionControl(policy, 100)
+    life = impl.ProgramLifecycle(s, ac)
+    assert life.scheduler is s and life.admission is ac
+    assert impl.ProgramLifecycle(s).admission is None
+
+
+def test_each_backend_joins_only_its_own_parts(backends):
+    ref, nat = backends
+    for mine, other in ((ref, nat), (nat, ref)):
+        policy = other.TTLPolicy(CONFIG)
+        s = other.ProgramScheduler(policy, 100, 60)
+        with pytest.raises(TypeError, match="scheduler must be a ProgramScheduler, got Program"):
+            mine.ProgramLifecycle(s)
+        own = mine.ProgramScheduler(mine.TTLPolicy(CONFIG), 100, 60)
+        with pytest.raises(TypeError, match="admission must be an AdmissionControl or None"):
+            mine.ProgramLifecycle(own, other.AdmissionControl(policy, 100))
+
+
+def test_a_release_calling_back_is_refused_by_the_native_backend(backends):
+    """``release`` must not call back into the lifecycle or its parts (they are borrowed for
+    the call): the native backend refuses it with a RuntimeError, no crash."""
+    _, nat = backends
+    life = engine(nat)
+    returning(life, ["A"])
+
+    def reads_back(program_id: str, request_id: str | None) -> int:
+        return life.scheduler.pin_count
+
+    with pytest.raises(RuntimeError, match="Already mutably borrowed"):
+        life.give_way(10.0, 5, reads_back, stalled=True)
+    assert life.scheduler.pin_count == 0 and life.held_count == 0
