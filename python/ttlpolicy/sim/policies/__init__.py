@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 from ..interface import Policy
+from .alone import Alone
 from .autellix import Autellix
+from .clairvoyant import Clairvoyant
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept
@@ -38,6 +40,10 @@ NAMES = (
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",
+    # bounds that read the trace's future (never a default): each program on an engine of
+    # its own; exact pins, Belady eviction, admission by real footprint (a strong heuristic)
+    "alone",
+    "clairvoyant",
 )
 #: the published model, its ablation rows, and its reclaim variant
 CACHETTL_NAMES = (
@@ -53,6 +59,8 @@ SIMPLE = {
     "infercept": InferCept,
     "autellix": Autellix,
     "continuum": Continuum,
+    "alone": Alone,
+    "clairvoyant": Clairvoyant,
 }
 
 
