@@ -91,6 +91,10 @@ def test_alone_runs_each_program_as_if_it_were_the_only_one() -> None:
     assert m.program_start_s == starts
     assert m.preemptions == 0 and not m.return_waits_lost_s
     assert m.programs_done == len(programs)
+    # the runs' counters add up (``Metrics.absorb``)
+    assert m.calls_done == sum(len(p.turns) for p in programs)
+    assert m.output_tokens == sum(t.output_tokens for p in programs for t in p.turns)
+    assert len(m.first_waits_s) == len(programs) and max(m.first_waits_s) == 0.0
 
 
 @pytest.mark.parametrize("rate_per_s", [0.01, 0.2])
@@ -230,3 +234,25 @@ def test_clairvoyant_admits_by_real_footprint() -> None:
     assert m.first_waits_s[1] > 0.0
     m = simulate(hw, "clairvoyant", [big, small], open_loop=True, config=wide)
     assert m.first_waits_s[1] == 0.0
+
+
+def test_clairvoyant_variants_switch_one_mechanism_off() -> None:
+    hw = small_hw(1000)
+    wide = EngineConfig(block_tokens=64, token_budget=65_536, max_seqs=64)
+    big = Program("big", (Turn(64 * 600, 200, 0, 0.0, None),))
+    grows = Program("grows", (Turn(64 * 50, 4, 0, 0.0, "t"), Turn(64 * 500, 4, 50, 0.1, None)))
+    m = simulate(hw, "clairvoyant:admission", [big, grows], open_loop=True, config=wide)
+    assert m.first_waits_s[1] == 0.0  # no admission control: it starts beside "big"
+    no_pins = make_policy("clairvoyant:pins")
+    assert isinstance(no_pins, Clairvoyant)
+    simulate(small_hw(1500), no_pins, fitting(6, 5, 1500), rate_per_s=0.5, config=CFG)
+    assert no_pins.pins_made == 0
+    pins = make_policy("clairvoyant")
+    assert isinstance(pins, Clairvoyant)
+    simulate(small_hw(1500), pins, fitting(6, 5, 1500), rate_per_s=0.5, config=CFG)
+    assert pins.pins_made > 0
+    lru = make_policy("clairvoyant:evict+pins")
+    assert isinstance(lru, Clairvoyant) and lru.name == "clairvoyant:evict+pins"
+    assert lru.eviction_order() is None and pins.eviction_order() is not None
+    with pytest.raises(ValueError, match="unknown clairvoyant variant 'belady'"):
+        make_policy("clairvoyant:belady")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..interface import Policy
 from .alone import Alone
 from .autellix import Autellix
-from .clairvoyant import Clairvoyant
+from .clairvoyant import make_clairvoyant
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept
@@ -44,6 +44,10 @@ NAMES = (
     # its own; exact pins, Belady eviction, admission by real footprint (a strong heuristic)
     "alone",
     "clairvoyant",
+    # the clairvoyant bound with one oracle mechanism switched off ('+'-joinable)
+    "clairvoyant:pins",
+    "clairvoyant:evict",
+    "clairvoyant:admission",
 )
 #: the published model, its ablation rows, and its reclaim variant
 CACHETTL_NAMES = (
@@ -60,7 +64,6 @@ SIMPLE = {
     "autellix": Autellix,
     "continuum": Continuum,
     "alone": Alone,
-    "clairvoyant": Clairvoyant,
 }
 
 
@@ -74,6 +77,8 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import make_ttlpolicy
 
         return make_ttlpolicy(base, variant)
+    if base == "clairvoyant":
+        return make_clairvoyant(variant)
     if name in CACHETTL_NAMES:
         from .cachettl import make_cachettl
 

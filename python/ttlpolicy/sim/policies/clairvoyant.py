@@ -59,8 +59,10 @@ class Clairvoyant(QueuePolicy):
     #: head's whole prompt against the blocks free to it; the pins go by ``reclaim``, Belady's
     reclaim_ahead = TTLPolicyPlugin.reclaim_ahead
 
-    def __init__(self) -> None:
+    def __init__(self, *, pins: bool = True, evict: bool = True, admission: bool = True) -> None:
         super().__init__()
+        # mechanisms a variant switches off (``make_clairvoyant``): which oracle is worth what
+        self._pins, self._evict, self._admission = pins, evict, admission
         self.table = _FurthestReturnFirst()
         self._next_use_s: dict[str, float] = {}  # program → its next call's issue instant
         self._live: set[str] = set()  # programs with a call waiting or running
@@ -95,6 +97,8 @@ class Clairvoyant(QueuePolicy):
     def peek(self) -> Call | None:
         call = super().peek()
         if call is None or call.turn_index or call.preempted or call.program_id in self._admitted:
+            return call
+        if not self._admission:
             return call
         return call if self._fits(call) else None
 
@@ -148,7 +152,7 @@ class Clairvoyant(QueuePolicy):
             return Verdict.FREE
         back_s = now + turns[nxt].think_s  # the engine issues the next call then
         self._next_use_s[pid] = back_s
-        if chain_blocks == 0:
+        if chain_blocks == 0 or not self._pins:
             return Verdict.FREE
         self.table.pin(pid, back_s, chain_blocks)
         self.pins_made += 1
@@ -170,8 +174,11 @@ class Clairvoyant(QueuePolicy):
         self._live.discard(program_id)
         self._next_use_s.pop(program_id, None)  # (unknown programs' chains go first)
 
-    def eviction_order(self) -> Callable[[list[str]], list[str]]:
-        """Belady: furthest next use first (a sort by each program's own instant)."""
+    def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
+        """Belady: furthest next use first (a sort by each program's own instant); None (the
+        engine's LRU) with eviction switched off."""
+        if not self._evict:
+            return None
         next_use = self._next_use_s
 
         def order(programs: list[str]) -> list[str]:
@@ -182,3 +189,23 @@ class Clairvoyant(QueuePolicy):
     def eviction_order_change_s(self, programs: list[str], from_s: float, until_s: float) -> float:
         """Next uses are fixed instants: the order changes only at events."""
         return math.inf
+
+
+#: mechanisms a variant name may switch off, as ``ttlpolicy:<mechanism>`` does
+MECHANISMS = ("pins", "evict", "admission")
+
+
+def make_clairvoyant(variant: str) -> Clairvoyant:
+    """``clairvoyant``, or ``clairvoyant:<mechanism>[+<mechanism>]`` with those switched off:
+    ``pins`` (nothing pinned: Belady's eviction order alone keeps contexts), ``evict`` (LRU
+    eviction), ``admission`` (a program starts whenever its first call fits)."""
+    words = [w for w in variant.split("+") if w] if variant else []
+    unknown = [w for w in words if w not in MECHANISMS]
+    if unknown:
+        raise ValueError(
+            f"unknown clairvoyant variant {unknown[0][:32]!r}; known: {', '.join(MECHANISMS)}"
+        )
+    policy = Clairvoyant(**{w: False for w in words})
+    if words:
+        policy.name = f"clairvoyant:{'+'.join(sorted(words))}"
+    return policy
