@@ -254,5 +254,13 @@ def test_clairvoyant_variants_switch_one_mechanism_off() -> None:
     lru = make_policy("clairvoyant:evict+pins")
     assert isinstance(lru, Clairvoyant) and lru.name == "clairvoyant:evict+pins"
     assert lru.eviction_order() is None and pins.eviction_order() is not None
+    # a newcomer that starts small but grows to 900 blocks, beside a live 300-block program:
+    # its largest call does not fit; its first call, or the live program's size, does
+    live = Program("live", (Turn(64 * 300, 400, 0, 0.0, None),))
+    tall = Program("tall", (Turn(64 * 50, 4, 0, 0.0, "t"), Turn(64 * 900, 4, 50, 0.1, None)))
+    m = simulate(hw, "clairvoyant", [live, tall], open_loop=True, config=wide)
+    assert m.first_waits_s[1] > 0.0
+    m = simulate(hw, "clairvoyant:sizes", [live, tall], open_loop=True, config=wide)
+    assert m.first_waits_s[1] == 0.0
     with pytest.raises(ValueError, match="unknown clairvoyant variant 'belady'"):
         make_policy("clairvoyant:belady")

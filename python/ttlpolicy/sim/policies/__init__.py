@@ -48,6 +48,7 @@ NAMES = (
     "clairvoyant:pins",
     "clairvoyant:evict",
     "clairvoyant:admission",
+    "clairvoyant:sizes",
 )
 #: the published model, its ablation rows, and its reclaim variant
 CACHETTL_NAMES = (

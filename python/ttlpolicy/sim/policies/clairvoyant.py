@@ -59,10 +59,13 @@ class Clairvoyant(QueuePolicy):
     #: head's whole prompt against the blocks free to it; the pins go by ``reclaim``, Belady's
     reclaim_ahead = TTLPolicyPlugin.reclaim_ahead
 
-    def __init__(self, *, pins: bool = True, evict: bool = True, admission: bool = True) -> None:
+    def __init__(
+        self, *, pins: bool = True, evict: bool = True, admission: bool = True, sizes: bool = True
+    ) -> None:
         super().__init__()
         # mechanisms a variant switches off (``make_clairvoyant``): which oracle is worth what
         self._pins, self._evict, self._admission = pins, evict, admission
+        self._sizes = sizes
         self.table = _FurthestReturnFirst()
         self._next_use_s: dict[str, float] = {}  # program → its next call's issue instant
         self._live: set[str] = set()  # programs with a call waiting or running
@@ -120,10 +123,13 @@ class Clairvoyant(QueuePolicy):
         assert self.view is not None, "bind() first"
         now = self.view.now
         working = 0
+        sizes = []  # (without the sizes' oracle) the members' latest contexts, blocks
         for pid, call in self._admitted.items():
             turns = call.prog.program.turns
+            current = self._blocks(call.prompt + call.output)
+            sizes.append(current)
             if pid in self._live:
-                working += self._blocks(call.prompt + call.output)
+                working += current
                 continue
             nxt = call.turn_index + 1
             if nxt >= len(turns):
@@ -133,7 +139,12 @@ class Clairvoyant(QueuePolicy):
             reuse = turn.reusable_blocks * self._block_tokens
             if ahead_s > n * self.view.prefill_s(reuse):
                 continue
-            working += self._blocks(turn.input_tokens + turn.output_tokens)
+            working += (
+                self._blocks(turn.input_tokens + turn.output_tokens) if self._sizes else current
+            )
+        if not self._sizes:  # the online policy's guess: its first call, or the members' mean
+            first = self._blocks(head.prompt)
+            return working + max(first, math.ceil(sum(sizes) / n)) <= self._total
         peak = self._peak.get(head.program_id)
         if peak is None:
             turns = head.prog.program.turns
@@ -192,13 +203,16 @@ class Clairvoyant(QueuePolicy):
 
 
 #: mechanisms a variant name may switch off, as ``ttlpolicy:<mechanism>`` does
-MECHANISMS = ("pins", "evict", "admission")
+MECHANISMS = ("pins", "evict", "admission", "sizes")
 
 
 def make_clairvoyant(variant: str) -> Clairvoyant:
     """``clairvoyant``, or ``clairvoyant:<mechanism>[+<mechanism>]`` with those switched off:
     ``pins`` (nothing pinned: Belady's eviction order alone keeps contexts), ``evict`` (LRU
-    eviction), ``admission`` (a program starts whenever its first call fits)."""
+    eviction), ``admission`` (a program starts whenever its first call fits), ``sizes``
+    (admission counts each admitted program at its latest context, not its next call's, and
+    a newcomer at its first call or the admitted programs' mean, the larger — the sizes an
+    online policy knows — instead of its largest call)."""
     words = [w for w in variant.split("+") if w] if variant else []
     unknown = [w for w in words if w not in MECHANISMS]
     if unknown:
