@@ -343,7 +343,9 @@ def _per_seed(results: list[dict], policies: list[str]) -> None:
         n = sum(len(r["programs"]) for r in rows)
         means = {p: sum(r[p]["jct_s"] * len(r["programs"]) for r in rows) / n for p in policies}
         x = _ratios({p: {"jct_s": v} for p, v in means.items()})
-        hit = rows[0]["vllm"]["run_hit_rate"] if "vllm" in rows[0] else float("nan")
+        # (one run for all folds; with --separate, the mean of the folds' runs)
+        hits = [r["vllm"]["run_hit_rate"] for r in rows if "vllm" in r]
+        hit = statistics.fmean(hits) if hits else float("nan")
         print(
             f"| {setup} | {rate:g} | {seed} | {hit:.2f} | "
             + " | ".join(_fmt(means[p]) for p in policies)
