@@ -36,8 +36,9 @@ import json
 import statistics
 import sys
 import time
-from collections import Counter
+from collections import defaultdict
 from pathlib import Path
+from typing import cast
 
 import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import sim_sweep
@@ -96,7 +97,7 @@ class Tally:
         self.fate: dict[str, str] = {}
         #: program → seconds and counts: queue waits (first call, returns that kept / lost
         #: their prefix), returns lost by cause, preemptions
-        self.per_program: dict[str, Counter[str]] = {}
+        self.per_program: dict[str, defaultdict[str, float]] = {}
         # the queue and the hooks the tally does not watch, bound once (asked at every step)
         for attr in ("bind", "peek", "pop", "waiting", "next_deadline"):
             setattr(self, attr, getattr(inner, attr))
@@ -112,10 +113,10 @@ class Tally:
             self.fate[call.program_id] = "lost while waiting"
         return taken
 
-    def _record(self, program: str) -> Counter[str]:
+    def _record(self, program: str) -> defaultdict[str, float]:
         rec = self.per_program.get(program)
         if rec is None:
-            rec = self.per_program[program] = Counter()
+            rec = self.per_program[program] = defaultdict(float)
         return rec
 
     def requeue(self, call: Call, now: float) -> None:
@@ -176,7 +177,7 @@ def breakdown(m: Metrics, tally: Tally, programs: list[str]) -> dict[str, float]
     for program in programs:
         out["jct_s"] += m.program_finish_s[program] - m.program_start_s[program]
         out["think_s"] += m.program_think_s[program]
-        for key, value in tally.per_program.get(program, Counter()).items():
+        for key, value in tally.per_program.get(program, {}).items():
             out[key] += value
     waits = out["think_s"] + out["wait_first_s"] + out["wait_return_kept_s"]
     out["service_s"] = out["jct_s"] - waits - out["wait_return_lost_s"]
@@ -242,7 +243,7 @@ def main() -> int:
                         inner = make_policy(name)
                         pol = Tally(inner)
                         # (``alone`` runs each program on its own engine: nothing to follow)
-                        run = inner if getattr(inner, "runs_alone", False) else pol
+                        run = inner if getattr(inner, "runs_alone", False) else cast(Policy, pol)
                         m = simulate(hw, run, progs, rate_per_s=rate, seed=seed)
                         wall_s = time.perf_counter() - t
                         hit_rate = m.summary()["hit_rate"]  # (of the whole run)

@@ -71,9 +71,11 @@ def test_alone_is_never_slower_than_any_policy_program_by_program(
     if not programs:
         return
     hw = small_hw(blocks)
-    run = dict(rate_per_s=rate_per_s, seed=arrival_seed, config=CFG)
-    alone = simulate(hw, "alone", programs, **run)
-    assert_alone_first(jcts(alone), jcts(simulate(hw, policy, programs, **run)), policy)
+
+    def run(name: str):
+        return simulate(hw, name, programs, rate_per_s=rate_per_s, seed=arrival_seed, config=CFG)
+
+    assert_alone_first(jcts(run("alone")), jcts(run(policy)), policy)
 
 
 def test_alone_runs_each_program_as_if_it_were_the_only_one() -> None:
@@ -103,11 +105,10 @@ def test_alone_bounds_every_policy_on_the_shipped_sessions(rate_per_s: float) ->
         sample_dir(), max_context=120_000, think_cap_s=300.0, human_turns="drop"
     )
     hw = roofline("llama-3.1-8b", "h100-80g")
-    run = dict(rate_per_s=rate_per_s, seed=1)
-    alone = jcts(simulate(hw, "alone", programs, **run))
+    alone = jcts(simulate(hw, "alone", programs, rate_per_s=rate_per_s, seed=1))
     contended = False
     for policy in ("vllm", "continuum", "cachettl", "ttlpolicy", "clairvoyant"):
-        other = jcts(simulate(hw, policy, programs, **run))
+        other = jcts(simulate(hw, policy, programs, rate_per_s=rate_per_s, seed=1))
         assert_alone_first(alone, other, policy)
         contended |= sum(other.values()) > 1.05 * sum(alone.values())
     assert contended or rate_per_s < 0.1  # the fast rate does contend (else this proves little)
@@ -191,6 +192,7 @@ def test_clairvoyant_eviction_is_furthest_next_use_first() -> None:
     policy = Clairvoyant()
     policy._next_use_s.update({"a": 10.0, "b": 50.0, "c": 20.0})
     order = policy.eviction_order()
+    assert order is not None
     assert order(["a", "b", "c", "gone"]) == ["gone", "b", "c", "a"]
     assert policy.eviction_order_change_s(["a", "b"], 0.0, 100.0) == math.inf
 
