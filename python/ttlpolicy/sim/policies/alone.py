@@ -4,12 +4,13 @@ program through its own ``Engine`` under this policy (stock vLLM's rules), at th
 arrival process would have started it, then merges the runs' metrics.
 
 Why that is the bound, on the same engine model: a program runs one call at a time, so alone
-its call never waits for a slot or for memory (no context exceeds the engine: ``_admit``
-refuses one that would), its chain is the only one in the KV cache, so nothing evicts it and
-nothing is preempted, and each step holds its tokens only — no other call's tokens, attention
-or KV reads lengthen it.  Every other policy shares the engine, so each of its calls waits at
+its call never waits for a slot or for memory (a context larger than the engine is an error
+on any policy), its chain is the only one in the KV cache, so nothing evicts it and nothing
+is preempted, and each step holds its tokens only — no other call's tokens, attention or KV
+reads lengthen it.  Every other policy shares the engine, so each of its calls waits at
 least as long and each step takes at least as long (tested program by program,
-``tests/sim/test_bounds.py``).
+``tests/sim/test_bounds.py``).  A shared engine starts a program at the step boundary after
+its arrival, ``alone`` at the arrival: each measures from the program's own start.
 """
 
 from __future__ import annotations

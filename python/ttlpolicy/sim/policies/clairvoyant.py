@@ -9,7 +9,10 @@ shown optimal (scheduling with memory is NP-hard even offline).
   nothing is kept for it).  A pin is given up only when memory is needed now, by work that
   starts before that return (a running call's next step, or the head of the queue), and then
   the pin whose return is furthest goes first (Belady's rule).  So a pin it keeps is never
-  missed: the return takes it over (the engine hands it over and holds it till admission).
+  missed: the return takes it over, and the engine holds it till admission (tested,
+  ``tests/sim/test_bounds.py``).  Switching the pins off (``clairvoyant:pins``, Belady's
+  order alone) is as good within 2 %, better at some points: the pins are not what makes it
+  a bound (bench/results-bounds.md).
 * **Eviction** (Belady): free cached chains are evicted furthest next use first — a chain whose
   program never returns, or whose next call reuses nothing, before any other.  Next uses are
   instants known in advance, so the order changes only at events.
