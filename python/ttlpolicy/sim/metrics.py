@@ -60,6 +60,32 @@ class Metrics:
         else:
             self.return_waits_kept_s.append(wait_s)
 
+    def absorb(self, other: Metrics) -> None:
+        """Adds ``other``'s programs, calls and counters to these (runs of disjoint programs,
+        e.g. each program on an engine of its own: the ``alone`` bound); the makespan is the
+        later of the two."""
+        for program_id, start_s in other.program_start_s.items():
+            self.program_started(program_id, start_s)
+        self.program_finish_s.update(other.program_finish_s)
+        self.program_think_s.update(other.program_think_s)
+        for name in ("ttfts_s", "first_waits_s", "return_waits_kept_s", "return_waits_lost_s"):
+            getattr(self, name).extend(getattr(other, name))
+        for name in (
+            "calls_done",
+            "input_tokens",
+            "hit_tokens",
+            "reloaded_tokens",
+            "recomputed_tokens",
+            "prefill_tokens",
+            "output_tokens",
+            "preemptions",
+            "pinned_block_s",
+            "evicted_blocks",
+            "offloaded_blocks",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.makespan_s = max(self.makespan_s, other.makespan_s)
+
     def completion_times_s(self) -> np.ndarray:
         return np.array(
             [self.program_finish_s[p] - self.program_start_s[p] for p in self.program_finish_s],

@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 from ..interface import Policy
+from .alone import Alone
 from .autellix import Autellix
+from .clairvoyant import make_clairvoyant
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept
@@ -38,6 +40,15 @@ NAMES = (
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",
+    # bounds that read the trace's future (never a default): each program on an engine of
+    # its own; exact pins, Belady eviction, admission by real footprint (a strong heuristic)
+    "alone",
+    "clairvoyant",
+    # the clairvoyant bound with one oracle mechanism switched off ('+'-joinable)
+    "clairvoyant:pins",
+    "clairvoyant:evict",
+    "clairvoyant:admission",
+    "clairvoyant:sizes",
 )
 #: the published model, its ablation rows, and its reclaim variant
 CACHETTL_NAMES = (
@@ -53,6 +64,7 @@ SIMPLE = {
     "infercept": InferCept,
     "autellix": Autellix,
     "continuum": Continuum,
+    "alone": Alone,
 }
 
 
@@ -66,6 +78,8 @@ def make_policy(name: str) -> Policy:
         from .ttlpolicy_plugin import make_ttlpolicy
 
         return make_ttlpolicy(base, variant)
+    if base == "clairvoyant":
+        return make_clairvoyant(variant)
     if name in CACHETTL_NAMES:
         from .cachettl import make_cachettl
 

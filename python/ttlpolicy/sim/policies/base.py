@@ -110,9 +110,16 @@ class PinTable:
             self._prune()
         return out
 
+    @staticmethod
+    def reclaim_key(pin: tuple[float, int, int]) -> tuple:
+        """The order pins are given up in, by (deadline, blocks, pin number): most recently
+        pinned first."""
+        return (-pin[2],)
+
     def reclaim(self, blocks_needed: int) -> list[str]:
         out, freed = [], 0
-        for program, (_, blocks, _) in sorted(self.pins.items(), key=lambda kv: -kv[1][2]):
+        key = self.reclaim_key
+        for program, (_, blocks, _) in sorted(self.pins.items(), key=lambda kv: key(kv[1])):
             if freed >= blocks_needed:
                 break
             del self.pins[program]
