@@ -46,7 +46,7 @@ from trace_paths import traces_dir
 from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS
-from ttlpolicy.sim.interface import Policy, Verdict
+from ttlpolicy.sim.interface import Policy, PolicyHooks, Unpin, Verdict
 from ttlpolicy.sim.metrics import Metrics
 from ttlpolicy.sim.workload import Program
 
@@ -84,7 +84,7 @@ def split_folds(programs: list[Program], folds: int, trace: Path | None) -> list
     return out
 
 
-class Tally:
+class Tally(PolicyHooks):
     """A policy as it is, with each program's queue waits and preemptions recorded and the
     fate of its chain followed to its return: why a returning call lost its prefix
     (``CAUSES``), in ``per_program``.  The engine's optional hooks and flags are the inner
@@ -102,10 +102,9 @@ class Tally:
         for attr in ("bind", "peek", "pop", "waiting", "next_deadline"):
             setattr(self, attr, getattr(inner, attr))
         for attr in ("eviction_order", "eviction_order_change_s", "stepped"):
-            if hasattr(inner, attr):
-                setattr(self, attr, getattr(inner, attr))
-        for flag in ("holds_handed_pins", "reclaims_ahead"):
-            setattr(self, flag, getattr(inner, flag, False))
+            setattr(self, attr, getattr(inner, attr))
+        for flag in ("holds_handed_pins", "reclaims_ahead", "runs_alone"):
+            setattr(self, flag, getattr(inner, flag))
 
     def arrive(self, call: Call, now: float) -> bool:
         taken = self.inner.arrive(call, now)
@@ -154,9 +153,13 @@ class Tally:
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         return self._ended(self.inner.reclaim(blocks_needed, now, for_program), "reclaimed")
 
-    def reclaim_ahead(self, step_blocks: int, now: float) -> list[str]:
-        inner = self.inner.reclaim_ahead  # type: ignore[attr-defined]  # (its flag is on)
-        return self._ended(inner(step_blocks, now), "reclaimed")
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        def noted(program: str) -> None:
+            if self.fate.get(program) != "lost while waiting":  # (a held chain stays so)
+                self.fate[program] = "reclaimed"
+            unpin(program)
+
+        self.inner.give_way(step_blocks, now, noted)
 
     def program_done(self, program_id: str, turns: int) -> None:
         self.inner.program_done(program_id, turns)
@@ -243,7 +246,7 @@ def main() -> int:
                         inner = make_policy(name)
                         pol = Tally(inner)
                         # (``alone`` runs each program on its own engine: nothing to follow)
-                        run = inner if getattr(inner, "runs_alone", False) else cast(Policy, pol)
+                        run = inner if inner.runs_alone else cast(Policy, pol)
                         m = simulate(hw, run, progs, rate_per_s=rate, seed=seed)
                         wall_s = time.perf_counter() - t
                         hit_rate = m.summary()["hit_rate"]  # (of the whole run)

@@ -130,7 +130,9 @@ class Engine:
         # after each step that prefilled, skipped when the policy leaves it a no-op.
         self.kv.eviction_order = policy.eviction_order()
         self._order_change_s = policy.eviction_order_change_s
-        self._stepped = policy.stepped if type(policy).stepped is not PolicyHooks.stepped else None
+        stepped = policy.stepped
+        noop = getattr(stepped, "__func__", None) is PolicyHooks.stepped
+        self._stepped = None if noop else stepped
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:

@@ -91,6 +91,9 @@ class Policy(Protocol):
     #: pins give way before each step (``give_way``), as TTLScheduler releases them, not when
     #: the head of the queue does not fit at admission (``reclaim``)
     reclaims_ahead: bool
+    #: a bound, not an engine policy: ``sim.run.simulate`` runs every program on an engine of
+    #: its own under a fresh copy (``policies.alone``)
+    runs_alone: bool
 
     def bind(self, view: EngineView) -> None: ...
 
@@ -174,6 +177,7 @@ class PolicyHooks:
     uses_cpu_tier = False
     holds_handed_pins = False
     reclaims_ahead = False
+    runs_alone = False
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         return None

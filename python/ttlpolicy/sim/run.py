@@ -28,7 +28,7 @@ def simulate(
     ``concurrency`` programs in flight, or (``open_loop``) each at its own ``issue_s``.
     ``cpu_tier``: give the engine the hardware's CPU tier (None: as the policy asks)."""
     pol = make_policy(policy) if isinstance(policy, str) else policy
-    if getattr(pol, "runs_alone", False):
+    if pol.runs_alone:
         return _alone(hw, pol, programs, rate_per_s, concurrency, seed, config, open_loop,
                       progress, cpu_tier)  # fmt: skip
     engine = Engine(hw, pol, config, cpu_tier=cpu_tier)

@@ -117,7 +117,7 @@ def programs_from_records(
 
 
 def programs_from_trace(
-    path: str | Path, *, records: Callable[[], Iterable[dict]] | None = None, **options
+    path: str | Path, *, records: Callable[[], Iterable[TraceRecord]] | None = None, **options
 ) -> list[Program]:
     """Programs of an agentic trace file or folder (see ``programs_from_records``); parsed once
     per trace content and options, then loaded from the trace cache (``traces.cache``).

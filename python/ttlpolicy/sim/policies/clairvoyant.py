@@ -34,9 +34,8 @@ import math
 from collections.abc import Callable
 
 from ..call import Call
-from ..interface import EngineView, Verdict
-from .base import PinTable, QueuePolicy
-from .ttlpolicy_plugin import TTLPolicyPlugin
+from ..interface import EngineView, Unpin, Verdict
+from .base import PinTable, QueuePolicy, step_shortfall
 
 
 class _FurthestReturnFirst(PinTable):
@@ -55,12 +54,9 @@ class Clairvoyant(QueuePolicy):
     #: a pin taken over at its program's return keeps its chain held till admission
     holds_handed_pins = True
     #: pins are given up before each step, when the step and the head of the queue need
-    #: their blocks (``reclaim_ahead``), so a chain held for a waiting return never yields to
-    #: the head while a pin whose return is further is kept
+    #: their blocks (``give_way``), so a chain held for a waiting return never yields to the
+    #: head while a pin whose return is further is kept
     reclaims_ahead = True
-    #: the online policy's hook, reused (not restated): the running calls' next step plus the
-    #: head's whole prompt against the blocks free to it; the pins go by ``reclaim``, Belady's
-    reclaim_ahead = TTLPolicyPlugin.reclaim_ahead
 
     def __init__(
         self, *, pins: bool = True, evict: bool = True, admission: bool = True, sizes: bool = True
@@ -74,7 +70,7 @@ class Clairvoyant(QueuePolicy):
         self._live: set[str] = set()  # programs with a call waiting or running
         self._admitted: dict[str, Call] = {}  # program → its latest call (not ended)
         self._peak: dict[str, int] = {}  # program waiting to start → its largest call, blocks
-        self._total = 0  # KV blocks (the name ``reclaim_ahead`` reads)
+        self._total = 0  # KV blocks
         self._block_tokens = 1
         # counters the bound tests read: pins made, given up (reclaimed), taken over at return
         self.pins_made = 0
@@ -171,6 +167,14 @@ class Clairvoyant(QueuePolicy):
         self.table.pin(pid, back_s, chain_blocks)
         self.pins_made += 1
         return Verdict.PIN
+
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        """What the running calls' next step and the head lack (``step_shortfall``, as the
+        online policy measures it), taken from pins by ``reclaim``: Belady's order."""
+        assert self.view is not None  # (bound before the run)
+        short, _ = step_shortfall(self, self.view, step_blocks)
+        for program in self.reclaim(short, now) if short > 0 else ():
+            unpin(program)
 
     def expire(self, now: float) -> list[str]:
         return self.table.expire(now)

@@ -25,6 +25,7 @@ from ttlpolicy.prefill_sample import step_prefill_sample
 
 from ..call import Call
 from ..interface import EngineView, PolicyHooks, Unpin, Verdict
+from .base import step_shortfall
 
 
 class TTLPolicyPlugin(PolicyHooks):
@@ -219,29 +220,23 @@ class TTLPolicyPlugin(PolicyHooks):
         return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
-        """Before each step, as ``TTLScheduler`` before vLLM schedules: the running calls'
-        next step (``step_blocks``) and the head of the queue — its whole prompt; nothing
-        while it waits for admission — are measured against the blocks free to them, and the
-        lifecycle says what gives way (``ProgramLifecycle.give_way``: pins; held chains when
-        nothing runs).  So the step's growth takes a released pin's blocks in the eviction
-        order, not the chain next in it before."""
-        need = step_blocks
-        head = self.peek()
-        program = keep = None
-        if head is not None:
-            blocks = -(-head.prompt // self._block_tokens)
-            need += blocks if blocks < self._total else self._total
-            program, keep = head.program_id, str(head.call_id)
+        """Before each step, as ``TTLScheduler`` before vLLM schedules: what the running
+        calls' next step and the head of the queue lack (``step_shortfall``) gives way as the
+        lifecycle says (``ProgramLifecycle.give_way``: pins; held chains when nothing runs).
+        So the step's growth takes a released pin's blocks in the eviction order, not the
+        chain next in it before."""
         view = self.view
-        short = need - view.free_blocks_for(program)
+        short, head = step_shortfall(self, view, step_blocks)
         if short <= 0:
             return
+        program = None if head is None else head.program_id
 
         def release(program_id: str, request_id: str | None) -> int:
             before = view.free_blocks_for(program)
             unpin(program_id)
             return view.free_blocks_for(program) - before
 
+        keep = None if head is None else str(head.call_id)
         stalled = head is not None and not view.running_count
         self.life.give_way(now, short, release, stalled=stalled, keep=keep)
 
