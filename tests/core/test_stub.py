@@ -102,7 +102,8 @@ def is_property(fn: ast.FunctionDef) -> bool:
 #: Arguments without a default, for building a reference object to list its attributes.
 REQUIRED = {"policy": lambda: REFERENCE.TTLPolicy(), "total_blocks": lambda: 10,
             "pin_budget_blocks": lambda: 1,
-            "scheduler": lambda: REFERENCE.ProgramScheduler(REFERENCE.TTLPolicy(), 10, 1)}  # fmt: skip
+            "scheduler": lambda: REFERENCE.ProgramScheduler(
+                REFERENCE.TTLPolicy(), 10, 1)}  # fmt: skip
 
 
 def reference_members(cls: type) -> set[str]:

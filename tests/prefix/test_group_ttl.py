@@ -234,3 +234,45 @@ def test_bad_access_is_refused_and_loses_nothing(backend):
         model.roi(None)
     assert model.access(iter([1, 2, 3]), 6.0) == 2  # a one-shot iterator is counted once
     assert model.accessed_blocks == 5
+
+
+def _two_groups() -> OnlineGroupTTL:
+    """Group (1, 2) reused every 10 s, group (5, 6) every 20 s: both fitted at their period,
+    (1, 2) worth twice as much per block-second."""
+    model = OnlineGroupTTL(100.0, 0.01, 3600.0, refit_every=1, backend="python")
+    for i in range(6):
+        model.access([1, 2, 3], 20.0 * i)
+        model.access([5, 6, 7], 20.0 * i + 1.0)
+        model.access([1, 2, 3], 20.0 * i + 10.0)
+    assert model.ttl_s([1, 2]) == 10.0 and model.ttl_s([5, 6]) == 20.0
+    assert model.roi([1, 2]) > model.roi([5, 6]) > 0.0
+    return model
+
+
+def test_the_eviction_rank_orders_expired_then_live_by_roi_then_waiting() -> None:
+    model = _two_groups()
+    now = 200.0
+    rank = model.eviction_rank
+    expired = rank((1, 2), 185.0, now)  # idle 15 s > its 10 s TTL
+    ended = rank((1, 2), 199.0, now, ended_s=150.0)  # its program ended: goes, oldest first
+    live_cheap = rank((5, 6), 190.0, now)  # idle 10 s < 20 s TTL, lower ROI
+    live_dear_old, live_dear_new = rank((1, 2), 195.0, now), rank((1, 2), 198.0, now)
+    waiting = rank((5, 6), 195.0, now, waiting_until_s=230.0)  # back from its tool later
+    waited = rank((5, 6), 195.0, now, waiting_until_s=190.0)  # that wait is over: live
+    assert expired == (0.0, 195.0) and ended == (0.0, 150.0)
+    order = sorted([waiting, live_dear_new, expired, live_cheap, live_dear_old, ended])
+    assert order == [ended, expired, live_cheap, live_dear_old, live_dear_new, waiting]
+    assert waited[0] == 1.0
+
+
+def test_a_block_of_no_known_group_waits_for_the_pooled_ttl_after_every_live_group() -> None:
+    model = _two_groups()
+    pooled_ttl_s = model.pooled()[0]
+    for group in (None, ()):
+        live = model.eviction_rank(group, 100.0, 100.0 + pooled_ttl_s)
+        assert live == (1.0, math.inf, 100.0)
+        assert live > model.eviction_rank((1, 2), 100.0, 101.0)  # after every live group
+        assert model.eviction_rank(group, 100.0, 100.5 + pooled_ttl_s) == (
+            0.0,
+            100.0 + pooled_ttl_s,
+        )

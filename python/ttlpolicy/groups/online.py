@@ -198,6 +198,43 @@ class OnlineGroupTTL:
         """Value per block-second of keeping that group, as of the last refit (module doc)."""
         return self._roi.get(self.group_key(hash_ids_or_key), self._pooled[1])
 
+    def eviction_rank(
+        self,
+        group: tuple[int, ...] | None,
+        last_access_s: float,
+        now: float,
+        *,
+        ended_s: float | None = None,
+        waiting_until_s: float | None = None,
+    ) -> tuple[float, ...]:
+        """Where a tier's cached block of ``group`` (a key as ``group_key`` gives it), last
+        used at ``last_access_s``, stands in the tier's eviction order at ``now``: the block
+        with the smallest rank goes first.  The one rule of the engines' host tiers:
+
+        * ``(0, deadline)`` — expired (idle past its group's TTL) or its program ended
+          (``ended_s``): the oldest deadline first;
+        * ``(1, roi, last_access_s)`` — live: the group of least value per block-second
+          first, least recently used within it;
+        * ``(2, roi, last_access_s)`` — its program waits on a tool until
+          ``waiting_until_s`` (later than ``now``): after every live block.
+
+        ``group`` None or empty: stored by a request still running, whose group is not known
+        yet: it expires by the pooled TTL from ``last_access_s`` and, until then, goes after
+        every live group (it will most likely be reused)."""
+        if ended_s is not None:
+            return (0.0, ended_s)
+        pooled_ttl_s, pooled_roi = self._pooled
+        if not group:
+            deadline = last_access_s + pooled_ttl_s
+            return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
+        deadline = last_access_s + self._ttl_s.get(group, pooled_ttl_s)
+        if deadline < now:
+            return (0.0, deadline)
+        roi = self._roi.get(group, pooled_roi)
+        if waiting_until_s is not None and waiting_until_s > now:
+            return (2.0, roi, last_access_s)
+        return (1.0, roi, last_access_s)
+
     def pooled(self) -> tuple[float, float]:
         """(τ_*, roi_*): what a group without intervals of its own gets."""
         return self._pooled

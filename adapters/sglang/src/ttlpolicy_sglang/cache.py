@@ -31,7 +31,8 @@ from sglang.srt.mem_cache.base_prefix_cache import (
 )
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
 
-from .knobs import Knobs
+from ttlpolicy.serving import EngineKnobs
+
 from .programs import ProgramTracker
 
 
@@ -39,7 +40,7 @@ class TTLRadixCache(UnifiedRadixCache):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         total_tokens = params.token_to_kv_pool_allocator.size
-        self.ttl = ProgramTracker(self, total_tokens, self.page_size, Knobs.from_env())
+        self.ttl = ProgramTracker(self, total_tokens, self.page_size, EngineKnobs.from_env())
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint(req, up_to=up_to, **kwargs)
@@ -76,5 +77,5 @@ class TTLRadixCache(UnifiedRadixCache):
 
     def ttl_stats(self) -> dict[str, float]:
         """The adapter's counters (see ``AdapterMetrics``)."""
-        self.ttl.metrics.pinned_tokens_now = self.ttl.pins.held_tokens()
+        self.ttl.note_pinned()
         return self.ttl.metrics.as_dict()

@@ -44,7 +44,7 @@ def calc_priority_by_program(
         cache.ttl.order(waiting_queue, running_batch)
         m = cache.ttl.metrics
         m.schedule_calls += 1
-        m.sglang_order_s += t1 - t0
+        m.engine_s += t1 - t0
         m.adapter_s += time.perf_counter() - t1
     return result
 

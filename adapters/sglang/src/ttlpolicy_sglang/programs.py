@@ -44,11 +44,10 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import ttlpolicy
+from ttlpolicy.serving import AdapterMetrics, EngineKnobs
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key
-from .knobs import Knobs
-from .metrics import AdapterMetrics
 from .pins import TreeLockPins
 
 # under "sglang." so that SGLang's logging configuration applies
@@ -61,7 +60,7 @@ TOOL_PARSE_TOKENS = 512
 
 
 class ProgramTracker:
-    def __init__(self, cache: Any, total_tokens: int, page_size: int, knobs: Knobs) -> None:
+    def __init__(self, cache: Any, total_tokens: int, page_size: int, knobs: EngineKnobs) -> None:
         self.clock = time.monotonic  # the only clock; tests may replace it
         self._cache = cache
         self.page_size = max(1, int(page_size))
@@ -124,7 +123,7 @@ class ProgramTracker:
         waiting_queue.sort(key=self._sort_key)
         if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
             self._reclaim_for_head(waiting_queue[0], running_batch)
-        self.metrics.pinned_tokens_now = self.pins.held_tokens()
+        self.note_pinned()
         if self.admission is not None:
             self.metrics.admitted_programs_now = self.admission.admitted_count
             self.metrics.programs_awaiting_admission_now = self.admission.waiting_count
@@ -175,8 +174,7 @@ class ProgramTracker:
                 left.discard(key)
                 self._running[key] = self._waiting.pop(key)
                 self.life.admitted(key)
-                if self.handover.release(key):
-                    self.metrics.pinned_prefix_hits += 1  # its own lock holds the prefix now
+                self._hit(self.handover.release(key))  # its own lock holds the prefix now
             else:
                 skipped.append(key)
         for key in skipped:
@@ -263,8 +261,7 @@ class ProgramTracker:
             self._start([key], now)
         info = self._info.pop(key)
         self._running.pop(key, None)
-        if self.handover.release(key):
-            self.metrics.pinned_prefix_hits += 1
+        self._hit(self.handover.release(key))
         if info is None:
             self._ended(self.life.abort(key), key)
             return
@@ -283,7 +280,7 @@ class ProgramTracker:
         elif result.pin is not None:
             self.pins.hold(info.program_id, node, path_tokens)  # merged with a held pin
             self.metrics.pins += 1
-            self.metrics.pinned_tokens_total += path_tokens
+            self.metrics.pinned_blocks_total += self._blocks(path_tokens)
 
     def released(self, req: Any) -> None:
         """SGLang gave the request's KV row back.  A finished request not settled by
@@ -329,6 +326,16 @@ class ProgramTracker:
         except Exception:  # a tokenizer that cannot decode: no name, the global CDF
             return None
         return parse_tool_name(text) if isinstance(text, str) else None
+
+    def _hit(self, held_tokens: int) -> None:
+        """A request is admitted onto (or finished on) the prefix held for it."""
+        if held_tokens:
+            self.metrics.pinned_prefix_hits += 1
+            self.metrics.pinned_prefix_hit_tokens += held_tokens
+
+    def note_pinned(self) -> None:
+        """Refresh the pinned-blocks gauge (pages on the locked paths)."""
+        self.metrics.pinned_blocks_now = self._blocks(self.pins.held_tokens())
 
     # -- views ---------------------------------------------------------------------------------
     def live_requests(self) -> int:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ttlpolicy.serving import AdapterMetrics
+
 from .identity import ProgramInfo, program_of
-from .metrics import AdapterMetrics
 
 if TYPE_CHECKING:
     from .queue import ProgramRequestQueue

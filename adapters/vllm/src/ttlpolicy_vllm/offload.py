@@ -5,8 +5,8 @@ offload tier (vLLM 0.32 ``CachePolicy``), loaded by configuration only::
       "kv_connector_extra_config": {"cpu_bytes_to_use": 8000000000,
         "eviction_policy": "TTLCachePolicy", "cache_policy_module_path": "ttlpolicy_vllm.offload"}}'
 
-**What it decides** (every rule lives in ``ttlpolicy.OnlineGroupTTL``; this class only keeps
-vLLM's chunks in the order that rule gives):
+**What it decides** (every rule lives in ``ttlpolicy.OnlineGroupTTL``, the eviction order in
+its ``eviction_rank``; this class only keeps vLLM's chunks in the order that rule gives):
 
 * A request's chunks, in prefix order (``on_request_finished``), are one access of the
   library's model: grouping by prefix (``PrefixTree``: the first ``group_depth`` chunk hashes
@@ -150,8 +150,6 @@ class TTLCachePolicy(CachePolicy):
         self._waiting: dict[GroupKey, float] = {}  # group -> end of its program's tool wait
         self.evict_calls = 0
         self.expired_evictions = 0
-        self._fits: dict[GroupKey, tuple[float, float]] = {}  # (ttl_s, roi) as of refit #
-        self._fits_refit = -1
 
     def _make_model(self) -> None:
         s = self.settings
@@ -193,7 +191,6 @@ class TTLCachePolicy(CachePolicy):
         self._lru.clear()
         self._ended.clear()
         self._waiting.clear()
-        self._fits.clear()
         self._make_model()
 
     def _place(self, key: OffloadKey, group: GroupKey, now: float) -> None:
@@ -263,34 +260,15 @@ class TTLCachePolicy(CachePolicy):
     # -- eviction ---------------------------------------------------------------------------
     def rank(self, group: GroupKey, last_access_s: float, now: float) -> tuple[float, ...]:
         """Eviction order of a chunk of ``group`` last used at ``last_access_s`` (smallest
-        first): (0, deadline) expired or program ended; (1, roi, last) live (roi = +inf for a
-        running request's chunks); (2, roi, last) its program waits on a tool until later."""
-        if group in self._ended:
-            return (0.0, self._ended[group])
-        model = self.model
-        if group is PENDING or not group:
-            # stored by a request still running: it will most likely be reused, so it goes
-            # after every live group, unless it outlives the pooled TTL
-            deadline = last_access_s + model.pooled()[0]
-            return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
-        ttl_s, roi = self._fit(group)
-        deadline = last_access_s + ttl_s
-        if deadline < now:
-            return (0.0, deadline)
-        if self._waiting.get(group, -math.inf) > now:
-            return (2.0, roi, last_access_s)
-        return (1.0, roi, last_access_s)
-
-    def _fit(self, group: GroupKey) -> tuple[float, float]:
-        """The group's (TTL, ROI), cached until the model's next refit (they change only
-        then): ranking touches every group on each evict."""
-        if self._fits_refit != self.model.refits:
-            self._fits.clear()
-            self._fits_refit = self.model.refits
-        fit = self._fits.get(group)
-        if fit is None:
-            fit = self._fits[group] = (self.model.ttl_s(group), self.model.roi(group))
-        return fit
+        first): the library's rule (``OnlineGroupTTL.eviction_rank``), told whether the
+        group's program ended or waits on a tool (``program_hints``)."""
+        return self.model.eviction_rank(
+            group,
+            last_access_s,
+            now,
+            ended_s=self._ended.get(group),
+            waiting_until_s=self._waiting.get(group),
+        )
 
     def _candidates(self, group: GroupKey, protected: set[OffloadKey]) -> Iterator[tuple]:
         """The group's evictable chunks, least recently used first: (key, last access, chunk)."""

@@ -49,7 +49,6 @@ the JSON sets ``"serve_order": "program"``),
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections import OrderedDict
 from typing import Any
@@ -61,12 +60,12 @@ from vllm.v1.request import Request, RequestStatus
 
 import ttlpolicy
 from ttlpolicy.prefill_sample import step_prefill_sample
+from ttlpolicy.serving import AdapterMetrics, EngineKnobs
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key
-from .metrics import AdapterMetrics
 from .pins import BlockPins, cached_blocks
 from .queue import ProgramRequestQueue
 from .tier import offload_manager, offloaded_prefix_tokens
@@ -89,16 +88,6 @@ _STOPPED = (
     RequestStatus.FINISHED_LENGTH_CAPPED,
     RequestStatus.FINISHED_REPETITION,
 )
-
-
-def _env_float(name: str, default: float, low: float, high: float) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    value = float(raw)
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
-    return value
 
 
 class TTLScheduler(Scheduler):
@@ -130,16 +119,14 @@ class TTLScheduler(Scheduler):
         self.clock = time.monotonic  # the only clock; tests may replace it
         # (with the offloading connector a lost context is a reload: returning calls are
         # then served by attained service, ``serve_order``, unless the JSON says otherwise)
-        cfg = ttlpolicy.PolicyConfig.for_engine(
-            os.environ.get("TTLPOLICY_POLICY"),
-            self._prefill_chunk_tokens(),
-            reload_tier=offload_manager(self.connector) is not None,
+        knobs = EngineKnobs.from_env(
+            self._prefill_chunk_tokens(), reload_tier=offload_manager(self.connector) is not None
         )
+        cfg = knobs.policy
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
-        fraction = _env_float("TTLPOLICY_PIN_BUDGET_FRACTION", 0.5, 0.0, 1.0)
-        self.pin_budget_blocks = int(self.total_blocks * fraction)
+        self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
             self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
         )
@@ -157,7 +144,7 @@ class TTLScheduler(Scheduler):
         self._eviction_order: list[str] = []  # the order the free queue was last put in
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics()
-        self.log_interval_s = _env_float("TTLPOLICY_LOG_INTERVAL_S", 10.0, 0.0, 1e9)
+        self.log_interval_s = knobs.log_interval_s
         self._last_log = self.clock()
         self._programs_of: dict[str, ProgramInfo] = {}  # live program requests, by request id
         # (clock when scheduled, prefill tokens) of each step scheduled and not yet returned,
@@ -210,7 +197,7 @@ class TTLScheduler(Scheduler):
         m = self.ttl_metrics
         m.schedule_calls += 1
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
-        m.step_s += t_end - t_start
+        m.engine_s += t_after - t_vllm
         m.pinned_blocks_now = self.pins.held_blocks()
         if self.admission is not None and self.policy.config.admission:
             m.admitted_programs_now = self.admission.admitted_count

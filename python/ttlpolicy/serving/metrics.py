@@ -1,7 +1,8 @@
-"""Counters of what the adapter did, and its own cost per ``schedule()`` call.
+"""Counters of what an engine adapter did, and its own cost per scheduling step.
 
-Logged through vLLM's logger every ``log_interval_s`` (and on demand with ``log()``); read
-programmatically with ``TTLScheduler.ttl_stats()``.
+One definition for both adapters (vLLM's ``TTLScheduler.ttl_stats()``, SGLang's
+``TTLRadixCache.ttl_stats()``), in the library's units: KV blocks (SGLang: pages), tokens,
+seconds.  Logged through the engine's logger every ``log_interval_s`` and on demand.
 """
 
 from __future__ import annotations
@@ -12,18 +13,18 @@ from dataclasses import asdict, dataclass
 
 @dataclass
 class AdapterMetrics:
-    pins: int = 0  # finished requests whose blocks were pinned
+    pins: int = 0  # finished requests whose cached prefix was pinned
     pinned_blocks_total: int = 0  # blocks pinned, summed over pins
     expiries: int = 0  # pins released at their deadline
-    reclaims: int = 0  # pins released early because waiting requests needed memory
+    reclaims: int = 0  # pins (or held chains) released early: memory was short
     released_at_once: int = 0  # pins released by abort, last turn or end of program
     pinned_prefix_hits: int = 0  # returning requests admitted onto their program's pin
-    pinned_prefix_hit_tokens: int = 0  # tokens those requests found cached
-    schedule_calls: int = 0
-    adapter_s: float = 0.0  # time spent in the adapter's own code, all schedule() calls
-    step_s: float = 0.0  # whole schedule() calls, adapter included
-    pinned_blocks_now: int = 0  # gauge, refreshed on each schedule()
-    offloaded_tokens_at_finish: int = 0  # prefix tokens the CPU offload tier held at finish
+    pinned_prefix_hit_tokens: int = 0  # tokens those requests found held for them
+    schedule_calls: int = 0  # scheduling steps (vLLM: schedule(); SGLang: queue orderings)
+    adapter_s: float = 0.0  # time in the adapter's own code, all calls
+    engine_s: float = 0.0  # time in the engine's own scheduling code the adapter wraps
+    pinned_blocks_now: int = 0  # gauge, refreshed each step
+    offloaded_tokens_at_finish: int = 0  # prefix tokens an offload tier held at finish
     admitted_programs_now: int = 0  # gauge: programs admitted by load control
     programs_awaiting_admission_now: int = 0  # gauge: programs it holds back
     free_blocks_reordered: int = 0  # free cached blocks moved into next-use eviction order

@@ -1,0 +1,8 @@
+"""What the engine adapters share besides the rules: their environment knobs (``knobs``) and
+the counters they keep of what they did (``metrics``).  The rules themselves are the
+library's classes (``ttlpolicy.ProgramLifecycle`` and the parts it joins)."""
+
+from .knobs import EngineKnobs, env_float
+from .metrics import AdapterMetrics
+
+__all__ = ["AdapterMetrics", "EngineKnobs", "env_float"]

@@ -1,0 +1,54 @@
+"""The adapters' environment knobs, one parser for both engines.
+
+Read once, when the engine builds its scheduler or cache: a bad value fails the server's
+start with the knob's name and the value, not a request later.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..config import PolicyConfig
+
+#: the knobs' names
+PIN_BUDGET_FRACTION = "TTLPOLICY_PIN_BUDGET_FRACTION"
+LOG_INTERVAL_S = "TTLPOLICY_LOG_INTERVAL_S"
+POLICY = "TTLPOLICY_POLICY"
+
+
+def env_float(name: str, default: float, low: float, high: float) -> float:
+    """The environment variable ``name`` as a number in ``[low, high]``; unset or blank:
+    ``default``.  Anything else is refused with the name and the value."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number in [{low}, {high}], got {raw!r}") from None
+    if not low <= value <= high:  # (NaN fails too)
+        raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class EngineKnobs:
+    pin_budget_fraction: float  # TTLPOLICY_PIN_BUDGET_FRACTION: share of KV blocks pinned at most
+    policy: PolicyConfig  # TTLPOLICY_POLICY: a PolicyConfig as JSON (PolicyConfig.for_engine)
+    log_interval_s: float  # TTLPOLICY_LOG_INTERVAL_S: 0 disables the periodic log line
+
+    @classmethod
+    def from_env(
+        cls, prefill_chunk_tokens: int | None = None, reload_tier: bool = False
+    ) -> EngineKnobs:
+        """The knobs as the environment sets them.  The policy is
+        ``PolicyConfig.for_engine`` of ``TTLPOLICY_POLICY`` with the engine's prefill chunk
+        and reload tier: load control on unless the JSON says ``"admission": false``."""
+        return cls(
+            pin_budget_fraction=env_float(PIN_BUDGET_FRACTION, 0.5, 0.0, 1.0),
+            policy=PolicyConfig.for_engine(
+                os.environ.get(POLICY), prefill_chunk_tokens, reload_tier=reload_tier
+            ),
+            log_interval_s=env_float(LOG_INTERVAL_S, 10.0, 0.0, 1e9),
+        )

@@ -1,0 +1,61 @@
+"""The adapters' environment knobs (``ttlpolicy.serving.EngineKnobs``): defaults, ranges,
+and a refusal that names the knob and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from ttlpolicy.serving import EngineKnobs, env_float
+
+KNOBS = ("TTLPOLICY_PIN_BUDGET_FRACTION", "TTLPOLICY_LOG_INTERVAL_S", "TTLPOLICY_POLICY")
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in KNOBS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_unset_knobs_take_their_defaults_and_load_control_is_on() -> None:
+    knobs = EngineKnobs.from_env()
+    assert knobs.pin_budget_fraction == 0.5 and knobs.log_interval_s == 10.0
+    assert knobs.policy.admission and knobs.policy.evict_by_next_use
+    assert knobs.policy.prefill_chunk_tokens is None and knobs.policy.serve_order == "program"
+
+
+def test_the_engine_passes_its_chunk_and_tier_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTLPOLICY_POLICY", '{"admission": false}')
+    monkeypatch.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", " 0.25 ")
+    knobs = EngineKnobs.from_env(2048, reload_tier=True)
+    assert knobs.pin_budget_fraction == 0.25
+    assert not knobs.policy.admission and knobs.policy.evict_by_next_use  # the JSON wins
+    assert knobs.policy.prefill_chunk_tokens == 2048 and knobs.policy.serve_order == "attained"
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "says"),
+    [
+        ("TTLPOLICY_PIN_BUDGET_FRACTION", "1.5", "must be in [0.0, 1.0], got 1.5"),
+        ("TTLPOLICY_PIN_BUDGET_FRACTION", "half", "must be a number in [0.0, 1.0], got 'half'"),
+        ("TTLPOLICY_PIN_BUDGET_FRACTION", "nan", "must be in [0.0, 1.0], got nan"),
+        ("TTLPOLICY_LOG_INTERVAL_S", "-1", "must be in [0.0, 1000000000.0], got -1.0"),
+    ],
+)
+def test_a_bad_value_is_refused_with_the_knob_and_the_value(
+    monkeypatch: pytest.MonkeyPatch, name: str, raw: str, says: str
+) -> None:
+    monkeypatch.setenv(name, raw)
+    with pytest.raises(ValueError) as e:
+        EngineKnobs.from_env()
+    assert str(e.value) == f"{name} {says}"
+
+
+def test_a_bad_policy_json_names_its_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTLPOLICY_POLICY", '{"max_ttl_s": -3}')
+    with pytest.raises(ValueError, match="max_ttl_s"):
+        EngineKnobs.from_env()
+
+
+def test_blank_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("X_KNOB", "   ")
+    assert env_float("X_KNOB", 3.0, 0.0, 5.0) == 3.0
