@@ -5,7 +5,7 @@ sample session scaled to the small model (contexts to ``--max-context`` tokens, 
 gaps × ``--time-scale``, capped), a KV cache of ``--blocks`` blocks so that programs compete.
 It runs on the engine under vLLM's stock ``Scheduler`` and ``ttlpolicy_vllm.TTLScheduler``,
 and in the simulator (policies ``vllm`` and ``ttlpolicy:adapter``) on a hardware profile calibrated
-on the same engine (``ttlpolicy_vllm.calibrate``; ``--profile`` reuses one) with the same KV
+on the same engine (``bench/vllm_calibrate.py``; ``--profile`` reuses one) with the same KV
 blocks, block size, token budget and maximum sequences — and on a second profile fitted to
 the steps the stock replay itself ran (``StepRecorder``: each step's shape and wall time, under
 the replay's own load; the TTL replay's steps are out of that fit's sample), which separates
@@ -36,7 +36,7 @@ Run (the vLLM venv):
 from __future__ import annotations
 
 # vLLM's environment before vllm is imported; the engine and its model, shared with calibrate.
-from ttlpolicy_vllm.calibrate import (  # isort: skip
+from vllm_calibrate import (  # isort: skip
     SHAPES,
     EngineSettings,
     Row,
@@ -576,7 +576,7 @@ def main() -> int:
     t_start = time.perf_counter()
     probe: Hardware | None = load_profile(args.profile) if args.profile else None
     record: dict[str, Any] = {}
-    runs = []  # per engine scheduler: its measurements and its recorded steps
+    runs: list[dict[str, Any]] = []  # per engine scheduler: its measurements and its recorded steps
     with tempfile.TemporaryDirectory() as d:
         model = write_model_dir(Path(d), shape)
         for cls, policy in PAIRS:

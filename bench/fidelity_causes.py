@@ -45,7 +45,7 @@ from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.sim.hardware import Hardware, JitteredSteps, StepModel, step_ratios
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings
+from vllm_calibrate import SHAPES, EngineSettings
 
 SCHEDULER = fidelity.TTL.rsplit(".", 1)[1]  # the run's key: the class's name
 POLICY = "ttlpolicy:adapter"

@@ -53,7 +53,7 @@ from ttlpolicy.sim import Hardware, Verdict, load_profile, roofline
 from ttlpolicy.sim import Program as SimProgram
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.policies import make_policy
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings, scheduled_shape, write_model_dir
+from vllm_calibrate import SHAPES, EngineSettings, scheduled_shape, write_model_dir
 from vllm_replay import Program, finish_turn, issue_due_turns
 from vllm_replay import Turn as ReplayTurn
 

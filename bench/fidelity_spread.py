@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings
+from vllm_calibrate import SHAPES, EngineSettings
 
 
 def spread(path: str, workload: str, seeds: int) -> dict[str, tuple[float, float]]:

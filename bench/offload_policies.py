@@ -1,6 +1,6 @@
 """vLLM's CPU offload tier under its own policies (``lru``, ``arc``) and ours
 (``TTLCachePolicy``, loaded by module path), at equal capacities, on the same block-hash
-streams, through vLLM's real ``CPUOffloadingManager`` (``ttlpolicy_vllm.offload_replay``).
+streams, through vLLM's real ``CPUOffloadingManager`` (``bench/vllm_offload_replay.py``).
 
 Streams: agentic sessions (the package's 4 sample sessions; with ``--sessions N`` also the
 first N files of ``$TTLPOLICY_TRACES/claude-code``) started at Poisson arrivals, and the
@@ -29,7 +29,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 from trace_paths import traces_dir
 from ttlpolicy.traces import sample_dir
 from ttlpolicy_vllm.offload import OffloadSettings
-from ttlpolicy_vllm.offload_replay import (
+from vllm_offload_replay import (
     agentic_stream,
     iter_sessions,
     mooncake_stream,

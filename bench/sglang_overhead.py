@@ -28,7 +28,8 @@ import time
 from typing import Any
 
 import ttlpolicy_sglang
-from ttlpolicy_sglang.testing import TEST_POLICY, FakeClock, make_scheduler
+
+from sglang_engine import TEST_POLICY, FakeClock, make_scheduler
 
 
 def replay(args: argparse.Namespace, backend: str | None) -> dict[str, Any]:

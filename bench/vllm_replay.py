@@ -32,7 +32,7 @@ from ttlpolicy.traces import read_agentic, sample_dir
 
 # The adapter tests' engine setup: importing it sets vLLM's environment (in-process engine
 # core, offline, temp cache) before vllm is imported, and builds the same tiny model.
-from ttlpolicy_vllm.testing import BLOCK, build_tiny_model
+from vllm_engine import BLOCK, build_tiny_model
 
 STOCK = "vllm.v1.core.sched.scheduler.Scheduler"
 TTL = "ttlpolicy_vllm.TTLScheduler"

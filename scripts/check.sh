@@ -10,8 +10,8 @@ echo "==> mypy (python/)"; mypy
 # the tests, benchmarks and adapter with the same settings; two runs, as each tree has a
 # conftest (module names from the folders, so a nested conftest.py would not clash)
 echo "==> mypy (tests/, bench/)"; MYPYPATH=tests:bench mypy --explicit-package-bases tests bench
-echo "==> mypy (adapters/vllm/)"; MYPYPATH=adapters/vllm/src mypy adapters/vllm/src adapters/vllm/tests
-echo "==> mypy (adapters/sglang/)"; MYPYPATH=adapters/sglang/src mypy adapters/sglang/src adapters/sglang/tests
+echo "==> mypy (adapters/vllm/)"; MYPYPATH=adapters/vllm/src:bench mypy adapters/vllm/src adapters/vllm/tests
+echo "==> mypy (adapters/sglang/)"; MYPYPATH=adapters/sglang/src:bench mypy adapters/sglang/src adapters/sglang/tests
 echo "==> stubtest (python/ttlpolicy/_native.pyi against the built module)"
 python -m mypy.stubtest ttlpolicy._native --mypy-config-file pyproject.toml
 echo "==> cargo fmt --check"; cargo fmt --all --check

@@ -42,7 +42,7 @@ PY="$VENV/bin/python"
 # Realistic agentic contexts (up to 16k tokens), a KV cache of 2000 blocks of 16 tokens so
 # that programs compete for it, 16 programs of 8 turns.
 SHAPE=(--shape llama-3.1-8b --device cuda --block-size 16 --max-model-len 20000)
-"$PY" -m ttlpolicy_vllm.calibrate "${SHAPE[@]}" --out "$OUT/profile.json"
+"$PY" "$ROOT/bench/vllm_calibrate.py" "${SHAPE[@]}" --out "$OUT/profile.json"
 echo "==> calibrated after $(($(date +%s) - start)) s"
 "$PY" "$ROOT/bench/fidelity.py" "${SHAPE[@]}" --profile "$OUT/profile.json" \
   --programs 16 --turns 8 --max-context 16000 --max-out 128 --blocks 2000 \

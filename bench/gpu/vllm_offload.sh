@@ -18,6 +18,7 @@ MAX_REQUESTS="${1:-120}"
 CPU_GIB="${2:-8}"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1 VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-WARNING}"
 cd "$ROOT"
+export PYTHONPATH="$ROOT/bench${PYTHONPATH:+:$PYTHONPATH}"  # (vllm_offload_replay, beside it)
 for policy in lru arc TTLCachePolicy; do
   timeout 150 "$PYTHON" - "$policy" "$MAX_REQUESTS" "$CPU_GIB" <<'PY'
 import json, sys, tempfile, time
@@ -26,7 +27,7 @@ from pathlib import Path
 policy, max_requests, cpu_gib = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 from vllm import LLM, SamplingParams
 from ttlpolicy.traces import sample_dir
-from ttlpolicy_vllm.offload_replay import agentic_stream, iter_sessions
+from vllm_offload_replay import agentic_stream, iter_sessions
 
 # Llama-3.1-8B's shape, random weights (load_format="dummy"): no weights leave any hub.
 model = Path(tempfile.mkdtemp(prefix="llama8b-shape-"))

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings
+from vllm_calibrate import SHAPES, EngineSettings
 
 Key = tuple[str, int]
 

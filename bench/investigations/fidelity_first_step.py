@@ -38,7 +38,7 @@ import numpy as np
 
 from ttlpolicy.sim import engine as sim_engine
 from ttlpolicy.sim.hardware import Hardware, Line, StepModel
-from ttlpolicy_vllm.calibrate import SHAPES, EngineSettings
+from vllm_calibrate import SHAPES, EngineSettings
 
 
 def first_chunks(chunks: list[list[tuple[int, int]]]) -> list[int]:

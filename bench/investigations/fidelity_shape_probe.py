@@ -1,12 +1,12 @@
 """Does a CPU vLLM step pay a one-off cost for a new token count?  Lone prefills of repeated
-and new sizes on the calibration engine (``ttlpolicy_vllm.calibrate``), one line each.
+and new sizes on the calibration engine (``bench/vllm_calibrate.py``), one line each.
 
     PYTHONPATH=bench "$TTLPOLICY_VLLM_VENV/bin/python" bench/investigations/fidelity_shape_probe.py
 """
 
 from __future__ import annotations
 
-from ttlpolicy_vllm.calibrate import (  # isort: skip
+from vllm_calibrate import (  # isort: skip
     SHAPES,
     EngineSettings,
     make_llm,

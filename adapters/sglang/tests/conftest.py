@@ -1,5 +1,5 @@
 """Fixtures of the SGLang adapter's tests; the CPU engine stand-in lives in
-``ttlpolicy_sglang.testing`` (shared with bench/sglang_overhead.py)."""
+``bench/sglang_engine.py`` (shared with bench/sglang_overhead.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 import ttlpolicy_sglang
-from ttlpolicy_sglang.testing import (
+
+from sglang_engine import (
     MAX_CONTEXT,
     TEST_POLICY,
     FakeClock,

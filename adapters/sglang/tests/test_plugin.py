@@ -11,12 +11,15 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import TEST_POLICY
 
+BENCH = Path(__file__).resolve().parents[3] / "bench"  # sglang_engine, for the subprocess
+
 SCRIPT = r"""
 import json
-from ttlpolicy_sglang import testing  # the CPU pools and the torchvision shim, as in the tests
+import sglang_engine as testing  # (bench/) the CPU pools and the torchvision shim, as the tests
 from sglang.srt.plugins import load_plugins
 from sglang.srt.mem_cache.registry import registered_radix_cache_backends
 from sglang.srt.managers.schedule_policy import SchedulePolicy
@@ -59,6 +62,7 @@ print("RESULT " + json.dumps(out))
 
 def run(env_extra: dict[str, str]) -> dict:
     env = dict(os.environ, TTLPOLICY_POLICY=TEST_POLICY, **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), env.get("PYTHONPATH")]))
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT],
         env=env,

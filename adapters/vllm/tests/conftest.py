@@ -1,4 +1,4 @@
-"""The adapter's tests run a real vLLM engine on CPU (``ttlpolicy_vllm.testing``, imported
+"""The adapter's tests run a real vLLM engine on CPU (``bench/vllm_engine.py``, imported
 first: it sets vLLM's environment before vllm is imported)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from ttlpolicy_vllm.testing import Engine, build_tiny_model, make_engine
+from vllm_engine import Engine, build_tiny_model, make_engine
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 

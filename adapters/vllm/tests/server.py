@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ttlpolicy_vllm.testing import BLOCK
+from vllm_engine import BLOCK
 
 STARTUP_TIMEOUT_S = 600.0  # a loaded 2-core machine; typically 15-60 s
 REQUEST_TIMEOUT_S = 120.0

@@ -20,7 +20,7 @@ import pytest
 
 import ttlpolicy
 from conftest import ttl_engine
-from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine
+from vllm_engine import BLOCK, TEST_POLICY, Engine
 
 pytestmark = pytest.mark.slow
 

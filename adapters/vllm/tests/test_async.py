@@ -14,7 +14,7 @@ import pytest
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 
 from ttlpolicy_vllm import TTLAsyncScheduler, TTLScheduler
-from ttlpolicy_vllm.testing import TEST_POLICY, Engine, build_tiny_model, make_engine
+from vllm_engine import TEST_POLICY, Engine, build_tiny_model, make_engine
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@ measured, fitted, written as a profile the simulator loads."""
 
 from __future__ import annotations
 
-from ttlpolicy_vllm.calibrate import (  # isort: skip
+from vllm_calibrate import (  # isort: skip
     EngineSettings,
     Shape,
     StepRecorder,

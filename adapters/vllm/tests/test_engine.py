@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import ttl_engine
-from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY, Engine, build_tiny_model, make_engine
+from vllm_engine import BLOCK, TEST_POLICY, Engine, build_tiny_model, make_engine
 
 pytestmark = pytest.mark.slow
 

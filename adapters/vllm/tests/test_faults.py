@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from server import REQUEST_TIMEOUT_S, get_text, post, serve
 
-from ttlpolicy_vllm.testing import TEST_POLICY, make_engine
+from vllm_engine import TEST_POLICY, make_engine
 
 pytestmark = pytest.mark.slow
 

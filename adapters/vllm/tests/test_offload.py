@@ -19,7 +19,7 @@ from vllm.v1.kv_offload.cpu.policies.factory import CachePolicyFactory
 from ttlpolicy.traces import sample_dir
 from ttlpolicy_vllm import program_hints
 from ttlpolicy_vllm.offload import OffloadSettings, TTLCachePolicy, key_hash
-from ttlpolicy_vllm.offload_replay import (
+from vllm_offload_replay import (
     Access,
     agentic_stream,
     chunk_key,
@@ -317,32 +317,12 @@ def test_random_interleavings_keep_vllms_invariants(capacity, script, policy_nam
 # -- settings -----------------------------------------------------------------------------------
 
 
-def test_settings_from_environment(monkeypatch):
+def test_the_policy_reads_its_settings_from_the_environment(monkeypatch):
+    # (the settings themselves: tests/serving/test_tier.py, in the core suite)
     monkeypatch.setenv("TTLPOLICY_OFFLOAD", json.dumps({"max_ttl_s": 60, "refit_every": 8}))
-    s = OffloadSettings.from_env()
-    assert s.max_ttl_s == 60 and s.refit_every == 8 and s.group_depth == 2
-    assert TTLCachePolicy(4).settings == s
-    # 16 tokens: prefill 0.8 ms, reload 2 MiB at 25 GB/s; DRAM 2 MiB at $0.0036/GiB-hour
-    assert s.benefit_per_hit == pytest.approx((0.8e-3 - 2**21 / 25e9) * 4.0 / 3600)
-    assert s.price_per_chunk_s == pytest.approx(0.0036 / 512 / 3600)
-
-
-@pytest.mark.parametrize(
-    "raw, match",
-    [
-        ("{", "must be a JSON object"),
-        ("[1]", "must be a JSON object"),
-        ('{"max_ttl": 1}', "unknown fields \\['max_ttl'\\]"),
-        ('{"max_ttl_s": -1}', "max_ttl_s must be finite and >= 0, got -1"),
-        ('{"window": "8"}', "window must be a number"),
-        ('{"reload_bytes_per_s": 0}', "reload_bytes_per_s must be > 0"),
-        ('{"chunk_tokens": true}', "chunk_tokens must be a number"),
-    ],
-)
-def test_bad_settings_name_the_field(monkeypatch, raw, match):
-    monkeypatch.setenv("TTLPOLICY_OFFLOAD", raw)
-    with pytest.raises((ValueError, TypeError), match=match):
-        OffloadSettings.from_env()
+    policy = TTLCachePolicy(4)
+    assert policy.settings == OffloadSettings(max_ttl_s=60, refit_every=8)
+    assert policy.model.max_ttl_s == 60 and policy.model.refit_every == 8
 
 
 def test_clear_forgets_everything():
@@ -384,7 +364,7 @@ def test_mooncake_excerpt_replays_through_the_real_manager():
     capacity = distinct // 5
     manager = make_manager("ttl", capacity)
     policy = manager._policy
-    from ttlpolicy_vllm.offload_replay import ReplayStats, run_request
+    from vllm_offload_replay import ReplayStats, run_request
 
     stats = ReplayStats("ttl", capacity)
     for access in stream:

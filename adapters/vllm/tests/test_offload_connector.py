@@ -15,8 +15,8 @@ import pytest
 
 from ttlpolicy_vllm import TTLScheduler, program_hints
 from ttlpolicy_vllm.offload import TTLCachePolicy
-from ttlpolicy_vllm.testing import BLOCK, TEST_POLICY
 from ttlpolicy_vllm.tier import offloaded_prefix_tokens
+from vllm_engine import BLOCK, TEST_POLICY
 
 NUM_BLOCKS = 25
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from server import post, serve
 
-from ttlpolicy_vllm.testing import BLOCK
+from vllm_engine import BLOCK
 
 pytestmark = pytest.mark.slow
 

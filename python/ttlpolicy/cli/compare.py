@@ -140,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hardware",
         default=None,
-        help="hardware profile JSON (ttlpolicy_vllm.calibrate); replaces --model/--gpu",
+        help="hardware profile JSON (bench/vllm_calibrate.py); replaces --model/--gpu",
     )
     parser.add_argument(
         "--think-cap",

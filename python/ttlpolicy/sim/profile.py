@@ -3,7 +3,7 @@ engine steps.
 
 A profile lets the simulator run on what a real engine measured rather than on a roofline
 over spec sheets (``ttlpolicy compare --hardware profile.json``).  The measuring needs the
-engine (``python -m ttlpolicy_vllm.calibrate`` for vLLM); the format, the step shapes and the
+engine (``python bench/vllm_calibrate.py`` for vLLM); the format, the step shapes and the
 fit live here so the simulator's side needs no engine.  Format (``FORMAT``)::
 
     {"format": "ttlpolicy-hardware-profile/3",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from .scheduler import TTLAsyncScheduler, TTLScheduler
 
 #: Names whose modules import vllm: loaded on first use, so that importing the package (or
-#: ``ttlpolicy_vllm.testing``, which must set vLLM's environment first) does not import vllm.
+#: ``bench/vllm_engine.py``, which must set vLLM's environment first) does not import vllm.
 _LAZY = {
     "ProgramRequestQueue": ".queue",
     "TTLAsyncScheduler": ".scheduler",

@@ -22,103 +22,30 @@ its ``eviction_rank``; this class only keeps vLLM's chunks in the order that rul
 * Chunks stored before their request finished have no group yet: they expire by the pooled
   TTL from their insertion, and until then rank after every live group.
 
-Prices (``TTLPOLICY_OFFLOAD``, JSON, all optional; defaults in ``OffloadSettings``): benefit of a
-hit = prefill time saved minus reload time, priced at the GPU's $/hour; cost = the tier's
-$/GB-hour times the chunk's bytes.  Both in dollars, so τ and ROI are in dollars per chunk.
+Prices (``TTLPOLICY_OFFLOAD``, JSON, all optional; the library's ``OffloadSettings``, which
+also builds the model): benefit of a hit = prefill time saved minus reload time, priced at the
+GPU's $/hour; cost = the tier's $/GB-hour times the chunk's bytes.  Both in dollars, so τ and
+ROI are in dollars per chunk.
 """
 
 from __future__ import annotations
 
 import heapq
-import json
-import math
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, fields
 
 from typing_extensions import override
 from vllm.v1.kv_offload.base import OffloadKey, ReqContext
 from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order_request_keys
 
-from ttlpolicy import OnlineGroupTTL
+from ttlpolicy.serving import OffloadSettings
 
 from . import program_hints
 
 GroupKey = tuple[int, ...]
 #: the group of chunks stored before their request told us their prefix
 PENDING: GroupKey = ()
-
-
-@dataclass(frozen=True)
-class OffloadSettings:
-    """The tier's economics and the tuner's knobs.  Default prices are the ones the prefix-tree
-    comparison documents (bench/RESULTS.md): prefill at 20k tokens/s on a $4/hour GPU, host
-    DRAM at $0.0036/GiB-hour; a Llama-3.1-8B bf16 KV of 128 KiB per token; chunks of 16 tokens
-    (vLLM's block); reload over PCIe at 25 GB/s."""
-
-    gpu_price_per_hour: float = 4.0
-    tier_price_per_gib_hour: float = 0.0036
-    chunk_tokens: float = 16
-    kv_bytes_per_token: float = 131072
-    prefill_tokens_per_s: float = 20000.0
-    reload_bytes_per_s: float = 25e9
-    max_ttl_s: float = 3600.0
-    refit_every: int = 64
-    group_depth: int = 2
-    window: int = 256
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TypeError(f"OffloadSettings.{f.name} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"OffloadSettings.{f.name} must be finite and >= 0, got {value!r}")
-        for name in ("reload_bytes_per_s", "prefill_tokens_per_s", "chunk_tokens"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"OffloadSettings.{name} must be > 0, got {getattr(self, name)!r}")
-
-    @classmethod
-    def from_env(cls, name: str = "TTLPOLICY_OFFLOAD") -> OffloadSettings:
-        raw = os.environ.get(name, "")
-        if not raw:
-            return cls()
-        try:
-            values = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{name} must be a JSON object: {e}") from None
-        if not isinstance(values, dict):
-            raise ValueError(f"{name} must be a JSON object, got {type(values).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"{name} has unknown fields {unknown}; known: {sorted(known)}")
-        return cls(**values)
-
-    @property
-    def chunk_bytes(self) -> float:
-        return self.chunk_tokens * self.kv_bytes_per_token
-
-    @property
-    def reload_s_per_chunk(self) -> float:
-        return self.chunk_bytes / self.reload_bytes_per_s
-
-    @property
-    def benefit_per_hit(self) -> float:
-        """Dollars a chunk hit saves: GPU time of its prefill minus its reload."""
-        prefill_s = self.chunk_tokens / self.prefill_tokens_per_s
-        saved_s = max(0.0, prefill_s - self.reload_s_per_chunk)
-        return saved_s * self.gpu_price_per_hour / 3600.0
-
-    @property
-    def price_per_chunk_s(self) -> float:
-        """Dollars one chunk costs per second held in the tier."""
-        return self.tier_price_per_gib_hour * self.chunk_bytes / 2**30 / 3600.0
-
-    def as_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def key_hash(key: OffloadKey) -> int:
@@ -152,17 +79,8 @@ class TTLCachePolicy(CachePolicy):
         self.expired_evictions = 0
 
     def _make_model(self) -> None:
-        s = self.settings
-        self.model = OnlineGroupTTL(
-            s.benefit_per_hit,
-            s.price_per_chunk_s,
-            s.max_ttl_s,
-            refit_every=s.refit_every,
-            max_blocks=max(1, 4 * self.cache_capacity),  # the shadow outlives a few evictions
-            group_depth=s.group_depth,
-            window=s.window,
-            max_idle_groups=max(1024, self.cache_capacity),
-        )
+        # the shadow outlives a few evictions; idle groups at least as many as chunks
+        self.model = self.settings.group_ttl(self.cache_capacity)
 
     def _now(self) -> float:
         # the model's time starts at 0 and never goes back, whatever the clock does

@@ -20,8 +20,7 @@ from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, make_o
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from ttlpolicy.traces import HashScopes, read_trace
-
-from . import program_hints
+from ttlpolicy_vllm import program_hints
 
 #: the names a user writes in kv_connector_extra_config, per policy of the comparison
 POLICIES: dict[str, tuple[str, str | None]] = {

@@ -44,7 +44,6 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
 from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cache
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
-
 from ttlpolicy_sglang.ordering import calc_priority_by_program, may_admit
 
 #: A policy that pins whenever the budget allows: an expensive cache miss, short tool calls.

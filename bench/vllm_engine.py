@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 if "vllm" in sys.modules:  # too late: vLLM has read its environment already
-    raise RuntimeError("import ttlpolicy_vllm.testing before vllm: it sets vLLM's environment")
+    raise RuntimeError("import vllm_engine (bench/) before vllm: it sets vLLM's environment")
 
 BLOCK = 32  # tokens per KV block (CPU attention wants a multiple of 32)
 CORPUS = [

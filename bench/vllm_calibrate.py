@@ -1,8 +1,8 @@
 """Calibrate ``ttlpolicy.sim`` on a running vLLM engine: measure step times, fit the step
 model, write a hardware profile (``ttlpolicy compare --hardware profile.json``).
 
-    python -m ttlpolicy_vllm.calibrate --out profile.json              # CPU, small Llama
-    python -m ttlpolicy_vllm.calibrate --shape llama-3.1-8b --device cuda --out profile.json
+    python bench/vllm_calibrate.py --out profile.json              # CPU, small Llama
+    python bench/vllm_calibrate.py --shape llama-3.1-8b --device cuda --out profile.json
 
 The recipe (``measure_steps``): isolated prefills at growing sizes, alone in the engine (the
 attention term makes their time quadratic in the size), prefills after a cached prefix (the
@@ -19,7 +19,7 @@ weights are downloaded.
 from __future__ import annotations
 
 # vLLM's environment (in-process engine core, offline, temp cache) before vllm is imported.
-from .testing import save_tokenizer  # isort: skip
+from vllm_engine import save_tokenizer  # isort: skip
 
 import argparse
 import json
