@@ -13,19 +13,19 @@ from ..call import Call
 from ..interface import EngineView, Policy, PolicyHooks, Verdict
 
 
-def step_shortfall(policy: Policy, view: EngineView, step_blocks: int) -> tuple[int, Call | None]:
+def step_shortfall(
+    policy: Policy, view: EngineView, step_blocks: int, total_blocks: int
+) -> tuple[int, Call | None]:
     """Blocks the running calls' next step (``step_blocks``) and the head of ``policy``'s
-    queue — its whole prompt, at most the engine's blocks; nothing while it waits for
-    admission — lack beside the blocks free to them (the head's own pinned chain counts as
-    free to it), and that head: what a policy that gives way ahead of a step
+    queue — its whole prompt, at most the engine's ``total_blocks``; nothing while it waits
+    for admission — lack beside the blocks free to them (the head's own pinned chain counts
+    as free to it), and that head: what a policy that gives way ahead of a step
     (``reclaims_ahead``) measures, as ``TTLScheduler`` does before vLLM schedules."""
     need, program = step_blocks, None
     head = policy.peek()
     if head is not None:
-        block_tokens = view.config.block_tokens
-        blocks = -(-head.prompt // block_tokens)
-        total = view.hardware.kv_capacity_blocks(block_tokens)
-        need += blocks if blocks < total else total
+        blocks = -(-head.prompt // view.config.block_tokens)
+        need += blocks if blocks < total_blocks else total_blocks
         program = head.program_id
     return need - view.free_blocks_for(program), head
 

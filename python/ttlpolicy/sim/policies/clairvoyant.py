@@ -172,7 +172,7 @@ class Clairvoyant(QueuePolicy):
         """What the running calls' next step and the head lack (``step_shortfall``, as the
         online policy measures it), taken from pins by ``reclaim``: Belady's order."""
         assert self.view is not None  # (bound before the run)
-        short, _ = step_shortfall(self, self.view, step_blocks)
+        short, _ = step_shortfall(self, self.view, step_blocks, self._total)
         for program in self.reclaim(short, now) if short > 0 else ():
             unpin(program)
 

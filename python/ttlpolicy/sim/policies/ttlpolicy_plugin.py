@@ -226,7 +226,7 @@ class TTLPolicyPlugin(PolicyHooks):
         So the step's growth takes a released pin's blocks in the eviction order, not the
         chain next in it before."""
         view = self.view
-        short, head = step_shortfall(self, view, step_blocks)
+        short, head = step_shortfall(self, view, step_blocks, self._total)
         if short <= 0:
             return
         program = None if head is None else head.program_id
