@@ -6,7 +6,14 @@ ratios against Continuum and CacheTTL, and where the remaining gap to ``clairvoy
     python bench/bounds.py [--folds 4] [--seeds 0,1,2,3] [--only-folds 0,2] \\
         [--points 'llama-3.1-8b@h100-80g=0.004,0.005;llama-3.1-70b@h100-80g=0.003,0.004'] \\
         [--policies vllm,continuum,cachettl,ttlpolicy,alone,clairvoyant] [--programs N] \\
-        [--json F]
+        [--ours ttlpolicy,ttlpolicy/expected_working_set=true] [--json F]
+
+**Variants** (for tuning, issue 34 part 4): a policy ``ttlpolicy/FIELD=VALUE/...`` is the
+simulator's ``ttlpolicy`` (any variant, e.g. ``ttlpolicy:pins/...``) with those
+``PolicyConfig`` fields replaced (VALUE read as JSON: ``true``, ``1.5``, ``"text"``);
+``--ours`` names the policies whose captured share and ratios are reported, one table each
+(default ``ttlpolicy``).  Tune on some folds (``--only-folds 0,1,2`` reports those only) and
+report the fold left out.
 
 **Folds** (deterministic, documented in bench/results-bounds.md): a session belongs to fold
 ``int(sha256(file name)[:8 bytes], big-endian) mod K``, the file name being
@@ -43,11 +50,13 @@ from typing import cast
 import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import sim_sweep
 from trace_paths import traces_dir
+from ttlpolicy import PolicyConfig
 from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.interface import Policy, PolicyHooks, Unpin, Verdict
 from ttlpolicy.sim.metrics import Metrics
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 from ttlpolicy.sim.workload import Program
 
 POLICIES = "vllm,continuum,cachettl,ttlpolicy,alone,clairvoyant"
@@ -82,6 +91,38 @@ def split_folds(programs: list[Program], folds: int, trace: Path | None) -> list
             )
         out[fold_of(prog.program_id, folds)].append(prog)
     return out
+
+
+def make_variant(spec: str) -> Policy:
+    """A policy from its name, or ``ttlpolicy[:variant]/FIELD=VALUE/...``: the plug-in with
+    those ``PolicyConfig`` fields replaced in the config it builds for the engine."""
+    name, *sets = spec.split("/")
+    policy = make_policy(name)
+    if not sets:
+        return policy
+    if not isinstance(policy, TTLPolicyPlugin):
+        raise ValueError(f"policy {spec[:64]!r}: only ttlpolicy takes config fields")
+    update: dict[str, object] = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or key not in PolicyConfig.model_fields:
+            raise ValueError(f"policy {spec[:64]!r}: {item[:64]!r} is not FIELD=VALUE")
+        try:
+            update[key] = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"policy {spec[:64]!r}: {key} value {value[:64]!r} is not JSON"
+            ) from None
+    engine_config = policy._default_config  # (the plug-in's config for the engine it binds)
+
+    def configured(view: object) -> PolicyConfig:
+        # validated: a bad field value fails here, naming the field
+        return PolicyConfig(**{**engine_config(view).model_dump(), **update})  # type: ignore[arg-type]
+
+    policy._default_config = configured  # type: ignore[method-assign]
+    policy.name = spec
+    PolicyConfig(**update)  # (a bad value fails before the first run, not inside it)
+    return policy
 
 
 class Tally(PolicyHooks):
@@ -205,6 +246,11 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("--points", default=POINTS, help="'setup=rate,rate;setup=rate'")
     ap.add_argument("--policies", default=POLICIES)
+    ap.add_argument(
+        "--ours",
+        default=None,
+        help="policies reported against the bounds, one table each (default: every ttlpolicy)",
+    )
     ap.add_argument("--programs", type=int, default=None, help="first N programs per run")
     ap.add_argument(
         "--separate",
@@ -227,6 +273,14 @@ def main() -> int:
     runs = [(only, programs)] if not args.separate else [([k], folds[k]) for k in only]
     fold_ids = [{p.program_id for p in f} for f in folds]
     policies = args.policies.split(",")
+    ours_list = (
+        args.ours.split(",") if args.ours else [p for p in policies if p.startswith("ttlpolicy")]
+    )
+    for name in ours_list:
+        if name not in policies:
+            raise SystemExit(f"--ours {name!r} is not one of --policies")
+    for name in policies:
+        make_variant(name)  # (a bad name fails now, not after hours of runs)
     results = []
     for point in args.points.split(";"):
         setup, _, rates = point.partition("=")
@@ -243,7 +297,7 @@ def main() -> int:
                     ]  # fmt: skip
                     for name in policies:
                         t = time.perf_counter()
-                        inner = make_policy(name)
+                        inner = make_variant(name)
                         pol = Tally(inner)
                         # (``alone`` runs each program on its own engine: nothing to follow)
                         run = inner if inner.runs_alone else cast(Policy, pol)
@@ -256,23 +310,25 @@ def main() -> int:
                             row[name]["run_hit_rate"] = hit_rate
                     for row in rows:
                         results.append(row)
-                        print(_row_line(row, policies), flush=True)
-    _summary(results, policies)
-    _per_seed(results, policies)
-    _gaps(results)
+                        print(_row_line(row, policies, ours_list), flush=True)
+    for ours in ours_list:
+        print(f"\n## {ours}")
+        _summary(results, policies, ours)
+        _per_seed(results, policies, ours)
+        _gaps(results, ours)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
-def _ratios(row: dict) -> dict[str, float]:
-    """The issue's figures of one run (policies absent: nan)."""
+def _ratios(row: dict, ours_name: str) -> dict[str, float]:
+    """The issue's figures of one run for ``ours_name`` (policies absent: nan)."""
     nan = float("nan")
 
     def jct(name: str) -> float:
         return row[name]["jct_s"] if name in row else nan
 
-    ours, vllm = jct("ttlpolicy"), jct("vllm")
+    ours, vllm = jct(ours_name), jct("vllm")
     return {
         "captured_clairvoyant": gain(vllm, ours, jct("clairvoyant")),
         "captured_alone": gain(vllm, ours, jct("alone")),
@@ -282,20 +338,24 @@ def _ratios(row: dict) -> dict[str, float]:
     }
 
 
-def _row_line(row: dict, policies: list[str]) -> str:
-    r = _ratios(row)
+def _row_line(row: dict, policies: list[str], ours_list: list[str]) -> str:
     jcts = " ".join(f"{p}={_fmt(row[p]['jct_s'])}" for p in policies)
     walls = "+".join(f"{row[p]['wall_s']:.1f}" for p in policies)
-    captured = _fmt(100 * r["captured_clairvoyant"])
-    return (
+    line = (
         f"{row['setup']} {row['rate']:g}/s fold {row['fold']} seed {row['seed']} "
-        f"({len(row['programs'])} programs): {jcts} | captured {captured} % "
-        f"(alone {_fmt(100 * r['captured_alone'])} %) | × vllm {r['x_vllm']:.2f} continuum "
-        f"{r['x_continuum']:.2f} cachettl {r['x_cachettl']:.2f} | wall {walls} s"
+        f"({len(row['programs'])} programs): {jcts}"
     )
+    for ours in ours_list:
+        r = _ratios(row, ours)
+        line += (
+            f" | {ours}: captured {_fmt(100 * r['captured_clairvoyant'])} % (alone "
+            f"{_fmt(100 * r['captured_alone'])} %), × vllm {r['x_vllm']:.2f} continuum "
+            f"{r['x_continuum']:.2f} cachettl {r['x_cachettl']:.2f}"
+        )
+    return line + f" | wall {walls} s"
 
 
-def _summary(results: list[dict], policies: list[str]) -> None:
+def _summary(results: list[dict], policies: list[str], ours: str) -> None:
     """Means over seeds per (setup, rate, fold) and over folds too, then the gap tables per
     setup.  "captured" is the share of the bound's gain over vllm of the mean JCTs over the
     seeds; "captured/seed" the mean of each seed's share; "min ×" the least of the ratios
@@ -304,21 +364,24 @@ def _summary(results: list[dict], policies: list[str]) -> None:
         return
     print("\n| setup | rate /s | fold | " + " | ".join(policies) + " | captured (clairv.) "
           "| captured/seed | captured (alone) | × vllm | × continuum | × cachettl "
-          "| min × cont./cachettl | max ttlpolicy/vllm |")  # fmt: skip
+          f"| min × cont./cachettl | max {ours}/vllm |")  # fmt: skip
     print("|" + "---|" * (len(policies) + 11))
     keys = sorted({(r["setup"], r["rate"]) for r in results})
     for setup, rate in keys:
         here = [r for r in results if (r["setup"], r["rate"]) == (setup, rate)]
         for fold in sorted({r["fold"] for r in here}):
-            _summary_line(setup, rate, str(fold), [r for r in here if r["fold"] == fold], policies)
+            rows = [r for r in here if r["fold"] == fold]
+            _summary_line(setup, rate, str(fold), rows, policies, ours)
         if len({r["fold"] for r in here}) > 1:
-            _summary_line(setup, rate, "all", here, policies)
+            _summary_line(setup, rate, "all", here, policies, ours)
 
 
-def _summary_line(setup: str, rate: float, fold: str, rows: list[dict], policies: list[str]):
+def _summary_line(
+    setup: str, rate: float, fold: str, rows: list[dict], policies: list[str], ours: str
+) -> None:
     means = {p: statistics.fmean(r[p]["jct_s"] for r in rows) for p in policies}
-    ratios = [_ratios(r) for r in rows]
-    mean_ratios = _ratios({p: {"jct_s": v} for p, v in means.items()})
+    ratios = [_ratios(r, ours) for r in rows]
+    mean_ratios = _ratios({p: {"jct_s": v} for p, v in means.items()}, ours)
 
     def avg(key: str) -> float:
         return statistics.fmean(x[key] for x in ratios)
@@ -336,7 +399,7 @@ def _summary_line(setup: str, rate: float, fold: str, rows: list[dict], policies
     )
 
 
-def _per_seed(results: list[dict], policies: list[str]) -> None:
+def _per_seed(results: list[dict], policies: list[str], ours: str) -> None:
     """Per (setup, rate, seed), over every program reported (folds weighted by their
     programs): vllm's hit rate (is the point contended?), the gain captured, the ratios."""
     head = " | captured (clairv.) | captured (alone) | × vllm | × continuum | × cachettl |"
@@ -346,7 +409,7 @@ def _per_seed(results: list[dict], policies: list[str]) -> None:
         rows = [r for r in results if (r["setup"], r["rate"], r["seed"]) == (setup, rate, seed)]
         n = sum(len(r["programs"]) for r in rows)
         means = {p: sum(r[p]["jct_s"] * len(r["programs"]) for r in rows) / n for p in policies}
-        x = _ratios({p: {"jct_s": v} for p, v in means.items()})
+        x = _ratios({p: {"jct_s": v} for p, v in means.items()}, ours)
         # (one run for all folds; with --separate, the mean of the folds' runs)
         hits = [r["vllm"]["run_hit_rate"] for r in rows if "vllm" in r]
         hit = statistics.fmean(hits) if hits else float("nan")
@@ -358,16 +421,16 @@ def _per_seed(results: list[dict], policies: list[str]) -> None:
         )
 
 
-def _gaps(results: list[dict]) -> None:
+def _gaps(results: list[dict], ours: str) -> None:
     for setup in sorted({r["setup"] for r in results}):
         rows = [r for r in results if r["setup"] == setup]
         print(f"\nGap, {setup} (mean over its points, folds and seeds; per program)")
-        shown = [p for p in ("vllm", "ttlpolicy", "clairvoyant") if p in rows[0]]
-        print("| part | " + " | ".join(shown) + " | ttlpolicy − clairvoyant |")
+        shown = [p for p in ("vllm", ours, "clairvoyant") if p in rows[0]]
+        print("| part | " + " | ".join(shown) + f" | {ours} − clairvoyant |")
         print("|" + "---|" * (len(shown) + 2))
         for part in PARTS:
             vals = {p: statistics.fmean(r[p][part] for r in rows) for p in shown}
-            diff = vals.get("ttlpolicy", float("nan")) - vals.get("clairvoyant", float("nan"))
+            diff = vals.get(ours, float("nan")) - vals.get("clairvoyant", float("nan"))
             digits = 0 if part.endswith("_s") else 1
             print(f"| {part} | " + " | ".join(_fmt(vals[p], digits) for p in shown)
                   + f" | {_fmt(diff, digits)} |")  # fmt: skip

@@ -9,9 +9,12 @@ goes").
 (``TTLPOLICY_BACKEND=python`` only: the variant subclasses the Python reference,
 ``ttlpolicy.reference.admission.AdmissionControl``; nothing of it is in the library):
 
-* ``threshold=X``: the working set counts programs expected back within ``X · n · rebuild_s``
-  (shipped: X = 1; ``inf``: every admitted program expected back at all);
-* ``sharers+waiting``: within ``(n + w) · rebuild_s``, ``w`` the programs waiting for admission;
+* ``threshold=X``: the working set counts programs expected back within X times the shipped
+  horizon (``n · rebuild_s · PolicyConfig.working_set_horizon_scale``; shipped: X = 1;
+  ``inf``: every admitted program expected back at all), by the shipped rule (the expected
+  working set, or the median rule where the config says so);
+* ``sharers+waiting``: the horizon's ``n`` becomes ``n + w``, ``w`` the programs waiting for
+  admission;
 * ``headroom=F``: the head is admitted only when the working set and its footprint fit
   ``(1 − F) · total_blocks``;
 * ``footprint=own``: the newcomer counted at its own footprint only; ``footprint=final``
@@ -122,13 +125,17 @@ def variant_class(variant: str) -> type[AdmissionControl]:
             n = len(self._admitted)
             if name == "mpl":  # over the level: refuse (working set > memory); else admit
                 return (self.total_blocks + 1 if n >= int(arg) else 0), 0
-            working, total, sharers = 0.0, 0, self._sharers()
+            working, total = 0.0, 0
+            # the shipped horizon (``n · rebuild_s``, scaled by the config), widened as asked
+            widen = self._sharers() / n if n else 1.0
             for pid in self._admitted:
                 prog = self._programs[pid]
                 total += prog.blocks
-                horizon = prog.rebuild_s * sharers
+                horizon = self._horizon_s(prog) * widen
                 if name == "p-back":
                     working += prog.blocks * self._p_back(prog, t, horizon)
+                elif self.policy.config.expected_working_set and name != "growth":
+                    working += self._expected_blocks(prog, t, horizon)  # (the shipped rule)
                 elif self._next_use(prog, t) <= horizon:
                     working += prog.blocks
                     if name == "growth":  # as it will be when back: + its last turn's growth

@@ -76,6 +76,17 @@ class PolicyConfig(BaseModel):
         description="order of returning calls (read by ProgramScheduler): program arrival, or "
         "arrival + the program's attained engine seconds (for engines whose lost cache reloads)",
     )
+    # The working set admission keeps within memory (``AdmissionControl``'s module doc).
+    # Chosen on folds 0–2 of the agentic sessions, kept for helping on fold 3
+    # (bench/results-bounds.md, "Closing the gap"); False and 1.0: the median rule before it.
+    expected_working_set: bool = Field(
+        True,
+        description="count each admitted program's footprint times its chance of returning "
+        "within the horizon; False: whole, when its median return is within it",
+    )
+    working_set_horizon_scale: float = Field(
+        1.5, gt=0, description="the working set's horizon, n · rebuild_s, times this"
+    )
 
     @classmethod
     def published(cls, **overrides: object) -> PolicyConfig:

@@ -16,6 +16,9 @@ use crate::validate::{finite, int_in, non_negative, tool_key};
 
 /// Live programs tracked at once (each is forgotten when it ends).
 pub const MAX_PROGRAMS: usize = 1 << 20;
+/// Instants `next_shrink_s` tries under the expected working set (the reference's module
+/// doc).
+pub const SHRINK_LOOKS: usize = 256;
 
 /// The first instant `t` whose time since `since_s` (`t - since_s`, as the rules compute it)
 /// is at least `elapsed_s` (`beyond`: more than); `inf` if none is finite. `since_s +
@@ -201,6 +204,25 @@ struct Program {
     away_since_s: Option<f64>,
     /// Key in `idle` while the program has no live request.
     idle_seq: Option<u64>,
+}
+
+/// When a member's share of the expected working set may next fall: (instant, member),
+/// earliest first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Fall(f64, usize);
+
+impl Eq for Fall {}
+
+impl PartialOrd for Fall {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Fall {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
 }
 
 /// A pending entry: (first arrival, program id), oldest first.
@@ -493,16 +515,159 @@ impl AdmissionControl {
     /// until then (see the module doc: when to ask again).
     pub fn next_shrink_s(&self, policy: &TTLPolicy, now: f64) -> Result<f64> {
         let t = self.check_now(now)?;
-        let sharers = self.admitted.len() as f64;
+        if policy.config().expected_working_set {
+            return Ok(self.expected_shrink_s(policy, t));
+        }
         let mut first = f64::INFINITY;
         for id in &self.admitted {
             let p = &self.programs[id.as_str()];
-            let limit_s = p.rebuild_s * sharers;
+            let limit_s = self.horizon_s(p, policy);
             if Self::next_use(p, policy, t) <= limit_s {
                 first = first.min(Self::leave_s(p, policy, t, limit_s, first));
             }
         }
         Ok(first)
+    }
+
+    /// The working set at which the oldest waiting program is admitted (equal arrivals: the
+    /// smallest of them), or, with nobody waiting, one block below the working set at `t`.
+    fn room_blocks(&self, policy: &TTLPolicy, t: f64) -> i64 {
+        let waiting = || self.programs.values().filter(|p| !p.admitted);
+        let first_s = waiting().map(|p| p.arrival_s).min_by(f64::total_cmp);
+        let (Some(first_s), false) = (first_s, self.admitted.is_empty()) else {
+            return self.working_set(policy, t) - 1;
+        };
+        let admitted: i64 = self
+            .admitted
+            .iter()
+            .map(|a| self.programs[a.as_str()].blocks)
+            .sum();
+        let mean = admitted / self.admitted.len() as i64;
+        let need = waiting()
+            .filter(|p| p.arrival_s == first_s)
+            .map(|p| p.blocks.max(mean))
+            .min()
+            .expect("the oldest waiting program");
+        self.total_blocks - need
+    }
+
+    /// The first instant after `after_s` at which a member's share of the expected working
+    /// set may fall with no event (the reference's `_fall_s`); `inf` when it is live or not
+    /// expected back.
+    fn fall_s(prog: &Program, policy: &TTLPolicy, after_s: f64) -> f64 {
+        let (Some(tool), Some(since), 0) = (prog.tool.as_deref(), prog.away_since_s, prog.live)
+        else {
+            return f64::INFINITY;
+        };
+        let max_ttl_s = policy.config().max_ttl_s;
+        if after_s - since > max_ttl_s {
+            return f64::INFINITY;
+        }
+        let leave = first_instant(since, max_ttl_s, true);
+        let samples = Self::samples(policy, tool);
+        if samples.is_empty() {
+            return leave; // the prior's share is constant until then
+        }
+        match samples.get(samples.partition_point(|&x| x <= after_s - since)) {
+            Some(&d) => first_instant(since, d, false).min(leave),
+            None => f64::INFINITY, // past every record: counts nothing until an event
+        }
+    }
+
+    /// `next_shrink_s` under the expected working set (the reference's module doc). The
+    /// reference sums the whole working set at every instant a member may fall; this keeps
+    /// each member's share as of its own latest fall (a heap of the next ones) and sums the
+    /// whole only when those shares leave room. A share only grows between its own falls,
+    /// so while they leave no room the whole does not either: the same answer.
+    fn expected_shrink_s(&self, policy: &TTLPolicy, t: f64) -> f64 {
+        let room = self.room_blocks(policy, t);
+        let members: Vec<(&Program, f64)> = self
+            .admitted
+            .iter()
+            .map(|id| {
+                let p = &self.programs[id.as_str()];
+                (p, self.horizon_s(p, policy))
+            })
+            .collect();
+        let share =
+            |i: usize, at: f64| Self::expected_blocks(members[i].0, policy, at, members[i].1);
+        let mut shares: Vec<i64> = (0..members.len()).map(|i| share(i, t)).collect();
+        let mut sum: i64 = shares.iter().sum();
+        let mut falls: BinaryHeap<Reverse<Fall>> = BinaryHeap::new();
+        let push = |falls: &mut BinaryHeap<Reverse<Fall>>, i: usize, after_s: f64| {
+            let at = Self::fall_s(members[i].0, policy, after_s);
+            if at < f64::INFINITY {
+                falls.push(Reverse(Fall(at, i)));
+            }
+        };
+        for i in 0..members.len() {
+            push(&mut falls, i, t);
+        }
+        let mut at = t;
+        for _ in 0..SHRINK_LOOKS {
+            let Some(&Reverse(Fall(next, _))) = falls.peek() else {
+                return f64::INFINITY;
+            };
+            at = next;
+            while let Some(&Reverse(Fall(when, i))) = falls.peek() {
+                if when != at {
+                    break;
+                }
+                falls.pop();
+                let now_share = share(i, at);
+                sum += now_share - shares[i];
+                shares[i] = now_share;
+                push(&mut falls, i, at);
+            }
+            if sum <= room {
+                for (i, s) in shares.iter_mut().enumerate() {
+                    *s = share(i, at); // the others' shares may have grown since their falls
+                }
+                sum = shares.iter().sum();
+                if sum <= room {
+                    return at;
+                }
+            }
+        }
+        at
+    }
+
+    /// How soon a member must be back to be worth keeping: `n · rebuild_s`, scaled.
+    fn horizon_s(&self, prog: &Program, policy: &TTLPolicy) -> f64 {
+        let scale = policy.config().working_set_horizon_scale;
+        prog.rebuild_s * self.admitted.len() as f64 * scale
+    }
+
+    /// A member's share of the expected working set (the reference's `_expected_blocks`).
+    /// (`standing`'s classes, without its median: two binary searches, not three.)
+    fn expected_blocks(prog: &Program, policy: &TTLPolicy, t: f64, horizon_s: f64) -> i64 {
+        if prog.live > 0 {
+            return prog.blocks;
+        }
+        let cfg = policy.config();
+        let (Some(tool), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
+            return 0; // not expected back
+        };
+        let elapsed = t - since;
+        if elapsed > cfg.max_ttl_s {
+            return 0;
+        }
+        let samples = Self::samples(policy, tool);
+        if samples.is_empty() {
+            // the prior: whole when its next use is within the horizon, as the median rule
+            let within = cfg.prior_mean_s * std::f64::consts::LN_2 <= horizon_s;
+            return if within { prog.blocks } else { 0 };
+        }
+        let longer = samples.partition_point(|&x| x <= elapsed);
+        if longer == samples.len() {
+            return 0; // away past every record
+        }
+        let reach_s = elapsed + horizon_s;
+        let within = longer + samples[longer..].partition_point(|&x| x <= reach_s);
+        // (i128: blocks up to 2^40 times a window of up to 2^20 durations)
+        let num = i128::from(prog.blocks) * (within - longer) as i128;
+        let den = (samples.len() - longer) as i128;
+        ((num + den - 1) / den) as i64 // rounded up, as the reference
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
@@ -511,12 +676,15 @@ impl AdmissionControl {
 
     /// (working set, summed footprint) of the admitted programs, in one pass.
     fn load(&self, policy: &TTLPolicy, t: f64) -> (i64, i64) {
-        let sharers = self.admitted.len() as f64;
+        let expected = policy.config().expected_working_set;
         let (mut working, mut total) = (0i64, 0i64);
         for id in &self.admitted {
             let p = &self.programs[id.as_str()];
             total += p.blocks;
-            if Self::next_use(p, policy, t) <= p.rebuild_s * sharers {
+            let horizon_s = self.horizon_s(p, policy);
+            if expected {
+                working += Self::expected_blocks(p, policy, t, horizon_s);
+            } else if Self::next_use(p, policy, t) <= horizon_s {
                 working += p.blocks;
             }
         }
@@ -754,6 +922,36 @@ mod tests {
     }
 
     #[test]
+    fn the_expected_working_set_weighs_a_member_by_its_chance_to_be_back() {
+        // the reference's test_admission.py case: a (40 blocks) away since 1 s on a tool of
+        // gaps 1, 2, 3, 100 s, rebuilt in 1 s; b (30) live: a horizon of 2 s
+        let cfg = PolicyConfig {
+            min_tool_samples: 1,
+            expected_working_set: true,
+            working_set_horizon_scale: 1.0,
+            ..PolicyConfig::default()
+        };
+        let mut pol = TTLPolicy::new(cfg).unwrap();
+        for d in [1.0, 2.0, 3.0, 100.0] {
+            pol.observe_tool(Some("mix"), d).unwrap();
+        }
+        let mut ac = AdmissionControl::new(100).unwrap();
+        ac.arrive("a", 0.0, 40).unwrap();
+        assert!(ac.may_run(&pol, "a", 0.0).unwrap());
+        ac.arrive("b", 0.5, 30).unwrap();
+        assert!(ac.may_run(&pol, "b", 0.5).unwrap());
+        ac.finish("a", 1.0, 40, Some("mix"), 1.0, false).unwrap();
+        let sets: Vec<i64> = [1.0, 2.0, 3.0, 4.0]
+            .iter()
+            .map(|&t| ac.working_set_blocks(&pol, t).unwrap())
+            .collect();
+        assert_eq!(sets, vec![20 + 30, 27 + 30, 20 + 30, 30]);
+        ac.arrive("c", 1.0, 52).unwrap();
+        assert!(!ac.may_run(&pol, "c", 1.0).unwrap());
+        assert_eq!(ac.next_shrink_s(&pol, 1.0).unwrap(), 4.0);
+    }
+
+    #[test]
     fn a_program_away_without_a_tool_leaves_the_working_set() {
         let pol = policy();
         let mut ac = AdmissionControl::new(100).unwrap();
@@ -774,7 +972,7 @@ mod tests {
     }
 
     /// A policy that has seen `tool` take `gaps_s`, and a controller of 100 blocks that has
-    /// admitted "p" (50 blocks) at 0 s.
+    /// admitted "p" (50 blocks) at 0 s; the median rule (the cases below state it).
     fn admitted_p(
         min_tool_samples: i64,
         tool: &str,
@@ -782,6 +980,8 @@ mod tests {
     ) -> (TTLPolicy, AdmissionControl) {
         let mut pol = TTLPolicy::new(PolicyConfig {
             min_tool_samples,
+            expected_working_set: false,
+            working_set_horizon_scale: 1.0,
             ..PolicyConfig::default()
         })
         .unwrap();

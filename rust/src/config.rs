@@ -130,6 +130,12 @@ pub struct PolicyConfig {
     pub evict_by_next_use: bool,
     /// The order of returning calls in the waiting queue.
     pub serve_order: ServeOrder,
+    // The working set admission keeps within memory (see `crate::admission`).
+    /// Count each admitted program's footprint times its chance of returning within the
+    /// horizon; false: whole, when its median return is within it.
+    pub expected_working_set: bool,
+    /// The working set's horizon, n · rebuild_s, times this.
+    pub working_set_horizon_scale: f64,
 }
 
 /// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
@@ -179,6 +185,9 @@ impl Default for PolicyConfig {
             admission: false,
             evict_by_next_use: false,
             serve_order: ServeOrder::Program,
+            // (chosen on folds 0-2, kept for helping on fold 3: see config.py)
+            expected_working_set: true,
+            working_set_horizon_scale: 1.5,
         }
     }
 }
@@ -247,6 +256,11 @@ impl PolicyConfig {
                 FieldMut::Bool(&mut self.evict_by_next_use),
             ),
             ("serve_order", FieldMut::Order(&mut self.serve_order)),
+            ("expected_working_set", Bool(&mut self.expected_working_set)),
+            (
+                "working_set_horizon_scale",
+                Float(&mut self.working_set_horizon_scale),
+            ),
         ]
     }
 
@@ -276,6 +290,7 @@ impl PolicyConfig {
         if let Some(eta) = self.cold_start_eta {
             finite("cold_start_eta", eta)?;
         }
+        positive("working_set_horizon_scale", self.working_set_horizon_scale)?;
         if self.min_tool_samples > self.window {
             return Err(Error::invalid(
                 "min_tool_samples",

@@ -9,9 +9,12 @@ import pytest
 
 from ttlpolicy import PolicyConfig
 
+#: the median rule, which the cases worked by hand below state unless they say otherwise
+MEDIAN_RULE = {"expected_working_set": False, "working_set_horizon_scale": 1.0}
+
 
 def make(impl, total_blocks=100, **cfg):
-    policy = impl.TTLPolicy(PolicyConfig(**cfg))
+    policy = impl.TTLPolicy(PolicyConfig(**{**MEDIAN_RULE, **cfg}))
     return impl.AdmissionControl(policy, total_blocks), policy
 
 
@@ -185,6 +188,57 @@ def test_working_set_counts_programs_back_within_their_rebuild_times_sharers(imp
     assert ac.may_run("c", 1.0)  # 40 + 60 fits
     ac.arrive("d", 1.5, 1)  # later than c (a program arriving with c would join c's cohort)
     assert not ac.may_run("d", 1.5)  # c is live: 40 + 60 + 1 > 100
+
+
+def away_on_mix(impl, **cfg):
+    """a (40 blocks) away since 1.0 on a tool whose gaps were 1, 2, 3 and 100 s, rebuilt in
+    1 s; b (30 blocks) live: two sharers, a horizon of 2 s (times the scale)."""
+    ac, policy = make(impl, min_tool_samples=1, **cfg)
+    for d in (1.0, 2.0, 3.0, 100.0):
+        policy.observe_tool("mix", d)
+    ac.arrive("a", 0.0, 40)
+    assert ac.may_run("a", 0.0)
+    ac.arrive("b", 0.5, 30)
+    assert ac.may_run("b", 0.5)
+    ac.finish("a", 1.0, 40, tool="mix", rebuild_s=1.0)
+    return ac
+
+
+def test_the_expected_working_set_weighs_each_member_by_its_chance_to_be_back(impl):
+    median = away_on_mix(impl)
+    expected = away_on_mix(impl, expected_working_set=True)
+    # median rule: a's median return (2 s) is within 2 s: a counts whole, beside live b
+    assert median.working_set_blocks(1.0) == 40 + 30
+    # expected: 2 of the 4 gaps longer than 0 s end within 2 s: half of a
+    assert expected.working_set_blocks(1.0) == 40 * 2 // 4 + 30
+    # 1.5 s away: 2 of the 3 gaps longer than 1.5 s end by 3.5 s: 26.7, rounded up
+    assert expected.working_set_blocks(2.5) == 27 + 30
+    for ac, admits in ((median, False), (expected, True)):
+        ac.arrive("c", 1.0, 45)  # 45 beside 70 does not fit 100, beside 50 it does
+        assert ac.may_run("c", 1.0) is admits
+
+
+def test_the_expected_working_set_is_asked_again_when_it_leaves_room(impl):
+    # a's share as its time away passes the gaps: 1 s: 2 of 3 back by 3 s (27 blocks, up
+    # from 20); 2 s: 1 of 2 by 4 s (20); 3 s: none of 1 by 5 s (0); b counts 30 throughout
+    ac = away_on_mix(impl, expected_working_set=True)
+    assert [ac.working_set_blocks(t) for t in (2.0, 3.0, 4.0)] == [57, 50, 30]
+    assert ac.next_shrink_s(1.0) == 4.0  # nobody waits: the first fall below 50
+    ac.arrive("c", 1.0, 52)
+    assert not ac.may_run("c", 1.0)  # 50 + 52 > 100
+    assert ac.next_shrink_s(1.0) == 4.0  # room for c at 48 blocks: at 4 s, not 3 s
+    assert not ac.may_run("c", math.nextafter(4.0, 0.0)) and ac.may_run("c", 4.0)
+    ac.arrive("a", 4.5, 40)  # back: counts whole, cannot fall with no event
+    assert ac.next_shrink_s(4.5) == math.inf
+
+
+def test_the_horizon_scales_with_working_set_horizon_scale(impl):
+    # half the horizon, 1 s: a's median return (2 s) is no longer within it; 1 gap in 4 is
+    assert away_on_mix(impl, working_set_horizon_scale=0.5).working_set_blocks(1.0) == 30
+    scaled = away_on_mix(impl, expected_working_set=True, working_set_horizon_scale=0.5)
+    assert scaled.working_set_blocks(1.0) == 40 // 4 + 30
+    with pytest.raises(ValueError, match="working_set_horizon_scale"):
+        PolicyConfig(working_set_horizon_scale=0.0)
 
 
 def test_eviction_order_latest_next_use_first(impl):

@@ -16,7 +16,31 @@ from ttlpolicy import PolicyConfig
 
 PROGRAMS = ["A", "B", "C", "D", "E"]
 TOOLS = [None, "bash", "grep", "é" * 200]
-CONFIG = PolicyConfig(min_tool_samples=2, min_total_samples=3, prior_mean_s=4.0, max_ttl_s=50.0)
+CONFIG = PolicyConfig(
+    min_tool_samples=2,
+    min_total_samples=3,
+    prior_mean_s=4.0,
+    max_ttl_s=50.0,
+    expected_working_set=False,
+    working_set_horizon_scale=1.0,
+)
+#: the working-set rules (``PolicyConfig.expected_working_set``, ``working_set_horizon_scale``):
+#: the median rule, the expected working set, either with a horizon scaled, and the defaults
+RULES = [
+    CONFIG,
+    PolicyConfig(**{**CONFIG.model_dump(), "expected_working_set": True}),
+    PolicyConfig(**{**CONFIG.model_dump(), "working_set_horizon_scale": 2.5}),
+    PolicyConfig(
+        **{**CONFIG.model_dump(), "expected_working_set": True, "working_set_horizon_scale": 0.4}
+    ),
+    PolicyConfig(
+        **{
+            **CONFIG.model_dump(),
+            "expected_working_set": PolicyConfig().expected_working_set,
+            "working_set_horizon_scale": PolicyConfig().working_set_horizon_scale,
+        }
+    ),
+]
 
 ops = st.one_of(
     st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),
@@ -72,11 +96,13 @@ def views(ac, latest):
 @settings(
     max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(ops, min_size=5, max_size=80), st.sampled_from([0, 2, 1 << 16]))
-def test_backends_agree_on_any_sequence(backends, seq, max_idle):
+@given(
+    st.lists(ops, min_size=5, max_size=80), st.sampled_from([0, 2, 1 << 16]), st.sampled_from(RULES)
+)
+def test_backends_agree_on_any_sequence(backends, seq, max_idle, config):
     states = []
     for b in backends:
-        policy = b.TTLPolicy(CONFIG)
+        policy = b.TTLPolicy(config)
         states.append((b.AdmissionControl(policy, 100, max_idle), policy))
     now = latest = 0.0
     for op in seq:
@@ -103,12 +129,16 @@ program = st.tuples(
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(program, min_size=1, max_size=8), st.sampled_from(both_backends()))
-def test_no_starvation_and_fcfs_admission(programs, backend):
+@given(
+    st.lists(program, min_size=1, max_size=8),
+    st.sampled_from(both_backends()),
+    st.sampled_from(RULES),
+)
+def test_no_starvation_and_fcfs_admission(programs, backend, config):
     """An engine with room for 100 blocks runs one request per second of whatever may run,
     asking the head of its FCFS queue as the module doc prescribes."""
     impl = backend.values[0] or REFERENCE
-    policy = impl.TTLPolicy(CONFIG)
+    policy = impl.TTLPolicy(config)
     ac = impl.AdmissionControl(policy, 100)
     names = [f"p{i}" for i in range(len(programs))]
     order = sorted(range(len(programs)), key=lambda i: (programs[i][0], names[i]))
@@ -167,10 +197,10 @@ away = st.tuples(  # an admitted program gone on a tool: blocks, tool, rebuild_s
 )
 
 
-def gone_on_tools(impl, durations, programs, total_blocks):
+def gone_on_tools(impl, durations, programs, total_blocks, config=CONFIG):
     """A controller whose programs arrived one at a time (no cohort), were asked to run, and
-    left on their tools; the policy has recorded ``durations``."""
-    policy = impl.TTLPolicy(CONFIG)
+    left on their tools; the policy (``config``) has recorded ``durations``."""
+    policy = impl.TTLPolicy(config)
     for tool, d in durations:
         policy.observe_tool(tool, d)
     ac = impl.AdmissionControl(policy, total_blocks)
@@ -192,14 +222,16 @@ def gone_on_tools(impl, durations, programs, total_blocks):
     st.integers(1, 100),
     st.sampled_from(both_backends()),
     st.lists(st.floats(0.0, 1.0, exclude_max=True), min_size=1, max_size=5),
+    st.sampled_from(RULES),
 )
 def test_a_refused_program_stays_refused_until_the_working_set_may_shrink(
-    durations, programs, newcomer_blocks, backend, at
+    durations, programs, newcomer_blocks, backend, at, config
 ):
     """With no event in between, nobody ``may_run`` refuses at ``now`` is admitted before
     ``next_shrink_s(now)`` — the promise that lets an engine stepping by events (the
     simulator) skip asking at every step."""
-    ac, names = gone_on_tools(backend.values[0] or REFERENCE, durations, programs, 100)
+    impl = backend.values[0] or REFERENCE
+    ac, names = gone_on_tools(impl, durations, programs, 100, config)
     now = 5.0
     ac.arrive("new", now, newcomer_blocks)
     refused = [p for p in [*names, "new"] if not ac.may_run(p, now)]
@@ -219,16 +251,18 @@ def test_a_refused_program_stays_refused_until_the_working_set_may_shrink(
     st.lists(st.tuples(st.sampled_from(TOOLS[1:3]), st.sampled_from(DURATIONS_S)), max_size=80),
     st.lists(away, min_size=1, max_size=4),
     st.sampled_from([4.0, 4.5, 9.0, 30.0, 60.0]),
+    st.sampled_from(RULES),
 )
-def test_backends_agree_on_when_the_working_set_shrinks(durations, programs, now):
+def test_backends_agree_on_when_the_working_set_shrinks(durations, programs, now, config):
     """The Rust core skips runs of recorded durations that cannot end a program's stay in
-    the working set; the reference scans them one by one: the same instant either way."""
-    shrinks = []
+    the working set; the reference scans them one by one: the same instant either way (and
+    the same working set, whichever rule counts it)."""
+    answers = []
     for b in both_backends():
-        ac, _ = gone_on_tools(b.values[0] or REFERENCE, durations, programs, 1000)
+        ac, _ = gone_on_tools(b.values[0] or REFERENCE, durations, programs, 1000, config)
         assert ac.admitted_count == len(programs)  # 1000 blocks: all fit
-        shrinks.append(ac.next_shrink_s(now))
-    assert shrinks[0] == shrinks[1]
+        answers.append((ac.next_shrink_s(now), ac.working_set_blocks(now)))
+    assert answers[0] == answers[1]
 
 
 @settings(max_examples=300, deadline=None)

@@ -33,6 +33,17 @@ Rules (the same in both backends):
   stalls each of the ``n`` programs sharing the engine for about ``rebuild_s``; keeping it
   only idles its blocks until the program is back.  With an offload tier ``rebuild_s`` is
   the reload time, the working set shrinks, and admission rarely holds anyone back.
+* **Expected working set** (``PolicyConfig.expected_working_set``; off: the rule above):
+  each admitted program counts its footprint times its chance of being back within the
+  horizon, ``P(D <= e + h | D > e)`` from the same durations ``D`` — the recorded durations
+  in ``(e, e + h]`` over those longer than ``e`` — rounded up to a block (integers: the two
+  backends sum the same numbers in any order).  A live program counts whole, one not
+  expected back not at all; one away on the prior (no duration recorded) whole when
+  ``μ·ln 2 <= h``, as above.  The median rule counts a program whole or not at all, so a
+  tool whose gaps are mostly short but sometimes long (a human) holds its whole footprint
+  for a return that often does not come in time, or none for one that often does.
+* **Horizon** ``h``: ``n · rebuild_s`` times ``PolicyConfig.working_set_horizon_scale``
+  (default 1), in both rules.
 * **Admission** (load control): programs are admitted first-come-first-served by their
   first arrival.  The oldest program not yet admitted (any of them on a tie) is admitted
   when no program is admitted, when a program that arrived at the same instant is admitted
@@ -45,7 +56,13 @@ Rules (the same in both backends):
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
-  passes ``max_ttl_s``; between such instants a next use only falls.  So a program refused
+  passes ``max_ttl_s``; between such instants a next use only falls.  The expected working
+  set falls only when a member's time away reaches a recorded duration or passes
+  ``max_ttl_s`` (between those its chance only grows, as ``e + h`` passes durations); these
+  instants come often (every recorded duration), so they are tried in time order and the
+  answer is the first at which the working set leaves room for the oldest waiting program
+  (with nobody waiting: falls below its value at ``now``) — at most ``SHRINK_LOOKS`` of
+  them, then the last one tried (an early answer only costs a question).  So a program refused
   admission stays refused until the first such instant of a member, and an engine that
   does not ask at every step (a simulator jumping over runs of steps) asks again then.
 * **Eviction order**: among cached, unpinned contexts, the one whose program's next use is
@@ -103,6 +120,8 @@ _GONE, _AWAY, _PRIOR, _LIVE = 0, 1, 2, 3
 
 #: Live programs tracked at once (each is forgotten when it ends).
 MAX_PROGRAMS = 1 << 20
+#: Instants ``next_shrink_s`` tries under the expected working set (module doc).
+SHRINK_LOOKS = 256
 
 
 def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
@@ -304,35 +323,105 @@ class AdmissionControl:
     def next_shrink_s(self, now: Any) -> float:
         """The first instant after ``now`` at which the working set may shrink with no event
         (``arrive``, ``finish``, ``end``, a recorded tool duration) in between: an admitted
-        program away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.
+        program away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.  Under the
+        expected working set: the first instant it may leave room for the oldest waiting
+        program (see the module doc).
 
         Until then a program that ``may_run`` refuses at ``now`` stays refused: no member of
         the working set leaves, and only members leave it without an event.  An engine that
         steps by events (a simulator) asks ``may_run`` again then; one that asks at every
         step needs nothing."""
         t = self._check_now(now)
-        sharers = float(len(self._admitted))
+        if self.policy.config.expected_working_set:
+            return self._expected_shrink_s(t)
         first = math.inf
         for pid in self._admitted:
             prog = self._programs[pid]
-            limit_s = prog.rebuild_s * sharers
+            limit_s = self._horizon_s(prog)
             if self._next_use(prog, t) <= limit_s:
                 leave = self._leave_s(prog, t, limit_s)
                 if leave < first:
                     first = leave
         return first
 
+    def _room_blocks(self, t: float) -> int:
+        """The working set at which the oldest waiting program is admitted (equal arrivals:
+        the smallest of them), or, with nobody waiting, one block below the working set at
+        ``t``."""
+        admitted = len(self._admitted)
+        oldest = [p for p in self._programs.values() if not p.admitted]
+        if not oldest or not admitted:
+            return self._working_set(t) - 1
+        first_s = min(p.arrival_s for p in oldest)
+        mean = sum(self._programs[a].blocks for a in self._admitted) // admitted
+        need = min(max(p.blocks, mean) for p in oldest if p.arrival_s == first_s)
+        return self.total_blocks - need
+
+    def _fall_s(self, prog: _Program, after_s: float) -> float:
+        """The first instant after ``after_s`` at which a member's share of the expected
+        working set may fall with no event: its time away reaches the next recorded
+        duration, or passes ``max_ttl_s``; ``inf`` when it is live or not expected back."""
+        since = prog.away_since_s
+        if prog.live > 0 or prog.tool is None or since is None:
+            return math.inf
+        max_ttl_s = self.policy.config.max_ttl_s
+        if after_s - since > max_ttl_s:
+            return math.inf
+        leave = _first_instant(since, max_ttl_s, beyond=True)
+        samples = self._samples(prog.tool)
+        if not samples:
+            return leave  # the prior's share is constant until then
+        k = bisect.bisect_right(samples, after_s - since)
+        if k == len(samples):
+            return math.inf  # past every record: counts nothing until an event
+        reached = _first_instant(since, samples[k], beyond=False)
+        return reached if reached < leave else leave
+
+    def _expected_shrink_s(self, t: float) -> float:
+        """``next_shrink_s`` under the expected working set (module doc)."""
+        room = self._room_blocks(t)
+        members = [self._programs[p] for p in self._admitted]
+        at = t
+        for _ in range(SHRINK_LOOKS):
+            at = min((self._fall_s(prog, at) for prog in members), default=math.inf)
+            if at == math.inf or self._working_set(at) <= room:
+                return at
+        return at
+
+    def _horizon_s(self, prog: _Program) -> float:
+        """How soon a member must be back to be worth keeping: ``n · rebuild_s``, scaled."""
+        cfg = self.policy.config
+        return prog.rebuild_s * float(len(self._admitted)) * cfg.working_set_horizon_scale
+
+    def _expected_blocks(self, prog: _Program, t: float, horizon_s: float) -> int:
+        """A member's share of the expected working set (see the module doc)."""
+        kind, _ = self._standing(prog, t)
+        if kind == _LIVE:
+            return prog.blocks
+        if kind == _PRIOR:
+            return prog.blocks if self._next_use(prog, t) <= horizon_s else 0
+        if kind == _GONE:
+            return 0
+        samples = self._samples(prog.tool)  # type: ignore[arg-type]
+        elapsed = t - prog.away_since_s  # type: ignore[operator]
+        longer = bisect.bisect_right(samples, elapsed)
+        within = bisect.bisect_right(samples, elapsed + horizon_s)
+        return -(-prog.blocks * (within - longer) // (len(samples) - longer))
+
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]
 
     def _load(self, t: float) -> tuple[int, int]:
         """(working set, summed footprint) of the admitted programs, in one pass."""
+        expected = self.policy.config.expected_working_set
         working = total = 0
-        sharers = float(len(self._admitted))
         for pid in self._admitted:
             prog = self._programs[pid]
             total += prog.blocks
-            if self._next_use(prog, t) <= prog.rebuild_s * sharers:
+            horizon_s = self._horizon_s(prog)
+            if expected:
+                working += self._expected_blocks(prog, t, horizon_s)
+            elif self._next_use(prog, t) <= horizon_s:
                 working += prog.blocks
         return working, total
 
