@@ -18,6 +18,7 @@ from ttlpolicy.sim.call import ProgramRun
 from ttlpolicy.sim.cluster import ROUTERS, Cluster, SessionHash, TTLPolicyRouter
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin
 from ttlpolicy.sim.run import simulate_cluster
+from ttlpolicy.sim.workload import poisson_arrivals
 from ttlpolicy.traces import read_trace
 
 SESSIONS = Path(ttlpolicy.__file__).parent / "data" / "sessions"
@@ -157,3 +158,17 @@ def test_bad_arguments_are_refused_by_name():
         Cluster(SMALL, TTLPolicyPlugin(), 2, "round-robin")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="instance must be in"):
         Cluster(SMALL, "vllm", 2, "round-robin").kill(2, 1.0)
+
+
+def test_a_program_that_moves_leaves_nothing_expecting_it_behind():
+    """Round-robin moves every program at every call: each instance it left ends it there
+    (load control and the pin table), so no working set counts a program that left, and no
+    instance waits on one (it would stall: load control and the queue's order disagreeing)."""
+    cluster = Cluster(SMALL, "ttlpolicy", 3, "round-robin")
+    cluster.add_programs(poisson_arrivals(QUICK, 1.0, 0))
+    m = cluster.run()
+    assert m.programs_done == len(QUICK)
+    for e in cluster.engines:
+        assert isinstance(e.policy, TTLPolicyPlugin) and e.policy.admission is not None
+        assert e.policy.admission.program_count == 0
+        assert e.policy.sched.pin_count == 0 and e.kv.pinned == 0

@@ -17,6 +17,12 @@ context, unless the instances' outstanding calls differ by more than ``imbalance
 least loaded, as Ray Serve's ``PrefixCacheAffinityRouter``); ``ttlpolicy`` (the library's
 ``ProgramRouter``, fed each instance's state before each call and each pin as it is made).
 
+A program placed on another instance than its last call's leaves that one
+(``Policy.program_left``: the ``ttlpolicy`` plug-in ends it there, its pin released), as a
+router's plug-in would tell the replica — else load control counts the program in its
+working set until it returns, maybe never (measured: bench/results-fleet.md, round-robin under the
+``ttlpolicy`` policy); that instance looks at its queue again then.
+
 An instance may be killed at an instant (``kill``): the router drains it, and every call
 placed there and not finished is placed again, on the others, at that instant (recomputed
 from scratch: its context died with the instance).
@@ -263,6 +269,9 @@ class Cluster:
         self.placed_tokens = [0] * instances  # their prompts' tokens
         self.killed_s: list[float | None] = [None] * instances
         self._where: dict[str, tuple[int, ProgramRun, int]] = {}  # program → its placed call
+        self._last: dict[str, int] = {}  # program → the instance of its last finished call
+        self._placed: list[int] = []  # instances given a call by the event in hand
+        self._woken: list[int] = []  # instances a program left: they look at their queue
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self._arrivals: ConcurrencyArrivals | None = None
@@ -304,10 +313,12 @@ class Cluster:
             self.outstanding[i] -= 1
             self.placed_tokens[i] -= run.program.turns[placed].input_tokens
             self.router.finished(i, run)
+            self._last[pid] = i
             if turn_index is not None:
                 self._push(t, _CALL, (run, turn_index))
                 return
             self.router.ended(pid)
+            del self._last[pid]
             self.programs_done += 1
             if self._arrivals is not None:
                 prog = self._arrivals.replacement()
@@ -320,10 +331,18 @@ class Cluster:
         i = self.router.choose(run, turn_index, t)
         if not (0 <= i < len(self.engines) and self.alive[i]):
             raise RuntimeError(f"router {self.router.name!r} chose instance {i}, not a live one")
-        self._where[run.program.program_id] = (i, run, turn_index)
+        pid = run.program.program_id
+        last = self._last.get(pid, i)
+        if last != i and self.alive[last]:
+            left = self.engines[last]
+            if left.policy.program_left(pid):
+                left.kv.unpin(pid)
+            self._woken.append(last)
+        self._where[pid] = (i, run, turn_index)
         self.outstanding[i] += 1
         self.placed_tokens[i] += run.program.turns[turn_index].input_tokens
         self.engines[i].deliver(t, run, turn_index, starts)
+        self._placed.append(i)
         return i
 
     # -- the loop -----------------------------------------------------------------------------
@@ -365,13 +384,20 @@ class Cluster:
                 if kind == _KILL:
                     self._kill(obj, t)
                     version[obj] += 1  # no more moves
-                    continue
-                if kind == _ARRIVE:
-                    i = self._place(t, ProgramRun(obj, t), 0, True)
+                elif kind == _ARRIVE:
+                    self._place(t, ProgramRun(obj, t), 0, True)
                 else:
-                    i = self._place(t, obj[0], obj[1], False)
-                if prepared[i]:
-                    schedule(i)  # the call may stop its planned run, or end its wait
+                    self._place(t, obj[0], obj[1], False)
+                for k in self._placed:
+                    if prepared[k] and self.alive[k]:
+                        schedule(k)  # the call may stop its planned run, or end its wait
+                for k in self._woken:
+                    if prepared[k] and plans[k] is None and self.alive[k]:
+                        # waiting for an event: it looks at its queue again now
+                        version[k] += 1
+                        heapq.heappush(moves, (max(t, engines[k].now), _COMMIT, k, version[k]))
+                self._placed.clear()
+                self._woken.clear()
                 continue
             if not moves:
                 break
