@@ -10,7 +10,8 @@
 //!
 //! * wait at an instance = `queue_len · miss_cost_s(queued_tokens / queue_len)`, plus `T`
 //!   when the call does not fit (free blocks, and room beside load control's working set);
-//!   at the home, a live pin's blocks come off the call's need;
+//!   at the home, the working set counts the program already (only its growth over its last
+//!   call's blocks is new) and a live pin's blocks come off the call's need;
 //! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · miss`
 //!   without a live pin; elsewhere the wait plus `miss`; it stays unless another costs less;
 //! * a new program costs the wait; ties: the home, then the most room, then registration;
@@ -94,6 +95,8 @@ impl Instance {
 #[derive(Debug, Clone)]
 struct Program {
     home: usize,
+    /// Its last call's `blocks_needed` (at its home).
+    blocks: i64,
     pin_deadline_s: Option<f64>,
     pin_blocks: i64,
     seq: u64,
@@ -213,6 +216,12 @@ impl ProgramRouter {
             return Ok(false);
         }
         let prog = self.touch(program_id, i);
+        // its footprint there: at least the pinned context
+        prog.blocks = if prog.home == i {
+            prog.blocks.max(n)
+        } else {
+            n
+        };
         prog.home = i;
         prog.pin_deadline_s = Some(deadline);
         prog.pin_blocks = n;
@@ -277,15 +286,17 @@ impl ProgramRouter {
         let prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)?;
         let miss = policy.miss_cost_s(prefix, 0)?;
         let wait_memory_s = policy.out_of_order_cost_s();
-        let (home, live_pin, pin_blocks) = match self.programs.get(program_id) {
+        let (home, live_pin, pin_blocks, last_blocks) = match self.programs.get(program_id) {
             Some(p) => (
                 Some(p.home),
                 p.pin_deadline_s.is_some_and(|d| t < d),
                 p.pin_blocks,
+                p.blocks,
             ),
-            None => (None, false, 0),
+            None => (None, false, 0, 0),
         };
         let kept_need = (need_all - pin_blocks).max(0);
+        let home_grow = (need_all - last_blocks).max(0);
         // The best (cost, not home, −room, index) so far.
         let mut best: Option<(f64, bool, i64, usize)> = None;
         for (i, inst) in self.instances.iter().enumerate() {
@@ -299,12 +310,13 @@ impl ProgramRouter {
             } else {
                 need_all
             };
+            let grow = if at_home { home_grow } else { need_all };
             let mut queue_s = 0.0;
             if s.queue_len > 0 {
                 queue_s =
                     s.queue_len as f64 * policy.miss_cost_s(s.queued_tokens / s.queue_len, 0)?;
             }
-            let fits = need <= s.free_blocks && s.working_set_blocks + need <= s.total_blocks;
+            let fits = need <= s.free_blocks && s.working_set_blocks + grow <= s.total_blocks;
             let mut cost = if fits {
                 queue_s
             } else {
@@ -317,7 +329,7 @@ impl ProgramRouter {
                     cost += (1.0 - s.cached_fraction) * miss;
                 }
             }
-            let room = s.total_blocks - s.working_set_blocks - need;
+            let room = s.total_blocks - s.working_set_blocks - grow;
             let key = (cost, !at_home, -room, i);
             let better = match best {
                 None => true,
@@ -337,17 +349,21 @@ impl ProgramRouter {
         self.now = t;
         let kept = home == Some(chosen) && live_pin;
         let need = if kept { kept_need } else { need_all };
+        let grow = if home == Some(chosen) {
+            home_grow
+        } else {
+            need_all
+        };
         let s = &mut self.instances[chosen].state;
         s.queue_len += 1;
         if !kept {
             s.queued_tokens = (s.queued_tokens + prefix).min(MAX_BLOCKS);
         }
         s.free_blocks = (s.free_blocks - need).max(0);
-        if home != Some(chosen) {
-            s.working_set_blocks = (s.working_set_blocks + need).min(MAX_BLOCKS);
-        }
+        s.working_set_blocks = (s.working_set_blocks + grow).min(MAX_BLOCKS);
         let prog = self.touch(program_id, chosen);
         prog.home = chosen;
+        prog.blocks = need_all;
         prog.pin_deadline_s = None;
         prog.pin_blocks = 0;
         Ok(&self.instances[chosen].id)
@@ -422,6 +438,7 @@ impl ProgramRouter {
         self.order.insert(seq, key.clone());
         self.programs.entry(key).or_insert(Program {
             home,
+            blocks: 0,
             pin_deadline_s: None,
             pin_blocks: 0,
             seq,

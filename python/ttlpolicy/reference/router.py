@@ -11,21 +11,22 @@ not copied): ``miss`` = ``policy.miss_cost_s(prefix_tokens)`` (rebuilding the co
   ``queue_s + (0 if it fits else T)``, where ``queue_s`` = ``queue_len ·
   miss_cost_s(queued_tokens // queue_len)`` (the queue ahead's prefill, each call priced by
   the miss model at the queue's mean size; 0 for an empty queue) and the call *fits* when
-  ``need <= free_blocks`` and ``working_set_blocks + need <= total_blocks`` (beside load
-  control's working set).  At its home, a live pin's blocks count towards ``need``'s room:
-  ``need`` there is ``blocks_needed − pin blocks`` (at least 0).
+  ``need <= free_blocks`` and ``working_set_blocks + grow <= total_blocks`` (beside load
+  control's working set), ``grow`` = ``need`` but at the program's home, where the working
+  set counts it already: there ``grow`` is what the call adds to its last call's blocks
+  (``blocks_needed`` − those, at least 0), and a live pin's blocks are its own, so ``need``
+  there is ``blocks_needed − pin blocks`` (at least 0).
 * **A returning call** (its home routable) costs, at its home, the wait there, plus
   ``(1 − cached_fraction) · miss`` without a live pin (the chance its context was evicted,
   from the instance's reported hit fraction); anywhere else, the wait there plus ``miss``.
   It stays home unless another instance costs strictly less.
 * **A new program** (or one whose home was drained) costs the wait at each instance.
-* **Ties**: the home first, then the most room (``total − working set − need``), then the
+* **Ties**: the home first, then the most room (``total − working set − grow``), then the
   instance registered first.
 * After a choice, until the instance reports again, the router counts the call there:
   queue length + 1, ``queued_tokens`` + ``prefix_tokens`` (unless a live pin kept its
-  context), free blocks − ``need`` (not below 0), working set + ``need`` (when the program
-  moved there or is new).  The program's pin is consumed (it stayed) or left behind (it
-  moved): either way the router forgets it.
+  context), free blocks − ``need`` (not below 0), working set + ``grow``.  The program's
+  pin is consumed (it stayed) or left behind (it moved): either way the router forgets it.
 * A pin is live while ``now < deadline_s`` (``pinned`` reports it).
 * ``drain`` takes an instance out of routing (dead, or draining): its programs are released
   (they route as new) and its later reports and pins are ignored (answer False) until
@@ -83,10 +84,11 @@ class _Instance:
 
 
 class _Program:
-    __slots__ = ("home", "pin_blocks", "pin_deadline_s")
+    __slots__ = ("blocks", "home", "pin_blocks", "pin_deadline_s")
 
     def __init__(self, home: int) -> None:
         self.home = home
+        self.blocks = 0  # its last call's blocks_needed (at its home)
         self.pin_deadline_s: float | None = None
         self.pin_blocks = 0
 
@@ -176,8 +178,11 @@ class ProgramRouter:
         n = int_in("blocks", blocks, 0, MAX_BLOCKS)
         if not inst.routable:
             return False
-        prog = self._touch(pid, self._index[inst.id])
-        prog.home = self._index[inst.id]
+        i = self._index[inst.id]
+        prog = self._touch(pid, i)
+        # its footprint there: at least the pinned context
+        prog.blocks = max(prog.blocks, n) if prog.home == i else n
+        prog.home = i
         prog.pin_deadline_s = deadline
         prog.pin_blocks = n
         return True
@@ -219,21 +224,23 @@ class ProgramRouter:
         for i, inst in enumerate(self._instances):
             if not inst.reported:
                 continue
-            need = need_all
-            if i == home and live_pin:
+            need = grow = need_all
+            if i == home:
                 assert prog is not None
-                need = max(0, need_all - prog.pin_blocks)
+                grow = max(0, need_all - prog.blocks)
+                if live_pin:
+                    need = max(0, need_all - prog.pin_blocks)
             queue_s = 0.0
             if inst.queue_len:
                 queue_s = inst.queue_len * policy.miss_cost_s(inst.queued_tokens // inst.queue_len)
-            fits = need <= inst.free_blocks and inst.working_set_blocks + need <= inst.total_blocks
+            fits = need <= inst.free_blocks and inst.working_set_blocks + grow <= inst.total_blocks
             cost = queue_s if fits else queue_s + wait_memory_s
             if home >= 0:
                 if i != home:
                     cost += miss
                 elif not live_pin:
                     cost += (1.0 - inst.cached_fraction) * miss
-            room = inst.total_blocks - inst.working_set_blocks - need
+            room = inst.total_blocks - inst.working_set_blocks - grow
             key = (cost, 0 if i == home else 1, -room, i)
             if best is None or key < best:
                 best = key
@@ -245,18 +252,20 @@ class ProgramRouter:
         chosen = best[3]
         inst = self._instances[chosen]
         kept = chosen == home and live_pin
-        need = need_all
-        if kept:
+        need = grow = need_all
+        if chosen == home:
             assert prog is not None
-            need = max(0, need_all - prog.pin_blocks)
+            grow = max(0, need_all - prog.blocks)
+            if kept:
+                need = max(0, need_all - prog.pin_blocks)
         inst.queue_len += 1
         if not kept:
             inst.queued_tokens = min(MAX_BLOCKS, inst.queued_tokens + prefix)
         inst.free_blocks = max(0, inst.free_blocks - need)
-        if chosen != home:
-            inst.working_set_blocks = min(MAX_BLOCKS, inst.working_set_blocks + need)
+        inst.working_set_blocks = min(MAX_BLOCKS, inst.working_set_blocks + grow)
         prog = self._touch(pid, chosen)
         prog.home = chosen
+        prog.blocks = need_all
         prog.pin_deadline_s = None
         prog.pin_blocks = 0
         return inst.id
