@@ -197,10 +197,14 @@ class TTLPolicyRouter(Router):
             kv = e.kv
             queue = e.policy.waiting()
             placed = c.outstanding[i]
-            queued_tokens = queue * c.placed_tokens[i] // placed if placed else 0
+            cached = m.hit_tokens / m.input_tokens if m.input_tokens else 1.0
+            # the queue's prompts to compute: its calls at the mean placed prompt, less the
+            # share the instance finds cached
+            queued_tokens = (
+                int(queue * c.placed_tokens[i] * (1.0 - cached) / placed) if placed else 0
+            )
             admission = getattr(e.policy, "admission", None)
             working = kv.used if admission is None else admission.working_set_blocks(e.now)
-            cached = m.hit_tokens / m.input_tokens if m.input_tokens else 1.0
             router.report(
                 self._ids[i], kv.available(), kv.capacity, queue, queued_tokens, working, cached
             )
