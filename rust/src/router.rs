@@ -5,15 +5,16 @@
 //! The router keeps each instance's last reported state and each program's *home* (the
 //! instance that served its last call) with the live pin it holds there, and prices a call
 //! with the TTL model's own terms, read from the [`TTLPolicy`] passed to each
-//! [`route`](ProgramRouter::route): `miss` = [`TTLPolicy::miss_cost_s`] of the context and
-//! `T` = [`TTLPolicy::out_of_order_cost_s`] (a call that waits for memory).
+//! [`route`](ProgramRouter::route): a lost context costs what a pin saves, `loss` =
+//! `miss + η · T` ([`TTLPolicy::miss_cost_s`], [`TTLPolicy::eta`],
+//! [`TTLPolicy::out_of_order_cost_s`]), and `T` is also the wait of a call short of memory.
 //!
 //! * wait at an instance = `queue_len · miss_cost_s(queued_tokens / queue_len)`, plus `T`
 //!   when the call does not fit (free blocks, and room beside load control's working set);
 //!   at the home, the working set counts the program already (only its growth over its last
 //!   call's blocks is new) and a live pin's blocks come off the call's need;
-//! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · miss`
-//!   without a live pin; elsewhere the wait plus `miss`; it stays unless another costs less;
+//! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · loss`
+//!   without a live pin; elsewhere the wait plus `loss`; it stays unless another costs less;
 //! * a new program costs the wait; ties: the home, then the most room, then registration;
 //! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs.
 //!
@@ -284,8 +285,8 @@ impl ProgramRouter {
         }
         let need_all = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
         let prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)?;
-        let miss = policy.miss_cost_s(prefix, 0)?;
         let wait_memory_s = policy.out_of_order_cost_s();
+        let loss = policy.miss_cost_s(prefix, 0)? + policy.eta() * wait_memory_s;
         let (home, live_pin, pin_blocks, last_blocks) = match self.programs.get(program_id) {
             Some(p) => (
                 Some(p.home),
@@ -324,9 +325,9 @@ impl ProgramRouter {
             };
             if home.is_some() {
                 if !at_home {
-                    cost += miss;
+                    cost += loss;
                 } else if !live_pin {
-                    cost += (1.0 - s.cached_fraction) * miss;
+                    cost += (1.0 - s.cached_fraction) * loss;
                 }
             }
             let room = s.total_blocks - s.working_set_blocks - grow;

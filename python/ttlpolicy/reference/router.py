@@ -4,8 +4,10 @@ A pin is worth nothing when the program's next call lands on another instance.  
 keeps, for each instance, the state it last reported, and for each program its *home* (the
 instance that served its last call) and the live pin it holds there; it answers ``route``
 from them, pricing a call with the TTL model's own terms, read from a ``TTLPolicy`` (used,
-not copied): ``miss`` = ``policy.miss_cost_s(prefix_tokens)`` (rebuilding the context) and
-``T`` = ``policy.out_of_order_cost_s`` (the queueing delay of a call that waits for memory).
+not copied): ``miss`` = ``policy.miss_cost_s(prefix_tokens)`` (rebuilding the context),
+``T`` = ``policy.out_of_order_cost_s`` (the queueing delay of a return that lost its cache,
+and of a call that waits for memory) and ``η`` = ``policy.eta``; a lost context costs what
+the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
 
 * **Wait at an instance** for a call needing ``need`` blocks:
   ``queue_s + (0 if it fits else T)``, where ``queue_s`` = ``queue_len ·
@@ -17,8 +19,8 @@ not copied): ``miss`` = ``policy.miss_cost_s(prefix_tokens)`` (rebuilding the co
   (``blocks_needed`` − those, at least 0), and a live pin's blocks are its own, so ``need``
   there is ``blocks_needed − pin blocks`` (at least 0).
 * **A returning call** (its home routable) costs, at its home, the wait there, plus
-  ``(1 − cached_fraction) · miss`` without a live pin (the chance its context was evicted,
-  from the instance's reported hit fraction); anywhere else, the wait there plus ``miss``.
+  ``(1 − cached_fraction) · loss`` without a live pin (the chance its context was evicted,
+  from the instance's reported hit fraction); anywhere else, the wait there plus ``loss``.
   It stays home unless another instance costs strictly less.
 * **A new program** (or one whose home was drained) costs the wait at each instance.
 * **Ties**: the home first, then the most room (``total − working set − grow``), then the
@@ -215,8 +217,8 @@ class ProgramRouter:
         need_all = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
         prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
         policy = self.policy
-        miss = policy.miss_cost_s(prefix)
         wait_memory_s = policy.out_of_order_cost_s
+        loss = policy.miss_cost_s(prefix) + policy.eta * wait_memory_s
         prog = self._programs.get(pid)
         home = prog.home if prog is not None else -1
         live_pin = prog is not None and prog.pin_deadline_s is not None and t < prog.pin_deadline_s
@@ -237,9 +239,9 @@ class ProgramRouter:
             cost = queue_s if fits else queue_s + wait_memory_s
             if home >= 0:
                 if i != home:
-                    cost += miss
+                    cost += loss
                 elif not live_pin:
-                    cost += (1.0 - inst.cached_fraction) * miss
+                    cost += (1.0 - inst.cached_fraction) * loss
             room = inst.total_blocks - inst.working_set_blocks - grow
             key = (cost, 0 if i == home else 1, -room, i)
             if best is None or key < best:
