@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from conftest import NATIVE, REFERENCE
 from parity import close, outcome, plain
 from ttlpolicy import PolicyConfig
 
@@ -32,10 +31,12 @@ def views(router: Any) -> Any:
 
 
 class RouterMachine(RuleBasedStateMachine):
+    BACKENDS: tuple[Any, ...] = ()  # set per test
+
     def __init__(self) -> None:
         super().__init__()
         self.routers = []
-        for be in (REFERENCE, NATIVE):
+        for be in self.BACKENDS:
             policy = be.TTLPolicy(PolicyConfig(min_prefill_samples=3))
             router = be.ProgramRouter(policy, 4, 3)
             for iid in ("i0", "i1"):
@@ -102,7 +103,7 @@ class RouterMachine(RuleBasedStateMachine):
 
 def test_router_backends_agree(backends):
     run_state_machine_as_test(
-        RouterMachine,
+        type("Machine", (RouterMachine,), {"BACKENDS": backends}),
         settings=settings(stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture]),
     )  # fmt: skip

@@ -95,8 +95,8 @@ class PinWatch(TTLPolicyRouter):
             )  # fmt: skip
         i = super().choose(run, turn_index, now)
         if zero_wait:
-            self.kept += i == int(home)  # type: ignore[arg-type]
-            self.away += i != int(home)  # type: ignore[arg-type]
+            self.kept += i == int(home)
+            self.away += i != int(home)
         return i
 
 
