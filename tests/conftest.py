@@ -34,6 +34,7 @@ REFERENCE_MODULES = (
     "prefix_tree",
     "admission",
     "lifecycle",
+    "router",
 )
 
 

@@ -3,14 +3,13 @@
 //! `ttlpolicy_core::admission`. It keeps the very `TTLPolicy` object it was given and reads
 //! its tool-gap statistics through `borrow`.
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use ttlpolicy_core::admission::AdmissionControl;
 use ttlpolicy_core::scheduler::DEFAULT_MAX_IDLE_PROGRAMS;
 
-use crate::convert::{call1, call2, tool_now, type_name, Arg, Args};
-use crate::policy::PyTTLPolicy;
+use crate::convert::{call1, call2, tool_now, Arg, Args};
+use crate::policy::{policy_arg, PyTTLPolicy};
 use crate::scheduler::{id_str, items, Flag};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -35,19 +34,14 @@ impl PyAdmissionControl {
         total_blocks: Arg<i64>,
         max_idle_programs: Arg<i64>,
     ) -> PyResult<Self> {
-        let policy = policy.downcast::<PyTTLPolicy>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "policy must be a TTLPolicy, got {}",
-                type_name(policy)
-            ))
-        })?;
+        let policy = policy_arg(policy)?;
         let mut args = Args::new();
         let total = args.take("total_blocks", total_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
         let inner = args.finish(AdmissionControl::with_max_idle_programs(total, max_idle))?;
         Ok(PyAdmissionControl {
             inner,
-            policy: policy.clone().unbind(),
+            policy: policy.unbind(),
         })
     }
 

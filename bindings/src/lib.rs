@@ -8,6 +8,7 @@ mod convert;
 mod lifecycle;
 mod policy;
 mod prefix_tree;
+mod router;
 mod scheduler;
 mod step_time;
 mod value;
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     scheduler::register(m)?;
     lifecycle::register(m)?;
     prefix_tree::register(m)?;
+    router::register(m)?;
     step_time::register(m)?;
     Ok(())
 }

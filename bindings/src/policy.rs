@@ -538,6 +538,17 @@ pub struct PyTTLPolicy {
     config: Py<PyAny>,
 }
 
+/// The `policy` argument of a class built over a `TTLPolicy` (the scheduler, load control,
+/// the router): the very object, or the reference's `TypeError`.
+pub fn policy_arg<'py>(policy: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyTTLPolicy>> {
+    policy.downcast::<PyTTLPolicy>().cloned().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "policy must be a TTLPolicy, got {}",
+            type_name(policy)
+        ))
+    })
+}
+
 impl PyTTLPolicy {
     /// The core policy, for other native classes that drive it (the scheduler).
     pub fn core(&self) -> &TTLPolicy {

@@ -19,7 +19,7 @@ use ttlpolicy_core::scheduler::{
 };
 
 use crate::convert::{call1, call2, core_err, tool_now, type_name, Arg, Args, Fault};
-use crate::policy::{PyPinDecision, PyTTLPolicy};
+use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -383,12 +383,7 @@ impl PyProgramScheduler {
         pin_budget_blocks: Arg<i64>,
         max_idle_programs: Arg<i64>,
     ) -> PyResult<Self> {
-        let policy = policy.downcast::<PyTTLPolicy>().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "policy must be a TTLPolicy, got {}",
-                type_name(policy)
-            ))
-        })?;
+        let policy = policy_arg(policy)?;
         let mut args = Args::new();
         let total = args.take("total_blocks", total_blocks);
         let budget = args.take("pin_budget_blocks", pin_budget_blocks);
@@ -408,7 +403,7 @@ impl PyProgramScheduler {
             .with_serve_order(order);
         Ok(PyProgramScheduler {
             inner,
-            policy: policy.clone().unbind(),
+            policy: policy.unbind(),
         })
     }
 

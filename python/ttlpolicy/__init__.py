@@ -20,6 +20,7 @@ from .reference import history as _ref_history
 from .reference import lifecycle as _ref_lifecycle
 from .reference import policy as _ref_policy
 from .reference import prefix_tree as _ref_prefix_tree
+from .reference import router as _ref_router
 from .reference import scheduler as _ref_scheduler
 from .reference import solver as _ref_solver
 
@@ -49,6 +50,8 @@ if native is not None:
     AdmissionControl = native.AdmissionControl
     # a program's life on one engine (joins the two above)
     ProgramLifecycle = native.ProgramLifecycle
+    # which instance serves a program's call, when many serve one workload
+    ProgramRouter = native.ProgramRouter
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -65,6 +68,7 @@ else:
     GroupStats = _ref_prefix_tree.GroupStats
     AdmissionControl = _ref_admission.AdmissionControl
     ProgramLifecycle = _ref_lifecycle.ProgramLifecycle
+    ProgramRouter = _ref_router.ProgramRouter
 
 __all__ = [
     "AdmissionControl",
@@ -79,6 +83,7 @@ __all__ = [
     "PolicyConfig",
     "PrefixTree",
     "ProgramLifecycle",
+    "ProgramRouter",
     "ProgramScheduler",
     "TTLPolicy",
     "ToolHistory",

@@ -38,6 +38,7 @@ __all__ = [
     "PinDecision",
     "PrefixTree",
     "ProgramLifecycle",
+    "ProgramRouter",
     "ProgramScheduler",
     "StepModel",
     "StepRun",
@@ -571,6 +572,58 @@ class ProgramLifecycle:
     @property
     def held_count(self) -> int: ...
     def may_give_way(self, nothing_runs: bool) -> bool: ...
+
+# ---------------------------------------------------------------------------------------------
+# Many instances: ProgramRouter; twin of ttlpolicy.reference.router (rules in its module doc).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class ProgramRouter:
+    """Routes programs' calls over engine instances from their reported state, pricing a
+    call with the policy's miss model and queueing delay (the policy is used, never
+    copied)."""
+
+    def __new__(
+        cls,
+        policy: TTLPolicy,
+        max_instances: SupportsIndex = ...,
+        max_programs: SupportsIndex = ...,
+    ) -> ProgramRouter: ...
+    @property
+    def policy(self) -> TTLPolicy: ...
+    def add_instance(self, instance_id: str) -> None: ...
+    def report(
+        self,
+        instance_id: str,
+        free_blocks: SupportsIndex,
+        total_blocks: SupportsIndex,
+        queue_len: SupportsIndex,
+        queued_tokens: SupportsIndex,
+        working_set_blocks: SupportsIndex,
+        cached_fraction: SupportsFloat,
+    ) -> bool: ...
+    def pinned(
+        self, instance_id: str, program_id: str, deadline_s: SupportsFloat, blocks: SupportsIndex
+    ) -> bool: ...
+    def drain(self, instance_id: str) -> list[str]: ...
+    def end_program(self, program_id: str) -> bool: ...
+    def route(
+        self,
+        program_id: str,
+        now: SupportsFloat,
+        blocks_needed: SupportsIndex,
+        prefix_tokens: SupportsIndex,
+    ) -> str: ...
+    def home(self, program_id: str) -> str | None: ...
+    def routable(self, instance_id: str) -> bool: ...
+    @property
+    def instance_ids(self) -> list[str]: ...
+    @property
+    def program_count(self) -> int: ...
+    @property
+    def max_instances(self) -> int: ...
+    @property
+    def max_programs(self) -> int: ...
 
 # The simulator's step-time model; twin of ttlpolicy.sim.hardware (StepModel, StepRun), the
 # same floats to the bit (tests/sim/test_step_time_native.py).

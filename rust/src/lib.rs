@@ -41,6 +41,7 @@ pub mod index_list;
 pub mod lifecycle;
 pub mod policy;
 pub mod prefix_tree;
+pub mod router;
 pub mod scheduler;
 pub mod solver;
 pub mod step_time;

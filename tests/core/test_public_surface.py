@@ -124,6 +124,21 @@ def lifecycle(be: Any) -> Any:
     return life
 
 
+def router(be: Any) -> Any:
+    """Two reported instances and a third registered, not reported: P routed to one, which
+    pinned it; Q routed too."""
+    policy = be.TTLPolicy(PolicyConfig(min_tool_samples=1, min_total_samples=1))
+    r = be.ProgramRouter(policy, 4, 8)
+    for iid in ("i0", "i1", "i2"):
+        r.add_instance(iid)
+    r.report("i0", 50, 100, 1, 500, 40, 0.5)
+    r.report("i1", 80, 100, 0, 0, 10, 0.9)
+    home = r.route("P", 1.0, 10, 640)
+    assert r.pinned(home, "P", 9.0, 10)
+    r.route("Q", 2.0, 5, 320)
+    return r
+
+
 def tree(be: Any) -> Any:
     t = be.PrefixTree(max_nodes=8, group_depth=2, window=4, max_idle_groups=2, default_ttl_s=9.0)
     t.insert([1, 2, 3], 0.0)
@@ -163,6 +178,7 @@ OBJECTS: dict[str, Callable[[Any], Any]] = {
     "PrefixTree": tree,
     "AdmissionControl": admission,
     "ProgramLifecycle": lifecycle,
+    "ProgramRouter": router,
 }
 
 #: (what, build, method or None for the constructor, valid keyword arguments).
@@ -256,6 +272,18 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
           keep="b2", for_program="B")),
     ("ProgramLifecycle", lifecycle, "held", dict(request_id="b2")),
     ("ProgramLifecycle", lifecycle, "may_give_way", dict(nothing_runs=True)),
+    ("ProgramRouter", router, "add_instance", dict(instance_id="i3")),
+    ("ProgramRouter", router, "report",
+     dict(instance_id="i2", free_blocks=1, total_blocks=2, queue_len=3, queued_tokens=4,
+          working_set_blocks=5, cached_fraction=0.5)),
+    ("ProgramRouter", router, "pinned",
+     dict(instance_id="i1", program_id="Q", deadline_s=9.0, blocks=3)),
+    ("ProgramRouter", router, "drain", dict(instance_id="i0")),
+    ("ProgramRouter", router, "end_program", dict(program_id="P")),
+    ("ProgramRouter", router, "route",
+     dict(program_id="P", now=3.0, blocks_needed=4, prefix_tokens=100)),
+    ("ProgramRouter", router, "home", dict(program_id="P")),
+    ("ProgramRouter", router, "routable", dict(instance_id="i2")),
 ]  # fmt: skip
 
 
@@ -276,6 +304,10 @@ def views(obj: Any) -> Any:
     elif name == "ProgramLifecycle":
         out["scheduler"] = views(obj.scheduler)
         out["admission"] = None if obj.admission is None else views(obj.admission)
+    elif name == "ProgramRouter":
+        out["homes"] = [obj.home(p) for p in ("P", "Q", "R")]
+        out["routable"] = [obj.routable(i) for i in obj.instance_ids]
+        out["policy"] = views(obj.policy)
     elif name == "PrefixTree":
         out["groups"] = plain(obj.groups())
         out["len"] = len(obj)
@@ -385,6 +417,8 @@ def test_defaults_give_the_same_objects(backends, name):
         built = [be.AdmissionControl(be.TTLPolicy(), 10) for be in backends]
     elif name == "ProgramLifecycle":
         built = [be.ProgramLifecycle(be.ProgramScheduler(be.TTLPolicy(), 10, 1)) for be in backends]
+    elif name == "ProgramRouter":
+        built = [be.ProgramRouter(be.TTLPolicy()) for be in backends]
     else:
         built = [getattr(be, name)() for be in (ref, nat)]
     assert_same(views(built[0]), views(built[1]), name)

@@ -188,8 +188,8 @@ POLICIES = [
 class CheckedEngine(Engine):
     """Checks the memory books after every step."""
 
-    def _step(self, active):
-        super()._step(active)
+    def _step(self, plan, length=None):
+        super()._step(plan, length)
         self.kv.check()
         held = sum(c.blocks for c in self.running)
         assert held + self.kv.pinned <= self.kv.used <= self.kv.capacity

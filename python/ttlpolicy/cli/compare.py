@@ -9,7 +9,9 @@ With ``--sweep`` the load is swept (the given load × 0.5, 1, 2, 4) and ``--plot
 completion time against load (needs matplotlib).  Without ``--trace`` it runs on the sample
 sessions shipped with the package (Apache-2.0, see its LICENSE).  A Mooncake (.jsonl) or
 Azure (.csv) trace is replayed open loop, each request at its recorded time (``--rate``
-scales the arrival rate).
+scales the arrival rate).  ``--instances N`` runs each policy on N engines behind a
+router (``--router``, a comma-separated list: every policy under every router listed); the
+JSON then holds the router and each instance's figures.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from ttlpolicy.sim import (
     roofline,
     simulate,
 )
+from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import paper_hardware
 from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLOADS, paper_programs
 from ttlpolicy.sim.report import Progress, format_table
+from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import TraceRecord, detect_format, read_trace, sample_dir
 
@@ -49,6 +53,7 @@ SWEEP_FACTORS = (0.5, 1.0, 2.0, 4.0)
 MAX_CONCURRENCY = 1_000_000
 MAX_RATE_PER_S = 1e6
 MAX_CONTEXT_TOKENS = 10_000_000
+MAX_INSTANCES = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -184,6 +189,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seed of the arrival process",
     )
     parser.add_argument(
+        "--instances",
+        metavar="N",
+        type=int_in(1, MAX_INSTANCES),
+        default=None,
+        help="engine instances behind a router (default: one engine, no router)",
+    )
+    parser.add_argument(
+        "--router",
+        metavar="NAMES",
+        default=None,
+        help=f"with --instances: the routers, comma-separated, of {', '.join(ROUTERS)} "
+        "(default round-robin)",
+    )
+    parser.add_argument(
         "--json",
         metavar="PATH",
         type=writable_file,
@@ -202,10 +221,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def figure(results: list[dict], load_name: str, title: str) -> Any:
     """Mean completion time against load, one curve per policy (a matplotlib Figure)."""
     fig, ax = pyplot().subplots(figsize=(7, 4.5))
-    policies = list(dict.fromkeys(r["policy"] for r in results))
+    policies = list(dict.fromkeys(_label(r) for r in results))
     markers, styles = "osD^vP*Xh<>", ("-", "--", "-.", ":")
     for i, pol in enumerate(policies):
-        pts = sorted((r["load"], r["summary"]["jct_mean_s"]) for r in results if r["policy"] == pol)
+        pts = sorted((r["load"], r["summary"]["jct_mean_s"]) for r in results if _label(r) == pol)
         # Policies often tie: a marker, a line style and a size each, so that curves drawn
         # on top of each other stay visible.
         ax.plot(
@@ -231,6 +250,12 @@ def figure(results: list[dict], load_name: str, title: str) -> Any:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def _label(result: dict) -> str:
+    """A result's curve: its policy, and its router behind a cluster."""
+    router = result.get("router")
+    return result["policy"] if router is None else f"{result['policy']} / {router}"
 
 
 def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
@@ -262,6 +287,7 @@ def run(args: argparse.Namespace) -> int:
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
+    routers = _routers(args)
     if args.plot:
         pyplot()  # and on a missing matplotlib
     config, cpu_tier = None, None
@@ -288,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
                 "--concurrency": args.concurrency is not None,
                 "--sweep": args.sweep,
                 "--plot": args.plot is not None,
+                "--instances": args.instances is not None,
+                "--router": args.router is not None,
             }
             for flag, given in ignored.items():
                 if given:
@@ -319,27 +347,31 @@ def run(args: argparse.Namespace) -> int:
         + (f", CPU tier {hw.cpu_tier_bytes / 1e9:g} GB" if cpu_tier else ""),
         file=sys.stderr,
     )
-    bar = Progress(len(programs) * len(policies) * len(loads))
+    bar = Progress(len(programs) * len(policies) * len(loads) * len(routers or [None]))
     results = []
     t0 = time.perf_counter()
     for load in loads:
         rows = []
-        for pol in policies:
-            kw = {"rate_per_s": load} if args.rate is not None else {"concurrency": int(load)}
-            m = simulate(
-                hw,
-                pol,
-                programs,
-                seed=args.seed,
-                progress=bar,
-                config=config,
-                cpu_tier=cpu_tier,
-                **kw,
+        cluster: list[str | None] = list(routers) if routers else [None]
+        runs = [(r, p) for r in cluster for p in policies]
+        for router, pol in runs:
+            kw: dict[str, Any] = (
+                {"rate_per_s": load} if args.rate is not None else {"concurrency": int(load)}
             )
+            kw.update(seed=args.seed, progress=bar, config=config, cpu_tier=cpu_tier)
+            if router is None:
+                s = simulate(hw, pol, programs, **kw).summary()
+                result: dict[str, Any] = {"policy": pol, "load": load, "summary": s}
+            else:
+                m, per_instance = simulate_cluster(
+                    hw, pol, programs, instances=args.instances or 1, router=router, **kw
+                )
+                s = m.summary()
+                result = {"policy": pol, "router": router, "instances": args.instances or 1,
+                          "load": load, "summary": s, "per_instance": per_instance}  # fmt: skip
             bar.next_run(len(programs))
-            s = m.summary()
-            rows.append((pol, s))
-            results.append({"policy": pol, "load": load, "summary": s})
+            rows.append((_label(result), s))
+            results.append(result)
         bar.close()
         print(f"\n{load_name} = {load:g}")
         print(format_table(rows))
@@ -351,6 +383,7 @@ def run(args: argparse.Namespace) -> int:
             "gpu": hw.gpu.name,
             "load": load_name,
             "seed": args.seed,
+            "instances": args.instances,
         }
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
@@ -420,6 +453,19 @@ def no_reuse_note(trace: str, has_hashes: bool) -> str:
         "between them is not simulated here (hit rate 0 for every policy); `ttlpolicy groups` "
         "and `ttlpolicy plan` replay its block hashes"
     )
+
+
+def _routers(args: argparse.Namespace) -> list[str] | None:
+    """The routers asked for (None: one engine, no router)."""
+    if args.instances is None and args.router is None:
+        return None
+    names = [r.strip() for r in (args.router or "round-robin").split(",") if r.strip()]
+    for name in names:
+        if name not in ROUTERS:
+            raise ValueError(f"--router must name routers of {', '.join(ROUTERS)}, got {name!r}")
+    if not names:
+        raise ValueError("--router is empty")
+    return names
 
 
 def run_open_loop(args: argparse.Namespace, trace: str, policies: list[str]) -> int:

@@ -97,6 +97,13 @@ class Engine:
     #: Time a single step with ``StepModel.step_s`` (the float ``StepRun.s(1)`` gives) rather
     #: than through a ``StepRun``; off, the plain path, which a test compares it with.
     one_step_shortcut = True
+    #: Set by a cluster (``cluster.py``), whose router places each call: it takes the
+    #: program's next call, ``forward(issue_s, run, turn_index)``, instead of this engine's
+    #: queue, and hears ``forward(now, run, None)`` when the program ends here.
+    forward: Callable[[float, ProgramRun, int | None], None] | None = None
+    #: Set by a cluster: its next event (a call it has yet to place), where a run of
+    #: identical steps stops as at one of this engine's own events.
+    horizon_s: float | None = None
 
     def __init__(
         self,
@@ -147,9 +154,34 @@ class Engine:
         for prog in arrivals.initial():
             self._push(0.0, _PROGRAM, prog)
 
+    def deliver(self, t: float, run: ProgramRun, turn_index: int, starts: bool) -> None:
+        """A cluster's router placed the call here, issued at ``t``; ``starts``: it starts
+        the program here (its ``arrival_s`` becomes the instant it is handled)."""
+        if starts:
+            self._push(t, _PROGRAM, run)
+        else:
+            self._push(t, _ISSUE, (run, turn_index))
+
     # -- the loop -------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None] | None = None) -> Metrics:
-        handle_events, admit, step = self._handle_events, self._admit, self._step
+        prepare, step = self._prepare, self._step
+        while True:
+            plan = prepare()
+            if plan is None:
+                t = self._next_event_s()
+                if t is None:
+                    break
+                self._advance(max(t, self.now) - self.now)
+                continue
+            step(plan)
+            if progress is not None:
+                progress(self.metrics.programs_done)
+        return self.finish_run()
+
+    def _prepare(self) -> StepPlan | None:
+        """Events due, then the next step planned (its first step's blocks allocated) and
+        waiting calls admitted; None: nothing can compute before the next event."""
+        handle_events, admit = self._handle_events, self._admit
         plan_step, plan_again = self._plan, self._schedule_again
         running, policy, max_seqs = self.running, self.policy, self.config.max_seqs
         gives_way = policy.reclaims_ahead
@@ -178,17 +210,12 @@ class Engine:
                 if len(running) != n_running:  # the step's shape changed: plan it again
                     active = self._active(now)
                     plan = (plan_step(active) or plan_again()) if active else None
-            if plan is None:
-                if metrics.preemptions != preemptions:
-                    continue  # every call that could compute was preempted: admit again
-                t = self._next_event_s()
-                if t is None:
-                    break
-                self._advance(max(t, now) - now)
-                continue
-            step(plan)
-            if progress is not None:
-                progress(self.metrics.programs_done)
+            if plan is None and metrics.preemptions != preemptions:
+                continue  # every call that could compute was preempted: admit again
+            return plan
+
+    def finish_run(self) -> Metrics:
+        """The run's metrics, once no event is left (a stalled engine is an error)."""
         if self.running or self.policy.waiting():
             raise RuntimeError(
                 f"simulation stalled with {len(self.running)} running and "
@@ -248,6 +275,25 @@ class Engine:
             return d
         return t
 
+    def _run_bound_s(self) -> float | None:
+        """Where a run of identical steps stops: the next event, a cluster's included."""
+        t = self._next_event_s()
+        h = self.horizon_s
+        if h is not None and (t is None or h < t):
+            return h
+        return t
+
+    def run_length(self, plan: StepPlan) -> tuple[int, float]:
+        """How many of the plan's steps run before the next event, and their time."""
+        _dec, _chunks, k, times = plan
+        if isinstance(times, float):  # one step
+            return k, times
+        dt = times.s(k)
+        t_next = self._run_bound_s()
+        if t_next is not None and self.now + dt > t_next:
+            k, dt = times.reach(self.now, t_next, k, dt)
+        return k, dt
+
     def _advance(self, dt: float) -> None:
         self.metrics.pinned_block_s += self.kv.pinned * dt
         self.now += dt
@@ -266,7 +312,11 @@ class Engine:
                     now = self.now
                 arrived = True
             if kind == _PROGRAM:
-                run = ProgramRun(cast(Program, obj), now)
+                if type(obj) is ProgramRun:  # placed here by a cluster's router
+                    run = obj
+                    run.arrival_s = now
+                else:
+                    run = ProgramRun(cast(Program, obj), now)
                 self.metrics.program_started(run.program.program_id, now)
                 self._issue(run, 0)
             elif kind == _ISSUE:
@@ -374,12 +424,16 @@ class Engine:
             budget_free -= call.prompt - call.computed
 
     # -- one step, or a run of identical steps --------------------------------------------
-    def _step(self, plan: StepPlan) -> None:
+    def _step(self, plan: StepPlan, length: tuple[int, float] | None = None) -> None:
+        """Runs the plan (``length``: its steps and time, as ``run_length`` said; a cluster
+        orders engines by it)."""
         dec, chunks, k, times = plan
         now = self.now
-        if not isinstance(times, float):  # a run of k > 1 steps: stop at the next event
+        if length is not None:
+            k, dt = length
+        elif not isinstance(times, float):  # a run of k > 1 steps: stop at the next event
             dt = times.s(k)
-            t_next = self._next_event_s()
+            t_next = self._run_bound_s()
             if t_next is not None and now + dt > t_next:
                 k, dt = times.reach(now, t_next, k, dt)
         else:  # one step
@@ -515,7 +569,7 @@ class Engine:
         change_s = self._order_change_s
         now = self.now
         run_s = run.s(k)
-        t_next = self._next_event_s()  # the run stops there (``_step``): look no further
+        t_next = self._run_bound_s()  # the run stops there (``_step``): look no further
         if t_next is not None and now + run_s > t_next:
             run_s = run.reach(now, t_next, k, run_s)[1]
         end_s = now + run_s
@@ -659,10 +713,15 @@ class Engine:
         self.metrics.call_finished(call.program_id, self.now)
         if not last:
             nxt = turns[call.turn_index + 1]
-            self._push(self.now + nxt.think_s, _ISSUE, (run, call.turn_index + 1))
+            if self.forward is not None:
+                self.forward(self.now + nxt.think_s, run, call.turn_index + 1)
+            else:
+                self._push(self.now + nxt.think_s, _ISSUE, (run, call.turn_index + 1))
             return
         self.policy.program_done(call.program_id, len(turns))
         self.metrics.program_finished(call.program_id, self.now, sum(t.think_s for t in turns))
+        if self.forward is not None:
+            self.forward(self.now, run, None)
         if self._arrivals is not None:
             prog = self._arrivals.replacement()
             if prog is not None:

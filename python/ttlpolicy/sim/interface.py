@@ -169,6 +169,12 @@ class Policy(Protocol):
         instant: a run of steps ends before a step that evicts)."""
         ...
 
+    def program_left(self, program_id: str) -> bool:
+        """A cluster's router placed the program's next call on another instance (none of
+        its calls is live here): forget what expects it back (``cluster.py``).  True: its
+        pin was released (the engine unpins its blocks)."""
+        ...
+
 
 class PolicyHooks:
     """The optional hooks and flags of ``Policy``, doing nothing: a policy inherits this and
@@ -192,6 +198,9 @@ class PolicyHooks:
         self, programs: list[str], from_s: float, until_s: float
     ) -> float | None:
         return None
+
+    def program_left(self, program_id: str) -> bool:
+        return False
 
 
 #: A run of identical engine steps: the running calls that decode, the prefill chunks (call,

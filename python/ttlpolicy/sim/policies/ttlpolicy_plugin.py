@@ -252,6 +252,18 @@ class TTLPolicyPlugin(PolicyHooks):
     def program_done(self, program_id: str, turns: int) -> None:
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
+    def program_left(self, program_id: str) -> bool:
+        # Its program ends here, in both parts (a program-level order and load control that
+        # disagree on it would deadlock: one ranks it by its first arrival, the other anew):
+        # else load control counts it in the working set until it returns, maybe never.
+        # η sees the turns it ran here.
+        try:
+            ended = self.life.end_program(program_id)
+        except KeyError:
+            return False  # idle long enough to be forgotten: nothing expects it here
+        self._refused_rid = None  # (admission's state changed: ask again)
+        return ended.pin is not None
+
     def eviction_order(self) -> Callable[[list[str]], list[str]] | None:
         """The order in which free cached chains are evicted
         (programs, first to go first), or None for LRU.  The library's order is a sort by a

@@ -1,0 +1,170 @@
+//! Native `ProgramRouter`: the same names, signatures, results and exceptions as
+//! `ttlpolicy.reference.router`. Conversions only; every rule lives in
+//! `ttlpolicy_core::router`. It keeps the very `TTLPolicy` it was given and reads it, borrowed,
+//! at each `route`.
+
+use pyo3::prelude::*;
+use ttlpolicy_core::router::{ProgramRouter, Report, DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS};
+
+use crate::convert::{core_err, Arg, Args};
+use crate::policy::{policy_arg, PyTTLPolicy};
+use crate::scheduler::id_str;
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyProgramRouter>()
+}
+
+/// Routes programs' calls over engine instances, over a `TTLPolicy` (used, never copied).
+#[pyclass(name = "ProgramRouter", module = "ttlpolicy._native")]
+pub struct PyProgramRouter {
+    inner: ProgramRouter,
+    policy: Py<PyTTLPolicy>,
+}
+
+#[pymethods]
+impl PyProgramRouter {
+    #[new]
+    #[pyo3(signature = (
+        policy, max_instances = Arg::Ok(DEFAULT_MAX_INSTANCES),
+        max_programs = Arg::Ok(DEFAULT_MAX_PROGRAMS),
+    ))]
+    fn new(
+        policy: &Bound<'_, PyAny>,
+        max_instances: Arg<i64>,
+        max_programs: Arg<i64>,
+    ) -> PyResult<Self> {
+        let policy = policy_arg(policy)?;
+        let mut args = Args::new();
+        let instances = args.take("max_instances", max_instances);
+        let programs = args.take("max_programs", max_programs);
+        let inner = args.finish(ProgramRouter::new(instances, programs))?;
+        Ok(PyProgramRouter {
+            inner,
+            policy: policy.unbind(),
+        })
+    }
+
+    #[getter]
+    fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
+        self.policy.clone_ref(py)
+    }
+
+    // -- instances --------------------------------------------------------------------------
+
+    fn add_instance(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let iid = id_str("instance_id", instance_id)?;
+        self.inner.add_instance(iid).map_err(core_err)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        slf: &Bound<'_, Self>,
+        instance_id: &Bound<'_, PyAny>,
+        free_blocks: Arg<i64>,
+        total_blocks: Arg<i64>,
+        queue_len: Arg<i64>,
+        queued_tokens: Arg<i64>,
+        working_set_blocks: Arg<i64>,
+        cached_fraction: Arg<f64>,
+    ) -> PyResult<bool> {
+        let iid = id_str("instance_id", instance_id)?;
+        let mut args = Args::new();
+        let report = Report {
+            free_blocks: args.take("free_blocks", free_blocks),
+            total_blocks: args.take("total_blocks", total_blocks),
+            queue_len: args.take("queue_len", queue_len),
+            queued_tokens: args.take("queued_tokens", queued_tokens),
+            working_set_blocks: args.take("working_set_blocks", working_set_blocks),
+            cached_fraction: args.take("cached_fraction", cached_fraction),
+        };
+        // (arguments converted before the borrow: a number whose `__index__` reads this
+        // router works, as on the reference)
+        let result = slf.try_borrow_mut()?.inner.report(iid, &report);
+        args.finish(result)
+    }
+
+    fn pinned(
+        slf: &Bound<'_, Self>,
+        instance_id: &Bound<'_, PyAny>,
+        program_id: &Bound<'_, PyAny>,
+        deadline_s: Arg<f64>,
+        blocks: Arg<i64>,
+    ) -> PyResult<bool> {
+        let iid = id_str("instance_id", instance_id)?;
+        let pid = id_str("program_id", program_id)?;
+        let mut args = Args::new();
+        let deadline = args.take("deadline_s", deadline_s);
+        let n = args.take("blocks", blocks);
+        let result = slf.try_borrow_mut()?.inner.pinned(iid, pid, deadline, n);
+        args.finish(result)
+    }
+
+    fn drain(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        let iid = id_str("instance_id", instance_id)?;
+        self.inner.drain(iid).map_err(core_err)
+    }
+
+    fn end_program(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let pid = id_str("program_id", program_id)?;
+        self.inner.end_program(pid).map_err(core_err)
+    }
+
+    // -- the decision -----------------------------------------------------------------------
+
+    fn route(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        program_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+        blocks_needed: Arg<i64>,
+        prefix_tokens: Arg<i64>,
+    ) -> PyResult<String> {
+        let pid = id_str("program_id", program_id)?;
+        let mut args = Args::new();
+        let t = args.take("now", now);
+        let blocks = args.take("blocks_needed", blocks_needed);
+        let prefix = args.take("prefix_tokens", prefix_tokens);
+        let mut this = slf.try_borrow_mut()?;
+        let this = &mut *this;
+        let policy = this.policy.bind(py).try_borrow()?;
+        let chosen = this
+            .inner
+            .route(policy.core(), pid, t, blocks, prefix)
+            .map(str::to_owned);
+        args.finish(chosen)
+    }
+
+    // -- views ------------------------------------------------------------------------------
+
+    fn home(&self, program_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let pid = id_str("program_id", program_id)?;
+        let home = self.inner.home(pid).map_err(core_err)?;
+        Ok(home.map(str::to_owned))
+    }
+
+    fn routable(&self, instance_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let iid = id_str("instance_id", instance_id)?;
+        self.inner.routable(iid).map_err(core_err)
+    }
+
+    #[getter]
+    fn instance_ids(&self) -> Vec<String> {
+        let ids = self.inner.instance_ids();
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    #[getter]
+    fn program_count(&self) -> usize {
+        self.inner.program_count()
+    }
+
+    #[getter]
+    fn max_instances(&self) -> i64 {
+        self.inner.max_instances()
+    }
+
+    #[getter]
+    fn max_programs(&self) -> i64 {
+        self.inner.max_programs()
+    }
+}

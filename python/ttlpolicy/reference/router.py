@@ -1,0 +1,320 @@
+"""Which engine instance serves a program's next call, when many serve one workload.
+
+A pin is worth nothing when the program's next call lands on another instance.  The router
+keeps, for each instance, the state it last reported, and for each program its *home* (the
+instance that served its last call) and the live pin it holds there; it answers ``route``
+from them, pricing a call with the TTL model's own terms, read from a ``TTLPolicy`` (used,
+not copied): ``miss`` = ``policy.miss_cost_s(prefix_tokens)`` (rebuilding the context),
+``T`` = ``policy.out_of_order_cost_s`` (the queueing delay of a return that lost its cache,
+and of a call that waits for memory) and ``η`` = ``policy.eta``; a lost context costs what
+the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
+
+* **Wait at an instance** for a call needing ``need`` blocks:
+  ``queue_s + (0 if it fits else T)``, where ``queue_s`` = ``queue_len ·
+  miss_cost_s(queued_tokens // queue_len)`` (the queue ahead's prefill, each call priced by
+  the miss model at the queue's mean size; 0 for an empty queue) and the call *fits* when
+  ``need <= free_blocks`` and ``working_set_blocks + grow <= total_blocks`` (beside load
+  control's working set), ``grow`` = ``need`` but at the program's home, where the working
+  set counts it already: there ``grow`` is what the call adds to its last call's blocks
+  (``blocks_needed`` − those, at least 0), and a live pin's blocks are its own, so ``need``
+  there is ``blocks_needed − pin blocks`` (at least 0).
+* **A returning call** (its home routable) costs, at its home, the wait there, plus
+  ``(1 − cached_fraction) · loss`` without a live pin (the chance its context was evicted,
+  from the instance's reported hit fraction); anywhere else, the wait there plus ``loss``.
+  It stays home unless another instance costs strictly less.
+* **A new program** (or one whose home was drained) costs the wait at each instance.
+* **Ties**: the home first, then the most room (``total − working set − grow``), then the
+  instance registered first.
+* After a choice, until the instance reports again, the router counts the call there:
+  queue length + 1, ``queued_tokens`` + ``prefix_tokens`` (unless a live pin kept its
+  context), free blocks − ``need`` (not below 0), working set + ``grow``.  The program's
+  pin is consumed (it stayed) or left behind (it moved): either way the router forgets it.
+* A pin is live while ``now < deadline_s`` (``pinned`` reports it).
+* ``drain`` takes an instance out of routing (dead, or draining): its programs are released
+  (they route as new) and its later reports and pins are ignored (answer False) until
+  ``add_instance`` registers it again.
+
+Bounded state: at most ``max_instances`` instances (registering one more is refused) and
+``max_programs`` programs, the least recently routed (or pinned) forgotten first — a
+forgotten program routes as new, so no call is refused.  Clear errors before any change:
+``KeyError`` (an unknown instance), ``ValueError`` (NaN, negative or out-of-range figures,
+time going backwards, no routable instance), ``TypeError`` (wrong types).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from .._validate import finite, int_in
+from ._sync import synchronized
+from .policy import MAX_BLOCKS, TTLPolicy
+from .scheduler import check_id
+
+__all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_MAX_PROGRAMS", "ProgramRouter"]
+
+DEFAULT_MAX_INSTANCES = 1024
+DEFAULT_MAX_PROGRAMS = 1 << 20
+#: The largest bounds one may ask for (tables are sized by them).
+MAX_INSTANCES = 1 << 16
+MAX_PROGRAMS = 1 << 30
+
+
+class _Instance:
+    __slots__ = (
+        "cached_fraction",
+        "free_blocks",
+        "id",
+        "queue_len",
+        "queued_tokens",
+        "reported",
+        "routable",
+        "total_blocks",
+        "working_set_blocks",
+    )
+
+    def __init__(self, instance_id: str) -> None:
+        self.id = instance_id
+        self.routable = True  # registered and not drained
+        self.reported = False
+        self.free_blocks = 0
+        self.total_blocks = 0
+        self.queue_len = 0
+        self.queued_tokens = 0
+        self.working_set_blocks = 0
+        self.cached_fraction = 0.0
+
+
+class _Program:
+    __slots__ = ("blocks", "home", "pin_blocks", "pin_deadline_s")
+
+    def __init__(self, home: int) -> None:
+        self.home = home
+        self.blocks = 0  # its last call's blocks_needed (at its home)
+        self.pin_deadline_s: float | None = None
+        self.pin_blocks = 0
+
+
+@synchronized
+class ProgramRouter:
+    """Routes programs' calls over engine instances (see the module doc)."""
+
+    def __init__(
+        self,
+        policy: Any,
+        max_instances: Any = DEFAULT_MAX_INSTANCES,
+        max_programs: Any = DEFAULT_MAX_PROGRAMS,
+    ) -> None:
+        if not isinstance(policy, TTLPolicy):
+            raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
+        self.policy = policy
+        self._max_instances = int_in("max_instances", max_instances, 1, MAX_INSTANCES)
+        self._max_programs = int_in("max_programs", max_programs, 1, MAX_PROGRAMS)
+        self._instances: list[_Instance] = []
+        self._index: dict[str, int] = {}
+        self._programs: OrderedDict[str, _Program] = OrderedDict()  # least recent first
+        self._now = -float("inf")
+
+    # -- instances ------------------------------------------------------------------------
+    def add_instance(self, instance_id: Any) -> None:
+        """Registers an instance (or one drained before, again); it is routed to once it
+        reports."""
+        iid = check_id("instance_id", instance_id)
+        i = self._index.get(iid)
+        if i is not None:
+            inst = self._instances[i]
+            if inst.routable:
+                raise ValueError(f"instance_id must be new or drained, got {iid!r} (registered)")
+            self._instances[i] = _Instance(iid)
+            return
+        if len(self._instances) >= self._max_instances:
+            raise ValueError(
+                f"instance_id must be within max_instances ({self._max_instances}), got {iid!r} "
+                "(one more)"
+            )
+        self._index[iid] = len(self._instances)
+        self._instances.append(_Instance(iid))
+
+    def report(
+        self,
+        instance_id: Any,
+        free_blocks: Any,
+        total_blocks: Any,
+        queue_len: Any,
+        queued_tokens: Any,
+        working_set_blocks: Any,
+        cached_fraction: Any,
+    ) -> bool:
+        """An instance's state: free and total KV blocks, calls waiting and their uncached
+        prompt tokens, load control's working set (blocks), the fraction of returning calls'
+        prefixes it found cached.  False: ignored (the instance is drained)."""
+        inst = self._instance(instance_id)
+        free = int_in("free_blocks", free_blocks, 0, MAX_BLOCKS)
+        total = int_in("total_blocks", total_blocks, 0, MAX_BLOCKS)
+        queue = int_in("queue_len", queue_len, 0, MAX_BLOCKS)
+        tokens = int_in("queued_tokens", queued_tokens, 0, MAX_BLOCKS)
+        working = int_in("working_set_blocks", working_set_blocks, 0, MAX_BLOCKS)
+        cached = finite("cached_fraction", cached_fraction)
+        if not 0.0 <= cached <= 1.0:
+            raise ValueError(f"cached_fraction must be in [0, 1], got {cached!r}")
+        if free > total:
+            raise ValueError(f"free_blocks must be <= total_blocks ({total}), got {free}")
+        if not inst.routable:
+            return False
+        inst.reported = True
+        inst.free_blocks = free
+        inst.total_blocks = total
+        inst.queue_len = queue
+        inst.queued_tokens = tokens
+        inst.working_set_blocks = working
+        inst.cached_fraction = cached
+        return True
+
+    def pinned(self, instance_id: Any, program_id: Any, deadline_s: Any, blocks: Any) -> bool:
+        """The instance pinned the program's context (``blocks``) until ``deadline_s``: it is
+        the program's home now.  False: ignored (the instance is drained)."""
+        iid = check_id("instance_id", instance_id)
+        pid = check_id("program_id", program_id)
+        inst = self._instance(iid)
+        deadline = finite("deadline_s", deadline_s)
+        n = int_in("blocks", blocks, 0, MAX_BLOCKS)
+        if not inst.routable:
+            return False
+        i = self._index[inst.id]
+        prog = self._touch(pid, i)
+        # its footprint there: at least the pinned context
+        prog.blocks = max(prog.blocks, n) if prog.home == i else n
+        prog.home = i
+        prog.pin_deadline_s = deadline
+        prog.pin_blocks = n
+        return True
+
+    def drain(self, instance_id: Any) -> list[str]:
+        """The instance is dead or draining: no call goes there any more.  Returns the
+        programs it released (homed there; least recently routed first)."""
+        inst = self._instance(instance_id)
+        i = self._index[inst.id]
+        inst.routable = False
+        inst.reported = False
+        released = [pid for pid, prog in self._programs.items() if prog.home == i]
+        for pid in released:
+            del self._programs[pid]
+        return released
+
+    def end_program(self, program_id: Any) -> bool:
+        """The program is done: forgotten.  False: it was not known."""
+        pid = check_id("program_id", program_id)
+        return self._programs.pop(pid, None) is not None
+
+    # -- the decision ---------------------------------------------------------------------
+    def route(self, program_id: Any, now: Any, blocks_needed: Any, prefix_tokens: Any) -> str:
+        """The instance for the program's call needing ``blocks_needed`` KV blocks, whose
+        context to rebuild elsewhere is ``prefix_tokens`` long (see the module doc)."""
+        pid = check_id("program_id", program_id)
+        t = finite("now", now)
+        if t < self._now:
+            raise ValueError(f"now must be >= the last route's now ({self._now!r}), got {t!r}")
+        need_all = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
+        prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
+        policy = self.policy
+        wait_memory_s = policy.out_of_order_cost_s
+        loss = policy.miss_cost_s(prefix) + policy.eta * wait_memory_s
+        prog = self._programs.get(pid)
+        home = prog.home if prog is not None else -1
+        live_pin = prog is not None and prog.pin_deadline_s is not None and t < prog.pin_deadline_s
+        best: tuple[float, int, int, int] | None = None
+        for i, inst in enumerate(self._instances):
+            if not inst.reported:
+                continue
+            need = grow = need_all
+            if i == home:
+                assert prog is not None
+                grow = max(0, need_all - prog.blocks)
+                if live_pin:
+                    need = max(0, need_all - prog.pin_blocks)
+            queue_s = 0.0
+            if inst.queue_len:
+                queue_s = inst.queue_len * policy.miss_cost_s(inst.queued_tokens // inst.queue_len)
+            fits = need <= inst.free_blocks and inst.working_set_blocks + grow <= inst.total_blocks
+            cost = queue_s if fits else queue_s + wait_memory_s
+            if home >= 0:
+                if i != home:
+                    cost += loss
+                elif not live_pin:
+                    cost += (1.0 - inst.cached_fraction) * loss
+            room = inst.total_blocks - inst.working_set_blocks - grow
+            key = (cost, 0 if i == home else 1, -room, i)
+            if best is None or key < best:
+                best = key
+        if best is None:
+            raise ValueError(
+                "routable instances must be >= 1 (registered, reported, not drained), got 0"
+            )
+        self._now = t
+        chosen = best[3]
+        inst = self._instances[chosen]
+        kept = chosen == home and live_pin
+        need = grow = need_all
+        if chosen == home:
+            assert prog is not None
+            grow = max(0, need_all - prog.blocks)
+            if kept:
+                need = max(0, need_all - prog.pin_blocks)
+        inst.queue_len += 1
+        if not kept:
+            inst.queued_tokens = min(MAX_BLOCKS, inst.queued_tokens + prefix)
+        inst.free_blocks = max(0, inst.free_blocks - need)
+        inst.working_set_blocks = min(MAX_BLOCKS, inst.working_set_blocks + grow)
+        prog = self._touch(pid, chosen)
+        prog.home = chosen
+        prog.blocks = need_all
+        prog.pin_deadline_s = None
+        prog.pin_blocks = 0
+        return inst.id
+
+    # -- views ----------------------------------------------------------------------------
+    def home(self, program_id: Any) -> str | None:
+        """The instance that served the program's last call (None: unknown program)."""
+        prog = self._programs.get(check_id("program_id", program_id))
+        return None if prog is None else self._instances[prog.home].id
+
+    def routable(self, instance_id: Any) -> bool:
+        """Is the instance routed to: registered, reported since, not drained."""
+        return self._instance(instance_id).reported
+
+    @property
+    def instance_ids(self) -> list[str]:
+        """Registered instances, drained ones included, in registration order."""
+        return [inst.id for inst in self._instances]
+
+    @property
+    def program_count(self) -> int:
+        return len(self._programs)
+
+    @property
+    def max_instances(self) -> int:
+        return self._max_instances
+
+    @property
+    def max_programs(self) -> int:
+        return self._max_programs
+
+    # -- internals ------------------------------------------------------------------------
+    def _instance(self, instance_id: Any) -> _Instance:
+        iid = check_id("instance_id", instance_id)
+        i = self._index.get(iid)
+        if i is None:
+            raise KeyError(f"unknown instance_id: {iid!r}")
+        return self._instances[i]
+
+    def _touch(self, pid: str, home: int) -> _Program:
+        """The program's entry, most recent now (made, forgetting the least recent when the
+        table is full)."""
+        prog = self._programs.get(pid)
+        if prog is not None:
+            self._programs.move_to_end(pid)
+            return prog
+        if len(self._programs) >= self._max_programs:
+            self._programs.popitem(last=False)
+        prog = self._programs[pid] = _Program(home)
+        return prog

@@ -1,0 +1,507 @@
+//! Which engine instance serves a program's next call, when many serve one workload.
+//! Mirrors `python/ttlpolicy/reference/router.py`, whose module doc states every rule; the
+//! differential tests hold the two together.
+//!
+//! The router keeps each instance's last reported state and each program's *home* (the
+//! instance that served its last call) with the live pin it holds there, and prices a call
+//! with the TTL model's own terms, read from the [`TTLPolicy`] passed to each
+//! [`route`](ProgramRouter::route): a lost context costs what a pin saves, `loss` =
+//! `miss + η · T` ([`TTLPolicy::miss_cost_s`], [`TTLPolicy::eta`],
+//! [`TTLPolicy::out_of_order_cost_s`]), and `T` is also the wait of a call short of memory.
+//!
+//! * wait at an instance = `queue_len · miss_cost_s(queued_tokens / queue_len)`, plus `T`
+//!   when the call does not fit (free blocks, and room beside load control's working set);
+//!   at the home, the working set counts the program already (only its growth over its last
+//!   call's blocks is new) and a live pin's blocks come off the call's need;
+//! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · loss`
+//!   without a live pin; elsewhere the wait plus `loss`; it stays unless another costs less;
+//! * a new program costs the wait; ties: the home, then the most room, then registration;
+//! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs.
+//!
+//! ```
+//! use ttlpolicy_core::policy::{PolicyConfig, TTLPolicy};
+//! use ttlpolicy_core::router::{ProgramRouter, Report};
+//!
+//! let policy = TTLPolicy::new(PolicyConfig::default())?;
+//! let mut router = ProgramRouter::new(8, 1000)?;
+//! for id in ["a", "b"] {
+//!     router.add_instance(id)?;
+//!     let report = Report { free_blocks: 100, total_blocks: 100, ..Report::default() };
+//!     router.report(id, &report)?;
+//! }
+//! let first = router.route(&policy, "P", 0.0, 10, 640)?.to_owned();
+//! // Its instance pinned its context: the program's next call goes back there.
+//! router.pinned(&first, "P", 30.0, 10)?;
+//! assert_eq!(router.route(&policy, "P", 5.0, 12, 700)?, first);
+//! // The instance dies: its programs are released and route elsewhere.
+//! assert_eq!(router.drain(&first)?, vec!["P".to_owned()]);
+//! assert_ne!(router.route(&policy, "P", 6.0, 12, 700)?, first);
+//! # Ok::<(), ttlpolicy_core::Error>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::error::{Error, PyFloat, PyStr, Result};
+use crate::id_hash::IdMap;
+use crate::policy::{TTLPolicy, MAX_BLOCKS};
+use crate::scheduler::check_id;
+use crate::validate::{finite, int_in};
+
+/// Instances a router holds by default.
+pub const DEFAULT_MAX_INSTANCES: i64 = 1024;
+/// Programs a router remembers by default.
+pub const DEFAULT_MAX_PROGRAMS: i64 = 1 << 20;
+/// The largest `max_instances`.
+pub const MAX_INSTANCES: i64 = 1 << 16;
+/// The largest `max_programs`.
+pub const MAX_PROGRAMS: i64 = 1 << 30;
+
+/// What an instance reports (see [`ProgramRouter::report`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Report {
+    /// KV blocks free now.
+    pub free_blocks: i64,
+    /// KV blocks in all.
+    pub total_blocks: i64,
+    /// Calls waiting.
+    pub queue_len: i64,
+    /// Their uncached prompt tokens.
+    pub queued_tokens: i64,
+    /// Load control's working set, blocks.
+    pub working_set_blocks: i64,
+    /// The fraction of returning calls' prefixes found cached, in [0, 1].
+    pub cached_fraction: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Instance {
+    id: Arc<str>,
+    routable: bool,
+    reported: bool,
+    state: Report,
+}
+
+impl Instance {
+    fn new(id: Arc<str>) -> Self {
+        Instance {
+            id,
+            routable: true,
+            reported: false,
+            state: Report::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Program {
+    home: usize,
+    /// Its last call's `blocks_needed` (at its home).
+    blocks: i64,
+    pin_deadline_s: Option<f64>,
+    pin_blocks: i64,
+    seq: u64,
+}
+
+/// Routes programs' calls over engine instances (see the module doc). Bounded: at most
+/// `max_instances` instances and `max_programs` programs (the least recently routed or
+/// pinned forgotten first).
+#[derive(Debug, Clone)]
+pub struct ProgramRouter {
+    max_instances: i64,
+    max_programs: i64,
+    instances: Vec<Instance>,
+    index: IdMap<Arc<str>, usize>,
+    programs: IdMap<Arc<str>, Program>,
+    /// Programs by last use: sequence number → program.
+    order: BTreeMap<u64, Arc<str>>,
+    next_seq: u64,
+    now: f64,
+}
+
+impl ProgramRouter {
+    /// A router of at most `max_instances` instances and `max_programs` programs.
+    pub fn new(max_instances: i64, max_programs: i64) -> Result<Self> {
+        let max_instances = int_in("max_instances", max_instances, 1, MAX_INSTANCES)?;
+        let max_programs = int_in("max_programs", max_programs, 1, MAX_PROGRAMS)?;
+        Ok(ProgramRouter {
+            max_instances,
+            max_programs,
+            instances: Vec::new(),
+            index: IdMap::default(),
+            programs: IdMap::default(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+            now: f64::NEG_INFINITY,
+        })
+    }
+
+    // -- instances ---------------------------------------------------------------------------
+
+    /// Registers an instance (or a drained one again); routed to once it reports.
+    pub fn add_instance(&mut self, instance_id: &str) -> Result<()> {
+        check_id("instance_id", instance_id)?;
+        if let Some(&i) = self.index.get(instance_id) {
+            let inst = &mut self.instances[i];
+            if inst.routable {
+                return Err(Error::invalid(
+                    "instance_id",
+                    format!("{} (registered)", PyStr(instance_id)),
+                    "new or drained",
+                ));
+            }
+            *inst = Instance::new(inst.id.clone());
+            return Ok(());
+        }
+        if self.instances.len() as i64 >= self.max_instances {
+            return Err(Error::invalid(
+                "instance_id",
+                format!("{} (one more)", PyStr(instance_id)),
+                format!("within max_instances ({})", self.max_instances),
+            ));
+        }
+        let id: Arc<str> = Arc::from(instance_id);
+        self.index.insert(id.clone(), self.instances.len());
+        self.instances.push(Instance::new(id));
+        Ok(())
+    }
+
+    /// An instance's state. `Ok(false)`: ignored (the instance is drained).
+    pub fn report(&mut self, instance_id: &str, report: &Report) -> Result<bool> {
+        let i = self.lookup(instance_id)?;
+        int_in("free_blocks", report.free_blocks, 0, MAX_BLOCKS)?;
+        let total = int_in("total_blocks", report.total_blocks, 0, MAX_BLOCKS)?;
+        int_in("queue_len", report.queue_len, 0, MAX_BLOCKS)?;
+        int_in("queued_tokens", report.queued_tokens, 0, MAX_BLOCKS)?;
+        int_in(
+            "working_set_blocks",
+            report.working_set_blocks,
+            0,
+            MAX_BLOCKS,
+        )?;
+        let cached = finite("cached_fraction", report.cached_fraction)?;
+        if !(0.0..=1.0).contains(&cached) {
+            return Err(Error::invalid_f64("cached_fraction", cached, "in [0, 1]"));
+        }
+        if report.free_blocks > total {
+            return Err(Error::invalid(
+                "free_blocks",
+                report.free_blocks,
+                format!("<= total_blocks ({total})"),
+            ));
+        }
+        let inst = &mut self.instances[i];
+        if !inst.routable {
+            return Ok(false);
+        }
+        inst.reported = true;
+        inst.state = *report;
+        Ok(true)
+    }
+
+    /// The instance pinned the program's context (`blocks`) until `deadline_s`: its home now.
+    /// `Ok(false)`: ignored (the instance is drained).
+    pub fn pinned(
+        &mut self,
+        instance_id: &str,
+        program_id: &str,
+        deadline_s: f64,
+        blocks: i64,
+    ) -> Result<bool> {
+        check_id("instance_id", instance_id)?;
+        check_id("program_id", program_id)?;
+        let i = self.lookup(instance_id)?;
+        let deadline = finite("deadline_s", deadline_s)?;
+        let n = int_in("blocks", blocks, 0, MAX_BLOCKS)?;
+        if !self.instances[i].routable {
+            return Ok(false);
+        }
+        let prog = self.touch(program_id, i);
+        // its footprint there: at least the pinned context
+        prog.blocks = if prog.home == i {
+            prog.blocks.max(n)
+        } else {
+            n
+        };
+        prog.home = i;
+        prog.pin_deadline_s = Some(deadline);
+        prog.pin_blocks = n;
+        Ok(true)
+    }
+
+    /// The instance is dead or draining: no call goes there any more. Returns the programs it
+    /// released (homed there), least recently routed first.
+    pub fn drain(&mut self, instance_id: &str) -> Result<Vec<String>> {
+        let i = self.lookup(instance_id)?;
+        let inst = &mut self.instances[i];
+        inst.routable = false;
+        inst.reported = false;
+        let mut released = Vec::new();
+        let programs = &mut self.programs;
+        self.order.retain(|_, pid| {
+            if programs.get(pid).is_some_and(|p| p.home == i) {
+                programs.remove(pid);
+                released.push(pid.to_string());
+                false
+            } else {
+                true
+            }
+        });
+        Ok(released)
+    }
+
+    /// The program is done: forgotten. `Ok(false)`: it was not known.
+    pub fn end_program(&mut self, program_id: &str) -> Result<bool> {
+        check_id("program_id", program_id)?;
+        match self.programs.remove(program_id) {
+            Some(prog) => {
+                self.order.remove(&prog.seq);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    // -- the decision ------------------------------------------------------------------------
+
+    /// The instance for the program's call needing `blocks_needed` KV blocks, whose context
+    /// to rebuild elsewhere is `prefix_tokens` long (see the module doc).
+    pub fn route(
+        &mut self,
+        policy: &TTLPolicy,
+        program_id: &str,
+        now: f64,
+        blocks_needed: i64,
+        prefix_tokens: i64,
+    ) -> Result<&str> {
+        check_id("program_id", program_id)?;
+        let t = finite("now", now)?;
+        if t < self.now {
+            return Err(Error::invalid_f64(
+                "now",
+                t,
+                format!(">= the last route's now ({})", PyFloat(self.now)),
+            ));
+        }
+        let need_all = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)?;
+        let prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)?;
+        let wait_memory_s = policy.out_of_order_cost_s();
+        let loss = policy.miss_cost_s(prefix, 0)? + policy.eta() * wait_memory_s;
+        let (home, live_pin, pin_blocks, last_blocks) = match self.programs.get(program_id) {
+            Some(p) => (
+                Some(p.home),
+                p.pin_deadline_s.is_some_and(|d| t < d),
+                p.pin_blocks,
+                p.blocks,
+            ),
+            None => (None, false, 0, 0),
+        };
+        let kept_need = (need_all - pin_blocks).max(0);
+        let home_grow = (need_all - last_blocks).max(0);
+        // The best (cost, not home, −room, index) so far.
+        let mut best: Option<(f64, bool, i64, usize)> = None;
+        for (i, inst) in self.instances.iter().enumerate() {
+            if !inst.reported {
+                continue;
+            }
+            let s = &inst.state;
+            let at_home = home == Some(i);
+            let need = if at_home && live_pin {
+                kept_need
+            } else {
+                need_all
+            };
+            let grow = if at_home { home_grow } else { need_all };
+            let mut queue_s = 0.0;
+            if s.queue_len > 0 {
+                queue_s =
+                    s.queue_len as f64 * policy.miss_cost_s(s.queued_tokens / s.queue_len, 0)?;
+            }
+            let fits = need <= s.free_blocks && s.working_set_blocks + grow <= s.total_blocks;
+            let mut cost = if fits {
+                queue_s
+            } else {
+                queue_s + wait_memory_s
+            };
+            if home.is_some() {
+                if !at_home {
+                    cost += loss;
+                } else if !live_pin {
+                    cost += (1.0 - s.cached_fraction) * loss;
+                }
+            }
+            let room = s.total_blocks - s.working_set_blocks - grow;
+            let key = (cost, !at_home, -room, i);
+            let better = match best {
+                None => true,
+                Some(b) => key.0 < b.0 || (key.0 == b.0 && (key.1, key.2, key.3) < (b.1, b.2, b.3)),
+            };
+            if better {
+                best = Some(key);
+            }
+        }
+        let Some((_, _, _, chosen)) = best else {
+            return Err(Error::invalid(
+                "routable instances",
+                0,
+                ">= 1 (registered, reported, not drained)",
+            ));
+        };
+        self.now = t;
+        let kept = home == Some(chosen) && live_pin;
+        let need = if kept { kept_need } else { need_all };
+        let grow = if home == Some(chosen) {
+            home_grow
+        } else {
+            need_all
+        };
+        let s = &mut self.instances[chosen].state;
+        s.queue_len += 1;
+        if !kept {
+            s.queued_tokens = (s.queued_tokens + prefix).min(MAX_BLOCKS);
+        }
+        s.free_blocks = (s.free_blocks - need).max(0);
+        s.working_set_blocks = (s.working_set_blocks + grow).min(MAX_BLOCKS);
+        let prog = self.touch(program_id, chosen);
+        prog.home = chosen;
+        prog.blocks = need_all;
+        prog.pin_deadline_s = None;
+        prog.pin_blocks = 0;
+        Ok(&self.instances[chosen].id)
+    }
+
+    // -- views -------------------------------------------------------------------------------
+
+    /// The instance that served the program's last call (None: unknown program).
+    pub fn home(&self, program_id: &str) -> Result<Option<&str>> {
+        check_id("program_id", program_id)?;
+        Ok(self
+            .programs
+            .get(program_id)
+            .map(|p| &*self.instances[p.home].id))
+    }
+
+    /// Is the instance routed to: registered, reported since, not drained.
+    pub fn routable(&self, instance_id: &str) -> Result<bool> {
+        let i = self.lookup(instance_id)?;
+        Ok(self.instances[i].reported)
+    }
+
+    /// Registered instances, drained ones included, in registration order.
+    pub fn instance_ids(&self) -> Vec<&str> {
+        self.instances.iter().map(|inst| &*inst.id).collect()
+    }
+
+    /// Programs remembered.
+    pub fn program_count(&self) -> usize {
+        self.programs.len()
+    }
+
+    /// The instance bound.
+    pub fn max_instances(&self) -> i64 {
+        self.max_instances
+    }
+
+    /// The program bound.
+    pub fn max_programs(&self) -> i64 {
+        self.max_programs
+    }
+
+    // -- internals ---------------------------------------------------------------------------
+
+    fn lookup(&self, instance_id: &str) -> Result<usize> {
+        check_id("instance_id", instance_id)?;
+        self.index
+            .get(instance_id)
+            .copied()
+            .ok_or_else(|| Error::unknown("instance_id", PyStr(instance_id)))
+    }
+
+    /// The program's entry, most recent now (made, forgetting the least recent when full).
+    fn touch(&mut self, program_id: &str, home: usize) -> &mut Program {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        if let Some(prog) = self.programs.get_mut(program_id) {
+            let key = self
+                .order
+                .remove(&prog.seq)
+                .expect("every program is in the order");
+            prog.seq = seq;
+            self.order.insert(seq, key);
+            return self.programs.get_mut(program_id).expect("just seen");
+        }
+        if self.programs.len() as i64 >= self.max_programs {
+            if let Some((_, oldest)) = self.order.pop_first() {
+                self.programs.remove(&oldest);
+            }
+        }
+        let key: Arc<str> = Arc::from(program_id);
+        self.order.insert(seq, key.clone());
+        self.programs.entry(key).or_insert(Program {
+            home,
+            blocks: 0,
+            pin_deadline_s: None,
+            pin_blocks: 0,
+            seq,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::PolicyConfig;
+
+    fn router(n: usize) -> ProgramRouter {
+        let mut r = ProgramRouter::new(64, 4).unwrap();
+        for i in 0..n {
+            let id = format!("i{i}");
+            r.add_instance(&id).unwrap();
+            let rep = Report {
+                free_blocks: 100,
+                total_blocks: 100,
+                ..Report::default()
+            };
+            assert!(r.report(&id, &rep).unwrap());
+        }
+        r
+    }
+
+    #[test]
+    fn a_live_pin_with_no_wait_keeps_its_program() {
+        let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
+        let mut r = router(3);
+        let home = r.route(&policy, "p", 0.0, 10, 1000).unwrap().to_owned();
+        r.pinned(&home, "p", 10.0, 10).unwrap();
+        // the home looks busier, but its queue is empty and the call fits: it stays
+        assert_eq!(r.route(&policy, "p", 1.0, 20, 1000).unwrap(), home);
+    }
+
+    #[test]
+    fn programs_are_bounded_least_recent_first() {
+        let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
+        let mut r = router(2);
+        for (k, p) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+            r.route(&policy, p, k as f64, 1, 0).unwrap();
+        }
+        assert_eq!(r.program_count(), 4);
+        assert_eq!(r.home("a").unwrap(), None);
+        assert!(r.home("e").unwrap().is_some());
+    }
+
+    #[test]
+    fn bad_reports_are_refused_without_change() {
+        let mut r = router(1);
+        let bad = Report {
+            cached_fraction: f64::NAN,
+            ..Report::default()
+        };
+        let e = r.report("i0", &bad).unwrap_err();
+        assert_eq!(e.to_string(), "cached_fraction must be finite, got nan");
+        assert!(matches!(
+            r.report("x", &Report::default()),
+            Err(Error::UnknownKey { .. })
+        ));
+        assert!(r.routable("i0").unwrap());
+    }
+}
