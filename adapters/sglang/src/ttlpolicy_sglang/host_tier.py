@@ -174,14 +174,15 @@ class HostOrderedFullComponent(FullComponent):
                 num_tokens, tracker, device_frees, host_frees, cache_actions
             )
         self._ensure_eviction_strategy()
-        device_key = self.session_ref_eviction_strategy
-        self.session_ref_eviction_strategy = self.host_order.ranker()
+        keyed: Any = self  # (SGLang sets the attribute lazily: untyped)
+        device_key = keyed.session_ref_eviction_strategy
+        keyed.session_ref_eviction_strategy = self.host_order.ranker()
         try:
             super().drive_host_eviction(
                 num_tokens, tracker, device_frees, host_frees, cache_actions
             )
         finally:
-            self.session_ref_eviction_strategy = device_key
+            keyed.session_ref_eviction_strategy = device_key
 
 
 def host_prefix_tokens(cache: Any, node_id: Any) -> int:
