@@ -107,6 +107,7 @@ def build_cache(
     max_reqs: int = 64,
     host_ratio: float | None = None,
     eviction_policy: str = "lru",
+    max_context: int = MAX_CONTEXT,
 ) -> Any:
     """The tree cache SGLang's scheduler would build for ``--radix-cache-backend backend``
     (None: the stock selection), over real CPU pools of ``kv_tokens`` tokens; with
@@ -131,7 +132,7 @@ def build_cache(
     )
     set_global_server_args_for_scheduler(server_args)
     req_to_token_pool = ReqToTokenPool(
-        size=max_reqs, max_context_len=MAX_CONTEXT, device="cpu", enable_memory_saver=False
+        size=max_reqs, max_context_len=max_context, device="cpu", enable_memory_saver=False
     )
     kv_pool = MHATokenToKVPool(
         size=kv_tokens,
@@ -342,8 +343,15 @@ def make_scheduler(
     clock: FakeClock | None,
     host_ratio: float | None = None,
     eviction_policy: str = "lru",
+    max_context: int = MAX_CONTEXT,
 ) -> Any:
-    cache = build_cache(kv_tokens, backend, host_ratio=host_ratio, eviction_policy=eviction_policy)
+    cache = build_cache(
+        kv_tokens,
+        backend,
+        host_ratio=host_ratio,
+        eviction_policy=eviction_policy,
+        max_context=max_context,
+    )
     if clock is not None:
         cache.ttl.clock = clock
     if host_ratio is not None:

@@ -60,6 +60,7 @@ def replay(
         clock if backend else None,
         host_ratio=host_blocks / device_blocks,
         eviction_policy=policy,
+        max_context=max(len(a.hash_ids) for a in stream) + 8,
     )
     asked = device_hits = host_hits = 0
     t0 = time.perf_counter()

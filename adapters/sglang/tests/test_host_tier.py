@@ -11,13 +11,14 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.stateful import invariant
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import invariant, rule
 from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
-from test_properties import KV, Interleavings
+from test_properties import KV, Interleavings, submit
 from ttlpolicy_sglang.host_tier import HostOrderedFullComponent, chunk_hashes, host_prefix_tokens
 
 from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
@@ -184,6 +185,31 @@ class HostInterleavings(Interleavings):
         self.c = Programs()
         self.seen: set[str] = set()
 
+    @rule(n=st.integers(60, 200))
+    def a_crowd_demotes_to_the_host(self, n: int) -> None:
+        """An anonymous request runs alone to its end when it fits: its allocation demotes
+        cached turns to the host (and the host evicts to make room)."""
+        if self.s.running or self.s.waiting:
+            return
+        req = self.s.submit(self.c.fresh(n))
+        if self.s.schedule() == [req]:
+            self.s.finish(req, self.c.fresh(2))
+
+    @rule(p=st.integers(0, 3), n=st.integers(60, 200))
+    def a_program_returns_after_a_crowd(self, p: int, n: int) -> None:
+        """Its pin expired and its context was demoted meanwhile: its turn loads it back."""
+        self.clock.advance(31.0)  # past the test policy's longest pin
+        self.s.order()
+        self.a_crowd_demotes_to_the_host(n)
+        submit(self.s, self.c, p, 5, False)
+        self.s.schedule()
+
+    @rule(n=st.integers(1, 300))
+    def host_pressure(self, n: int) -> None:
+        """The controller's call when a backup finds the host pool full."""
+        if self.s.cache.evict_host(n):
+            event("the host evicted by the library's order")
+
     @invariant()
     def no_lock_or_host_reference_outlives_its_node(self) -> None:
         nodes = arena(self.s)
@@ -203,6 +229,10 @@ class HostInterleavings(Interleavings):
                 held += len(data.host_value)
         # every host slot in use belongs to a node in the tree
         assert host.size - host.available_size() == held
+        if held:
+            event("the host holds nodes")
+        if self.s.host_loaded_tokens:
+            event("a host hit was loaded back")
         # every lock the adapter holds (pins, consumed pins) is on a node of the tree
         for pins in (self.s.ttl.pins, self.s.ttl.handover):
             for held_locks in pins._held.values():
@@ -211,8 +241,8 @@ class HostInterleavings(Interleavings):
 
 
 HostInterleavings.TestCase.settings = settings(
-    max_examples=25,
-    stateful_step_count=30,
+    max_examples=60,
+    stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
