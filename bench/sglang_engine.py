@@ -7,13 +7,26 @@ the waiting queue is sorted by SGLang's ``SchedulePolicy.calc_priority`` (wrappe
 adapter's hook, as the plug-in wraps it), and requests go through the scheduler's cache calls
 in its order: ``match_kv_cache`` and ``lock`` at admission, ``alloc_req_slots`` and
 ``alloc_token_slots`` (which evict through the tree), ``release_kv_cache`` at the end, and
-``tree_cache.finish(..., ABORT)`` for a queued abort.  ``MiniScheduler`` only stands in for the
-model forward (it appends output tokens) and for the PrefillAdder's admission test (the head is
-admitted while its uncached tokens fit into free plus evictable tokens).
+``tree_cache.finish(..., ABORT)`` for a queued abort.
+
+With a host pool (``host_ratio``: ``--enable-hierarchical-cache --hicache-ratio``), SGLang's own
+HiCache runs too: ``create_tree_cache`` calls ``init_hicache``, which builds the real host pool
+(``MHATokenToKVPoolHost``) and ``HybridCacheController``; the scheduler's step polls
+``check_hicache_events`` (write-through backups, their acks), admission loads host hits back
+through ``init_load_back``, and the tree's own eviction demotes to the host and evicts host
+leaves (``evict_host`` → ``drive_host_eviction``).  Two CUDA-only calls are replaced, nothing
+else: ``pool_host.mha.transfer_kv_direct`` (the ``direct`` io backend's copy, an sgl_kernel
+op) by the same indexed copy in torch, and ``pool_host.common._cuda_host_register`` (page-locking
+the host buffer) by nothing: on CPU the buffer stays pageable.
+
+``MiniScheduler`` only stands in for the model forward (it appends output tokens) and for the
+PrefillAdder's admission test (the head is admitted while its uncached tokens fit into free
+plus evictable tokens).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 
 os.environ.setdefault("TTLPOLICY_LOG_INTERVAL_S", "0")
@@ -33,11 +46,13 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import sglang.srt.mem_cache.pool_host.common as _host_common
+import sglang.srt.mem_cache.pool_host.mha as _host_mha
 from sglang.srt.managers.schedule_batch import FINISH_ABORT, FINISH_MATCHED_TOKEN, Req
 from sglang.srt.managers.schedule_policy import SchedulePolicy
 from sglang.srt.mem_cache.allocation import alloc_req_slots, alloc_token_slots
 from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.base_prefix_cache import CacheRequestOutcome
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestOutcome, InitLoadBackParams
 from sglang.srt.mem_cache.cache_init_params import CacheInitParams
 from sglang.srt.mem_cache.common import match_kv_cache, release_kv_cache
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
@@ -45,6 +60,25 @@ from sglang.srt.mem_cache.registry import TreeCacheBuildContext, create_tree_cac
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from ttlpolicy_sglang.ordering import calc_priority_by_program, may_admit
+
+
+def _transfer_kv_direct(
+    src_layers: list[Any], dst_layers: list[Any], src_indices: Any, dst_indices: Any, page_size: int
+) -> None:
+    """sgl_kernel's ``transfer_kv_direct`` (host↔device copy of KV rows, both directions) as
+    the indexed copy it performs."""
+    del page_size  # rows are token slots either way
+    for src, dst in zip(src_layers, dst_layers, strict=True):
+        dst[dst_indices.to(dst.device)] = src[src_indices.to(src.device)]
+
+
+def _no_page_lock(buffer: Any, granularity_bytes: Any = None) -> None:
+    """``_cuda_host_register`` without a CUDA driver: the host buffer stays pageable."""
+
+
+if torch.version.cuda is None or not torch.cuda.is_available():
+    _host_mha.transfer_kv_direct = _transfer_kv_direct
+    _host_common._cuda_host_register = _no_page_lock
 
 #: A policy that pins whenever the budget allows: an expensive cache miss, short tool calls.
 TEST_POLICY = (
@@ -67,14 +101,38 @@ class FakeClock:
         self.now += seconds
 
 
-def build_cache(kv_tokens: int, backend: str | None, max_reqs: int = 64) -> Any:
+def build_cache(
+    kv_tokens: int,
+    backend: str | None,
+    max_reqs: int = 64,
+    host_ratio: float | None = None,
+    eviction_policy: str = "lru",
+    max_context: int = MAX_CONTEXT,
+) -> Any:
     """The tree cache SGLang's scheduler would build for ``--radix-cache-backend backend``
-    (None: the stock selection), over real CPU pools of ``kv_tokens`` tokens."""
-    set_global_server_args_for_scheduler(
-        ServerArgs(model_path="dummy", radix_cache_backend=backend)
+    (None: the stock selection), over real CPU pools of ``kv_tokens`` tokens; with
+    ``host_ratio``, HiCache on (``--enable-hierarchical-cache --hicache-ratio host_ratio``,
+    write-through, the ``direct`` io backend) and ``eviction_policy`` its
+    ``--radix-eviction-policy``."""
+    hicache: dict[str, Any] = {}
+    if host_ratio is not None:
+        hicache = dict(
+            enable_hierarchical_cache=True,
+            hicache_ratio=host_ratio,
+            hicache_size=0,
+            hicache_io_backend="direct",
+            hicache_mem_layout="layer_first",
+            hicache_write_policy="write_through",
+        )
+    server_args = ServerArgs(
+        model_path="dummy",
+        radix_cache_backend=backend,
+        radix_eviction_policy=eviction_policy,
+        **hicache,
     )
+    set_global_server_args_for_scheduler(server_args)
     req_to_token_pool = ReqToTokenPool(
-        size=max_reqs, max_context_len=MAX_CONTEXT, device="cpu", enable_memory_saver=False
+        size=max_reqs, max_context_len=max_context, device="cpu", enable_memory_saver=False
     )
     kv_pool = MHATokenToKVPool(
         size=kv_tokens,
@@ -94,15 +152,17 @@ def build_cache(kv_tokens: int, backend: str | None, max_reqs: int = 64) -> Any:
         req_to_token_pool=req_to_token_pool,
         token_to_kv_pool_allocator=allocator,
         page_size=1,
+        eviction_policy=eviction_policy,
     )
     ctx = TreeCacheBuildContext(
-        server_args=ServerArgs(model_path="dummy"),
+        server_args=server_args,
         params=params,
         is_hybrid_swa=False,
         is_hybrid_ssm=False,
-        enable_hierarchical_cache=False,
+        enable_hierarchical_cache=host_ratio is not None,
         disable_radix_cache=False,
-        tp_worker=None,
+        # what init_hicache's caller registers the layer-done counter with
+        tp_worker=SimpleNamespace(register_hicache_layer_transfer_counter=lambda counter: None),
         model_config=None,
         tp_size=1,
         tp_rank=0,
@@ -120,6 +180,7 @@ class MiniScheduler:
     waiting: list[Any] = field(default_factory=list)
     running: dict[str, Any] = field(default_factory=dict)
     counter: int = 0
+    host_loaded_tokens: int = 0  # tokens loaded back from the host pool at admission
 
     @property
     def ttl(self) -> Any:
@@ -167,7 +228,9 @@ class MiniScheduler:
     def schedule(self) -> list[Any]:
         """Order the queue, then admit from its head while requests fit and load control
         lets their programs start (PrefillAdder stops at the first that does not).  Returns
-        the admitted requests."""
+        the admitted requests.  With HiCache, the step first polls its events (the
+        scheduler's ``check_hicache_events``: backup acks)."""
+        self.poll()
         self.order()
         admitted = []
         # the load-control gate first, as the plug-in's hook on PrefillAdder.add_one_req
@@ -177,11 +240,19 @@ class MiniScheduler:
             admitted.append(self.waiting.pop(0))
         return admitted
 
+    def poll(self) -> None:
+        """The scheduler's per-step ``check_hicache_events`` (HiCache only): pending backups
+        start, finished ones (on CPU: at once) are acknowledged and unlock their nodes."""
+        if self.cache.cache_controller is not None:
+            self.cache.check_hicache_events()
+
     def _admit(self, req: Any) -> bool:
         # What PrefillAdder and alloc_for_extend do for one request (page size 1): match and
         # lock the prefix, then the uncached tokens must fit into free plus evictable tokens
         # (the locked prefix no longer counts as evictable).
         req.init_next_round_input(self.cache)
+        if req.host_hit_length > 0 and self.cache.cache_controller is not None:
+            self._load_back(req)
         req.lock = self.cache.lock(req.last_node)
         fill = len(req.full_untruncated_fill_ids)
         allocator = self.cache.token_to_kv_pool_allocator
@@ -202,6 +273,23 @@ class MiniScheduler:
         self.running[req.rid] = req
         return True
 
+    def _load_back(self, req: Any) -> None:
+        """PrefillAdder's load of a host hit (``init_load_back``), then the scheduler's wait for
+        it (``ready_to_load_host_cache``, the transfer's event, ``loading_check``)."""
+        loaded = self.cache.init_load_back(
+            InitLoadBackParams(
+                best_match_node=req.best_match_node, host_hit_length=req.host_hit_length, req=req
+            )
+        )
+        req.host_loaded_length, req.last_node = loaded
+        req.prefix_len += req.host_loaded_length
+        self.host_loaded_tokens += req.host_loaded_length
+        if req.host_loaded_length:
+            self.cache.ready_to_load_host_cache()
+            for ack in list(self.cache.cache_controller.ack_load_queue):
+                ack.finish_event.synchronize()
+            self.cache.loading_check()
+
     def decode(self, req: Any, tokens: list[int]) -> None:
         """The model emits ``tokens`` (their KV slots are allocated as a decode step would)."""
         locs = alloc_token_slots(self.cache, len(tokens))
@@ -218,6 +306,7 @@ class MiniScheduler:
         req.finished_reason = FINISH_MATCHED_TOKEN(matched=tokens[-1])
         del self.running[req.rid]
         release_kv_cache(req, self.cache, checkpoint=True)
+        self.poll()  # (the next step's first call: its write-through backup is done)
 
     def retract(self, req: Any) -> None:
         """SGLang's retraction of a decoding request (``ScheduleBatch.retract_decode`` →
@@ -248,14 +337,29 @@ class MiniScheduler:
         return match_kv_cache(probe, self.cache).device_prefix_len
 
 
-def make_scheduler(kv_tokens: int, backend: str | None, clock: FakeClock | None) -> Any:
-    cache = build_cache(kv_tokens, backend)
+def make_scheduler(
+    kv_tokens: int,
+    backend: str | None,
+    clock: FakeClock | None,
+    host_ratio: float | None = None,
+    eviction_policy: str = "lru",
+    max_context: int = MAX_CONTEXT,
+) -> Any:
+    cache = build_cache(
+        kv_tokens,
+        backend,
+        host_ratio=host_ratio,
+        eviction_policy=eviction_policy,
+        max_context=max_context,
+    )
     if clock is not None:
         cache.ttl.clock = clock
+    if host_ratio is not None:
+        atexit.unregister(cache.shutdown)  # init_hicache's: the controller's threads end with it
     policy = SchedulePolicy(
         "fcfs",
         cache,
-        enable_hierarchical_cache=False,
+        enable_hierarchical_cache=host_ratio is not None,
         enable_priority_scheduling=False,
         schedule_low_priority_values_first=False,
     )

@@ -9,18 +9,19 @@ then ``on_request_finished``.  Used by the tests and by ``bench/offload_policies
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vllm.v1.kv_offload.base import LookupResult, OffloadKey, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
-from ttlpolicy.traces import HashScopes, read_trace
+from offload_streams import Access, agentic_stream, iter_sessions, mooncake_stream
 from ttlpolicy_vllm import program_hints
+
+# (the streams live in offload_streams.py, shared with SGLang's replay; re-exported here)
+__all__ = ["Access", "agentic_stream", "iter_sessions", "mooncake_stream"]
 
 #: the names a user writes in kv_connector_extra_config, per policy of the comparison
 POLICIES: dict[str, tuple[str, str | None]] = {
@@ -34,53 +35,9 @@ POLICIES: dict[str, tuple[str, str | None]] = {
 STORE_BATCH_CHUNKS = 32
 
 
-@dataclass(frozen=True, slots=True)
-class Access:
-    t_s: float
-    request_id: str
-    hash_ids: tuple[int, ...]
-    last_turn: bool = False
-
-
 def chunk_key(hash_id: int) -> OffloadKey:
     """The offload key of a trace block (KV group 0); ``offload.key_hash`` inverts it."""
     return make_offload_key(hash_id.to_bytes(8, "big", signed=True), 0)
-
-
-def agentic_stream(
-    paths: Iterable[Path], mean_gap_s: float, seed: int = 0, max_requests: int | None = None
-) -> list[Access]:
-    """Agentic sessions started at Poisson arrivals (mean gap ``mean_gap_s``), merged by time;
-    each session's requests keep their own timing, its last one is marked ``last_turn``."""
-    rng = random.Random(seed)
-    scopes = HashScopes()
-    out: list[Access] = []
-    start = 0.0
-    for n, path in enumerate(sorted(paths)):
-        recs = list(read_trace(path))
-        last = {rec.session_id: rec.index for rec in recs}  # a file may hold subagents too
-        for i, rec in enumerate(recs):
-            out.append(
-                Access(
-                    start + rec.arrival_s,
-                    f"s{n}-{i}",
-                    scopes.hash_ids(rec),
-                    last_turn=rec.index == last[rec.session_id],
-                )
-            )
-        start += rng.expovariate(1.0 / mean_gap_s)
-    out.sort(key=lambda a: a.t_s)
-    return out[:max_requests] if max_requests is not None else out
-
-
-def mooncake_stream(path: Path, max_requests: int | None = None) -> list[Access]:
-    """The Mooncake trace's requests in time order (global hash ids, no sessions)."""
-    out = []
-    for i, rec in enumerate(read_trace(path)):
-        if max_requests is not None and i >= max_requests:
-            break
-        out.append(Access(rec.arrival_s, f"m{i}", tuple(rec.hash_ids)))
-    return out
 
 
 class TimedPolicy:
@@ -204,8 +161,3 @@ def run_request(manager: CPUOffloadingManager, access: Access, stats: ReplayStat
     stats.chunks_requested += len(keys)
     stats.hit_chunks += hits
     return hits
-
-
-def iter_sessions(folder: Path, limit: int | None = None) -> Iterator[Path]:
-    paths = sorted(folder.glob("trace_*.json.gz"))
-    yield from paths[:limit] if limit is not None else paths

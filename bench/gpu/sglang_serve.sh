@@ -9,7 +9,8 @@
 #
 # Needs an NVIDIA GPU and the full `pip install sglang==0.5.23` (CUDA); refuses otherwise.
 # Usage: bash bench/gpu/sglang_serve.sh [--programs N] [--turns N] [--max-context N]
-#        (environment: SGLANG_GPU_VENV, a venv to build or reuse; PORT, default 30123)
+#        (environment: SGLANG_GPU_VENV, a venv to build or reuse; PORT, default 30123;
+#        SGLANG_SERVER_ARGS, more server flags for both backends, as bench/gpu/sglang_hicache.sh)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -54,7 +55,7 @@ for backend in stock ttlpolicy; do
   [ "$backend" = ttlpolicy ] && extra=(--radix-cache-backend ttlpolicy)
   python -m sglang.launch_server --model-path "$WORK/model" --load-format dummy \
     --skip-tokenizer-init --port "$PORT" --mem-fraction-static 0.2 \
-    --context-length 16384 "${extra[@]}" >"$WORK/server-$backend.log" 2>&1 &
+    --context-length 16384 "${extra[@]}" ${SGLANG_SERVER_ARGS:-} >"$WORK/server-$backend.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break

@@ -81,6 +81,8 @@ class ProgramTracker:
         self.pins = TreeLockPins(cache)  # by program
         self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
         self.metrics = AdapterMetrics()
+        # Leading tokens of a node's path a host tier holds (HiCache; set by the cache).
+        self.host_tokens: Callable[[Any], int] | None = None
         self.log_interval_s = knobs.log_interval_s
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
@@ -266,7 +268,11 @@ class ProgramTracker:
             self._ended(self.life.abort(key), key)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
-        miss_s = self.policy.miss_cost_s(path_tokens)
+        # What the host tier holds is a reload away, not a prefill: the pin is kept only when
+        # it beats that reload.
+        offloaded = min(path_tokens, self.host_tokens(node)) if self.host_tokens else 0
+        miss_s = self.policy.miss_cost_s(path_tokens, offloaded)
+        self.metrics.offloaded_tokens_at_finish += offloaded
         result = self.life.finish(
             key,
             now,
@@ -274,6 +280,8 @@ class ProgramTracker:
             tool=tool,
             last_turn=info.last_turn,
             cache_miss_cost_s=miss_s,
+            prefix_tokens=path_tokens,
+            offloaded_tokens=offloaded,
         )
         if result.ended is not None:
             self._ended(result.ended, key)
