@@ -15,7 +15,7 @@ simulator's ``ttlpolicy`` (any variant, e.g. ``ttlpolicy:pins/...``) with those
 (default ``ttlpolicy``).  Tune on some folds (``--only-folds 0,1,2`` reports those only) and
 report the fold left out.
 
-**Folds** (deterministic, documented in bench/results-bounds.md): a session belongs to fold
+**Folds** (deterministic; bench/RESULTS.md, "How close to the limit"): a session belongs to fold
 ``int(sha256(file name)[:8 bytes], big-endian) mod K``, the file name being
 ``<session id>.json.gz`` — the reader takes a session's id from its file, whose stem it is in
 the claude-code trace (checked: a session whose file is not found is an error); sub-agents

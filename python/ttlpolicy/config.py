@@ -78,7 +78,7 @@ class PolicyConfig(BaseModel):
     )
     # The working set admission keeps within memory (``AdmissionControl``'s module doc).
     # Chosen on folds 0–2 of the agentic sessions, kept for helping on fold 3
-    # (bench/results-bounds.md, "Closing the gap"); False and 1.0: the median rule before it.
+    # (bench/RESULTS.md, "How close to the limit"); False and 1.0: the median rule before it.
     expected_working_set: bool = Field(
         True,
         description="count each admitted program's footprint times its chance of returning "

@@ -20,8 +20,8 @@ least loaded, as Ray Serve's ``PrefixCacheAffinityRouter``); ``ttlpolicy`` (the 
 A program placed on another instance than its last call's leaves that one
 (``Policy.program_left``: the ``ttlpolicy`` plug-in ends it there, its pin released), as a
 router's plug-in would tell the replica — else load control counts the program in its
-working set until it returns, maybe never (measured: bench/results-fleet.md, round-robin under the
-``ttlpolicy`` policy); that instance looks at its queue again then.
+working set until it returns, maybe never (measured: docs/investigations/fleet-routers-draft.md,
+round-robin under the ``ttlpolicy`` policy); that instance looks at its queue again then.
 
 An instance may be killed at an instant (``kill``): the router drains it, and every call
 placed there and not finished is placed again, on the others, at that instant (recomputed

@@ -12,7 +12,7 @@ shown optimal (scheduling with memory is NP-hard even offline).
   missed: the return takes it over, and the engine holds it till admission (tested,
   ``tests/sim/test_bounds.py``).  Switching the pins off (``clairvoyant:pins``, Belady's
   order alone) is as good within 2 %, better at some points: the pins are not what makes it
-  a bound (bench/results-bounds.md).
+  a bound (docs/investigations/bounds-folds-and-the-expected-working-set.md).
 * **Eviction** (Belady): free cached chains are evicted furthest next use first — a chain whose
   program never returns, or whose next call reuses nothing, before any other.  Next uses are
   instants known in advance, so the order changes only at events.
