@@ -1,7 +1,7 @@
 """Many engines behind a router (issue 31; docs/investigations/fleet-routers-draft.md): the
 router × policy table on the agentic sessions cut to one task each (Poisson arrivals, as
-bench/agent_sweep.py), at ``--instances`` engines and per-instance loads swept from light to 4× the contended point;
-and the same per-instance load on one engine, for the share of the single-instance gain a
+bench/agent_sweep.py), at ``--instances`` engines and per-instance loads swept from light to
+4× the contended point; and the same per-instance load on one engine, for the share of the single-instance gain a
 router keeps.
 
     python bench/fleet.py [--instances 8] [--rates 0.002,0.004,0.008,0.016] \
