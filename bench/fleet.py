@@ -1,8 +1,8 @@
 """Many engines behind a router (issue 31; docs/investigations/fleet-routers-draft.md): the
 router × policy table on the agentic sessions cut to one task each (Poisson arrivals, as
 bench/agent_sweep.py), at ``--instances`` engines and per-instance loads swept from light to
-4× the contended point; and the same per-instance load on one engine, for the share of the single-instance gain a
-router keeps.
+4× the contended point; and the same per-instance load on one engine, for the share of the
+single-instance gain a router keeps.
 
     python bench/fleet.py [--instances 8] [--rates 0.002,0.004,0.008,0.016] \
         [--setups llama-3.1-8b@h100-80g,llama-3.1-70b@h100-80g] [--policies vllm,ttlpolicy] \
