@@ -40,7 +40,13 @@ class TTLRadixCache(UnifiedRadixCache):
     def __init__(self, params: Any) -> None:
         super().__init__(params)
         total_tokens = params.token_to_kv_pool_allocator.size
-        self.ttl = ProgramTracker(self, total_tokens, self.page_size, EngineKnobs.from_env())
+        self.ttl = ProgramTracker(
+            self,
+            total_tokens,
+            self.page_size,
+            EngineKnobs.from_env(),
+            enable_metrics=bool(getattr(params, "enable_metrics", False)),  # --enable-metrics
+        )
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         super().checkpoint(req, up_to=up_to, **kwargs)
