@@ -594,7 +594,7 @@ def main() -> int:
             blocks = usable_blocks(llm)
             sched = llm.llm_engine.engine_core.engine_core.scheduler
             if hasattr(sched, "ttl_metrics"):
-                sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
+                sched.ttl_metrics = sched.ttl_metrics.fresh()  # count the replay only
             vocab = min(500, len(llm.get_tokenizer()))
             recorder = StepRecorder(llm)
             engine, timeline = replay_engine(llm, sessions, vocab, recorder, args.concurrency)

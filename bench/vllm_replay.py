@@ -136,7 +136,7 @@ def replay(model: Path, scheduler_cls: str, sessions: list[list[Turn]], blocks: 
     llm.reset_prefix_cache()
     sched = engine.engine_core.engine_core.scheduler
     if hasattr(sched, "ttl_metrics"):
-        sched.ttl_metrics = type(sched.ttl_metrics)()  # count the replay only
+        sched.ttl_metrics = sched.ttl_metrics.fresh()  # count the replay only
     programs = [Program(f"prog{i}", s, random.Random(i)) for i, s in enumerate(sessions)]
     by_rid: dict[str, Program] = {}
     prompt_tokens = cached_tokens = 0

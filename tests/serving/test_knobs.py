@@ -7,7 +7,12 @@ import pytest
 
 from ttlpolicy.serving import EngineKnobs, env_float
 
-KNOBS = ("TTLPOLICY_PIN_BUDGET_FRACTION", "TTLPOLICY_LOG_INTERVAL_S", "TTLPOLICY_POLICY")
+KNOBS = (
+    "TTLPOLICY_PIN_BUDGET_FRACTION",
+    "TTLPOLICY_LOG_INTERVAL_S",
+    "TTLPOLICY_POLICY",
+    "TTLPOLICY_METRICS",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -59,3 +64,19 @@ def test_a_bad_policy_json_names_its_field(monkeypatch: pytest.MonkeyPatch) -> N
 def test_blank_is_unset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("X_KNOB", "   ")
     assert env_float("X_KNOB", 3.0, 0.0, 5.0) == 3.0
+
+
+@pytest.mark.parametrize(("raw", "on"), [(None, True), (" ", True), ("1", True), (" 0 ", False)])
+def test_the_metrics_knob_is_0_or_1_and_on_by_default(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, on: bool
+) -> None:
+    if raw is not None:
+        monkeypatch.setenv("TTLPOLICY_METRICS", raw)
+    assert EngineKnobs.from_env().metrics is on
+
+
+@pytest.mark.parametrize("raw", ["yes", "true", "2", "-1"])
+def test_a_bad_metrics_knob_names_itself(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("TTLPOLICY_METRICS", raw)
+    with pytest.raises(ValueError, match=f"TTLPOLICY_METRICS must be 0 or 1, got '{raw}'"):
+        EngineKnobs.from_env()

@@ -40,6 +40,22 @@ def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return json.loads(resp.read())
 
 
+def complete(base: str, tokens: list[int], max_tokens: int, **xargs: Any) -> dict[str, Any]:
+    """A greedy completion of ``tokens`` by the served "tiny" model (``xargs``: the program's
+    ``vllm_xargs``), with its output token ids."""
+    body: dict[str, Any] = {
+        "model": "tiny",
+        "prompt": tokens,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+    if xargs:
+        body["vllm_xargs"] = xargs
+    return post(base + "/v1/completions", body)
+
+
 def get_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_S) as resp:
         return resp.read().decode()

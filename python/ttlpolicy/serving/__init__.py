@@ -1,10 +1,22 @@
 """What the engine adapters share besides the rules: their environment knobs (``knobs``; a
 host tier's prices and model, ``tier``) and the counters they keep of what they did
-(``metrics``).  The rules themselves are the library's classes (``ttlpolicy.ProgramLifecycle``
-and the parts it joins)."""
+(``metrics``), exported to Prometheus as ``prometheus`` defines them.  The rules themselves
+are the library's classes (``ttlpolicy.ProgramLifecycle`` and the parts it joins)."""
 
-from .knobs import EngineKnobs, env_float
+from .knobs import EngineKnobs, env_bool, env_float
 from .metrics import AdapterMetrics
+from .prometheus import METRICS, MISS_CAUSES, MetricSpec, PrometheusExporter, exporter_or_none
 from .tier import OffloadSettings
 
-__all__ = ["AdapterMetrics", "EngineKnobs", "OffloadSettings", "env_float"]
+__all__ = [
+    "METRICS",
+    "MISS_CAUSES",
+    "AdapterMetrics",
+    "EngineKnobs",
+    "MetricSpec",
+    "OffloadSettings",
+    "PrometheusExporter",
+    "env_bool",
+    "env_float",
+    "exporter_or_none",
+]

@@ -15,6 +15,7 @@ from ..config import PolicyConfig
 PIN_BUDGET_FRACTION = "TTLPOLICY_PIN_BUDGET_FRACTION"
 LOG_INTERVAL_S = "TTLPOLICY_LOG_INTERVAL_S"
 POLICY = "TTLPOLICY_POLICY"
+METRICS = "TTLPOLICY_METRICS"
 
 
 def env_float(name: str, default: float, low: float, high: float) -> float:
@@ -32,11 +33,22 @@ def env_float(name: str, default: float, low: float, high: float) -> float:
     return value
 
 
+def env_bool(name: str, default: bool) -> bool:
+    """The environment variable ``name`` as ``0`` or ``1``; unset or blank: ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip() not in ("0", "1"):
+        raise ValueError(f"{name} must be 0 or 1, got {raw!r}")
+    return raw.strip() == "1"
+
+
 @dataclass(frozen=True, slots=True)
 class EngineKnobs:
     pin_budget_fraction: float  # TTLPOLICY_PIN_BUDGET_FRACTION: share of KV blocks pinned at most
     policy: PolicyConfig  # TTLPOLICY_POLICY: a PolicyConfig as JSON (PolicyConfig.for_engine)
     log_interval_s: float  # TTLPOLICY_LOG_INTERVAL_S: 0 disables the periodic log line
+    metrics: bool = True  # TTLPOLICY_METRICS: 0 keeps the ttlpolicy_* Prometheus metrics off
 
     @classmethod
     def from_env(
@@ -51,4 +63,5 @@ class EngineKnobs:
                 os.environ.get(POLICY), prefill_chunk_tokens, reload_tier=reload_tier
             ),
             log_interval_s=env_float(LOG_INTERVAL_S, 10.0, 0.0, 1e9),
+            metrics=env_bool(METRICS, True),
         )

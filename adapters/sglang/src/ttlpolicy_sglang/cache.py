@@ -56,7 +56,13 @@ class TTLRadixCache(UnifiedRadixCache):
         super().__init__(params)
         total_tokens = params.token_to_kv_pool_allocator.size
         knobs = EngineKnobs.from_env(reload_tier=hierarchical)
-        self.ttl = ProgramTracker(self, total_tokens, self.page_size, knobs)
+        self.ttl = ProgramTracker(
+            self,
+            total_tokens,
+            self.page_size,
+            knobs,
+            enable_metrics=bool(getattr(params, "enable_metrics", False)),  # --enable-metrics
+        )
         self.host_order: host_tier.HostTierOrder | None = None
 
     def init_hicache(self, server_args: Any, params: Any) -> None:

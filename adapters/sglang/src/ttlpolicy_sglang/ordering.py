@@ -41,9 +41,9 @@ def calc_priority_by_program(
     cache = policy.tree_cache
     if isinstance(cache, TTLRadixCache):
         t1 = time.perf_counter()
-        cache.ttl.order(waiting_queue, running_batch)
         m = cache.ttl.metrics
-        m.schedule_calls += 1
+        m.schedule_calls += 1  # (before the pass, which publishes it)
+        cache.ttl.order(waiting_queue, running_batch)
         m.engine_s += t1 - t0
         m.adapter_s += time.perf_counter() - t1
     return result

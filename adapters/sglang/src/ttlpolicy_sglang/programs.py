@@ -44,7 +44,7 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import ttlpolicy
-from ttlpolicy.serving import AdapterMetrics, EngineKnobs
+from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key
@@ -60,7 +60,14 @@ TOOL_PARSE_TOKENS = 512
 
 
 class ProgramTracker:
-    def __init__(self, cache: Any, total_tokens: int, page_size: int, knobs: EngineKnobs) -> None:
+    def __init__(
+        self,
+        cache: Any,
+        total_tokens: int,
+        page_size: int,
+        knobs: EngineKnobs,
+        enable_metrics: bool = False,
+    ) -> None:
         self.clock = time.monotonic  # the only clock; tests may replace it
         self._cache = cache
         self.page_size = max(1, int(page_size))
@@ -80,7 +87,12 @@ class ProgramTracker:
         self.life = ttlpolicy.ProgramLifecycle(self.programs, self.admission)
         self.pins = TreeLockPins(cache)  # by program
         self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
-        self.metrics = AdapterMetrics()
+        # exported with SGLang's own metrics (``--enable-metrics``) unless TTLPOLICY_METRICS=0
+        self.metrics = AdapterMetrics(
+            pin_budget_blocks=self.pin_budget_blocks,
+            total_blocks=self.total_blocks,
+            exporter=exporter_or_none(enable_metrics and knobs.metrics),
+        )
         # Leading tokens of a node's path a host tier holds (HiCache; set by the cache).
         self.host_tokens: Callable[[Any], int] | None = None
         self.log_interval_s = knobs.log_interval_s
@@ -129,6 +141,9 @@ class ProgramTracker:
         if self.admission is not None:
             self.metrics.admitted_programs_now = self.admission.admitted_count
             self.metrics.programs_awaiting_admission_now = self.admission.waiting_count
+            if self.metrics.publish_due():  # (a sum over admitted programs: read when exported)
+                self.metrics.working_set_blocks_now = self.admission.working_set_blocks(now)
+        self.metrics.publish()
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.metrics.log(logger)
@@ -151,6 +166,9 @@ class ProgramTracker:
         self._waiting[key] = req
         if pin is not None:
             self.pins.move(pin.program_id, self.handover, key)
+        if info is not None:  # (its pin is its own: consumed now, or at its admission)
+            handed = pin is not None or self.programs.pin(program_id) is not None
+            self.metrics.arrived(program_id, key, now, handed)
         # Arrivals seen in one pass keep the queue's order: each is stamped a tick later.
         self._t = math.nextafter(now, math.inf)
         return self._t
@@ -161,7 +179,11 @@ class ProgramTracker:
         key = request_key(req.rid)
         if key not in self._waiting:
             return True
-        return bool(self.life.may_run(self._program_id(key, self._info[key]), self._now()))
+        program_id = self._program_id(key, self._info[key])
+        if self.life.may_run(program_id, self._now()):
+            return True
+        self.metrics.held_back(program_id)
+        return False
 
     def _start(self, keys: Iterable[str], now: float) -> None:
         """The requests left the waiting queue to run.  The ProgramScheduler pops in its own
@@ -176,7 +198,9 @@ class ProgramTracker:
                 left.discard(key)
                 self._running[key] = self._waiting.pop(key)
                 self.life.admitted(key)
-                self._hit(self.handover.release(key))  # its own lock holds the prefix now
+                held_tokens = self.handover.release(key)  # its own lock holds the prefix now
+                program_id = self._program_id(key, self._info[key])
+                self.metrics.admitted(program_id, key, now, held_tokens)
             else:
                 skipped.append(key)
         for key in skipped:
@@ -221,7 +245,7 @@ class ProgramTracker:
     def expire(self) -> None:
         for pin in self.programs.expire(self._now()):
             if self.pins.release(pin.program_id):
-                self.metrics.expiries += 1
+                self.metrics.pin_gone(pin.program_id, "expired")
 
     def give_way(
         self,
@@ -241,8 +265,11 @@ class ProgramTracker:
         def release(program_id: str, request_id: str | None) -> int:
             before = measure()
             held = self.pins if request_id is None else self.handover
-            if held.release(program_id if request_id is None else request_id):
-                self.metrics.reclaims += 1
+            if request_id is not None:
+                if held.release(request_id):
+                    self.metrics.reclaims += 1  # (a prefix held for a return already counted)
+            elif held.release(program_id):
+                self.metrics.pin_gone(program_id, "reclaimed")
             return (measure() - before) // page
 
         self.life.give_way(self._now(), math.ceil(short_tokens / page), release, stalled, keep)
@@ -265,7 +292,7 @@ class ProgramTracker:
         self._running.pop(key, None)
         self._hit(self.handover.release(key))
         if info is None:
-            self._ended(self.life.abort(key), key)
+            self._ended(self.life.abort(key), key, program=False)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
         # What the host tier holds is a reload away, not a prefill: the pin is kept only when
@@ -285,10 +312,17 @@ class ProgramTracker:
         )
         if result.ended is not None:
             self._ended(result.ended, key)
-        elif result.pin is not None:
-            self.pins.hold(info.program_id, node, path_tokens)  # merged with a held pin
-            self.metrics.pins += 1
-            self.metrics.pinned_blocks_total += self._blocks(path_tokens)
+        else:
+            ttl_s = result.decision.ttl_s if result.decision is not None else None
+            blocks = None
+            if result.pin is not None:
+                self.pins.hold(info.program_id, node, path_tokens)  # merged with a held pin
+                blocks = self._blocks(path_tokens)
+            self.metrics.decided(info.program_id, now, ttl_s, blocks)
+        if self.metrics.exporter is not None and not self._info:
+            # idle: no pass publishes the last finishes until a request comes
+            self.note_pinned()
+            self.metrics.publish(force=True)
 
     def released(self, req: Any) -> None:
         """SGLang gave the request's KV row back.  A finished request not settled by
@@ -304,15 +338,19 @@ class ProgramTracker:
     def _end_request(self, key: str) -> None:
         if key not in self._info:
             return
-        del self._info[key]
+        info = self._info.pop(key)
         self._waiting.pop(key, None)
         self._running.pop(key, None)
         self.handover.release(key)
-        self._ended(self.life.abort(key), key)
+        self.metrics.gone(key)
+        self._ended(self.life.abort(key), key, program=info is not None)
 
-    def _ended(self, ended: Any, key: str) -> None:
-        """A program ended in the lifecycle (``key``: the request that ended it): free its
-        pin; its other live requests are no longer tracked there."""
+    def _ended(self, ended: Any, key: str, program: bool = True) -> None:
+        """A program ended in the lifecycle (``key``: the request that ended it; ``program``:
+        False for an anonymous one-request program): free its pin; its other live requests
+        are no longer tracked there."""
+        if program:
+            self.metrics.ended(ended.program_id)
         if self.pins.release(ended.program_id):
             self.metrics.released_at_once += 1
         for sibling in ended.request_ids:
@@ -342,8 +380,9 @@ class ProgramTracker:
             self.metrics.pinned_prefix_hit_tokens += held_tokens
 
     def note_pinned(self) -> None:
-        """Refresh the pinned-blocks gauge (pages on the locked paths)."""
+        """Refresh the pinned-blocks gauge (pages on the locked paths) and pinned programs."""
         self.metrics.pinned_blocks_now = self._blocks(self.pins.held_tokens())
+        self.metrics.pinned_programs_now = self.programs.pin_count
 
     # -- views ---------------------------------------------------------------------------------
     def live_requests(self) -> int:

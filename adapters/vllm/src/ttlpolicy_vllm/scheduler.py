@@ -43,7 +43,9 @@ Knobs (environment, read when the engine builds its scheduler):
 ``"evict_by_next_use": false`` turn load control off; with vLLM's offloading connector
 returning calls are served by least attained service, ``"serve_order": "attained"``, unless
 the JSON sets ``"serve_order": "program"``),
-``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line).
+``TTLPOLICY_LOG_INTERVAL_S`` (default 10; 0 disables the log line), ``TTLPOLICY_METRICS``
+(default 1: the ``ttlpolicy_*`` Prometheus metrics of ``ttlpolicy.serving.prometheus``, made in
+the engine-core process; docs/vllm.md says how they reach ``/metrics``; 0: off).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from vllm.v1.request import Request, RequestStatus
 
 import ttlpolicy
 from ttlpolicy.prefill_sample import step_prefill_sample
-from ttlpolicy.serving import AdapterMetrics, EngineKnobs
+from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
@@ -143,7 +145,11 @@ class TTLScheduler(Scheduler):
         self._eviction_ordered_at = -math.inf
         self._eviction_order: list[str] = []  # the order the free queue was last put in
         self.pins = BlockPins(pool)
-        self.ttl_metrics = AdapterMetrics()
+        self.ttl_metrics = AdapterMetrics(
+            pin_budget_blocks=self.pin_budget_blocks,
+            total_blocks=self.total_blocks,
+            exporter=exporter_or_none(knobs.metrics),
+        )
         self.log_interval_s = knobs.log_interval_s
         self._last_log = self.clock()
         self._programs_of: dict[str, ProgramInfo] = {}  # live program requests, by request id
@@ -176,8 +182,17 @@ class TTLScheduler(Scheduler):
         info = program_of(request) if rid not in self.requests else None
         if info is not None:
             self._programs_of[rid] = info
-        self.ttl_metrics.adapter_s += time.perf_counter() - t0
+        t1 = time.perf_counter()
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
+        t2 = time.perf_counter()
+        if info is not None:
+            # a pin of its program is its own: handed over at arrival (held for it), or at
+            # its scheduling (``pin_handover="schedule"``: the program still holds it)
+            key = scheduler_key(rid)
+            pid = info.program_id
+            handed = self.life.held(key) is not None or self.programs.pin(pid) is not None
+            self.ttl_metrics.arrived(pid, key, self.clock(), handed)
+        self.ttl_metrics.adapter_s += (t1 - t0) + (time.perf_counter() - t2)
 
     # -- each step --------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -185,23 +200,20 @@ class TTLScheduler(Scheduler):
         now = self.clock()
         for pin in self.programs.expire(now):
             if self._release_pin(pin.program_id):
-                self.ttl_metrics.expiries += 1
+                self.ttl_metrics.pin_gone(pin.program_id, "expired")
         self._reclaim_if_short(now)
         # a fresh reading: the queue's admission check above may have read a later one
         self._order_free_blocks(self.clock())
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
-        prefill_tokens, cached_tokens = self._after_schedule(out)
+        prefill_tokens, cached_tokens = self._after_schedule(out, self.clock())
         t_end = time.perf_counter()
         m = self.ttl_metrics
         m.schedule_calls += 1
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
         m.engine_s += t_after - t_vllm
-        m.pinned_blocks_now = self.pins.held_blocks()
-        if self.admission is not None and self.policy.config.admission:
-            m.admitted_programs_now = self.admission.admitted_count
-            m.programs_awaiting_admission_now = self.admission.waiting_count
+        self._note_gauges(self.clock())  # (load control has seen a later reading)
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
@@ -209,6 +221,25 @@ class TTLScheduler(Scheduler):
         while len(self._steps_in_flight) > MAX_STEPS_IN_FLIGHT:
             self._steps_in_flight.popitem(last=False)
         return out
+
+    def _note_gauges(self, now: float) -> None:
+        """Refresh the gauges, note a program load control holds at the queue's head (vLLM's
+        scan asks ``may_run`` of the head first, which admits it when it may run: a head not
+        admitted after the step was refused) and publish to the exporter, if any and due."""
+        m = self.ttl_metrics
+        m.pinned_blocks_now = self.pins.held_blocks()
+        m.pinned_programs_now = self.programs.pin_count
+        admission = self.admission
+        if admission is not None and self.policy.config.admission:
+            m.admitted_programs_now = admission.admitted_count
+            m.programs_awaiting_admission_now = admission.waiting_count
+            if m.publish_due():  # (a sum over the admitted programs: read when exported)
+                m.working_set_blocks_now = admission.working_set_blocks(now)
+            if m.programs_awaiting_admission_now and len(self.waiting):
+                pid = self._program_id_of(self.waiting.peek_request())
+                if not admission.admitted(pid):
+                    m.held_back(pid)
+        m.publish()
 
     def _reclaim_if_short(self, now: float) -> None:
         """Measure what the next step lacks — the running requests' next blocks
@@ -238,7 +269,7 @@ class TTLScheduler(Scheduler):
         pool = self.kv_cache_manager.block_pool
         free = pool.get_num_free_blocks()
         if self._release_pin(program_id):
-            self.ttl_metrics.reclaims += 1
+            self.ttl_metrics.pin_gone(program_id, "reclaimed")
         return pool.get_num_free_blocks() - free
 
     def _step_blocks(self) -> int:
@@ -286,18 +317,23 @@ class TTLScheduler(Scheduler):
         self._eviction_order = order
         self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
 
-    def _after_schedule(self, out: Any) -> tuple[int, int]:
+    def _after_schedule(self, out: Any, now: float) -> tuple[int, int]:
         """Hand pins over to admitted requests; returns the step's prefill sample (tokens,
         cached tokens) from the new requests' first chunks (``step_prefill_sample``)."""
         first_chunks = []
         for new in out.scheduled_new_reqs:
             rid = new.req_id
             first_chunks.append((out.num_scheduled_tokens.get(rid, 0), new.num_computed_tokens))
-            pid = self.life.admitted(scheduler_key(rid))
-            if pid is not None and self.pins.release(pid):
-                # Admitted: its own references now hold the prefix; the pin's are dropped.
-                self.ttl_metrics.pinned_prefix_hits += 1
-                self.ttl_metrics.pinned_prefix_hit_tokens += new.num_computed_tokens
+            key = scheduler_key(rid)
+            pid = self.life.admitted(key)
+            # Admitted: its own references now hold the prefix; the pin's are dropped.
+            hit = pid is not None and self.pins.release(pid) > 0
+            self.ttl_metrics.admitted(
+                self._program_id_of(self.requests[rid]),
+                key,
+                now,
+                new.num_computed_tokens if hit else 0,
+            )
         return step_prefill_sample(first_chunks)
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -312,7 +348,16 @@ class TTLScheduler(Scheduler):
                 seconds = max(0.0, self.clock() - started)
                 self.policy.observe_prefill(prefill_tokens, seconds, cached_tokens)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
-        return super().update_from_output(scheduler_output, model_runner_output)
+        result = super().update_from_output(scheduler_output, model_runner_output)
+        m = self.ttl_metrics
+        if m.exporter is not None and not self.has_unfinished_requests():
+            # idle: no step publishes the last finishes until a request comes
+            t0 = time.perf_counter()
+            m.pinned_blocks_now = self.pins.held_blocks()
+            m.pinned_programs_now = self.programs.pin_count
+            m.publish(force=True)
+            m.adapter_s += time.perf_counter() - t0
+        return result
 
     # -- finish ---------------------------------------------------------------------------
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
@@ -335,7 +380,8 @@ class TTLScheduler(Scheduler):
             # An abort, an anonymous request, or one that stopped while preempted: the
             # program ends without a pin and without an η sample.
             key = scheduler_key(rid)
-            self._ended(self.life.abort(key), key)
+            self._ended(self.life.abort(key), key, program=info is not None)
+        self.ttl_metrics.gone(scheduler_key(rid))
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
@@ -366,17 +412,22 @@ class TTLScheduler(Scheduler):
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
-        elif finished.pin is None:
+            return
+        ttl_s = finished.decision.ttl_s if finished.decision is not None else None
+        if finished.pin is None:
             program_hints.note(rid, ended=False)
+            self.ttl_metrics.decided(pid, now, ttl_s, None)
         else:
             program_hints.note(rid, ended=False, wait_s=max(0.0, finished.pin.deadline_s - now))
             self.pins.hold(pid, blocks)  # merged with a pin the program already held
-            self.ttl_metrics.pins += 1
-            self.ttl_metrics.pinned_blocks_total += len(blocks)
+            self.ttl_metrics.decided(pid, now, ttl_s, len(blocks))
 
-    def _ended(self, ended: Any, key: str) -> None:
-        """A program ended in the lifecycle (``key``: the request that ended it): free its
-        pin and the chains held for its requests, re-admit siblings."""
+    def _ended(self, ended: Any, key: str, program: bool = True) -> None:
+        """A program ended in the lifecycle (``key``: the request that ended it; ``program``:
+        False for an anonymous one-request program): free its pin and the chains held for
+        its requests, re-admit siblings."""
+        if program:
+            self.ttl_metrics.ended(ended.program_id)
         self._release(ended.program_id)
         if self.eviction is not None:
             self.eviction.forget(ended.program_id)
@@ -417,6 +468,11 @@ class TTLScheduler(Scheduler):
     def ttl_stats(self) -> dict[str, float]:
         """The adapter's counters (see ``AdapterMetrics``)."""
         self.ttl_metrics.pinned_blocks_now = self.pins.held_blocks()
+        self.ttl_metrics.pinned_programs_now = self.programs.pin_count
+        if self.admission is not None and self.policy.config.admission:
+            self.ttl_metrics.working_set_blocks_now = self.admission.working_set_blocks(
+                self.clock()
+            )
         return self.ttl_metrics.as_dict()
 
     def shutdown(self) -> None:
