@@ -14,7 +14,7 @@ from server import post, serve
 
 from vllm_engine import BLOCK
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 
 def test_two_turns_over_http(tiny_model: Path, tmp_path: Path) -> None:
