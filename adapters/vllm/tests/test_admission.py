@@ -22,7 +22,7 @@ import ttlpolicy
 from conftest import ttl_engine
 from vllm_engine import BLOCK, TEST_POLICY, Engine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 NUM_BLOCKS = 25  # 24 usable: vLLM keeps block 0 as its null block
 TTL = "ttlpolicy_vllm.TTLScheduler"

@@ -16,8 +16,6 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from ttlpolicy_vllm import TTLAsyncScheduler, TTLScheduler
 from vllm_engine import TEST_POLICY, Engine, build_tiny_model, make_engine
 
-pytestmark = pytest.mark.slow
-
 NUM_BLOCKS = 25
 PROMPT, OUT = 201, 24  # 224 tokens with KV: 7 full blocks of 32
 
@@ -56,6 +54,8 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Engi
         e.llm.llm_engine.engine_core.shutdown()
 
 
+@pytest.mark.slow
+@pytest.mark.engine
 def test_the_class_follows_the_engines_mode(engines):
     sync, async_ = engines["sync"], engines["async"]
     assert type(sync.scheduler) is TTLScheduler and not isinstance(sync.scheduler, AsyncScheduler)
@@ -66,6 +66,8 @@ def test_the_class_follows_the_engines_mode(engines):
     assert type(engines["forced"].scheduler) is TTLAsyncScheduler
 
 
+@pytest.mark.slow
+@pytest.mark.engine
 @pytest.mark.parametrize("mode", ["sync", "async", "forced"])
 def test_a_pinned_turn_is_hit_by_the_next_one_in_each_mode(engines, mode):
     engine = engines[mode]

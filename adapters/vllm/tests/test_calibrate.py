@@ -15,8 +15,12 @@ from vllm_calibrate import (  # isort: skip
 
 import json
 
+import pytest
+
 from ttlpolicy.sim import load_profile, save_profile
 from ttlpolicy.sim.profile import prefill_shape, step_shape
+
+pytestmark = pytest.mark.engine  # (calibration measures a running engine)
 
 TINY = Shape(2, 64, 2, 2, 32, 128, 512, "float32")
 SETTINGS = EngineSettings(blocks=24, block_size=32, token_budget=256, max_seqs=4, max_model_len=256)

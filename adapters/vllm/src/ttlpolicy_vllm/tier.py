@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any
 
-from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
+from .compat import LookupResult, ReqContext, make_offload_key, manager_lock
 
 
 def offload_manager(connector: Any) -> tuple[Any, Any] | None:
@@ -37,9 +37,11 @@ def offloaded_prefix_tokens(connector: Any, request: Any) -> int:
     step = group.hashes_per_chunk
     ctx = ReqContext(request.request_id)
     chunks = 0
-    for block_hash in islice(request.block_hashes, step - 1, None, step):
-        key = make_offload_key(block_hash, group.group_idx)
-        if manager.lookup(key, ctx) is not LookupResult.HIT:
-            break
-        chunks += 1
+    # (a request finishes outside schedule(), where the connector holds no lock of its own)
+    with manager_lock(manager):
+        for block_hash in islice(request.block_hashes, step - 1, None, step):
+            key = make_offload_key(block_hash, group.group_idx)
+            if manager.lookup(key, ctx) is not LookupResult.HIT:
+                break
+            chunks += 1
     return chunks * group.tokens_per_chunk
