@@ -178,8 +178,9 @@ class AdapterMetrics:
     def publish(self, force: bool = False) -> None:
         """Move the exporter's counters by what the fields gained since the last publication
         and set the gauges that changed: at most every ``publish_interval_s`` (the adapters
-        call it at each step; the client's updates cost microseconds each, bench/
-        results-metrics.md, and a scrape every few seconds needs no fresher figure), and
+        call it at each step; the client's updates cost microseconds each,
+        docs/investigations/metrics-overhead.md, and a scrape every few seconds needs no
+        fresher figure), and
         whenever ``force`` (the engine goes idle: no later step would publish)."""
         x = self.exporter
         if x is None:
