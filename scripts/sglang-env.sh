@@ -14,14 +14,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
 SGLANG_PIN="sglang==0.5.23"
-key=$( (cat "$ROOT/requirements/sglang.txt"; echo "$SGLANG_PIN") | sha256sum | cut -c1-16)
-SGLANG_VENV="${TTLPOLICY_SGLANG_VENV:-$HOME/.cache/ttlpolicy/venv-sglang-$key}"
 install_sglang() {
   echo "==> (SGLang CPU test environment: several minutes and ~6 GB on a fresh machine)" >&2
   "$1/bin/python" -m pip install -q --no-deps -r "$ROOT/requirements/sglang.txt"
   "$1/bin/python" -m pip install -q --no-deps "$SGLANG_PIN"
 }
-cached_venv "$SGLANG_VENV" install_sglang
-build_native "$SGLANG_VENV"
-echo "==> installing ttlpolicy-sglang into $SGLANG_VENV" >&2
-"$SGLANG_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/adapters/sglang"
+engine_venv SGLANG_VENV sglang "$ROOT/requirements/sglang.txt" "$SGLANG_PIN" install_sglang "$ROOT/adapters/sglang"

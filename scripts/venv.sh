@@ -1,4 +1,5 @@
-# Sourced by env.sh and vllm-env.sh: the cached-virtual-environment rule, in one place.
+# Sourced by env.sh and the engine scripts (vllm-env.sh, vllm033-env.sh, sglang-env.sh): the
+# cached-virtual-environment rule, in one place.
 # cached_venv DIR INSTALL: reuse DIR when a complete venv is there; otherwise build it afresh
 # and run INSTALL (a command or function, given DIR), then mark it complete. A build that
 # fails half-way leaves no marker, so the next run starts over.
@@ -54,4 +55,21 @@ build_native() {
   (cd "$ROOT" && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$target" \
     maturin develop --release "${verbosity[@]}" >/dev/null)
   echo "==> ttlpolicy built in $((SECONDS - t0)) s" >&2
+}
+
+# engine_venv VAR NAME LOCK PIN INSTALL ADAPTER: the cached venv of an engine adapter's tests,
+# its path left in VAR — $TTLPOLICY_VAR where set, else ~/.cache/ttlpolicy/venv-NAME-<hash of
+# LOCK and PIN> — built by INSTALL on a fresh machine, then ttlpolicy from this checkout
+# (build_native) and the adapter package ADAPTER (editable). One recipe for the vLLM 0.32,
+# vLLM 0.33 and SGLang venvs.
+engine_venv() {
+  local var=$1 name=$2 lock=$3 pin=$4 install=$5 adapter=$6 key dir override
+  key=$( (cat "$lock"; echo "$pin") | sha256sum | cut -c1-16)
+  override="TTLPOLICY_$var"
+  dir="${!override:-$HOME/.cache/ttlpolicy/venv-$name-$key}"
+  printf -v "$var" '%s' "$dir"
+  cached_venv "$dir" "$install"
+  build_native "$dir"
+  echo "==> installing ${adapter#"$ROOT"/} into $dir" >&2
+  "$dir/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$adapter"
 }

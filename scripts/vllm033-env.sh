@@ -16,8 +16,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/venv.sh"
 VLLM033_PIN="vllm==0.33.0"
-key=$( (cat "$ROOT/requirements/vllm033.txt"; echo "$VLLM033_PIN") | sha256sum | cut -c1-16)
-VLLM033_VENV="${TTLPOLICY_VLLM033_VENV:-$HOME/.cache/ttlpolicy/venv-vllm033-$key}"
 install_vllm033() {
   echo "==> installing the vLLM 0.33 test environment, once: requirements/vllm033.txt (torch" \
     "2.14 with its CUDA libraries, ~170 packages) then $VLLM033_PIN; ~3.9 GB download," \
@@ -25,7 +23,4 @@ install_vllm033() {
   pip_install "$1/bin/python" -r "$ROOT/requirements/vllm033.txt"
   pip_install "$1/bin/python" --no-deps "$VLLM033_PIN"
 }
-cached_venv "$VLLM033_VENV" install_vllm033
-build_native "$VLLM033_VENV"
-echo "==> installing ttlpolicy-vllm into $VLLM033_VENV" >&2
-"$VLLM033_VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$ROOT/adapters/vllm"
+engine_venv VLLM033_VENV vllm033 "$ROOT/requirements/vllm033.txt" "$VLLM033_PIN" install_vllm033 "$ROOT/adapters/vllm"
