@@ -12,8 +12,9 @@ and let the replicas report (``ttlpolicy_ray.RoutingStatsMixin``, ``report.py``)
 is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, see its doc):
 
 * Replicas are the router's instances, named by ``ReplicaID.unique_id``: registered when Ray
-  lists them (``update_replicas``), drained when Ray drops them or reports them dead
-  (``on_replica_actor_died``) — their programs are released and route as new.
+  lists them (``update_replicas``, or first seen among the candidates), drained when Ray drops
+  them or reports them dead (``on_replica_actor_died``) — their programs are released and
+  route as new, and the id is never routed to again (a restarted replica gets a new one).
 * Before each decision, each candidate's routing stats (``REPORT_KEY``) are applied once per
   report (``seq``): ``ProgramRouter.report`` with its figures, ``ProgramRouter.pinned`` for each
   pin (its remaining seconds on the router's clock, less the report's age), except a pin of a
@@ -79,6 +80,7 @@ class TTLPolicyRouter(RequestRouter):
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
         self._max_programs = max_programs
         self._max_instances = max_instances
+        self._gone: set[str] = set()  # replicas drained: never routed to again
         self._new_router()
         self.counters: dict[str, int] = {
             "routed": 0,  # calls the library routed
@@ -112,8 +114,8 @@ class TTLPolicyRouter(RequestRouter):
             self.initialize_state()
 
     def _register(self, iid: str) -> None:
-        if iid in self._registered:
-            return
+        if iid in self._registered or iid in self._gone:
+            return  # (Ray gives a restarted replica a new id)
         try:
             self.program_router.add_instance(iid)
         except ValueError:  # max_instances used up by replicas that came and went: start over
@@ -127,6 +129,7 @@ class TTLPolicyRouter(RequestRouter):
         self._registered.add(iid)
 
     def _drain(self, iid: str) -> None:
+        self._gone.add(iid)
         if iid in self._registered:
             self._registered.discard(iid)
             self._seq.pop(iid, None)
