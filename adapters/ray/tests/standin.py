@@ -21,11 +21,11 @@ import os
 import time
 from typing import Any
 
-import ttlpolicy
 from ray import serve
-from ttlpolicy.ids import program_info
-
 from ttlpolicy_ray import RoutingStatsMixin, lifecycle_stats
+
+import ttlpolicy
+from ttlpolicy.ids import program_info
 
 BLOCK_SIZE = 16
 CHARS_PER_TOKEN = 4  # as the router's estimate (ttlpolicy_ray.identity)

@@ -18,10 +18,9 @@ from typing import Any
 import pytest
 
 ray = pytest.importorskip("ray")
+import standin  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.serve.config import RequestRouterConfig  # noqa: E402
-
-import standin  # noqa: E402
 from standin import Board, StandIn  # noqa: E402
 from ttlpolicy_ray import REPORT_KEY  # noqa: E402
 from ttlpolicy_ray.router import TTLPolicyRouter, live_routers  # noqa: E402

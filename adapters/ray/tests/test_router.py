@@ -12,15 +12,14 @@ from typing import Any
 import pytest
 
 pytest.importorskip("ray")
-from ray.serve._private.common import (  # noqa: E402
+from ray.serve._private.common import (
     DeploymentHandleSource,
     DeploymentID,
     RequestMetadata,
 )
-from ray.serve.request_router import PendingRequest, ReplicaID  # noqa: E402
-
-from ttlpolicy_ray import routing_stats  # noqa: E402
-from ttlpolicy_ray.router import TTLPolicyRouter  # noqa: E402
+from ray.serve.request_router import PendingRequest, ReplicaID
+from ttlpolicy_ray import routing_stats
+from ttlpolicy_ray.router import TTLPolicyRouter
 
 DEPLOYMENT = DeploymentID(name="d", app_name="a")
 
@@ -168,7 +167,7 @@ def test_bad_program_id_routes_as_anonymous(program: Any) -> None:
     a.report()
     b.report()
     ranks = choose(router, [a, b], body(program))
-    assert sorted(sum(ranks, [])) == ["a", "b"] and len(ranks[0]) == 1
+    assert sorted(r for rank in ranks for r in rank) == ["a", "b"] and len(ranks[0]) == 1
     assert router.counters["anonymous"] == 1
     assert router.program_router.program_count == 0  # forgotten at once
 

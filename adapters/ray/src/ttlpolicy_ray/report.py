@@ -174,4 +174,3 @@ class RoutingStatsMixin:
     def record_routing_stats(self) -> dict[str, Any]:
         self._ttlpolicy_seq += 1
         return self.ttlpolicy_routing_stats(self._ttlpolicy_seq)
-

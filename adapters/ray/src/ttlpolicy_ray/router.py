@@ -39,9 +39,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
 import ttlpolicy
 from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS
-from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 from . import _registry
 from .identity import program_of, request_tokens
@@ -55,7 +56,6 @@ logger = logging.getLogger("ray.serve.ttlpolicy_ray")
 DEFAULT_BLOCK_SIZE = 16
 #: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
 ANONYMOUS = "\x00anonymous:"
-
 
 
 def live_routers() -> list[TTLPolicyRouter]:
