@@ -89,34 +89,13 @@ def routing_stats(
 
 
 def lifecycle_stats(
-    scheduler: Any,
-    now: float,
-    *,
-    seq: int,
-    free_blocks: int,
-    total_blocks: int,
-    queue_len: int,
-    queued_tokens: int,
-    working_set_blocks: int,
-    cached_fraction: float,
-    block_size: int,
-    max_pins: int = DEFAULT_MAX_PINS,
+    scheduler: Any, now: float, *, max_pins: int = DEFAULT_MAX_PINS, **figures: Any
 ) -> dict[str, Any]:
-    """``routing_stats`` with the pins of ``scheduler`` (a ``ttlpolicy.ProgramScheduler``, e.g.
-    ``ProgramLifecycle.scheduler``) as of ``now`` on its clock."""
+    """``routing_stats`` (``figures``: its other keyword arguments) with the pins of
+    ``scheduler`` (a ``ttlpolicy.ProgramScheduler``, e.g. ``ProgramLifecycle.scheduler``) as of
+    ``now`` on its clock."""
     pins = [(p.program_id, p.deadline_s - now, p.blocks) for p in scheduler.pins()]
-    return routing_stats(
-        seq=seq,
-        free_blocks=free_blocks,
-        total_blocks=total_blocks,
-        queue_len=queue_len,
-        queued_tokens=queued_tokens,
-        working_set_blocks=working_set_blocks,
-        cached_fraction=cached_fraction,
-        block_size=block_size,
-        pins=pins,
-        max_pins=max_pins,
-    )
+    return routing_stats(pins=pins, max_pins=max_pins, **figures)
 
 
 def vllm_scheduler_stats(
