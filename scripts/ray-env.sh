@@ -3,7 +3,8 @@
 #
 # A virtual environment with Ray Serve 2.60.0 (ray[serve], from PyPI) cached under ~/.cache,
 # keyed by the hash of requirements/ray.txt: a fresh machine builds it (~80 packages, ~110 MB
-# download, ~530 MB on disk, about 1.5 min), a rerun reuses it.  No torch and no engine: the
+# download, 533 MB on disk; measured 112 s, then 1-5 min to build ttlpolicy into it: 227 s on 2
+# loaded cores), a rerun reuses it.  No torch and no engine: the
 # tests' replicas are CPU stand-ins holding real ttlpolicy pins (adapters/ray/tests/standin.py;
 # docs/ray.md says why and what that leaves untested).
 # Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package

@@ -17,8 +17,8 @@
 #   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
 # * the Ray Serve adapter's tests (TTLPolicyRouter in a local Ray with two CPU stand-in
-#   replicas, ~1 min): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0,
-#   no torch: ~1.5 min and ~530 MB the first time); TTLPOLICY_RAY_TESTS=1 forces them, =0
+#   replicas, 20 tests in 35 s): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0,
+#   no torch: ~2 min + the ttlpolicy build, 533 MB, the first time); TTLPOLICY_RAY_TESTS=1 forces them, =0
 #   skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
