@@ -16,6 +16,10 @@
 # * the SGLang adapter's tests on SGLang 0.5.23's real cache and scheduling code (CPU):
 #   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
+# * the Ray Serve adapter's tests (TTLPolicyRouter in a local Ray with two CPU stand-in
+#   replicas, 20 tests in 35 s): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0,
+#   no torch: ~2 min + the ttlpolicy build, 533 MB, the first time); TTLPOLICY_RAY_TESTS=1 forces them, =0
+#   skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
@@ -46,4 +50,11 @@ if [ "$sglang_tests" = 1 ] || { [ "$sglang_tests" = auto ] && [ $# -eq 0 ]; }; t
   echo "==> SGLang adapter tests (adapters/sglang/tests) on SGLang's real cache code (CPU)" >&2
   source "$ROOT/scripts/sglang-env.sh"
   (cd "$ROOT/adapters/sglang" && TTLPOLICY_REQUIRE_NATIVE=1 "$SGLANG_VENV/bin/python" -m pytest)
+fi
+
+ray_tests="${TTLPOLICY_RAY_TESTS:-auto}"
+if [ "$ray_tests" = 1 ] || { [ "$ray_tests" = auto ] && [ $# -eq 0 ]; }; then
+  echo "==> Ray Serve adapter tests (adapters/ray/tests) in a local Ray (CPU stand-in replicas)" >&2
+  source "$ROOT/scripts/ray-env.sh"
+  (cd "$ROOT/adapters/ray" && TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest)
 fi

@@ -1,0 +1,86 @@
+"""Which program a Ray Serve request belongs to, and how big it is, read from what the router
+sees of it (``PendingRequest``): the same fields the vLLM adapter reads in the engine.
+
+In order, the first one present names the program:
+
+1. ``vllm_xargs["program_id"]`` of the request body (``args[0]``: Ray Serve LLM's
+   ``ChatCompletionRequest``/``CompletionRequest``, or a dict given to a handle call) — what
+   ``ttlpolicy_vllm`` reads as ``SamplingParams.extra_args["program_id"]``, so one field
+   serves both the router and the engine; ``vllm_xargs["last_turn"]`` ends the program;
+2. ``RequestMetadata.session_id``: Ray's session header (``x-session-id``, renamed by
+   ``RAY_SERVE_SESSION_ID_HEADER_KEY``), which Ray Serve LLM's ingress forwards to the
+   model deployment's handle, or ``handle.options(session_id=...)``.
+
+A request with neither, or with a malformed or over-long id (``ttlpolicy.ids.program_info``:
+at most ``MAX_PROGRAM_ID_CHARS`` characters), is anonymous: the router routes it as a
+one-call program.  All of it is client input: nothing here raises on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ttlpolicy.ids import MAX_PROGRAM_ID_CHARS, ProgramInfo, program_info
+
+__all__ = ["CHARS_PER_TOKEN", "MAX_PROGRAM_ID_CHARS", "program_of", "request_tokens"]
+
+#: Characters per token when a request carries text, not token ids (the router has no
+#: tokenizer; a call's size only weighs where it fits).
+CHARS_PER_TOKEN = 4
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _body(pending: Any) -> Any:
+    args = getattr(pending, "args", None)
+    return args[0] if isinstance(args, list | tuple) and args else None
+
+
+def program_of(pending: Any) -> ProgramInfo | None:
+    """The program of ``pending`` (a ``ray.serve.request_router.PendingRequest``), or None."""
+    xargs = _field(_body(pending), "vllm_xargs")
+    if not isinstance(xargs, Mapping):
+        xargs = {}
+    named = xargs.get("program_id")
+    if named is None:
+        named = getattr(getattr(pending, "metadata", None), "session_id", None) or None
+    return program_info(named, xargs.get("last_turn", False))
+
+
+def _text_chars(value: Any, depth: int = 0) -> int:
+    """Characters of text in a prompt or a list of chat messages (bounded recursion)."""
+    if isinstance(value, str):
+        return len(value)
+    if depth > 4:
+        return 0
+    if isinstance(value, Mapping):
+        return _text_chars(value.get("content"), depth + 1)
+    if isinstance(value, list | tuple):
+        return sum(_text_chars(v, depth + 1) for v in value)
+    content = getattr(value, "content", None)
+    return _text_chars(content, depth + 1) if content is not None else 0
+
+
+def request_tokens(pending: Any) -> tuple[int, int]:
+    """(prompt tokens, output tokens at most) of ``pending``: the prompt's token ids when it
+    carries them (``prompt`` as a list of ints), else its characters / ``CHARS_PER_TOKEN``;
+    the output cap from ``max_completion_tokens`` or ``max_tokens`` (0 when absent)."""
+    body = _body(pending)
+    prompt = _field(body, "prompt")
+    if isinstance(prompt, list | tuple) and prompt and all(type(t) is int for t in prompt):
+        tokens = len(prompt)
+    else:
+        chars = _text_chars(prompt) if prompt is not None else _text_chars(_field(body, "messages"))
+        tokens = -(-chars // CHARS_PER_TOKEN)
+    out = 0
+    for name in ("max_completion_tokens", "max_tokens"):
+        cap = _field(body, name)
+        if type(cap) is int and cap > 0:
+            out = cap
+            break
+    return tokens, out

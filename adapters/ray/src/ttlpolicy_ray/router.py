@@ -1,0 +1,252 @@
+"""``TTLPolicyRouter``: Ray Serve's ``RequestRouter`` answered by ``ttlpolicy.ProgramRouter``.
+
+Select it on the model deployment::
+
+    RequestRouterConfig(
+        request_router_class="ttlpolicy_ray.TTLPolicyRouter",
+        request_router_kwargs={"policy": '{"max_ttl_s": 30}'},  # optional PolicyConfig JSON
+        request_routing_stats_period_s=1.0,
+    )
+
+and let the replicas report (``ttlpolicy_ray.RoutingStatsMixin``, ``report.py``).  The router
+is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, see its doc):
+
+* Replicas are the router's instances, named by ``ReplicaID.unique_id``: registered when Ray
+  lists them (``update_replicas``, or first seen among the candidates), drained when Ray drops
+  them or reports them dead (``on_replica_actor_died``) — their programs are released and
+  route as new, and the id is never routed to again (a restarted replica gets a new one).
+* Before each decision, each candidate's routing stats (``REPORT_KEY``) are applied once per
+  report (``seq``): ``ProgramRouter.report`` with its figures, ``ProgramRouter.pinned`` for each
+  pin (its remaining seconds on the router's clock, less the report's age), except a pin of a
+  program routed after the report was taken (the report predates that call) or ended (its
+  last turn was routed; a replica it left holds its pin until the TTL runs out).
+* A call: ``program_of`` (identity.py) names the program; ``blocks_needed`` is its prompt and
+  output cap in the replicas' block size, ``prefix_tokens`` its prompt; ``ProgramRouter.route``
+  answers.  The chosen replica is Ray's first rank, the others its second (Ray moves on when
+  the first is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call
+  programs, forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program.
+* Bad input never loses a request: a report the library refuses (NaN, negative figures,
+  free > total, a wrong version) is ignored and counted; a pin it refuses (over-long id, NaN)
+  likewise; when no candidate has reported yet, or the library refuses the call, Ray's
+  candidates are returned as one rank (Ray picks among them by queue length).  ``counters``
+  says how often each happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+import ttlpolicy
+from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS
+
+from . import _registry
+from .identity import program_of, request_tokens
+from .report import REPORT_KEY, REPORT_VERSION
+
+__all__ = ["DEFAULT_BLOCK_SIZE", "TTLPolicyRouter", "live_routers"]
+
+logger = logging.getLogger("ray.serve.ttlpolicy_ray")
+
+#: Tokens per KV block until a replica reports its own (vLLM's default).
+DEFAULT_BLOCK_SIZE = 16
+#: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
+ANONYMOUS = "\x00anonymous:"
+
+
+def live_routers() -> list[TTLPolicyRouter]:
+    """The ``TTLPolicyRouter`` objects made in this process (Ray makes one per deployment
+    handle and keeps it; a handle called from a driver routes in the driver's process)."""
+    return list(_registry.ROUTERS)
+
+
+class TTLPolicyRouter(RequestRouter):
+    """Routes a program's calls to the replica holding its pin (see the module doc)."""
+
+    def initialize_state(
+        self,
+        policy: str | None = None,
+        max_programs: int = DEFAULT_MAX_PROGRAMS,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        **_: Any,
+    ) -> None:
+        """``request_router_kwargs``: ``policy``, a ``PolicyConfig`` as JSON (as the engines'
+        ``TTLPOLICY_POLICY``; its miss model and queueing delay price a call); ``max_programs``
+        and ``max_instances``, the router's bounds."""
+        self._config = ttlpolicy.PolicyConfig.for_engine(policy)
+        self._max_programs = max_programs
+        self._max_instances = max_instances
+        self._gone: set[str] = set()  # replicas drained: never routed to again
+        self._new_router()
+        self.counters: dict[str, int] = {
+            "routed": 0,  # calls the library routed
+            "anonymous": 0,  # ... of which had no (valid) program id
+            "fallback": 0,  # calls handed back to Ray's choice (no report yet, refused call)
+            "reports": 0,  # reports applied
+            "reports_ignored": 0,  # reports refused (bad figures, drained replica, version)
+            "pins": 0,  # pins applied
+            "pins_ignored": 0,  # pins refused or older than the program's last call
+            "drained": 0,  # replicas drained (gone or dead)
+        }
+        if self not in _registry.ROUTERS:
+            _registry.ROUTERS.append(self)
+
+    # -- state ----------------------------------------------------------------------------
+    def _new_router(self) -> None:
+        self.program_router = ttlpolicy.ProgramRouter(
+            ttlpolicy.TTLPolicy(self._config),
+            max_instances=self._max_instances,
+            max_programs=self._max_programs,
+        )
+        self._registered: set[str] = set()  # instances registered and not drained
+        self._seq: dict[str, Any] = {}  # instance -> seq of the last report applied
+        self._block_size = DEFAULT_BLOCK_SIZE
+        # program -> wall time of its last routed call (bounded like the router's table)
+        self._routed_at: OrderedDict[str, float] = OrderedDict()
+
+    def _ensure_state(self) -> None:
+        # Ray calls initialize_state only with request_router_kwargs set; default it here.
+        if not hasattr(self, "program_router"):
+            self.initialize_state()
+
+    def _register(self, iid: str) -> None:
+        if iid in self._registered or iid in self._gone:
+            return  # (Ray gives a restarted replica a new id)
+        try:
+            self.program_router.add_instance(iid)
+        except ValueError:  # max_instances used up by replicas that came and went: start over
+            live = sorted(self._registered)
+            logger.warning("ttlpolicy router: instance table full, rebuilt (%d live)", len(live))
+            self._new_router()
+            for other in live:
+                self.program_router.add_instance(other)
+                self._registered.add(other)
+            self.program_router.add_instance(iid)
+        self._registered.add(iid)
+
+    def _drain(self, iid: str) -> None:
+        self._gone.add(iid)
+        if iid in self._registered:
+            self._registered.discard(iid)
+            self._seq.pop(iid, None)
+            self.program_router.drain(iid)
+            self.counters["drained"] += 1
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        self._ensure_state()
+        super().update_replicas(replicas)
+        now_ids = {r.replica_id.unique_id for r in replicas}
+        for iid in sorted(self._registered - now_ids):
+            self._drain(iid)
+        for iid in sorted(now_ids):
+            self._register(iid)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        self._ensure_state()
+        super().on_replica_actor_died(replica_id)
+        self._drain(replica_id.unique_id)
+
+    # -- reports --------------------------------------------------------------------------
+    def _apply_report(self, replica: RunningReplica, now: float, wall: float) -> None:
+        iid = replica.replica_id.unique_id
+        stats = replica.routing_stats
+        rep = stats.get(REPORT_KEY) if isinstance(stats, dict) else None
+        if not isinstance(rep, dict):
+            return  # not reported yet (or not a ttlpolicy replica)
+        seq = rep.get("seq")
+        if iid in self._seq and self._seq[iid] == seq:
+            return  # applied already
+        self._seq[iid] = seq
+        router = self.program_router
+        try:
+            if rep.get("v") != REPORT_VERSION:
+                raise ValueError(f"v must be {REPORT_VERSION}, got {rep.get('v')!r}")
+            if iid not in self._registered:
+                raise ValueError(f"instance {iid!r} is drained")
+            ok = router.report(
+                iid,
+                rep.get("free_blocks"),
+                rep.get("total_blocks"),
+                rep.get("queue_len"),
+                rep.get("queued_tokens"),
+                rep.get("working_set_blocks"),
+                rep.get("cached_fraction"),
+            )
+            if not ok:
+                raise ValueError(f"instance {iid!r} is drained")
+            block_size = rep.get("block_size")
+            if type(block_size) is int and block_size > 0:
+                self._block_size = block_size
+            at = rep.get("at")
+            age = wall - at if type(at) is float and wall >= at else 0.0
+        except (TypeError, ValueError, KeyError) as e:
+            self.counters["reports_ignored"] += 1
+            logger.warning("ttlpolicy router: report of replica %s ignored: %s", iid, e)
+            return
+        self.counters["reports"] += 1
+        pins = rep.get("pins")
+        for pin in pins if isinstance(pins, list) else ():
+            try:
+                pid, left, blocks = pin
+                routed = self._routed_at.get(pid) if isinstance(pid, str) else None
+                if routed is not None and isinstance(at, float) and routed >= at:
+                    raise ValueError("pin older than the program's last call")
+                if not isinstance(left, int | float) or isinstance(left, bool):
+                    raise TypeError(f"remaining_s must be a number, got {type(left).__name__}")
+                router.pinned(iid, pid, now - age + left, blocks)
+                self.counters["pins"] += 1
+            except (TypeError, ValueError, KeyError):
+                self.counters["pins_ignored"] += 1
+
+    # -- the decision ---------------------------------------------------------------------
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        self._ensure_state()
+        if not candidate_replicas:
+            return []
+        now, wall = time.monotonic(), time.time()
+        for r in candidate_replicas:
+            self._register(r.replica_id.unique_id)
+            self._apply_report(r, now, wall)
+        info = program_of(pending_request) if pending_request is not None else None
+        if info is None:
+            rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", "")
+            pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
+        else:
+            pid = info.program_id
+        prompt, out = request_tokens(pending_request)
+        blocks = -(-(prompt + out) // self._block_size)
+        router = self.program_router
+        try:
+            chosen = router.route(pid, now, blocks, prompt)
+        except (TypeError, ValueError, KeyError) as e:
+            # no candidate reported yet, or a call the library refuses: Ray's choice
+            self.counters["fallback"] += 1
+            logger.debug("ttlpolicy router: Ray's choice for %r: %s", pid[:64], e)
+            return [list(candidate_replicas)]
+        self.counters["routed"] += 1
+        if info is None:
+            self.counters["anonymous"] += 1
+            router.end_program(pid)
+        else:
+            # an ended program's pins are ignored from now on (a replica it left keeps one
+            # until its TTL): its time is +inf until it calls again
+            self._routed_at[pid] = float("inf") if info.last_turn else wall
+            self._routed_at.move_to_end(pid)
+            while len(self._routed_at) > self._max_programs:
+                self._routed_at.popitem(last=False)
+            if info.last_turn:
+                router.end_program(pid)
+        first = [r for r in candidate_replicas if r.replica_id.unique_id == chosen]
+        rest = [r for r in candidate_replicas if r.replica_id.unique_id != chosen]
+        if not first:  # routed to a replica Ray no longer lists: Ray's choice
+            self.counters["fallback"] += 1
+            return [rest]
+        return [first, rest] if rest else [first]
