@@ -112,14 +112,19 @@ impl PyProgramRouter {
         self.inner.drain(iid).map_err(core_err)
     }
 
+    #[pyo3(signature = (instance_id, program_id, held_blocks = Arg::Ok(0)))]
     fn evicted(
-        &mut self,
+        slf: &Bound<'_, Self>,
         instance_id: &Bound<'_, PyAny>,
         program_id: &Bound<'_, PyAny>,
+        held_blocks: Arg<i64>,
     ) -> PyResult<bool> {
         let iid = id_str("instance_id", instance_id)?;
         let pid = id_str("program_id", program_id)?;
-        self.inner.evicted(iid, pid).map_err(core_err)
+        let mut args = Args::new();
+        let held = args.take("held_blocks", held_blocks);
+        let result = slf.try_borrow_mut()?.inner.evicted(iid, pid, held);
+        args.finish(result)
     }
 
     fn end_program(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {

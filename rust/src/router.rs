@@ -19,8 +19,8 @@
 //! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · loss`
 //!   without a live pin; elsewhere the wait plus `loss`; it stays unless another costs less;
 //! * a new program costs the wait; ties: the home, then the most room, then registration;
-//! * [`evicted`](ProgramRouter::evicted): the home lost the program's context; the program
-//!   is forgotten and routes as new (its lost context no longer ties it to the home);
+//! * [`evicted`](ProgramRouter::evicted): the home lost the program's context (it holds at
+//!   most half of its last call's blocks); the program is forgotten and routes as new;
 //! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs.
 //!
 //! ```
@@ -304,15 +304,25 @@ impl ProgramRouter {
         Ok(released)
     }
 
-    /// The instance no longer holds the program's context: if it is the program's home, the
-    /// program is forgotten (it routes as new). `Ok(false)`: ignored (an unknown program,
-    /// another home, or a drained instance).
-    pub fn evicted(&mut self, instance_id: &str, program_id: &str) -> Result<bool> {
+    /// The instance evicted the program's context but `held_blocks` of it: if it is the
+    /// program's home and holds at most half of its last call's blocks, the program is
+    /// forgotten (it routes as new). `Ok(false)`: nothing changed (an unknown program,
+    /// another home, more than half held, or a drained instance).
+    pub fn evicted(
+        &mut self,
+        instance_id: &str,
+        program_id: &str,
+        held_blocks: i64,
+    ) -> Result<bool> {
         check_id("instance_id", instance_id)?;
         check_id("program_id", program_id)?;
         let i = self.lookup(instance_id)?;
-        let homed_here = self.programs.get(program_id).is_some_and(|p| p.home == i);
-        if !homed_here || !self.instances[i].routable {
+        let held = int_in("held_blocks", held_blocks, 0, MAX_BLOCKS)?;
+        let lost = self
+            .programs
+            .get(program_id)
+            .is_some_and(|p| p.home == i && 2 * held <= p.blocks);
+        if !lost || !self.instances[i].routable {
             return Ok(false);
         }
         self.end_program(program_id)

@@ -168,6 +168,18 @@ def test_an_evicted_context_frees_its_program_from_its_home(impl):
         r.evicted(home, "")
     with pytest.raises(TypeError, match="instance_id"):
         r.evicted(3, "P")
+    with pytest.raises(ValueError, match="held_blocks"):
+        r.evicted(home, "P", -1)
+
+
+@pytest.mark.parametrize(("held", "freed"), [(0, True), (50, True), (51, False), (100, False)])
+def test_a_home_holding_most_of_a_context_keeps_its_program(impl, held, freed):
+    """Its last call needed 100 blocks: a home that still holds more than half of them keeps
+    the program (it routes as a return); at most half, it routes as new."""
+    r = build(impl)
+    home = r.route("P", 0.0, 100, 6400)
+    assert r.evicted(home, "P", held) is freed
+    assert (r.home("P") is None) is freed
 
 
 @pytest.mark.parametrize(("now", "stays"), [(4.0, True), (6.0, False)])

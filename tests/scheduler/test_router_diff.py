@@ -77,9 +77,9 @@ class RouterMachine(RuleBasedStateMachine):
         self.step(lambda r: r.report(iid, free, free + extra, queue, tokens, ws, cached,
                                      returns, return_tokens))  # fmt: skip
 
-    @rule(iid=st.sampled_from(INSTANCES), pid=st.sampled_from(PROGRAMS))
-    def evicted(self, iid, pid) -> None:
-        self.step(lambda r: r.evicted(iid, pid))
+    @rule(iid=st.sampled_from(INSTANCES), pid=st.sampled_from(PROGRAMS), held=COUNTS)
+    def evicted(self, iid, pid, held) -> None:
+        self.step(lambda r: r.evicted(iid, pid, held))
 
     @rule(iid=st.sampled_from(INSTANCES[:4]), free=st.integers(0, 200), extra=st.integers(0, 50),
           queue=st.integers(0, 3), tokens=st.integers(0, 1 << 16), ws=st.integers(0, 250),

@@ -118,16 +118,16 @@ class ReportWatch(TTLPolicyRouter):
     def bind(self, cluster: Cluster) -> None:
         super().bind(cluster)
         self.mixed = self.lost = 0
-        self.evictions: list[tuple[str, str]] = []
+        self.evictions: list[tuple[str, str, int]] = []
         inner, told = self.router, self.evictions
 
         class Tell:  # the library's router, its evictions recorded
             def __getattr__(self, name: str) -> object:
                 return getattr(inner, name)
 
-            def evicted(self, iid: str, pid: str) -> bool:
-                told.append((iid, pid))
-                return inner.evicted(iid, pid)
+            def evicted(self, iid: str, pid: str, held: int) -> bool:
+                told.append((iid, pid, held))
+                return inner.evicted(iid, pid, held)
 
         self.router = Tell()  # type: ignore[assignment]
 
@@ -135,7 +135,8 @@ class ReportWatch(TTLPolicyRouter):
         c = self.cluster
         pid = run.program.program_id
         last = c.last_instance(pid)
-        lost = last is not None and c.engines[last].kv.chain_blocks(pid) == 0
+        held = None if last is None else c.engines[last].kv.chain_blocks(pid)
+        lost = held is not None and held < run.program.turns[turn_index].reusable_blocks
         for i, (queue, tokens, returns, return_tokens) in enumerate(c.waiting()):
             e = c.engines[i]
             # the scheduler's waiting calls are placed there and not running (calls on
@@ -145,7 +146,7 @@ class ReportWatch(TTLPolicyRouter):
             self.mixed += 0 < returns < queue
         told = len(self.evictions)
         i = super().choose(run, turn_index, now)
-        assert self.evictions[told:] == ([(str(last), pid)] if lost else [])
+        assert self.evictions[told:] == ([(str(last), pid, held)] if lost else [])
         self.lost += lost
         return i
 

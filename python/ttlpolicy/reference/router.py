@@ -37,12 +37,15 @@ the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
   0), working set + ``grow``.  The program's
   pin is consumed (it stayed) or left behind (it moved): either way the router forgets it.
 * A pin is live while ``now < deadline_s`` (``pinned`` reports it).
-* ``evicted``: the program's home no longer holds its context (evicted; a KV-cache event):
-  the program is forgotten, and its next call routes as a new program's.  Its return would
-  still run ahead of the home's queue, but that saves nothing to the fleet (it only delays
-  the calls it passes), while as new it goes where the queue and the working set are
-  lightest: the fleet's programs whose contexts were lost are spread again (as the
-  prefix-affinity router does with a call whose prefix no instance holds).
+* ``evicted``: the program's home evicted its context, all of it or all but
+  ``held_blocks`` (a KV-cache event).  When the home holds at most half of the program's
+  last call's blocks, the program is forgotten and its next call routes as a new program's.
+  Its return would still run ahead of the home's queue, but that saves the fleet nothing (it
+  only delays the calls it passes), while as new it goes where the queue and the working
+  set are lightest: the programs whose contexts were lost are spread again (as the
+  prefix-affinity router does with a call whose prefix no instance holds).  The half: of
+  none, a tenth and a half, the best on the tuning folds (bench/RESULTS.md, "Many engines
+  behind a router").
 * ``drain`` takes an instance out of routing (dead, or draining): its programs are released
   (they route as new) and its later reports and pins are ignored (answer False) until
   ``add_instance`` registers it again.
@@ -244,16 +247,20 @@ class ProgramRouter:
             del self._programs[pid]
         return released
 
-    def evicted(self, instance_id: Any, program_id: Any) -> bool:
-        """The instance no longer holds the program's context: if it is the program's
-        home, the program is forgotten (it routes as new).  False: ignored (an unknown
-        program, another home, or a drained instance)."""
+    def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
+        """The instance evicted the program's context but ``held_blocks`` of it: if it is
+        the program's home and holds at most half of its last call's blocks, the program is
+        forgotten (it routes as new).  False: nothing changed (an unknown program, another
+        home, more than half held, or a drained instance)."""
         iid = check_id("instance_id", instance_id)
         pid = check_id("program_id", program_id)
         inst = self._instance(iid)
+        held = int_in("held_blocks", held_blocks, 0, MAX_BLOCKS)
         prog = self._programs.get(pid)
         if prog is None or not inst.routable or prog.home != self._index[iid]:
             return False
+        if 2 * held > prog.blocks:
+            return False  # most of it is still there
         del self._programs[pid]
         return True
 

@@ -214,10 +214,12 @@ class TTLPolicyRouter(Router):
                 )
         pid = run.program.program_id
         last = c.last_instance(pid)
-        if last is not None and c.alive[last] and not c.engines[last].kv.chain_blocks(pid):
-            # its home lost its context (as a KV-cache event would tell)
-            router.evicted(self._ids[last], pid)
         turn = run.program.turns[turn_index]
+        if last is not None and c.alive[last]:
+            held = c.engines[last].kv.chain_blocks(pid)
+            if held < turn.reusable_blocks:
+                # its home evicted some of its context (as a KV-cache event would tell)
+                router.evicted(self._ids[last], pid, held)
         b = c.config.block_tokens
         blocks = -(-turn.input_tokens // b)
         return int(router.route(pid, now, blocks, turn.reusable_blocks * b))
