@@ -1,4 +1,4 @@
-"""Many engines behind a router (issue 31; docs/investigations/fleet-routers-draft.md): the
+"""Many engines behind a router (issue 31; docs/investigations/fleet-routers.md): the
 router × policy table on the agentic sessions cut to one task each (Poisson arrivals, as
 bench/agent_sweep.py), at ``--instances`` engines and per-instance loads swept from light to
 4× the contended point; and the same per-instance load on one engine, for the share of the

@@ -401,8 +401,8 @@ impl ProgramRouter {
                 queue_s = ahead as f64 * policy.miss_cost_s(ahead_tokens / ahead, 0)?;
             }
             // (load control never holds back a program it admitted: at its home only memory)
-            let fits = need <= s.free_blocks
-                && (at_home || s.working_set_blocks + grow <= s.total_blocks);
+            let fits =
+                need <= s.free_blocks && (at_home || s.working_set_blocks + grow <= s.total_blocks);
             let mut cost = if fits {
                 queue_s
             } else {

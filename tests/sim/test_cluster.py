@@ -129,7 +129,7 @@ class ReportWatch(TTLPolicyRouter):
                 told.append((iid, pid, held))
                 return inner.evicted(iid, pid, held)
 
-        self.router = Tell()  # type: ignore[assignment]
+        self.router = Tell()
 
     def choose(self, run: ProgramRun, turn_index: int, now: float) -> int:
         c = self.cluster

@@ -15,12 +15,14 @@ finished, as Vidur's LOR); ``session-hash`` (rendezvous hash of the program id o
 instances, what sticky sessions do); ``prefix`` (the longest cached prefix of the program's
 context, unless the instances' outstanding calls differ by more than ``imbalance`` — then the
 least loaded, as Ray Serve's ``PrefixCacheAffinityRouter``); ``ttlpolicy`` (the library's
-``ProgramRouter``, fed each instance's state before each call and each pin as it is made).
+``ProgramRouter``, fed each instance's state — its whole queue and the part a return waits
+behind — before each call, each pin as it is made, and before a program's call what its
+last instance's cache still holds of its context).
 
 A program placed on another instance than its last call's leaves that one
 (``Policy.program_left``: the ``ttlpolicy`` plug-in ends it there, its pin released), as a
 router's plug-in would tell the replica — else load control counts the program in its
-working set until it returns, maybe never (measured: docs/investigations/fleet-routers-draft.md,
+working set until it returns, maybe never (measured: docs/investigations/fleet-routers.md,
 round-robin under the ``ttlpolicy`` policy); that instance looks at its queue again then.
 
 An instance may be killed at an instant (``kill``): the router drains it, and every call
@@ -281,7 +283,6 @@ class Cluster:
             e.forward = self._forwarder(i)
         self.alive = [True] * instances
         self.outstanding = [0] * instances  # calls placed and not finished
-        self.placed_tokens = [0] * instances  # their prompts' tokens
         self.returns_at: set[str] = set()  # programs whose placed call follows one there
         self.killed_s: list[float | None] = [None] * instances
         self._where: dict[str, tuple[int, ProgramRun, int]] = {}  # program → its placed call
@@ -351,10 +352,9 @@ class Cluster:
     def _forwarder(self, i: int) -> Callable[[float, ProgramRun, int | None], None]:
         def forward(t: float, run: ProgramRun, turn_index: int | None) -> None:
             pid = run.program.program_id
-            _, _, placed = self._where.pop(pid)
+            del self._where[pid]
             self.returns_at.discard(pid)
             self.outstanding[i] -= 1
-            self.placed_tokens[i] -= run.program.turns[placed].input_tokens
             self.router.finished(i, run)
             self._last[pid] = i
             if turn_index is not None:
@@ -387,7 +387,6 @@ class Cluster:
         else:
             self.returns_at.discard(pid)
         self.outstanding[i] += 1
-        self.placed_tokens[i] += run.program.turns[turn_index].input_tokens
         self.engines[i].deliver(t, run, turn_index, starts)
         self._placed.append(i)
         return i
@@ -481,7 +480,6 @@ class Cluster:
         dead = self.engines[i]
         lost = [(pid, run, k) for pid, (j, run, k) in self._where.items() if j == i]
         self.outstanding[i] = 0
-        self.placed_tokens[i] = 0
         for pid, run, k in lost:
             del self._where[pid]
             self.returns_at.discard(pid)
