@@ -1,4 +1,4 @@
-"""Many engines behind a router (issue 31; docs/investigations/fleet-routers-draft.md): the
+"""Many engines behind a router (issue 31; docs/investigations/fleet-routers.md): the
 router × policy table on the agentic sessions cut to one task each (Poisson arrivals, as
 bench/agent_sweep.py), at ``--instances`` engines and per-instance loads swept from light to
 4× the contended point; and the same per-instance load on one engine, for the share of the
@@ -6,10 +6,18 @@ single-instance gain a router keeps.
 
     python bench/fleet.py [--instances 8] [--rates 0.002,0.004,0.008,0.016] \
         [--setups llama-3.1-8b@h100-80g,llama-3.1-70b@h100-80g] [--policies vllm,ttlpolicy] \
-        [--routers round-robin,least-loaded,session-hash,prefix,ttlpolicy] [--json F]
+        [--routers round-robin,least-loaded,session-hash,prefix,ttlpolicy] [--seeds 0] \
+        [--folds 4] [--json F]
 
 ``--rates`` are per instance (programs/s): the cluster gets ``instances`` × that.  The traces
 are found as bench/sim_sweep.py says (``TTLPOLICY_TRACES``, default ``../shared/traces``).
+
+**Folds** (issue 34's protocol, bench/bounds.py): every program runs in each run; each row
+also holds the mean and p95 completion time over each fold's own programs (``fold_of``: the
+session file name's SHA-256 mod ``--folds``).  The router's rule was chosen on folds 0–2 and
+seed 0; fold 3 and other seeds are the check (the table's ``fold 3`` column, ``--seeds``).
+At the end: one markdown table (mean / p95 over all programs, bold the best router of each
+row) and the fold-3 means.
 """
 
 from __future__ import annotations
@@ -20,8 +28,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 import sim_sweep  # bench/, beside this script: loads the sessions
 from agent_sweep import OPTIONS
+from bounds import fold_of
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import MODELS
@@ -39,46 +50,118 @@ def main() -> int:
     ap.add_argument("--policies", default="vllm,ttlpolicy")
     ap.add_argument("--routers", default=",".join(ROUTERS))
     ap.add_argument("--no-single", action="store_true", help="skip the one-engine runs")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0", help="arrival seeds, comma-separated")
+    ap.add_argument("--folds", type=int, default=4)
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     programs = sim_sweep.load_sessions(args.trace, OPTIONS)
     if programs is None:
         return 2
     n = args.instances
+    if args.folds < 1:
+        raise SystemExit(f"--folds must be >= 1, got {args.folds}")
+    fold = {p.program_id: fold_of(p.program_id, args.folds) for p in programs}
     results = []
-    for setup in args.setups.split(","):
+    for setup, rate, seed in (
+        (setup, float(rate), int(seed))
+        for setup in args.setups.split(",")
+        for rate in args.rates.split(",")
+        for seed in args.seeds.split(",")
+    ):
         model, gpu = setup.split("@")
         hw = roofline(model, gpu, cpu_tier_bytes=256e9 * MODELS[model].tp)
-        for rate in (float(x) for x in args.rates.split(",")):
-            for pol in args.policies.split(","):
-                runs = [] if args.no_single else [None]
-                for router in [*runs, *args.routers.split(",")]:
-                    t = time.perf_counter()
-                    if router is None:
-                        m = simulate(hw, pol, programs, rate_per_s=rate, seed=args.seed)
-                        per_instance = None
-                    else:
-                        m, per_instance = simulate_cluster(
+        for pol in args.policies.split(","):
+            runs = [] if args.no_single else [None]
+            for router in [*runs, *args.routers.split(",")]:
+                t = time.perf_counter()
+                if router is None:
+                    m = simulate(hw, pol, programs, rate_per_s=rate, seed=seed)
+                    per_instance = None
+                else:
+                    m, per_instance = simulate_cluster(
                             hw, pol, programs, instances=n, router=router,
-                            rate_per_s=rate * n, seed=args.seed,
+                            rate_per_s=rate * n, seed=seed,
                         )  # fmt: skip
-                    wall = time.perf_counter() - t
-                    s = m.summary()
-                    results.append({
+                wall = time.perf_counter() - t
+                s = m.summary()
+                folds = fold_figures(m, fold, args.folds)
+                results.append({
                         "setup": setup, "rate_per_instance": rate, "policy": pol,
                         "router": router, "instances": 1 if router is None else n,
-                        "wall_s": wall, "summary": s, "per_instance": per_instance,
+                        "seed": seed, "wall_s": wall, "summary": s, "folds": folds,
+                        "per_instance": per_instance,
                     })  # fmt: skip
-                    print(
-                        f"{setup} {rate:g}/s/instance {pol} / {router or 'one engine'}: "
-                        f"JCT {s['jct_mean_s']:,.0f} s p95 {s['jct_p95_s']:,.0f} s "
-                        f"hit {s['hit_rate']:.2f} ({wall:.0f} s)",
-                        flush=True,
-                    )
+                tuned = [f["jct_mean_s"] for f in folds[: min(3, args.folds)]]
+                print(
+                    f"{setup} {rate:g}/s/instance seed {seed} {pol} / "
+                    f"{router or 'one engine'}: JCT {s['jct_mean_s']:,.0f} s "
+                    f"p95 {s['jct_p95_s']:,.0f} s hit {s['hit_rate']:.2f}; folds 0-2 "
+                    f"{np.mean(tuned):,.0f} s, "
+                    + (f"fold 3 {folds[3]['jct_mean_s']:,.0f} s " if args.folds > 3 else "")
+                    + f"({wall:.0f} s)",
+                    flush=True,
+                )
+    print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
+
+
+def fold_figures(m, fold: dict[str, int], folds: int) -> list[dict[str, float]]:
+    """Mean and p95 completion time over each fold's programs (nan: none finished)."""
+    jct: list[list[float]] = [[] for _ in range(folds)]
+    for pid, end in m.program_finish_s.items():
+        jct[fold[pid]].append(end - m.program_start_s[pid])
+    nan = float("nan")
+    return [
+        {
+            "programs": float(len(x)),
+            "jct_mean_s": float(np.mean(x)) if x else nan,
+            "jct_p95_s": float(np.percentile(x, 95)) if x else nan,
+        }
+        for x in jct
+    ]
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row per (setup, rate, policy, seed), mean / p95 per router (bold: the
+    lowest mean among routers), then the fold-3 means (when there are 4+ folds)."""
+    routers = list(dict.fromkeys(r["router"] for r in results if r["router"] is not None))
+    single = any(r["router"] is None for r in results)
+    head = ["setup, /s per instance", "seed", "policy"]
+    head += (["one engine"] if single else []) + routers
+    with_f3 = all(len(r["folds"]) > 3 for r in results)
+    head += [f"fold 3: {x}" for x in routers] if with_f3 else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(head) - 3)]
+    keys = dict.fromkeys(
+        (r["setup"], r["rate_per_instance"], r["seed"], r["policy"]) for r in results
+    )
+    for setup, rate, seed, pol in keys:
+        rows = {
+            r["router"]: r
+            for r in results
+            if (r["setup"], r["rate_per_instance"], r["seed"], r["policy"])
+            == (setup, rate, seed, pol)
+        }
+        best = min((rows[x]["summary"]["jct_mean_s"] for x in routers if x in rows), default=None)
+        cells = [f"{setup.split('@')[0].split('-')[-1]} {rate:g}", str(seed), pol]
+        if single:
+            one = rows.get(None)
+            cells.append(f"{one['summary']['jct_mean_s']:,.0f}" if one else "")
+        for x in routers:
+            r = rows.get(x)
+            if r is None:
+                cells.append("")
+                continue
+            mean, p95 = r["summary"]["jct_mean_s"], r["summary"]["jct_p95_s"]
+            cell = f"{mean:,.0f} / {p95:,.0f}"
+            cells.append(f"**{cell}**" if mean == best else cell)
+        if with_f3:
+            cells += [
+                f"{rows[x]['folds'][3]['jct_mean_s']:,.0f}" if x in rows else "" for x in routers
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

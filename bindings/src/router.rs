@@ -57,6 +57,10 @@ impl PyProgramRouter {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (
+        instance_id, free_blocks, total_blocks, queue_len, queued_tokens, working_set_blocks,
+        cached_fraction, return_queue_len = None, return_queued_tokens = None,
+    ))]
     fn report(
         slf: &Bound<'_, Self>,
         instance_id: &Bound<'_, PyAny>,
@@ -66,6 +70,8 @@ impl PyProgramRouter {
         queued_tokens: Arg<i64>,
         working_set_blocks: Arg<i64>,
         cached_fraction: Arg<f64>,
+        return_queue_len: Option<Arg<i64>>,
+        return_queued_tokens: Option<Arg<i64>>,
     ) -> PyResult<bool> {
         let iid = id_str("instance_id", instance_id)?;
         let mut args = Args::new();
@@ -76,6 +82,8 @@ impl PyProgramRouter {
             queued_tokens: args.take("queued_tokens", queued_tokens),
             working_set_blocks: args.take("working_set_blocks", working_set_blocks),
             cached_fraction: args.take("cached_fraction", cached_fraction),
+            return_queue_len: args.take_opt("return_queue_len", return_queue_len),
+            return_queued_tokens: args.take_opt("return_queued_tokens", return_queued_tokens),
         };
         // (arguments converted before the borrow: a number whose `__index__` reads this
         // router works, as on the reference)
@@ -102,6 +110,21 @@ impl PyProgramRouter {
     fn drain(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         let iid = id_str("instance_id", instance_id)?;
         self.inner.drain(iid).map_err(core_err)
+    }
+
+    #[pyo3(signature = (instance_id, program_id, held_blocks = Arg::Ok(0)))]
+    fn evicted(
+        slf: &Bound<'_, Self>,
+        instance_id: &Bound<'_, PyAny>,
+        program_id: &Bound<'_, PyAny>,
+        held_blocks: Arg<i64>,
+    ) -> PyResult<bool> {
+        let iid = id_str("instance_id", instance_id)?;
+        let pid = id_str("program_id", program_id)?;
+        let mut args = Args::new();
+        let held = args.take("held_blocks", held_blocks);
+        let result = slf.try_borrow_mut()?.inner.evicted(iid, pid, held);
+        args.finish(result)
     }
 
     fn end_program(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {

@@ -601,11 +601,18 @@ class ProgramRouter:
         queued_tokens: SupportsIndex,
         working_set_blocks: SupportsIndex,
         cached_fraction: SupportsFloat,
-    ) -> bool: ...
+        return_queue_len: SupportsIndex | None = None,
+        return_queued_tokens: SupportsIndex | None = None,
+    ) -> bool:
+        """``return_queue_len``, ``return_queued_tokens`` (given together): the part of the
+        queue a returning call of a program served here waits behind; None: the whole queue."""
     def pinned(
         self, instance_id: str, program_id: str, deadline_s: SupportsFloat, blocks: SupportsIndex
     ) -> bool: ...
     def drain(self, instance_id: str) -> list[str]: ...
+    def evicted(
+        self, instance_id: str, program_id: str, held_blocks: SupportsIndex = ...
+    ) -> bool: ...
     def end_program(self, program_id: str) -> bool: ...
     def route(
         self,

@@ -9,13 +9,18 @@
 //! `miss + η · T` ([`TTLPolicy::miss_cost_s`], [`TTLPolicy::eta`],
 //! [`TTLPolicy::out_of_order_cost_s`]), and `T` is also the wait of a call short of memory.
 //!
-//! * wait at an instance = `queue_len · miss_cost_s(queued_tokens / queue_len)`, plus `T`
-//!   when the call does not fit (free blocks, and room beside load control's working set);
+//! * wait at an instance = `n · miss_cost_s(tokens / n)` over the calls it waits behind,
+//!   plus `T` when the call does not fit (free blocks, and room beside load control's
+//!   working set); a returning call at its home waits behind the *return queue* only
+//!   (`return_queue_len`, `return_queued_tokens`: program-level FCFS serves it ahead of
+//!   newer programs), any other call behind the whole queue (it is a new program there);
 //!   at the home, the working set counts the program already (only its growth over its last
 //!   call's blocks is new) and a live pin's blocks come off the call's need;
 //! * a returning call costs the wait at its home, plus `(1 − cached_fraction) · loss`
 //!   without a live pin; elsewhere the wait plus `loss`; it stays unless another costs less;
 //! * a new program costs the wait; ties: the home, then the most room, then registration;
+//! * [`evicted`](ProgramRouter::evicted): the home lost the program's context (it holds at
+//!   most half of its last call's blocks); the program is forgotten and routes as new;
 //! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs.
 //!
 //! ```
@@ -72,6 +77,11 @@ pub struct Report {
     pub working_set_blocks: i64,
     /// The fraction of returning calls' prefixes found cached, in [0, 1].
     pub cached_fraction: f64,
+    /// The calls a returning call of a program served here waits behind (a part of the
+    /// queue; given with `return_queued_tokens`). None: the whole queue (a FCFS engine).
+    pub return_queue_len: Option<i64>,
+    /// Their uncached prompt tokens (given with `return_queue_len`).
+    pub return_queued_tokens: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +90,8 @@ struct Instance {
     routable: bool,
     reported: bool,
     state: Report,
+    /// The return queue: calls and their tokens (the whole queue when not reported).
+    returns: (i64, i64),
 }
 
 impl Instance {
@@ -89,6 +101,7 @@ impl Instance {
             routable: true,
             reported: false,
             state: Report::default(),
+            returns: (0, 0),
         }
     }
 }
@@ -180,6 +193,12 @@ impl ProgramRouter {
             MAX_BLOCKS,
         )?;
         let cached = finite("cached_fraction", report.cached_fraction)?;
+        if let Some(n) = report.return_queue_len {
+            int_in("return_queue_len", n, 0, MAX_BLOCKS)?;
+        }
+        if let Some(n) = report.return_queued_tokens {
+            int_in("return_queued_tokens", n, 0, MAX_BLOCKS)?;
+        }
         if !(0.0..=1.0).contains(&cached) {
             return Err(Error::invalid_f64("cached_fraction", cached, "in [0, 1]"));
         }
@@ -190,12 +209,47 @@ impl ProgramRouter {
                 format!("<= total_blocks ({total})"),
             ));
         }
+        let returns = match (report.return_queue_len, report.return_queued_tokens) {
+            (None, None) => (report.queue_len, report.queued_tokens),
+            (Some(_), None) => {
+                return Err(Error::invalid(
+                    "return_queued_tokens",
+                    "None",
+                    "given with return_queue_len",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(Error::invalid(
+                    "return_queue_len",
+                    "None",
+                    "given with return_queued_tokens",
+                ))
+            }
+            (Some(n), Some(tokens)) => {
+                if n > report.queue_len {
+                    return Err(Error::invalid(
+                        "return_queue_len",
+                        n,
+                        format!("<= queue_len ({})", report.queue_len),
+                    ));
+                }
+                if tokens > report.queued_tokens {
+                    return Err(Error::invalid(
+                        "return_queued_tokens",
+                        tokens,
+                        format!("<= queued_tokens ({})", report.queued_tokens),
+                    ));
+                }
+                (n, tokens)
+            }
+        };
         let inst = &mut self.instances[i];
         if !inst.routable {
             return Ok(false);
         }
         inst.reported = true;
         inst.state = *report;
+        inst.returns = returns;
         Ok(true)
     }
 
@@ -248,6 +302,30 @@ impl ProgramRouter {
             }
         });
         Ok(released)
+    }
+
+    /// The instance evicted the program's context but `held_blocks` of it: if it is the
+    /// program's home and holds at most half of its last call's blocks, the program is
+    /// forgotten (it routes as new). `Ok(false)`: nothing changed (an unknown program,
+    /// another home, more than half held, or a drained instance).
+    pub fn evicted(
+        &mut self,
+        instance_id: &str,
+        program_id: &str,
+        held_blocks: i64,
+    ) -> Result<bool> {
+        check_id("instance_id", instance_id)?;
+        check_id("program_id", program_id)?;
+        let i = self.lookup(instance_id)?;
+        let held = int_in("held_blocks", held_blocks, 0, MAX_BLOCKS)?;
+        let lost = self
+            .programs
+            .get(program_id)
+            .is_some_and(|p| p.home == i && 2 * held <= p.blocks);
+        if !lost || !self.instances[i].routable {
+            return Ok(false);
+        }
+        self.end_program(program_id)
     }
 
     /// The program is done: forgotten. `Ok(false)`: it was not known.
@@ -312,12 +390,19 @@ impl ProgramRouter {
                 need_all
             };
             let grow = if at_home { home_grow } else { need_all };
+            // a return at its home waits behind the return queue; a new program, the whole
+            let (ahead, ahead_tokens) = if at_home {
+                inst.returns
+            } else {
+                (s.queue_len, s.queued_tokens)
+            };
             let mut queue_s = 0.0;
-            if s.queue_len > 0 {
-                queue_s =
-                    s.queue_len as f64 * policy.miss_cost_s(s.queued_tokens / s.queue_len, 0)?;
+            if ahead > 0 {
+                queue_s = ahead as f64 * policy.miss_cost_s(ahead_tokens / ahead, 0)?;
             }
-            let fits = need <= s.free_blocks && s.working_set_blocks + grow <= s.total_blocks;
+            // (load control never holds back a program it admitted: at its home only memory)
+            let fits =
+                need <= s.free_blocks && (at_home || s.working_set_blocks + grow <= s.total_blocks);
             let mut cost = if fits {
                 queue_s
             } else {
@@ -355,7 +440,14 @@ impl ProgramRouter {
         } else {
             need_all
         };
-        let s = &mut self.instances[chosen].state;
+        let inst = &mut self.instances[chosen];
+        if home == Some(chosen) {
+            inst.returns.0 += 1;
+            if !kept {
+                inst.returns.1 = (inst.returns.1 + prefix).min(MAX_BLOCKS);
+            }
+        }
+        let s = &mut inst.state;
         s.queue_len += 1;
         if !kept {
             s.queued_tokens = (s.queued_tokens + prefix).min(MAX_BLOCKS);

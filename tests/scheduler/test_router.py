@@ -1,7 +1,10 @@
 """ProgramRouter's rules, on both backends: a returning call stays with its live pin when
-the wait there is zero, leaves when the wait costs more than a miss elsewhere; a new program
-goes where it fits beside the working set; a drained instance releases its programs and is
-never routed to; bounded tables; bad input refused by field, before any change."""
+the wait there is zero, leaves when the wait costs more than a miss elsewhere; at its home it
+waits behind the return queue only, anywhere else (a new program there) behind the whole
+queue, and it fits on memory alone (load control admitted it); a program whose home evicted
+its context routes as new; a new program goes where it fits beside the working set; a
+drained instance releases its programs and is never routed to; bounded tables; bad input
+refused by field, before any change."""
 
 from __future__ import annotations
 
@@ -66,6 +69,117 @@ def test_a_call_leaves_its_pin_when_the_wait_costs_more_than_a_miss(impl):
     r2.report(home2, 1000, 1000, 8, queued, 0, 1.0)
     assert r2.policy.miss_cost_s(1 << 20) > wait_s
     assert r2.route("Q", 1.0, 10, 1 << 20) == home2
+
+
+def test_a_return_is_priced_behind_the_return_queue_at_its_home(impl):
+    """Program-level FCFS: a returning call runs ahead of the new programs queued at its
+    home.  The home's queue is long but holds first calls only; another instance's queue is
+    short: the call stays (the old rule, pricing the whole queue, moved it)."""
+    r = build(impl)
+    home = r.route("P", 0.0, 10, 4096)
+    other = next(i for i in INSTANCES if i != home)
+    queued = 400_000  # 40 first calls of 10k tokens: far more than rebuilding 4k tokens
+    assert 40 * r.policy.miss_cost_s(queued // 40) > r.policy.miss_cost_s(4096) + r.policy.eta * 2.0
+    for iid in INSTANCES:
+        r.report(iid, 1000, 1000, 1, 1000, 0, 1.0)  # elsewhere: one short call waits
+    r.report(home, 1000, 1000, 40, queued, 0, 1.0, 0, 0)
+    assert r.route("P", 1.0, 10, 4096) == home
+    # the same queue, all of it returns (or not told apart: a FCFS engine): it moves
+    for returns in [(40, queued), ()]:
+        r2 = build(impl)
+        home2 = r2.route("P", 0.0, 10, 4096)
+        for iid in INSTANCES:
+            r2.report(iid, 1000, 1000, 1, 1000, 0, 1.0)
+        r2.report(home2, 1000, 1000, 40, queued, 0, 1.0, *returns)
+        assert r2.route("P", 1.0, 10, 4096) != home2
+    # a new program waits behind the whole queue, whatever part of it returns
+    assert r.route("N", 2.0, 10, 4096) == other or r.home("N") != home
+
+
+def test_a_return_queue_elsewhere_is_not_the_calls_queue(impl):
+    """A program that moves is a new program at its new instance: that instance's empty
+    return queue does not make it cheap; nor does a new program take it."""
+    r = build(impl)
+    home = r.route("P", 0.0, 10, 64)
+    r.pinned(home, "P", 100.0, 10)
+    r.report(home, 1000, 1000, 2, 2000, 0, 1.0, 2, 2000)  # a short queue of returns
+    for iid in INSTANCES:
+        if iid != home:  # long queues of first calls, no return queued
+            r.report(iid, 1000, 1000, 50, 500_000, 0, 1.0, 0, 0)
+    assert r.route("P", 1.0, 10, 64) == home
+    assert r.route("N", 2.0, 10, 64) == home
+
+
+def test_a_routed_return_joins_its_homes_return_queue(impl):
+    """Until the home reports again, the router counts a return it sent there in the
+    return queue: the next return there is priced behind it."""
+    r = build(impl)
+    home = "i2"
+    for pid in ("P", "Q"):
+        assert r.pinned(home, pid, 0.0, 10)  # both homed there, their pins past
+    for iid in INSTANCES:
+        r.report(iid, 1000, 1000, 0, 0, 0, 1.0, 0, 0)
+    long, short = 1 << 17, 64
+    assert r.policy.miss_cost_s(long) > r.policy.miss_cost_s(short) + r.policy.eta * 2.0
+    # P returns: nothing ahead, it stays (no live pin: its prefix counts as queued)
+    assert r.route("P", 1.0, 10, long) == home
+    # Q returns: behind P's prefill at home, more than rebuilding its short context elsewhere
+    assert r.route("Q", 2.0, 10, short) != home
+
+
+def test_at_its_home_an_admitted_program_waits_for_memory_only(impl):
+    """Load control never holds back a program it admitted: a home whose working set is
+    over its blocks does not make the return wait T when the call fits in free memory (the
+    old rule priced that wait and moved it)."""
+    r = build(impl)
+    home = r.route("P", 0.0, 10, 64)
+    loss = r.policy.miss_cost_s(64) + r.policy.eta * r.policy.out_of_order_cost_s
+    # the home finds a tenth of returns' prefixes cached: staying costs 0.9 of a rebuild
+    # (plus T with the old rule: more than the rebuild elsewhere)
+    assert r.policy.out_of_order_cost_s > 0.1 * loss
+    r.report(home, 500, 1000, 0, 0, 1500, 0.1)  # working set 1500 of 1000 blocks, 500 free
+    assert r.route("P", 1.0, 10, 64) == home
+    # not enough free memory: it waits T there, more than rebuilding elsewhere
+    r.report(home, 5, 1000, 0, 0, 1500, 0.1)
+    assert r.route("P", 2.0, 10, 64) != home
+
+
+def test_an_evicted_context_frees_its_program_from_its_home(impl):
+    """Its home evicted its context: it routes as new — here where the whole queue is
+    shortest, where as a return it stayed (its home's return queue empty)."""
+    r = build(impl)
+    home = r.route("P", 0.0, 10, 4096)
+    for iid in INSTANCES:
+        r.report(iid, 1000, 1000, 1, 1000, 0, 1.0, 0, 0)
+    r.report(home, 1000, 1000, 40, 400_000, 0, 1.0, 0, 0)
+    elsewhere = next(i for i in INSTANCES if i != home)
+    assert not r.evicted(elsewhere, "P")  # not its home: ignored
+    assert not r.evicted(home, "nobody")
+    assert r.home("P") == home
+    assert r.evicted(home, "P") and r.home("P") is None
+    assert r.route("P", 1.0, 10, 4096) != home
+    # a drained instance's evictions are ignored; bad ids refused by field
+    home_q = r.route("Q", 2.0, 10, 64)
+    r.drain(home_q)
+    assert not r.evicted(home_q, "Q")
+    with pytest.raises(KeyError, match="instance_id"):
+        r.evicted("nope", "P")
+    with pytest.raises(ValueError, match="program_id"):
+        r.evicted(home, "")
+    with pytest.raises(TypeError, match="instance_id"):
+        r.evicted(3, "P")
+    with pytest.raises(ValueError, match="held_blocks"):
+        r.evicted(home, "P", -1)
+
+
+@pytest.mark.parametrize(("held", "freed"), [(0, True), (50, True), (51, False), (100, False)])
+def test_a_home_holding_most_of_a_context_keeps_its_program(impl, held, freed):
+    """Its last call needed 100 blocks: a home that still holds more than half of them keeps
+    the program (it routes as a return); at most half, it routes as new."""
+    r = build(impl)
+    home = r.route("P", 0.0, 100, 6400)
+    assert r.evicted(home, "P", held) is freed
+    assert (r.home("P") is None) is freed
 
 
 @pytest.mark.parametrize(("now", "stays"), [(4.0, True), (6.0, False)])
@@ -146,6 +260,12 @@ def test_instances_are_bounded(impl):
         ("cached_fraction", ("i0", 1, 1, 0, 0, 0, 1.5), ValueError),
         ("free_blocks", ("i0", 5, 1, 0, 0, 0, 0.5), ValueError),
         ("total_blocks", ("i0", 1, 2.0, 0, 0, 0, 0.5), TypeError),
+        ("return_queue_len", ("i0", 1, 1, 2, 10, 0, 0.5, -1, 0), ValueError),
+        ("return_queue_len", ("i0", 1, 1, 2, 10, 0, 0.5, 3, 0), ValueError),  # > queue_len
+        ("return_queued_tokens", ("i0", 1, 1, 2, 10, 0, 0.5, 1, 11), ValueError),
+        ("return_queued_tokens", ("i0", 1, 1, 2, 10, 0, 0.5, 1, None), ValueError),
+        ("return_queue_len", ("i0", 1, 1, 2, 10, 0, 0.5, None, 5), ValueError),
+        ("return_queue_len", ("i0", 1, 1, 2, 10, 0, 0.5, 1.0, 5), TypeError),
     ],
 )
 def test_bad_reports_are_refused_by_field_without_change(impl, field, args, exc):

@@ -1,6 +1,7 @@
 """ProgramRouter: the Rust core and the Python reference agree on any interleaving of
 reports, pins, drains, routes and policy observations (hypothesis stateful testing: results,
-errors by type and message, every view after each step), bad values mixed in."""
+errors by type and message, every view after each step), bad values mixed in: return
+queues given or not (or half given), evictions reported by homes and by others."""
 
 from __future__ import annotations
 
@@ -58,6 +59,27 @@ class RouterMachine(RuleBasedStateMachine):
           tokens=st.one_of(COUNTS, TOKENS), ws=COUNTS, cached=FRACTIONS)  # fmt: skip
     def report(self, iid, free, total, queue, tokens, ws, cached) -> None:
         self.step(lambda r: r.report(iid, free, total, queue, tokens, ws, cached))
+
+    @rule(iid=st.sampled_from(INSTANCES), queue=COUNTS, tokens=st.one_of(COUNTS, TOKENS),
+          returns=st.one_of(st.none(), COUNTS),
+          return_tokens=st.one_of(st.none(), COUNTS, TOKENS))  # fmt: skip
+    def report_returns(self, iid, queue, tokens, returns, return_tokens) -> None:
+        """A report with a return queue (maybe bad: over the queue, half given, negative)."""
+        self.step(lambda r: r.report(iid, 50, 100, queue, tokens, 20, 0.5, returns, return_tokens))
+
+    @rule(iid=st.sampled_from(INSTANCES[:4]), free=st.integers(0, 200), extra=st.integers(0, 50),
+          queue=st.integers(0, 3), tokens=st.integers(0, 1 << 16), ws=st.integers(0, 250),
+          share=st.sampled_from([0.0, 0.5, 1.0]),
+          cached=st.sampled_from([0.0, 0.5, 1.0]))  # fmt: skip
+    def valid_return_report(self, iid, free, extra, queue, tokens, ws, share, cached) -> None:
+        """A report a program-FCFS instance would send: a part of its queue returns."""
+        returns, return_tokens = int(queue * share), int(tokens * share)
+        self.step(lambda r: r.report(iid, free, free + extra, queue, tokens, ws, cached,
+                                     returns, return_tokens))  # fmt: skip
+
+    @rule(iid=st.sampled_from(INSTANCES), pid=st.sampled_from(PROGRAMS), held=COUNTS)
+    def evicted(self, iid, pid, held) -> None:
+        self.step(lambda r: r.evicted(iid, pid, held))
 
     @rule(iid=st.sampled_from(INSTANCES[:4]), free=st.integers(0, 200), extra=st.integers(0, 50),
           queue=st.integers(0, 3), tokens=st.integers(0, 1 << 16), ws=st.integers(0, 250),

@@ -1,8 +1,10 @@
 """The cluster simulation (``sim/cluster.py``): one instance behind any router is the lone
 engine to the bit; session-hash keeps a program on one instance; the ttlpolicy router never
 sends a returning call away from its live pin when the wait there is zero; a killed
-instance's programs finish elsewhere and nothing goes to it after; every policy runs under
-every router; bad arguments are refused by name."""
+instance's programs finish elsewhere and nothing goes to it after; the instances report the
+queue a return waits behind apart from the whole, and a home that lost a program's context
+says so (it routes as new); every policy runs under every router; bad arguments are refused
+by name."""
 
 from __future__ import annotations
 
@@ -107,6 +109,56 @@ def test_the_ttlpolicy_router_never_leaves_a_live_pin_with_no_wait():
     assert m.calls_done == CALLS
     assert router.kept > 50  # the case arose
     assert router.away == 0
+
+
+class ReportWatch(TTLPolicyRouter):
+    """Checks each instance's report against the engines' own state before each choice, and
+    that a home whose cache lost a program's context tells the router before its call."""
+
+    def bind(self, cluster: Cluster) -> None:
+        super().bind(cluster)
+        self.mixed = self.lost = 0
+        self.evictions: list[tuple[str, str, int]] = []
+        inner, told = self.router, self.evictions
+
+        class Tell:  # the library's router, its evictions recorded
+            def __getattr__(self, name: str) -> object:
+                return getattr(inner, name)
+
+            def evicted(self, iid: str, pid: str, held: int) -> bool:
+                told.append((iid, pid, held))
+                return inner.evicted(iid, pid, held)
+
+        self.router = Tell()
+
+    def choose(self, run: ProgramRun, turn_index: int, now: float) -> int:
+        c = self.cluster
+        pid = run.program.program_id
+        last = c.last_instance(pid)
+        held = None if last is None else c.engines[last].kv.chain_blocks(pid)
+        lost = held is not None and held < run.program.turns[turn_index].reusable_blocks
+        for i, (queue, tokens, returns, return_tokens) in enumerate(c.waiting()):
+            e = c.engines[i]
+            # the scheduler's waiting calls are placed there and not running (calls on
+            # their way to it count too)
+            assert queue >= e.policy.waiting()
+            assert 0 <= returns <= queue and 0 <= return_tokens <= tokens
+            self.mixed += 0 < returns < queue
+        told = len(self.evictions)
+        i = super().choose(run, turn_index, now)
+        assert self.evictions[told:] == ([(str(last), pid, held)] if lost else [])
+        self.lost += lost
+        return i
+
+
+def test_instances_report_their_return_queue_and_lost_contexts():
+    router = ReportWatch()
+    # a smaller cache still (about one long context per instance), every program at once
+    m, _ = simulate_cluster(hw_blocks(8_000, cpu_blocks=0), "ttlpolicy", PROGRAMS, instances=2,
+                            router=router, concurrency=16)  # fmt: skip
+    assert m.programs_done == len(PROGRAMS)
+    assert router.mixed > 0  # queues held returns and new programs' calls together
+    assert router.lost > 0  # homes lost contexts
 
 
 class Watch(TTLPolicyRouter):

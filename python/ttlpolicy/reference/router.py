@@ -10,9 +10,15 @@ and of a call that waits for memory) and ``η`` = ``policy.eta``; a lost context
 the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
 
 * **Wait at an instance** for a call needing ``need`` blocks:
-  ``queue_s + (0 if it fits else T)``, where ``queue_s`` = ``queue_len ·
-  miss_cost_s(queued_tokens // queue_len)`` (the queue ahead's prefill, each call priced by
-  the miss model at the queue's mean size; 0 for an empty queue) and the call *fits* when
+  ``queue_s + (0 if it fits else T)``, where ``queue_s`` = ``n · miss_cost_s(tokens // n)``
+  over the calls it waits behind (their prefill, each call priced by the miss model at their
+  mean size; 0 for none).  A call waits behind the whole queue (``queue_len`` calls,
+  ``queued_tokens``) except a returning call at its home, which waits behind the *return
+  queue* only (``return_queue_len``, ``return_queued_tokens``): under program-level FCFS a
+  program's later call runs ahead of every program that arrived after it — first calls,
+  and programs waiting for admission, rank last — while the same call sent elsewhere is a
+  new program there, behind that instance's whole queue.  An instance that does not report
+  a return queue (a FCFS engine) has it equal to its whole queue.  The call *fits* when
   ``need <= free_blocks`` and ``working_set_blocks + grow <= total_blocks`` (beside load
   control's working set), ``grow`` = ``need`` but at the program's home, where the working
   set counts it already: there ``grow`` is what the call adds to its last call's blocks
@@ -27,9 +33,19 @@ the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
   instance registered first.
 * After a choice, until the instance reports again, the router counts the call there:
   queue length + 1, ``queued_tokens`` + ``prefix_tokens`` (unless a live pin kept its
-  context), free blocks − ``need`` (not below 0), working set + ``grow``.  The program's
+  context), and at its home the return queue likewise; free blocks − ``need`` (not below
+  0), working set + ``grow``.  The program's
   pin is consumed (it stayed) or left behind (it moved): either way the router forgets it.
 * A pin is live while ``now < deadline_s`` (``pinned`` reports it).
+* ``evicted``: the program's home evicted its context, all of it or all but
+  ``held_blocks`` (a KV-cache event).  When the home holds at most half of the program's
+  last call's blocks, the program is forgotten and its next call routes as a new program's.
+  Its return would still run ahead of the home's queue, but that saves the fleet nothing (it
+  only delays the calls it passes), while as new it goes where the queue and the working
+  set are lightest: the programs whose contexts were lost are spread again (as the
+  prefix-affinity router does with a call whose prefix no instance holds).  The half: of
+  none, a tenth and a half, the best on the tuning folds (bench/RESULTS.md, "Many engines
+  behind a router").
 * ``drain`` takes an instance out of routing (dead, or draining): its programs are released
   (they route as new) and its later reports and pins are ignored (answer False) until
   ``add_instance`` registers it again.
@@ -68,6 +84,8 @@ class _Instance:
         "queue_len",
         "queued_tokens",
         "reported",
+        "return_queue_len",
+        "return_queued_tokens",
         "routable",
         "total_blocks",
         "working_set_blocks",
@@ -81,6 +99,8 @@ class _Instance:
         self.total_blocks = 0
         self.queue_len = 0
         self.queued_tokens = 0
+        self.return_queue_len = 0
+        self.return_queued_tokens = 0
         self.working_set_blocks = 0
         self.cached_fraction = 0.0
 
@@ -144,10 +164,14 @@ class ProgramRouter:
         queued_tokens: Any,
         working_set_blocks: Any,
         cached_fraction: Any,
+        return_queue_len: Any = None,
+        return_queued_tokens: Any = None,
     ) -> bool:
         """An instance's state: free and total KV blocks, calls waiting and their uncached
         prompt tokens, load control's working set (blocks), the fraction of returning calls'
-        prefixes it found cached.  False: ignored (the instance is drained)."""
+        prefixes it found cached; optionally the part of the queue a returning call of a
+        program it serves waits behind, calls and their uncached prompt tokens (given
+        together; default: the whole queue).  False: ignored (the instance is drained)."""
         inst = self._instance(instance_id)
         free = int_in("free_blocks", free_blocks, 0, MAX_BLOCKS)
         total = int_in("total_blocks", total_blocks, 0, MAX_BLOCKS)
@@ -155,10 +179,30 @@ class ProgramRouter:
         tokens = int_in("queued_tokens", queued_tokens, 0, MAX_BLOCKS)
         working = int_in("working_set_blocks", working_set_blocks, 0, MAX_BLOCKS)
         cached = finite("cached_fraction", cached_fraction)
+        returns = (
+            None
+            if return_queue_len is None
+            else int_in("return_queue_len", return_queue_len, 0, MAX_BLOCKS)
+        )
+        return_tokens = (
+            None
+            if return_queued_tokens is None
+            else int_in("return_queued_tokens", return_queued_tokens, 0, MAX_BLOCKS)
+        )
         if not 0.0 <= cached <= 1.0:
             raise ValueError(f"cached_fraction must be in [0, 1], got {cached!r}")
         if free > total:
             raise ValueError(f"free_blocks must be <= total_blocks ({total}), got {free}")
+        if (returns is None) != (return_tokens is None):
+            field = "return_queued_tokens" if return_tokens is None else "return_queue_len"
+            other = "return_queue_len" if return_tokens is None else "return_queued_tokens"
+            raise ValueError(f"{field} must be given with {other}, got None")
+        if returns is not None and returns > queue:
+            raise ValueError(f"return_queue_len must be <= queue_len ({queue}), got {returns}")
+        if return_tokens is not None and return_tokens > tokens:
+            raise ValueError(
+                f"return_queued_tokens must be <= queued_tokens ({tokens}), got {return_tokens}"
+            )
         if not inst.routable:
             return False
         inst.reported = True
@@ -166,6 +210,8 @@ class ProgramRouter:
         inst.total_blocks = total
         inst.queue_len = queue
         inst.queued_tokens = tokens
+        inst.return_queue_len = queue if returns is None else returns
+        inst.return_queued_tokens = tokens if return_tokens is None else return_tokens
         inst.working_set_blocks = working
         inst.cached_fraction = cached
         return True
@@ -201,6 +247,23 @@ class ProgramRouter:
             del self._programs[pid]
         return released
 
+    def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
+        """The instance evicted the program's context but ``held_blocks`` of it: if it is
+        the program's home and holds at most half of its last call's blocks, the program is
+        forgotten (it routes as new).  False: nothing changed (an unknown program, another
+        home, more than half held, or a drained instance)."""
+        iid = check_id("instance_id", instance_id)
+        pid = check_id("program_id", program_id)
+        inst = self._instance(iid)
+        held = int_in("held_blocks", held_blocks, 0, MAX_BLOCKS)
+        prog = self._programs.get(pid)
+        if prog is None or not inst.routable or prog.home != self._index[iid]:
+            return False
+        if 2 * held > prog.blocks:
+            return False  # most of it is still there
+        del self._programs[pid]
+        return True
+
     def end_program(self, program_id: Any) -> bool:
         """The program is done: forgotten.  False: it was not known."""
         pid = check_id("program_id", program_id)
@@ -232,10 +295,15 @@ class ProgramRouter:
                 grow = max(0, need_all - prog.blocks)
                 if live_pin:
                     need = max(0, need_all - prog.pin_blocks)
-            queue_s = 0.0
-            if inst.queue_len:
-                queue_s = inst.queue_len * policy.miss_cost_s(inst.queued_tokens // inst.queue_len)
-            fits = need <= inst.free_blocks and inst.working_set_blocks + grow <= inst.total_blocks
+            if i == home:  # a return here: behind the return queue only
+                ahead, ahead_tokens = inst.return_queue_len, inst.return_queued_tokens
+            else:  # a new program here: behind the whole queue
+                ahead, ahead_tokens = inst.queue_len, inst.queued_tokens
+            queue_s = ahead * policy.miss_cost_s(ahead_tokens // ahead) if ahead else 0.0
+            # (load control never holds back a program it admitted: at its home only memory)
+            fits = need <= inst.free_blocks and (
+                i == home or inst.working_set_blocks + grow <= inst.total_blocks
+            )
             cost = queue_s if fits else queue_s + wait_memory_s
             if home >= 0:
                 if i != home:
@@ -263,6 +331,10 @@ class ProgramRouter:
         inst.queue_len += 1
         if not kept:
             inst.queued_tokens = min(MAX_BLOCKS, inst.queued_tokens + prefix)
+        if chosen == home:
+            inst.return_queue_len += 1
+            if not kept:
+                inst.return_queued_tokens = min(MAX_BLOCKS, inst.return_queued_tokens + prefix)
         inst.free_blocks = max(0, inst.free_blocks - need)
         inst.working_set_blocks = min(MAX_BLOCKS, inst.working_set_blocks + grow)
         prog = self._touch(pid, chosen)

@@ -15,12 +15,14 @@ finished, as Vidur's LOR); ``session-hash`` (rendezvous hash of the program id o
 instances, what sticky sessions do); ``prefix`` (the longest cached prefix of the program's
 context, unless the instances' outstanding calls differ by more than ``imbalance`` — then the
 least loaded, as Ray Serve's ``PrefixCacheAffinityRouter``); ``ttlpolicy`` (the library's
-``ProgramRouter``, fed each instance's state before each call and each pin as it is made).
+``ProgramRouter``, fed each instance's state — its whole queue and the part a return waits
+behind — before each call, each pin as it is made, and before a program's call what its
+last instance's cache still holds of its context).
 
 A program placed on another instance than its last call's leaves that one
 (``Policy.program_left``: the ``ttlpolicy`` plug-in ends it there, its pin released), as a
 router's plug-in would tell the replica — else load control counts the program in its
-working set until it returns, maybe never (measured: docs/investigations/fleet-routers-draft.md,
+working set until it returns, maybe never (measured: docs/investigations/fleet-routers.md,
 round-robin under the ``ttlpolicy`` policy); that instance looks at its queue again then.
 
 An instance may be killed at an instant (``kill``): the router drains it, and every call
@@ -155,7 +157,12 @@ class TTLPolicyRouter(Router):
     and a wait with instance 0's ``TTLPolicy`` when the engines run the ``ttlpolicy``
     plug-in (its fitted miss model and queueing delay); otherwise with a policy of its own,
     whose miss model is fitted to the hardware's prefill times and whose queueing delay is
-    fed the engines' waits of returning calls that lost their cache."""
+    fed the engines' waits of returning calls that lost their cache.
+
+    Each instance reports, before each call, its calls placed and not running (the queue)
+    and their prompt tokens less those its cache holds for them; the ``ttlpolicy`` plug-in
+    (program-level FCFS, first calls last) also the *return queue* — those of its calls
+    whose program's last call ran there — which a returning call waits behind."""
 
     name = "ttlpolicy"
 
@@ -185,6 +192,7 @@ class TTLPolicyRouter(Router):
     def choose(self, run: ProgramRun, turn_index: int, now: float) -> int:
         c = self.cluster
         router = self.router
+        waiting = c.waiting()
         for i, e in enumerate(c.engines):
             if not c.alive[i]:
                 continue
@@ -195,23 +203,28 @@ class TTLPolicyRouter(Router):
                     self.policy.observe_queueing_delay(w)
                 self._waits_seen[i] = len(lost)
             kv = e.kv
-            queue = e.policy.waiting()
-            placed = c.outstanding[i]
             cached = m.hit_tokens / m.input_tokens if m.input_tokens else 1.0
-            # the queue's prompts to compute: its calls at the mean placed prompt, less the
-            # share the instance finds cached
-            queued_tokens = (
-                int(queue * c.placed_tokens[i] * (1.0 - cached) / placed) if placed else 0
-            )
+            queue, queued_tokens, returns, return_tokens = waiting[i]
             admission = getattr(e.policy, "admission", None)
             working = kv.used if admission is None else admission.working_set_blocks(e.now)
-            router.report(
-                self._ids[i], kv.available(), kv.capacity, queue, queued_tokens, working, cached
-            )
+            if self._plugins:
+                router.report(self._ids[i], kv.available(), kv.capacity, queue, queued_tokens,
+                              working, cached, returns, return_tokens)  # fmt: skip
+            else:  # FCFS: a return waits behind the whole queue (the default)
+                router.report(
+                    self._ids[i], kv.available(), kv.capacity, queue, queued_tokens, working, cached
+                )
+        pid = run.program.program_id
+        last = c.last_instance(pid)
         turn = run.program.turns[turn_index]
+        if last is not None and c.alive[last]:
+            held = c.engines[last].kv.chain_blocks(pid)
+            if held < turn.reusable_blocks:
+                # its home evicted some of its context (as a KV-cache event would tell)
+                router.evicted(self._ids[last], pid, held)
         b = c.config.block_tokens
         blocks = -(-turn.input_tokens // b)
-        return int(router.route(run.program.program_id, now, blocks, turn.reusable_blocks * b))
+        return int(router.route(pid, now, blocks, turn.reusable_blocks * b))
 
     def finished(self, instance: int, run: ProgramRun) -> None:
         policy = self.cluster.engines[instance].policy
@@ -270,7 +283,7 @@ class Cluster:
             e.forward = self._forwarder(i)
         self.alive = [True] * instances
         self.outstanding = [0] * instances  # calls placed and not finished
-        self.placed_tokens = [0] * instances  # their prompts' tokens
+        self.returns_at: set[str] = set()  # programs whose placed call follows one there
         self.killed_s: list[float | None] = [None] * instances
         self._where: dict[str, tuple[int, ProgramRun, int]] = {}  # program → its placed call
         self._last: dict[str, int] = {}  # program → the instance of its last finished call
@@ -302,6 +315,32 @@ class Cluster:
             raise ValueError(f"instance must be in [0, {len(self.engines) - 1}], got {instance}")
         self._push(at_s, _KILL, instance)
 
+    def waiting(self) -> list[tuple[int, int, int, int]]:
+        """Per instance, its calls placed and not running: how many and their prompt tokens
+        less those its cache holds for them; the same of those whose program's last call
+        ran there (returns; the rest are new programs there)."""
+        out = [[0, 0, 0, 0] for _ in self.engines]
+        running = [{c.program_id for c in e.running} for e in self.engines]
+        b = self.config.block_tokens
+        returns_at = self.returns_at
+        for pid, (i, run, k) in self._where.items():
+            if pid in running[i]:
+                continue
+            turn = run.program.turns[k]
+            cached = min(self.engines[i].kv.chain_blocks(pid), turn.reusable_blocks) * b
+            tokens = max(0, turn.input_tokens - cached)
+            row = out[i]
+            row[0] += 1
+            row[1] += tokens
+            if pid in returns_at:
+                row[2] += 1
+                row[3] += tokens
+        return [(a, t, r, rt) for a, t, r, rt in out]
+
+    def last_instance(self, program_id: str) -> int | None:
+        """The instance where the program's last call ran (None: none yet)."""
+        return self._last.get(program_id)
+
     def least_loaded(self) -> int:
         best, best_n = -1, math.inf
         for i, n in enumerate(self.outstanding):
@@ -313,9 +352,9 @@ class Cluster:
     def _forwarder(self, i: int) -> Callable[[float, ProgramRun, int | None], None]:
         def forward(t: float, run: ProgramRun, turn_index: int | None) -> None:
             pid = run.program.program_id
-            _, _, placed = self._where.pop(pid)
+            del self._where[pid]
+            self.returns_at.discard(pid)
             self.outstanding[i] -= 1
-            self.placed_tokens[i] -= run.program.turns[placed].input_tokens
             self.router.finished(i, run)
             self._last[pid] = i
             if turn_index is not None:
@@ -343,8 +382,11 @@ class Cluster:
                 left.kv.unpin(pid)
             self._woken.append(last)
         self._where[pid] = (i, run, turn_index)
+        if self._last.get(pid) == i:
+            self.returns_at.add(pid)
+        else:
+            self.returns_at.discard(pid)
         self.outstanding[i] += 1
-        self.placed_tokens[i] += run.program.turns[turn_index].input_tokens
         self.engines[i].deliver(t, run, turn_index, starts)
         self._placed.append(i)
         return i
@@ -438,9 +480,9 @@ class Cluster:
         dead = self.engines[i]
         lost = [(pid, run, k) for pid, (j, run, k) in self._where.items() if j == i]
         self.outstanding[i] = 0
-        self.placed_tokens[i] = 0
         for pid, run, k in lost:
             del self._where[pid]
+            self.returns_at.discard(pid)
             # a first call the dead engine never started starts the program elsewhere
             starts = k == 0 and pid not in dead.metrics.program_start_s
             self._place(t, run, k, starts)
