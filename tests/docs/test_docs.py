@@ -140,7 +140,9 @@ def dotted_names(doc: Path) -> set[str]:
     """``ttlpolicy.…`` names in code spans and prose, and ``tp.X`` (the README's alias)."""
     text = doc.read_text()
     # a name cut short by a wildcard (`PolicyConfig.prefill_*`) is a family, not a name
-    names = set(re.findall(r"\b(ttlpolicy(?:_vllm|_sglang|_ray)?(?:\.[A-Za-z_]\w*)+)(?![\w*])", text))
+    names = set(
+        re.findall(r"\b(ttlpolicy(?:_vllm|_sglang|_ray)?(?:\.[A-Za-z_]\w*)+)(?![\w*])", text)
+    )
     names.update("ttlpolicy." + n for n in re.findall(r"\btp\.([A-Za-z_]\w*)(?![\w*])", text))
     # Class.member in code spans, for the package's public classes
     public = {n for n in dir(ttlpolicy) if n[:1].isupper()}
