@@ -101,14 +101,14 @@ class FakeWorker:
                 self.end_headers()
                 self.wfile.write(out)
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 if worker.stopped:
                     return
                 with worker._lock:
                     worker.probes.append(self.path)
                 self._reply({})
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 if worker.stopped:
                     return
                 length = int(self.headers.get("content-length") or 0)
@@ -124,7 +124,7 @@ class FakeWorker:
                     }
                 )
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -142,7 +142,7 @@ class FakeWorker:
             self._server.shutdown()
             self._server.server_close()
 
-    def keys(self) -> set[str | None]:
+    def routing_keys(self) -> set[str | None]:
         """The routing keys of the calls this worker served."""
         with self._lock:
             return {headers.get(HEADER.lower()) for _, headers, _ in self.calls}
@@ -296,8 +296,8 @@ def _calls(gateway: Gateway, programs: list[str], rounds: int) -> dict[str, list
     return served
 
 
-def _programs(prefix: str = "prog") -> list[str]:
-    return [f"{prefix}-{i}" for i in range(PROGRAMS)]
+def _programs() -> list[str]:
+    return [f"prog-{i}" for i in range(PROGRAMS)]
 
 
 def test_a_program_stays_on_one_worker_and_programs_spread(
@@ -312,11 +312,10 @@ def test_a_program_stays_on_one_worker_and_programs_spread(
     assert len(homes) >= 2, f"all {PROGRAMS} programs went to {homes}"
     # The workers' own records agree with the responses: each program's calls, and only
     # those, reached its home.
-    by_name = {w.name: w for w in workers}
     for program, names in served.items():
-        holders = [w.name for w in workers if program in w.keys()]
+        holders = [w.name for w in workers if program in w.routing_keys()]
         assert holders == [names[0]], (program, holders)
-    assert sum(len(w.calls) for w in by_name.values()) == PROGRAMS * 6
+    assert sum(len(w.calls) for w in workers) == PROGRAMS * 6
     # What the gateway probes on a worker (docs/routers.md lists it).
     assert {"/health", "/server_info", "/model_info"} <= set(workers[0].probes)
 
