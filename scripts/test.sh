@@ -16,10 +16,11 @@
 # * the SGLang adapter's tests on SGLang 0.5.23's real cache and scheduling code (CPU):
 #   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
-# * the Ray Serve adapter's tests (TTLPolicyRouter in a local Ray with two CPU stand-in
-#   replicas, 20 tests in 35 s): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0,
-#   no torch: ~2 min + the ttlpolicy build, 533 MB, the first time); TTLPOLICY_RAY_TESTS=1 forces them, =0
-#   skips them.
+# * the routing adapters' tests: Ray Serve's TTLPolicyRouter in a local Ray with two CPU
+#   stand-in replicas, and SGLang's gateway (sglang-router, manual policy) before fake workers
+#   (26 tests, ~1 min): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0
+#   and sglang-router 0.3.2, no torch: ~4.5 min and 622 MB the first time);
+#   TTLPOLICY_RAY_TESTS=1 forces them, =0 skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
