@@ -94,6 +94,7 @@ def run(
     device: int,
     out: list,
     policies: list[str] | None = None,
+    beyond_device: bool = False,
 ) -> None:
     distinct = len({h for a in stream for h in a.hash_ids})
     asked = sum(len(a.hash_ids) for a in stream)
@@ -106,7 +107,7 @@ def run(
     print("| host capacity (blocks) | policy | host-tier hit rate | total hit rate | wall s |")
     print("|---|---|---|---|---|")
     for frac in fractions:
-        host = int(distinct * frac)
+        host = device + int(distinct * frac) if beyond_device else int(distinct * frac)
         if host <= device:
             print(f"| {host:,} ({frac:.0%}) | skipped: not above the device pool | | | |")
             continue
@@ -131,10 +132,16 @@ def main() -> None:
     ap.add_argument("--device-blocks", type=int, default=0, help="0: 1.1 × the largest request")
     ap.add_argument("--mooncake-requests", type=int, default=0)
     ap.add_argument("--no-sample", action="store_true", help="skip the shipped sample sessions")
+    ap.add_argument(
+        "--host-beyond-device",
+        action="store_true",
+        help="host pool = device pool + the fraction (the host's room beyond the device's backups)",
+    )
     ap.add_argument("--policies", default="lru,lfu,ttl", help="a subset of lru,lfu,ttl")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     policies = args.policies.split(",")
+    beyond = args.host_beyond_device
     unknown = sorted(set(policies) - {label for label, _, _ in POLICIES})
     if unknown:
         ap.error(f"--policies: unknown {unknown}; known: lru, lfu, ttl")
@@ -144,7 +151,13 @@ def main() -> None:
     if not args.no_sample:
         stream = agentic_stream(iter_sessions(sample_dir()), args.mean_gap_s)
         run(
-            "agentic sample sessions (shipped)", stream, fractions, args.device_blocks, rows, policies
+            "agentic sample sessions (shipped)",
+            stream,
+            fractions,
+            args.device_blocks,
+            rows,
+            policies,
+            beyond,
         )
     if args.sessions:
         folder = traces_dir() / "claude-code"
@@ -156,12 +169,13 @@ def main() -> None:
             args.device_blocks,
             rows,
             policies,
+            beyond,
         )
     if args.mooncake_requests:
         path = traces_dir() / "mooncake" / "conversation_trace.jsonl.gz"
         stream = mooncake_stream(path, args.mooncake_requests)
         name = f"Mooncake, first {args.mooncake_requests} requests"
-        run(name, stream, fractions, args.device_blocks, rows, policies)
+        run(name, stream, fractions, args.device_blocks, rows, policies, beyond)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
