@@ -90,12 +90,11 @@ def test_fit_uses_only_past_accesses(backend, kw, ops, cut):
     assert past.accesses == cut
 
 
-@given(kw=params, ops=stream, min_samples=st.integers(1, 4))
-def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops, min_samples):
+@given(kw=params, ops=stream)
+def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops):
     """An independent oracle: each group's window, computed here from the access times, gives
-    the TTL by solve_ttl when it holds at least min_samples intervals (or is full); other
-    groups get the fit on all windows pooled."""
-    model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, min_samples=min_samples, backend="python")
+    the TTL by solve_ttl; groups without intervals get the fit on all windows pooled."""
+    model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, backend="python")
     b, c, cap, w = (kw[k] for k in ("benefit_per_hit", "price_per_block_s", "max_ttl_s", "window"))
     last: dict[tuple[int, ...], float] = {}
     windows: dict[tuple[int, ...], list[float]] = {}
@@ -112,9 +111,7 @@ def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops, min_sample
         pooled = [r for k in last for r in windows.get(k, [])]
         tau_pooled = solve_ttl(pooled, b, c, cap)[0] if pooled else cap
         for k in last:
-            own = windows.get(k, [])
-            if len(own) < min(min_samples, w):
-                own = []
+            own = windows.get(k)
             tau = solve_ttl(own, b, c, cap)[0] if own else tau_pooled
             assert model.ttl_s(k) == tau
             samples = own or pooled
@@ -202,7 +199,6 @@ def test_before_the_first_refit_groups_hold_up_to_the_cap():
         ({"max_blocks": 0}, "max_blocks"),
         ({"group_depth": 0}, "group_depth"),
         ({"window": 0}, "window"),
-        ({"min_samples": 0}, "min_samples"),
         ({"backend": "gpu"}, "backend"),
     ],
 )
@@ -244,7 +240,7 @@ def _two_groups() -> OnlineGroupTTL:
     """Group (1, 2) reused every 10 s, group (5, 6) every 20 s: both fitted at their period,
     (1, 2) worth twice as much per block-second."""
     model = OnlineGroupTTL(100.0, 0.01, 3600.0, refit_every=1, backend="python")
-    for i in range(10):  # (5, 6): 9 intervals, at least min_samples: its own fit
+    for i in range(6):
         model.access([1, 2, 3], 20.0 * i)
         model.access([5, 6, 7], 20.0 * i + 1.0)
         model.access([1, 2, 3], 20.0 * i + 10.0)
@@ -280,30 +276,3 @@ def test_a_block_of_no_known_group_waits_for_the_pooled_ttl_after_every_live_gro
             0.0,
             100.0 + pooled_ttl_s,
         )
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_group_with_few_intervals_takes_the_pooled_fit(backend) -> None:
-    """Fitted on three intervals of 10 s, a group's TTL would be 10 s and its next, 15 s
-    interval would find its blocks expired (evicted before every live block, however recent);
-    below ``min_samples`` intervals the group takes the pooled fit instead."""
-    kw = {"benefit_per_hit": 100.0, "price_per_block_s": 0.01, "max_ttl_s": 3600.0}
-    models = {
-        m: OnlineGroupTTL(**kw, refit_every=1, min_samples=m, backend=backend) for m in (1, 8)
-    }
-    for model in models.values():
-        t = 0.0
-        for gap in [10.0, 20.0, 30.0, 40.0, 50.0, 60.0] * 2:  # (1, 2): 12 spread intervals
-            model.access([1, 2, 3], t)
-            t += gap
-        for i in range(4):  # (5, 6): 3 intervals of 10 s, the last access at 330 s
-            model.access([5, 6, 7], t + 10.0 * i)
-    last = t + 30.0
-    few, pooled = models[8], models[8].pooled()
-    assert few.ttl_s([5, 6]) == pooled[0] == 60.0 and few.roi([5, 6]) == pooled[1]
-    assert few.eviction_rank((5, 6), last, last + 15.0)[0] == 1.0, "live at 15 s idle"
-    own = models[1]  # the rule before min_samples: its own 10 s TTL
-    assert own.ttl_s([5, 6]) == 10.0
-    assert own.eviction_rank((5, 6), last, last + 15.0) == (0.0, last + 10.0)
-    # enough intervals: a group's own fit, as before
-    assert few.ttl_s([1, 2]) == own.ttl_s([1, 2])

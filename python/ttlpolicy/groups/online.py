@@ -62,10 +62,6 @@ from ..reference import solver as _ref_solver
 from ..reference.prefix_tree import MAX_GROUP_DEPTH, MAX_IDLE_GROUPS, MAX_NODES, MAX_WINDOW
 
 MAX_REFIT_EVERY = 1 << 30
-#: Intervals a group needs for a fit of its own: with n exchangeable intervals the next one
-#: exceeds all of them (so finds the group's blocks expired) with probability 1/(n+1); at 8,
-#: about 11 %.  Fewer: the group takes the pooled fit.
-MIN_SAMPLES = 8
 BACKENDS = ("auto", "rust", "python")
 
 
@@ -111,7 +107,6 @@ class OnlineGroupTTL:
         group_depth: Any = 2,
         window: Any = 256,
         max_idle_groups: Any = 1 << 16,
-        min_samples: Any = MIN_SAMPLES,
         backend: str = "auto",
     ) -> None:
         self.benefit_per_hit = non_negative("benefit_per_hit", benefit_per_hit)
@@ -119,10 +114,8 @@ class OnlineGroupTTL:
         self.max_ttl_s = non_negative("max_ttl_s", max_ttl_s)
         self.refit_every = int_in("refit_every", refit_every, 1, MAX_REFIT_EVERY)
         self.group_depth = int_in("group_depth", group_depth, 1, MAX_GROUP_DEPTH)
-        self.min_samples = int_in("min_samples", min_samples, 1, MAX_WINDOW)
         max_blocks = int_in("max_blocks", max_blocks, 1, MAX_NODES)
         window = int_in("window", window, 1, MAX_WINDOW)
-        self._own_fit_from = min(self.min_samples, window)  # a full window always counts
         max_idle_groups = int_in("max_idle_groups", max_idle_groups, 0, MAX_IDLE_GROUPS)
         impl = _backend_module(backend)
         self._solve_ttl = impl.solve_ttl
@@ -175,7 +168,7 @@ class OnlineGroupTTL:
         roi: dict[tuple[int, ...], float] = {}
         for g in groups:
             key = tuple(g.key)
-            if len(g.reuse_s) >= self._own_fit_from:
+            if g.reuse_s:
                 ttl_s[key] = fitted[key]
                 roi[key] = roi_at(g.reuse_s, ttl_s[key], b)
             else:
