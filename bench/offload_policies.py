@@ -39,7 +39,14 @@ from vllm_offload_replay import (
 POLICIES = [("lru", False), ("arc", False), ("ttl", False), ("ttl", True)]
 
 
-def run(name: str, stream: list, block_tokens: int, fractions: list[float], out: list) -> None:
+def run(
+    name: str,
+    stream: list,
+    block_tokens: int,
+    fractions: list[float],
+    out: list,
+    policies: list[str] | None = None,
+) -> None:
     distinct = len({h for a in stream for h in a.hash_ids})
     asked = sum(len(a.hash_ids) for a in stream)
     settings = OffloadSettings(chunk_tokens=block_tokens)
@@ -57,6 +64,9 @@ def run(name: str, stream: list, block_tokens: int, fractions: list[float], out:
     for frac in fractions:
         capacity = max(1, int(distinct * frac))
         for policy, hints in POLICIES:
+            label = policy + ("+hints" if hints else "")
+            if policies is not None and label not in policies:
+                continue
             t0 = time.perf_counter()
             s = replay(policy, capacity, stream, hints=hints)
             wall = time.perf_counter() - t0
@@ -64,7 +74,6 @@ def run(name: str, stream: list, block_tokens: int, fractions: list[float], out:
             value = s.hit_chunks * settings.benefit_per_hit - s.chunk_seconds * (
                 settings.price_per_chunk_s
             )
-            label = policy + ("+hints" if hints else "")
             row = {
                 "stream": name,
                 "capacity": capacity,
@@ -94,21 +103,33 @@ def main() -> None:
     ap.add_argument("--fractions", default="0.05,0.1,0.2", help="capacities, of distinct chunks")
     ap.add_argument("--mooncake-requests", type=int, default=0)
     ap.add_argument("--no-sample", action="store_true", help="skip the shipped sample sessions")
+    ap.add_argument("--policies", default="lru,arc,ttl,ttl+hints", help="a subset of these")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     fractions = [float(x) for x in args.fractions.split(",")]
+    policies = args.policies.split(",")
+    known = [p + ("+hints" if h else "") for p, h in POLICIES]
+    if sorted(set(policies) - set(known)):
+        ap.error(f"--policies: unknown {sorted(set(policies) - set(known))}; known: {known}")
     rows: list = []
     if not args.no_sample:
         stream = agentic_stream(iter_sessions(sample_dir()), args.mean_gap_s)
-        run("agentic sample sessions (4 files, shipped)", stream, 64, fractions, rows)
+        run("agentic sample sessions (4 files, shipped)", stream, 64, fractions, rows, policies)
     if args.sessions:
         folder = traces_dir() / "claude-code"
         stream = agentic_stream(iter_sessions(folder, args.sessions), args.mean_gap_s)
-        run(f"claude-code, first {args.sessions} files", stream, 64, fractions, rows)
+        run(f"claude-code, first {args.sessions} files", stream, 64, fractions, rows, policies)
     if args.mooncake_requests:
         path = traces_dir() / "mooncake" / "conversation_trace.jsonl.gz"
         stream = mooncake_stream(path, args.mooncake_requests)
-        run(f"Mooncake, first {args.mooncake_requests} requests", stream, 512, fractions, rows)
+        run(
+            f"Mooncake, first {args.mooncake_requests} requests",
+            stream,
+            512,
+            fractions,
+            rows,
+            policies,
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -87,7 +87,15 @@ def replay(
     }
 
 
-def run(name: str, stream: list[Access], fractions: list[float], device: int, out: list) -> None:
+def run(
+    name: str,
+    stream: list[Access],
+    fractions: list[float],
+    device: int,
+    out: list,
+    policies: list[str] | None = None,
+    beyond_device: bool = False,
+) -> None:
     distinct = len({h for a in stream for h in a.hash_ids})
     asked = sum(len(a.hash_ids) for a in stream)
     largest = max(len(a.hash_ids) for a in stream)
@@ -99,11 +107,13 @@ def run(name: str, stream: list[Access], fractions: list[float], device: int, ou
     print("| host capacity (blocks) | policy | host-tier hit rate | total hit rate | wall s |")
     print("|---|---|---|---|---|")
     for frac in fractions:
-        host = int(distinct * frac)
+        host = device + int(distinct * frac) if beyond_device else int(distinct * frac)
         if host <= device:
             print(f"| {host:,} ({frac:.0%}) | skipped: not above the device pool | | | |")
             continue
         for label, backend, policy in POLICIES:
+            if policies is not None and label not in policies:
+                continue
             r = replay(backend, policy, device, host, stream)
             row = {"stream": name, "fraction": frac, "host_blocks": host, "device_blocks": device}
             out.append({**row, "policy": label, **r})
@@ -122,25 +132,50 @@ def main() -> None:
     ap.add_argument("--device-blocks", type=int, default=0, help="0: 1.1 × the largest request")
     ap.add_argument("--mooncake-requests", type=int, default=0)
     ap.add_argument("--no-sample", action="store_true", help="skip the shipped sample sessions")
+    ap.add_argument(
+        "--host-beyond-device",
+        action="store_true",
+        help="host pool = device pool + the fraction (the host's room beyond the device's backups)",
+    )
+    ap.add_argument("--policies", default="lru,lfu,ttl", help="a subset of lru,lfu,ttl")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
+    policies = args.policies.split(",")
+    beyond = args.host_beyond_device
+    unknown = sorted(set(policies) - {label for label, _, _ in POLICIES})
+    if unknown:
+        ap.error(f"--policies: unknown {unknown}; known: lru, lfu, ttl")
     ttlpolicy_sglang.register()
     fractions = [float(x) for x in args.fractions.split(",")]
     rows: list = []
     if not args.no_sample:
         stream = agentic_stream(iter_sessions(sample_dir()), args.mean_gap_s)
-        run("agentic sample sessions (shipped)", stream, fractions, args.device_blocks, rows)
+        run(
+            "agentic sample sessions (shipped)",
+            stream,
+            fractions,
+            args.device_blocks,
+            rows,
+            policies,
+            beyond,
+        )
     if args.sessions:
         folder = traces_dir() / "claude-code"
         stream = agentic_stream(iter_sessions(folder, args.sessions), args.mean_gap_s)
         run(
-            f"claude-code, first {args.sessions} files", stream, fractions, args.device_blocks, rows
+            f"claude-code, first {args.sessions} files",
+            stream,
+            fractions,
+            args.device_blocks,
+            rows,
+            policies,
+            beyond,
         )
     if args.mooncake_requests:
         path = traces_dir() / "mooncake" / "conversation_trace.jsonl.gz"
         stream = mooncake_stream(path, args.mooncake_requests)
         name = f"Mooncake, first {args.mooncake_requests} requests"
-        run(name, stream, fractions, args.device_blocks, rows)
+        run(name, stream, fractions, args.device_blocks, rows, policies, beyond)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

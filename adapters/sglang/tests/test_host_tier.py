@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
@@ -19,9 +20,15 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components.base import ComponentType
 from sglang.srt.mem_cache.unified_cache.components.full import FullComponent
 from test_properties import KV, Interleavings, submit
-from ttlpolicy_sglang.host_tier import HostOrderedFullComponent, chunk_hashes, host_prefix_tokens
+from ttlpolicy_sglang.host_tier import (
+    HostOrderedFullComponent,
+    HostTierOrder,
+    chunk_hashes,
+    host_prefix_tokens,
+)
 
 from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
+from ttlpolicy.serving import OffloadSettings
 
 FULL = ComponentType.FULL
 HOST_RATIO = 2.0  # host pool = 2 × the KV pool (SGLang's --hicache-ratio)
@@ -142,6 +149,24 @@ def test_a_node_s_group_is_its_path_s_as_a_finished_turn_names_it(policy_env) ->
     node = s.cache.tree_core.node_by_id(req.last_node)
     head = chunk_hashes(path, order.chunk_tokens)[: order.depth]
     assert order.group_of(node) == tuple(head)
+
+
+def test_the_model_s_time_starts_at_the_clock_s_first_reading() -> None:
+    """The cache reads its adapter's clock, which a replay sets after SGLang built the tree:
+    the model's time must start there, not at the clock of construction (which put a fake
+    clock's first hours at 0 and made every reuse interval 0)."""
+    adapter = SimpleNamespace(clock=lambda: 50_000.0)  # the clock when the tree is built
+    order = HostTierOrder(
+        OffloadSettings(chunk_tokens=1, refit_every=1), 64, lambda: adapter.clock()
+    )
+    fake = adapter.clock = FakeClock()  # the replay's clock, 1000 s
+    path = tokens(10_000, 8)
+    order.accessed(path)
+    fake.advance(7.0)
+    order.accessed(path)
+    assert order.now() == 7.0
+    windows = [list(g.reuse_s) for g in order.model.tree.groups()]
+    assert [7.0] in windows, windows
 
 
 BAD_OFFLOAD = [

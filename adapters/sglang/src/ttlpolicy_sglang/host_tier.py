@@ -49,7 +49,9 @@ def chunk_hashes(token_ids: Sequence[int], chunk_tokens: int, extra_key: Any = N
 
 class HostTierOrder:
     """The host tier's eviction key (module docstring).  ``clock`` gives seconds; the model's
-    time starts at 0 and never goes back, whatever the clock does."""
+    time starts at 0 at the clock's first reading (not at construction: the cache reads its
+    adapter's clock, which a test or replay may set after building the tree) and never goes
+    back, whatever the clock does."""
 
     def __init__(
         self, settings: OffloadSettings, capacity_tokens: int, clock: Callable[[], float]
@@ -67,7 +69,7 @@ class HostTierOrder:
         capacity_chunks = math.ceil(capacity_tokens / self.chunk_tokens)
         self.model = settings.group_ttl(capacity_chunks)
         self.clock = clock
-        self._t0 = clock()
+        self._t0: float | None = None  # the clock's first reading
         self._last_now = 0.0
         # Per group: its last access (s), and what its program does; bounded as the model's
         # idle groups are (least recently accessed dropped first).
@@ -77,7 +79,10 @@ class HostTierOrder:
         self._ended: dict[GroupKey, float] = {}  # group -> when its program ended
 
     def now(self) -> float:
-        self._last_now = max(self._last_now, self.clock() - self._t0)
+        t = self.clock()
+        if self._t0 is None:
+            self._t0 = t
+        self._last_now = max(self._last_now, t - self._t0)
         return self._last_now
 
     # -- accesses ----------------------------------------------------------------------------
@@ -105,7 +110,7 @@ class HostTierOrder:
         if ended:
             self._ended[group] = now
         elif waiting_until_s is not None:
-            self._waiting[group] = waiting_until_s - self._t0
+            self._waiting[group] = waiting_until_s - (self._t0 or 0.0)  # (now() set it)
         while len(self._last_access) > self._max_groups:
             old, _ = self._last_access.popitem(last=False)
             self._waiting.pop(old, None)
