@@ -7,8 +7,8 @@ miss cost it reports at finish, so a large one makes the policy pin), on the rep
 clock (``time.monotonic``).  A call "runs" for ``work_s`` seconds holding its blocks; a
 returning call whose program holds a live pin here consumes it (``hit``).  It has no prefix
 cache besides pins, so it reports ``cached_fraction`` 0: without a pin a context is gone,
-and its report lists it in ``evicted`` (held 0) — a pin that expired, or a call that ended
-unpinned — unless a call of the program arrived since (that call rebuilds it).  Its queue is
+and its reports list it in ``evicted`` (held 0) — a pin that expired, or a call that ended
+unpinned — until a call of the program arrives (that call rebuilds it) or the program ends.  Its queue is
 its running calls plus a backlog; the return queue, its running calls plus the backlog's
 returning part.  The tests reach a given replica through ``Board``, a named actor: each
 report, a replica reads the backlog the test set for it there (calls added to its reported
@@ -54,7 +54,7 @@ class StandIn(RoutingStatsMixin):
         self.running = 0
         # (calls, tokens, returning calls, their tokens) added to the reported queue
         self.backlog = (0, 0, 0, 0)
-        self.evicted: dict[str, int] = {}  # contexts dropped since the last report
+        self.evicted: dict[str, int] = {}  # contexts dropped and not rebuilt
         self.ids = itertools.count()
         self.replica = serve.get_replica_context().replica_id.unique_id
 
@@ -109,7 +109,7 @@ class StandIn(RoutingStatsMixin):
         now = self._now()
         used = min(self.total_blocks, self.sched.pinned_blocks + self.running_blocks)
         calls, tokens, returns, return_tokens = self.backlog
-        evicted, self.evicted = list(self.evicted.items()), {}
+        evicted = list(self.evicted.items())
         return lifecycle_stats(
             self.sched,
             now,
@@ -133,8 +133,6 @@ class StandIn(RoutingStatsMixin):
 
     def state(self) -> dict[str, Any]:
         self._now()
-        if finished.pin is None and not last:
-            self.evicted[pid] = 0  # not pinned: its context is gone at once
         return {
             "replica": self.replica,
             "pins": sorted(p.program_id for p in self.sched.pins()),

@@ -286,7 +286,7 @@ def test_eviction_holding_most_of_the_context_keeps_the_program() -> None:
     at_home.report(evicted=[("p", BIG_BLOCKS - 1)], **BUSY_WITH_NEW)
     (b if home == "a" else a).report(**IDLE)
     assert choose(router, [a, b], body("p", prompt=BIG))[0] == [home]
-    assert router.counters["evicted_kept"] == 1 and router.counters["evicted"] == 0
+    assert router.counters["evicted_unchanged"] == 1 and router.counters["evicted"] == 0
 
 
 def test_bad_evictions_are_ignored_and_the_rest_applied() -> None:

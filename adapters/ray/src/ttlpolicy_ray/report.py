@@ -17,8 +17,13 @@ one entry there, under ``REPORT_KEY``, made by ``routing_stats``:
   its deadline: the router converts it to its own clock, so replica and router need not
   share one (``at``, the replica's wall time, tells the router how old the report is);
 * ``evicted``: ``[program_id, held_blocks]`` for each program whose context the replica
-  evicted since its last report, all but ``held_blocks`` of it (``ProgramRouter.evicted``),
-  fewest held first, at most ``max_evicted`` of them (``evicted_left_out`` counts the rest);
+  evicted, all but ``held_blocks`` of it (``ProgramRouter.evicted``), and has not rebuilt
+  since (no call of the program came back to it), fewest held first, at most
+  ``max_evicted`` of them (``evicted_left_out`` counts the rest).  A state, like the pins,
+  not the evictions since the last report: Ray keeps only a replica's latest stats and a
+  router reads them only when it routes, so an eviction listed in one report alone would be
+  lost whenever the next report replaced it first.  Applying one twice changes nothing;
+  the router ignores it for a program routed since the report was taken;
 * ``seq``: counts the reports of this replica; the router applies each report once (a report
   it applied undoes the router's own count of the calls it sent since).
 
@@ -91,8 +96,9 @@ def routing_stats(
     remaining seconds, blocks); those with no time left are left out, the rest sorted
     longest-lived first and cut at ``max_pins``.  ``return_queue_len`` and
     ``return_queued_tokens``: left out of the entry when None.  ``evicted``: (program id,
-    held blocks), one per program (the last given wins), sorted fewest held first and cut
-    at ``max_evicted``.  The figures are passed as given: the router validates them
+    held blocks): the programs whose context the replica evicted and has not rebuilt, one
+    per program (the last given wins), sorted fewest held first and cut at
+    ``max_evicted``.  The figures are passed as given: the router validates them
     (``ProgramRouter.report``, ``evicted``) and ignores a report, or an entry, it refuses."""
     live = sorted(
         ((pid, float(left), int(blocks)) for pid, left, blocks in pins if left > 0.0),
@@ -134,34 +140,35 @@ def lifecycle_stats(
 
 
 class VllmEvictions:
-    """Which programs' contexts a ``ttlpolicy_vllm.TTLScheduler``'s block pool evicted since
-    the last call: the eviction source of ``vllm_scheduler_stats``.  One per scheduler, kept
-    by the caller across reports.
+    """The programs whose last context a ``ttlpolicy_vllm.TTLScheduler``'s prefix cache
+    evicted (and no call rebuilt since): the eviction source of ``vllm_scheduler_stats``.
+    One per scheduler, kept by the caller across reports.
 
     Each call, every live request (``scheduler.requests``) of a named program, not its last
     turn, gives its program's context: the request's block hashes (vLLM's
     ``Request.block_hashes``, its full blocks).  A program with no live request is away:
     its context is *held* up to its first block no longer in the prefix cache
     (``BlockPool.get_cached_block``, KV cache group 0), as the program's next call would
-    find it.  A program whose held blocks fell since the last call is listed,
-    ``(program_id, held_blocks)``; one holding none is forgotten after.  A program with a
-    live request is not (that request rebuilds its context), nor one that ended (load
-    control forgot it, when there is load control).  A pinned context cannot be evicted
-    (vLLM does not evict referenced blocks): only once its pin expired or was reclaimed.
+    find it.  Returns ``(program_id, held_blocks)`` for every watched program holding less
+    than its whole context.  A program leaves the list when a request of it is live again
+    (that request rebuilds its context) or when it ended (its last turn was seen, or load
+    control forgot it, when there is load control).  A pinned context is never listed:
+    vLLM does not evict referenced blocks, so only once its pin expired or was reclaimed.
 
-    What it does not see: a program all of whose calls since the previous report started
-    and finished between two calls (its context is then the last one seen, a prefix of
-    the new one — so its held count is still a true lower bound on where the prefix
-    breaks, but blocks added by the unseen call are not watched).  At most ``max_contexts``
-    programs are watched, the least recently live forgotten first; a call costs one
-    hash lookup per held block watched."""
+    What it does not see: a call that started and finished between two calls of this
+    (its program's context is then the last one seen, a prefix of the new one: the held
+    count is still where the program's prefix breaks, but blocks only that call added are
+    not watched), and a program none of whose calls it saw live.  At most
+    ``max_contexts`` programs are watched, the least recently live forgotten first; a call
+    costs one hash lookup per held block watched."""
 
     def __init__(self, max_contexts: int = DEFAULT_MAX_CONTEXTS) -> None:
         if type(max_contexts) is not int or max_contexts < 1:
             raise ValueError(f"max_contexts must be an int >= 1, got {max_contexts!r}")
         self.max_contexts = max_contexts
-        # program -> (its context's block hashes, how many of them were held at the last look)
-        self._contexts: OrderedDict[str, tuple[tuple[Any, ...], int]] = OrderedDict()
+        # program -> (its context's block hashes, how many of them were held at the last
+        # look); the hashes are dropped once none is held
+        self._contexts: OrderedDict[str, tuple[tuple[Any, ...], int, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._contexts)
@@ -184,25 +191,25 @@ class VllmEvictions:
                 live[info.program_id] = hashes
         admission = scheduler.admission
         out: list[tuple[str, int]] = []
-        for pid, (hashes, held) in list(self._contexts.items()):
+        for pid, (hashes, held, length) in list(self._contexts.items()):
             if pid in ended or (admission is not None and not admission.knows(pid)):
                 del self._contexts[pid]  # ended: no next call to route
                 continue
             if pid in live:
                 continue
-            now_held = 0
-            for h in hashes[:held]:
-                if pool.get_cached_block(h, [0]) is None:
-                    break
-                now_held += 1
-            if now_held < held:
-                out.append((pid, now_held))
-                if now_held == 0:
-                    del self._contexts[pid]
-                    continue
-                self._contexts[pid] = (hashes, now_held)
+            if held:
+                now_held = 0
+                for h in hashes[:held]:
+                    if pool.get_cached_block(h, [0]) is None:
+                        break
+                    now_held += 1
+                if now_held < held:
+                    held = now_held
+                    self._contexts[pid] = (hashes if held else (), held, length)
+            if held < length:
+                out.append((pid, held))
         for pid, hashes in live.items():
-            self._contexts[pid] = (hashes, len(hashes))
+            self._contexts[pid] = (hashes, len(hashes), len(hashes))
             self._contexts.move_to_end(pid)
         while len(self._contexts) > self.max_contexts:
             self._contexts.popitem(last=False)
@@ -227,7 +234,8 @@ def vllm_scheduler_stats(
     admitted programs arrived before every program it holds back, so program-level FCFS
     runs their calls first — and their uncomputed prompt tokens; with it off, none is
     reported (the router takes the whole queue).  ``evictions``: the scheduler's
-    ``VllmEvictions`` (kept across reports), which lists the evicted contexts."""
+    ``VllmEvictions`` (kept across reports), which lists the evicted contexts; None: no
+    ``evicted`` list."""
     from ttlpolicy_vllm.identity import program_of  # (the vLLM process only)
 
     now = scheduler.clock()

@@ -95,7 +95,9 @@ class TTLPolicyRouter(RequestRouter):
             "pins": 0,  # pins applied
             "pins_ignored": 0,  # pins refused or older than the program's last call
             "evicted": 0,  # evictions that freed a program (it routes as new)
-            "evicted_kept": 0,  # evictions applied that freed none (held most, or not home)
+            # evictions applied that freed none: held most, not its home (it moved since),
+            # or freed already (a replica lists an eviction until the program returns)
+            "evicted_unchanged": 0,
             "evicted_ignored": 0,  # evictions refused or older than the program's last call
             "drained": 0,  # replicas drained (gone or dead)
         }
@@ -207,7 +209,7 @@ class TTLPolicyRouter(RequestRouter):
             except (TypeError, ValueError, KeyError):
                 self.counters["evicted_ignored"] += 1
                 continue
-            self.counters["evicted" if freed else "evicted_kept"] += 1
+            self.counters["evicted" if freed else "evicted_unchanged"] += 1
         pins = rep.get("pins")
         for pin in pins if isinstance(pins, list) else ():
             try:
