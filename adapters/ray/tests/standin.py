@@ -8,12 +8,12 @@ clock (``time.monotonic``).  A call "runs" for ``work_s`` seconds holding its bl
 returning call whose program holds a live pin here consumes it (``hit``).  It has no prefix
 cache besides pins, so it reports ``cached_fraction`` 0: without a pin a context is gone,
 and its reports list it in ``evicted`` (held 0) — a pin that expired, or a call that ended
-unpinned — until a call of the program arrives (that call rebuilds it) or the program ends.  Its queue is
-its running calls plus a backlog; the return queue, its running calls plus the backlog's
-returning part.  The tests reach a given replica through ``Board``, a named actor: each
-report, a replica reads the backlog the test set for it there (calls added to its reported
-queue, and how many of them are returns: the tests' overload) and leaves its state (pins,
-programs) there.  ``die`` kills the process as a crash
+unpinned — until a call of the program arrives (that call rebuilds it) or the program
+ends.  Its queue is its running calls plus a backlog; the return queue, its running calls
+plus the backlog's returning part.  The tests reach a given replica through ``Board``, a
+named actor: each report, a replica reads the backlog the test set for it there (calls added
+to its reported queue, and how many of them are returns: the tests' overload) and leaves its
+state (pins, programs) there.  ``die`` kills the process as a crash
 would.
 """
 

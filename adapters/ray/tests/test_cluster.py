@@ -5,8 +5,9 @@ beside Ray on 2 cores).  The calls go through a ``DeploymentHandle`` from this p
 router runs here (``live_routers``).  Shown: (a) a program's calls stay on the replica holding
 its pin; (b) it moves when its pin has expired and its replica is busier, and when its replica
 is overloaded although its pin is live — but not when only new programs' calls wait there
-(the return queue), until the replica reports its context evicted; (c) a killed replica's programs are re-routed and
-finish, nothing hangs, and no pin is left on the survivor once the programs ended.
+(the return queue), until the replica reports its context evicted; (c) a killed replica's
+programs are re-routed and finish, nothing hangs, and no pin is left on the survivor once the
+programs ended.
 One cluster for the module (Ray's start takes most of the time).
 """
 
@@ -94,7 +95,9 @@ def live_states(cluster: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in states.items() if k in ids}
 
 
-def set_backlog(cluster: dict[str, Any], replica: str, calls: int, tokens: int, *returns: int) -> None:
+def set_backlog(
+    cluster: dict[str, Any], replica: str, calls: int, tokens: int, *returns: int
+) -> None:
     """``calls`` (``tokens``) added to the replica's queue; ``returns``: how many of them,
     and their tokens, are returning calls (default: all)."""
     ray.get(cluster["board"].set_backlog.remote(replica, calls, tokens, *returns))

@@ -93,7 +93,7 @@ def test_evicted_context_is_listed_with_what_a_next_call_finds(engine: Any) -> N
     engine.turn(prompt(13, 14 * BLOCK), 8)
     rep = report(engine, evictions)
     assert [pid for pid, _ in rep["evicted"]] == ["x"]  # (y was never seen live: not watched)
-    (_, held), = rep["evicted"]
+    ((_, held),) = rep["evicted"]
     assert held < 200 // BLOCK
     assert report(engine, evictions)["evicted"] == [["x", held]]  # a state, until x is back
     # what x's next call finds cached is what was reported held

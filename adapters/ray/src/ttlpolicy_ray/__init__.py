@@ -1,7 +1,8 @@
 """ttlpolicy for Ray Serve: ``TTLPolicyRouter`` (a ``ray.serve.request_router.RequestRouter``
 answered by ``ttlpolicy.ProgramRouter``) and the replica side of it (``report``:
-``RoutingStatsMixin``, ``lifecycle_stats``, ``vllm_scheduler_stats``, ``VllmEvictions``).  docs/ray.md says how to
-deploy it.  ``report`` and ``identity`` import no Ray; the router is imported on first use."""
+``RoutingStatsMixin``, ``lifecycle_stats``, ``vllm_scheduler_stats``, ``VllmEvictions``).
+docs/ray.md says how to deploy it.  ``report`` and ``identity`` import no Ray; the router is
+imported on first use."""
 
 from __future__ import annotations
 
