@@ -6,10 +6,14 @@ replicas are this: a ``ttlpolicy.ProgramLifecycle`` over a ``ProgramScheduler`` 
 miss cost it reports at finish, so a large one makes the policy pin), on the replica's real
 clock (``time.monotonic``).  A call "runs" for ``work_s`` seconds holding its blocks; a
 returning call whose program holds a live pin here consumes it (``hit``).  It has no prefix
-cache besides pins, so it reports ``cached_fraction`` 0: without a pin a context is gone.
-The tests reach a given replica through ``Board``, a named actor: each report, a replica
-reads the backlog the test set for it there (calls added to its reported queue: the tests'
-overload) and leaves its state (pins, programs) there.  ``die`` kills the process as a crash
+cache besides pins, so it reports ``cached_fraction`` 0: without a pin a context is gone,
+and its reports list it in ``evicted`` (held 0) — a pin that expired, or a call that ended
+unpinned — until a call of the program arrives (that call rebuilds it) or the program
+ends.  Its queue is its running calls plus a backlog; the return queue, its running calls
+plus the backlog's returning part.  The tests reach a given replica through ``Board``, a
+named actor: each report, a replica reads the backlog the test set for it there (calls added
+to its reported queue, and how many of them are returns: the tests' overload) and leaves its
+state (pins, programs) there.  ``die`` kills the process as a crash
 would.
 """
 
@@ -48,14 +52,16 @@ class StandIn(RoutingStatsMixin):
         self.running_blocks = 0
         self.running_tokens = 0
         self.running = 0
-        self.backlog = (0, 0)  # (calls, tokens) added to the reported queue
+        # (calls, tokens, returning calls, their tokens) added to the reported queue
+        self.backlog = (0, 0, 0, 0)
+        self.evicted: dict[str, int] = {}  # contexts dropped and not rebuilt
         self.ids = itertools.count()
         self.replica = serve.get_replica_context().replica_id.unique_id
 
     def _now(self) -> float:
         now = self.clock()
-        for _pin in self.life.expire(now):
-            pass  # a real engine frees the pinned blocks here
+        for pin in self.life.expire(now):
+            self.evicted[pin.program_id] = 0  # a real engine frees the pinned blocks here
         return now
 
     async def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +73,7 @@ class StandIn(RoutingStatsMixin):
         tokens, blocks = call_blocks(body.get("prompt", ""))
         now = self._now()
         pin = self.life.arrive(rid, pid, now, blocks)
+        self.evicted.pop(pid, None)  # this call rebuilds its context here
         while self.sched.pop(now) is not None:  # no capacity limit: every call starts
             pass
         self.life.admitted(rid)
@@ -90,6 +97,8 @@ class StandIn(RoutingStatsMixin):
             cache_miss_cost_s=float(body.get("miss_s", 50.0)),
             prefix_tokens=tokens,
         )
+        if finished.pin is None and not last:
+            self.evicted[pid] = 0  # not pinned: its context is gone at once
         return {
             "replica": self.replica,
             "hit": pin is not None,
@@ -99,7 +108,8 @@ class StandIn(RoutingStatsMixin):
     def ttlpolicy_routing_stats(self, seq: int) -> dict[str, Any]:
         now = self._now()
         used = min(self.total_blocks, self.sched.pinned_blocks + self.running_blocks)
-        calls, tokens = self.backlog
+        calls, tokens, returns, return_tokens = self.backlog
+        evicted = list(self.evicted.items())
         return lifecycle_stats(
             self.sched,
             now,
@@ -108,6 +118,9 @@ class StandIn(RoutingStatsMixin):
             total_blocks=self.total_blocks,
             queue_len=self.running + calls,
             queued_tokens=self.running_tokens + tokens,
+            return_queue_len=self.running + returns,
+            return_queued_tokens=self.running_tokens + return_tokens,
+            evicted=evicted,
             working_set_blocks=used,
             cached_fraction=0.0,
             block_size=BLOCK_SIZE,
@@ -136,14 +149,28 @@ class Board:
     itself (``StandIn.state``, with the wall time it said it)."""
 
     def __init__(self) -> None:
-        self.backlogs: dict[str, tuple[int, int]] = {}
+        self.backlogs: dict[str, tuple[int, int, int, int]] = {}
         self.states: dict[str, dict[str, Any]] = {}
 
-    def backlog(self, replica: str) -> tuple[int, int]:
-        return self.backlogs.get(replica, (0, 0))
+    def backlog(self, replica: str) -> tuple[int, int, int, int]:
+        return self.backlogs.get(replica, (0, 0, 0, 0))
 
-    def set_backlog(self, replica: str, calls: int, tokens: int) -> None:
-        self.backlogs[replica] = (calls, tokens)
+    def set_backlog(
+        self,
+        replica: str,
+        calls: int,
+        tokens: int,
+        returns: int | None = None,
+        return_tokens: int | None = None,
+    ) -> None:
+        """``calls`` waiting (``tokens``), of which ``returns`` (``return_tokens``) are
+        returning calls (default: all of them)."""
+        self.backlogs[replica] = (
+            calls,
+            tokens,
+            calls if returns is None else returns,
+            tokens if return_tokens is None else return_tokens,
+        )
 
     def put_state(self, replica: str, state: dict[str, Any]) -> None:
         self.states[replica] = {**state, "at": time.time()}

@@ -4,8 +4,10 @@ library's policy, capped at ``MAX_TTL_S`` seconds, no model — two vLLM CPU eng
 beside Ray on 2 cores).  The calls go through a ``DeploymentHandle`` from this process, so the
 router runs here (``live_routers``).  Shown: (a) a program's calls stay on the replica holding
 its pin; (b) it moves when its pin has expired and its replica is busier, and when its replica
-is overloaded although its pin is live; (c) a killed replica's programs are re-routed and
-finish, nothing hangs, and no pin is left on the survivor once the programs ended.
+is overloaded although its pin is live — but not when only new programs' calls wait there
+(the return queue), until the replica reports its context evicted; (c) a killed replica's
+programs are re-routed and finish, nothing hangs, and no pin is left on the survivor once the
+programs ended.
 One cluster for the module (Ray's start takes most of the time).
 """
 
@@ -93,8 +95,12 @@ def live_states(cluster: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in states.items() if k in ids}
 
 
-def set_backlog(cluster: dict[str, Any], replica: str, calls: int, tokens: int) -> None:
-    ray.get(cluster["board"].set_backlog.remote(replica, calls, tokens))
+def set_backlog(
+    cluster: dict[str, Any], replica: str, calls: int, tokens: int, *returns: int
+) -> None:
+    """``calls`` (``tokens``) added to the replica's queue; ``returns``: how many of them,
+    and their tokens, are returning calls (default: all)."""
+    ray.get(cluster["board"].set_backlog.remote(replica, calls, tokens, *returns))
 
 
 def test_stays_with_its_pin_then_moves(cluster: dict[str, Any]) -> None:
@@ -137,6 +143,38 @@ def test_stays_with_its_pin_then_moves(cluster: dict[str, Any]) -> None:
     assert out["replica"] == home and not out["hit"]
     set_backlog(cluster, moved, 0, 0)
     assert router().counters["fallback"] == 0
+
+
+def test_behind_new_programs_it_stays_until_its_context_is_evicted(
+    cluster: dict[str, Any],
+) -> None:
+    """The replicas report their return queue and their evicted contexts, and the router
+    uses both: a program pinned at a replica busy with new programs' calls stays (its
+    return runs ahead of them); once its pin expired the replica reports the context
+    evicted and the program's next call goes, as a new program's, where no queue is."""
+    if not live_routers():  # (run alone: the router is made at the handle's first call)
+        cluster["handle"].remote({"prompt": "hi"}).result(timeout_s=CALL_TIMEOUT_S)
+    fresh_reports(cluster)
+    fallbacks = router().counters["fallback"]
+    home = call(cluster, "p-ret")["replica"]
+    (other,) = set(live_states(cluster)) - {home}
+    # 10 new programs' calls of 1000 tokens wait at home (1.1 s of prefill, > the 0.11 s a
+    # miss costs): a new program would go elsewhere, but no returning call waits there
+    set_backlog(cluster, home, 10, 10_000, 0, 0)
+    fresh_reports(cluster)
+    out = call(cluster, "p-ret")
+    assert (out["replica"], out["hit"]) == (home, True)
+    # its pin expires: the context is gone (the stand-in keeps none unpinned) and home says
+    # so; without that, home would still win the tie with the idle replica (both a miss)
+    time.sleep(MAX_TTL_S + 0.2)
+    fresh_reports(cluster)
+    assert "p-ret" not in live_states(cluster)[home]["pins"]
+    freed = router().counters["evicted"]
+    out = call(cluster, "p-ret", last=True)
+    assert (out["replica"], out["hit"]) == (other, False)
+    assert router().counters["evicted"] == freed + 1  # (applied when the router routed)
+    set_backlog(cluster, home, 0, 0)
+    assert router().counters["fallback"] == fallbacks
 
 
 def test_killed_replica_programs_rerouted(cluster: dict[str, Any]) -> None:

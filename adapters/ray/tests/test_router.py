@@ -21,6 +21,8 @@ from ray.serve.request_router import PendingRequest, ReplicaID
 from ttlpolicy_ray import routing_stats
 from ttlpolicy_ray.router import TTLPolicyRouter
 
+import ttlpolicy
+
 DEPLOYMENT = DeploymentID(name="d", app_name="a")
 
 
@@ -182,3 +184,162 @@ def test_stale_pin_of_a_program_routed_since_is_ignored() -> None:
     a.report(pins=[("p", 30.0, 25)], at=time.time() - 0.5, queue_len=1, queued_tokens=1000)
     assert choose(router, [a, b], body("p"))[0] == ["b"]  # no pin: the queue decides
     assert router.counters["pins_ignored"] == 1
+
+
+# -- the return queue and evictions (report fields the library decides with) ----------------
+
+#: A call of 1000 tokens (4000 characters; ``identity.CHARS_PER_TOKEN``): 63 blocks of 16.
+BIG = "x" * 4000
+BIG_TOKENS, BIG_BLOCKS = 1000, 63
+
+
+def library(
+    router: TTLPolicyRouter,
+    reports: dict[str, dict[str, Any]],
+    program: str,
+    before: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    pins: list[tuple[str, str, int]] = (),  # type: ignore[assignment]
+    evicted: list[tuple[str, str, int]] = (),  # type: ignore[assignment]
+) -> str:
+    """What a fresh ``ttlpolicy.ProgramRouter`` with the adapter's policy answers for a
+    ``BIG`` call of ``program``: instances registered in ``reports``' order, calls
+    ``before`` ((program, where it must go)) routed on their first reports, then ``reports``
+    applied, with ``evicted`` ((instance, program, held)) and ``pins`` ((instance,
+    program, blocks), 30 s left)."""
+    ref = ttlpolicy.ProgramRouter(ttlpolicy.TTLPolicy(router._config))
+    figures = {"free_blocks": 100, "total_blocks": 100, "queue_len": 0, "queued_tokens": 0}
+    for iid in reports:
+        ref.add_instance(iid)
+        ref.report(iid, **figures, working_set_blocks=0, cached_fraction=0.0)
+    for pid, where in before:
+        assert ref.route(pid, 0.0, BIG_BLOCKS, BIG_TOKENS) == where
+    for iid, rep in reports.items():
+        ref.report(iid, **rep)
+    for iid, pid, held in evicted:
+        ref.evicted(iid, pid, held)
+    for iid, pid, blocks in pins:
+        ref.pinned(iid, pid, 31.0, blocks)
+    return ref.route(program, 1.0, BIG_BLOCKS, BIG_TOKENS)
+
+
+#: A replica busy with new programs' calls (10 of 1000 tokens: 1.1 s of prefill under the
+#: default miss model, more than a 1000-token miss) but no returning call.
+BUSY_WITH_NEW = {
+    "free_blocks": 100,
+    "total_blocks": 100,
+    "queue_len": 10,
+    "queued_tokens": 10_000,
+    "return_queue_len": 0,
+    "return_queued_tokens": 0,
+    "working_set_blocks": 0,
+    "cached_fraction": 0.0,
+}
+IDLE = {**BUSY_WITH_NEW, "queue_len": 0, "queued_tokens": 0}
+WHOLE_QUEUE = {k: v for k, v in BUSY_WITH_NEW.items() if not k.startswith("return_")}
+
+
+def test_return_queue_keeps_a_pinned_program_home() -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report(**IDLE)
+    b.report(pins=[("p", 30.0, BIG_BLOCKS)], **BUSY_WITH_NEW)
+    got = choose(router, [a, b], body("p", prompt=BIG))[0]
+    # the library's answer with the return queue, which differs from its answer without it
+    # (so the adapter must pass the fields for the call to stay)
+    pinned = [("b", "p", BIG_BLOCKS)]
+    want = library(router, {"a": IDLE, "b": BUSY_WITH_NEW}, "p", pins=pinned)
+    without = library(router, {"a": IDLE, "b": WHOLE_QUEUE}, "p", pins=pinned)
+    assert (want, without) == ("b", "a")
+    assert got == [want]
+    assert router.counters["reports"] == 2 and router.counters["pins"] == 1
+
+
+def test_eviction_frees_the_program_to_move() -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report(**IDLE)
+    b.report(**IDLE)
+    home = choose(router, [a, b], body("p", prompt=BIG))[0][0]
+    other = b if home == "a" else a
+    at_home = a if home == "a" else b
+    # its home is now busy with new programs' calls, and reports p's context evicted
+    at_home.report(evicted=[("p", 0)], **BUSY_WITH_NEW)
+    other.report(**IDLE)
+    got = choose(router, [a, b], body("p", prompt=BIG))[0]
+    reports = {"a": IDLE, "b": IDLE}
+    reports[home] = BUSY_WITH_NEW
+    before = [("p", home)]
+    want = library(router, reports, "p", before, evicted=[(home, "p", 0)])
+    kept = library(router, reports, "p", before)
+    assert (want, kept) == (other.replica_id.unique_id, home)
+    assert got == [want]
+    assert router.counters["evicted"] == 1 and router.counters["evicted_ignored"] == 0
+
+
+def test_eviction_holding_most_of_the_context_keeps_the_program() -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report(**IDLE)
+    b.report(**IDLE)
+    home = choose(router, [a, b], body("p", prompt=BIG))[0][0]
+    at_home = a if home == "a" else b
+    at_home.report(evicted=[("p", BIG_BLOCKS - 1)], **BUSY_WITH_NEW)
+    (b if home == "a" else a).report(**IDLE)
+    assert choose(router, [a, b], body("p", prompt=BIG))[0] == [home]
+    assert router.counters["evicted_unchanged"] == 1 and router.counters["evicted"] == 0
+
+
+def test_bad_evictions_are_ignored_and_the_rest_applied() -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report(**IDLE)
+    b.report(**IDLE)
+    home = choose(router, [a, b], body("p", prompt=BIG))[0][0]
+    at_home = a if home == "a" else b
+    at_home.report(**BUSY_WITH_NEW)
+    at_home.routing_stats["ttlpolicy"]["evicted"] = [
+        ["y" * 5000, 0],  # over ProgramRouter's 1024-byte bound
+        ["n", math.nan],
+        ["neg", -1],
+        ["short"],
+        "garbage",
+        [3, 0],
+        ["p", 0],
+    ]
+    assert choose(router, [a, b], body("p", prompt=BIG))[0] != [home]
+    assert router.counters["evicted_ignored"] == 6
+    assert router.counters["evicted"] == 1
+    assert router.counters["reports_ignored"] == 0
+
+
+def test_stale_eviction_of_a_program_routed_since_is_ignored() -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report(**IDLE)
+    b.report(**IDLE)
+    home = choose(router, [a, b], body("p", prompt=BIG))[0][0]
+    at_home = a if home == "a" else b
+    # taken before that call: the eviction it lists predates it (the call rebuilds it)
+    at_home.report(evicted=[("p", 0)], at=time.time() - 60.0, **BUSY_WITH_NEW)
+    assert choose(router, [a, b], body("p", prompt=BIG))[0] == [home]
+    assert router.counters["evicted_ignored"] == 1 and router.counters["evicted"] == 0
+    assert router.program_router.home("p") == home
+
+
+@pytest.mark.parametrize(
+    "figures",
+    [
+        {"return_queue_len": 0},  # without return_queued_tokens
+        {"return_queued_tokens": 0},  # without return_queue_len
+        {"return_queue_len": 2, "return_queued_tokens": 0},  # longer than the queue (0)
+        {"return_queue_len": -1, "return_queued_tokens": 0},
+        {"return_queue_len": 0, "return_queued_tokens": math.nan},
+    ],
+)
+def test_bad_return_queue_ignores_the_report(figures: dict[str, Any]) -> None:
+    router = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report()
+    b.report(pins=[("p", 30.0, 25)], **figures)
+    assert choose(router, [a, b], body("p")) == [["a"], ["b"]]
+    assert router.counters["reports_ignored"] == 1

@@ -1,7 +1,8 @@
 """ttlpolicy for Ray Serve: ``TTLPolicyRouter`` (a ``ray.serve.request_router.RequestRouter``
 answered by ``ttlpolicy.ProgramRouter``) and the replica side of it (``report``:
-``RoutingStatsMixin``, ``lifecycle_stats``, ``vllm_scheduler_stats``).  docs/ray.md says how to
-deploy it.  ``report`` and ``identity`` import no Ray; the router is imported on first use."""
+``RoutingStatsMixin``, ``lifecycle_stats``, ``vllm_scheduler_stats``, ``VllmEvictions``).
+docs/ray.md says how to deploy it.  ``report`` and ``identity`` import no Ray; the router is
+imported on first use."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from .report import (
     REPORT_KEY,
     RoutingStatsMixin,
+    VllmEvictions,
     lifecycle_stats,
     routing_stats,
     vllm_scheduler_stats,
@@ -19,6 +21,7 @@ __all__ = [
     "REPORT_KEY",
     "RoutingStatsMixin",
     "TTLPolicyRouter",
+    "VllmEvictions",
     "lifecycle_stats",
     "routing_stats",
     "vllm_scheduler_stats",

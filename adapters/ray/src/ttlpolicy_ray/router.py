@@ -16,17 +16,21 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   them or reports them dead (``on_replica_actor_died``) — their programs are released and
   route as new, and the id is never routed to again (a restarted replica gets a new one).
 * Before each decision, each candidate's routing stats (``REPORT_KEY``) are applied once per
-  report (``seq``): ``ProgramRouter.report`` with its figures, ``ProgramRouter.pinned`` for each
-  pin (its remaining seconds on the router's clock, less the report's age), except a pin of a
-  program routed after the report was taken (the report predates that call) or ended (its
-  last turn was routed; a replica it left holds its pin until the TTL runs out).
+  report (``seq``): ``ProgramRouter.report`` with its figures (the return queue's when the
+  replica gives them), then ``ProgramRouter.evicted`` for each ``evicted`` entry, then
+  ``ProgramRouter.pinned`` for each pin (its remaining seconds on the router's clock, less
+  the report's age) — evictions first: a report listing both for one program saw its
+  context evicted, then rebuilt and pinned.  Neither is applied for a program routed after
+  the report was taken (the report predates that call) or ended (its last turn was routed;
+  a replica it left holds its pin until the TTL runs out).
 * A call: ``program_of`` (identity.py) names the program; ``blocks_needed`` is its prompt and
   output cap in the replicas' block size, ``prefix_tokens`` its prompt; ``ProgramRouter.route``
   answers.  The chosen replica is Ray's first rank, the others its second (Ray moves on when
   the first is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call
   programs, forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program.
 * Bad input never loses a request: a report the library refuses (NaN, negative figures,
-  free > total, a wrong version) is ignored and counted; a pin it refuses (over-long id, NaN)
+  free > total, a return queue longer than the queue or given half, a wrong version) is
+  ignored and counted; a pin or an eviction it refuses (over-long id, NaN, negative)
   likewise; when no candidate has reported yet, or the library refuses the call, Ray's
   candidates are returned as one rank (Ray picks among them by queue length).  ``counters``
   says how often each happened.
@@ -90,6 +94,11 @@ class TTLPolicyRouter(RequestRouter):
             "reports_ignored": 0,  # reports refused (bad figures, drained replica, version)
             "pins": 0,  # pins applied
             "pins_ignored": 0,  # pins refused or older than the program's last call
+            "evicted": 0,  # evictions that freed a program (it routes as new)
+            # evictions applied that freed none: held most, not its home (it moved since),
+            # or freed already (a replica lists an eviction until the program returns)
+            "evicted_unchanged": 0,
+            "evicted_ignored": 0,  # evictions refused or older than the program's last call
             "drained": 0,  # replicas drained (gone or dead)
         }
         if self not in _registry.ROUTERS:
@@ -175,6 +184,8 @@ class TTLPolicyRouter(RequestRouter):
                 rep.get("queued_tokens"),
                 rep.get("working_set_blocks"),
                 rep.get("cached_fraction"),
+                rep.get("return_queue_len"),
+                rep.get("return_queued_tokens"),
             )
             if not ok:
                 raise ValueError(f"instance {iid!r} is drained")
@@ -188,12 +199,22 @@ class TTLPolicyRouter(RequestRouter):
             logger.warning("ttlpolicy router: report of replica %s ignored: %s", iid, e)
             return
         self.counters["reports"] += 1
+        evicted = rep.get("evicted")
+        for entry in evicted if isinstance(evicted, list) else ():
+            try:
+                pid, held = entry
+                if self._routed_since(pid, at):
+                    raise ValueError("eviction older than the program's last call")
+                freed = router.evicted(iid, pid, held)
+            except (TypeError, ValueError, KeyError):
+                self.counters["evicted_ignored"] += 1
+                continue
+            self.counters["evicted" if freed else "evicted_unchanged"] += 1
         pins = rep.get("pins")
         for pin in pins if isinstance(pins, list) else ():
             try:
                 pid, left, blocks = pin
-                routed = self._routed_at.get(pid) if isinstance(pid, str) else None
-                if routed is not None and isinstance(at, float) and routed >= at:
+                if self._routed_since(pid, at):
                     raise ValueError("pin older than the program's last call")
                 if not isinstance(left, int | float) or isinstance(left, bool):
                     raise TypeError(f"remaining_s must be a number, got {type(left).__name__}")
@@ -201,6 +222,11 @@ class TTLPolicyRouter(RequestRouter):
                 self.counters["pins"] += 1
             except (TypeError, ValueError, KeyError):
                 self.counters["pins_ignored"] += 1
+
+    def _routed_since(self, pid: Any, at: Any) -> bool:
+        """Was the program routed after a report taken at ``at`` (or has it ended)?"""
+        routed = self._routed_at.get(pid) if isinstance(pid, str) else None
+        return routed is not None and isinstance(at, float) and routed >= at
 
     # -- the decision ---------------------------------------------------------------------
     async def choose_replicas(
