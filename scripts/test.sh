@@ -18,9 +18,10 @@
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
 # * the routing adapters' tests: Ray Serve's TTLPolicyRouter in a local Ray with two CPU
 #   stand-in replicas, and SGLang's gateway (sglang-router, manual policy) before fake workers
-#   (26 tests, ~1 min): scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0
-#   and sglang-router 0.3.2, no torch: ~4.5 min and 622 MB the first time);
-#   TTLPOLICY_RAY_TESTS=1 forces them, =0 skips them.
+#   (31 tests, ~1 min; the Ray report's vLLM test runs in the vLLM venv, above):
+#   scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0 and sglang-router
+#   0.3.2, no torch: ~4.5 min and 622 MB the first time); TTLPOLICY_RAY_TESTS=1 forces them,
+#   =0 skips them.
 source "$(dirname "$0")/env.sh"
 cd "$ROOT"
 TTLPOLICY_REQUIRE_NATIVE=1 python -m pytest "$@"
@@ -36,6 +37,11 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
   source "$ROOT/scripts/vllm-env.sh"
   (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
+  echo "==> the Ray adapter's vLLM report (adapters/ray/tests/test_vllm_report.py) on a real" \
+    "TTLScheduler, in the vLLM venv (under the vLLM adapter's pytest options)" >&2
+  (cd "$ROOT/adapters/vllm" &&
+    PYTHONPATH="$ROOT/adapters/ray/src${PYTHONPATH:+:$PYTHONPATH}" TTLPOLICY_REQUIRE_NATIVE=1 \
+      "$VLLM_VENV/bin/python" -m pytest -c pyproject.toml "$ROOT/adapters/ray/tests/test_vllm_report.py")
 fi
 
 vllm033_tests="${TTLPOLICY_VLLM033_TESTS:-auto}"
@@ -57,5 +63,7 @@ ray_tests="${TTLPOLICY_RAY_TESTS:-auto}"
 if [ "$ray_tests" = 1 ] || { [ "$ray_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> Ray Serve adapter tests (adapters/ray/tests) in a local Ray (CPU stand-in replicas)" >&2
   source "$ROOT/scripts/ray-env.sh"
-  (cd "$ROOT/adapters/ray" && TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest)
+  # (test_vllm_report.py needs vLLM: it runs with the vLLM adapter's tests, above)
+  (cd "$ROOT/adapters/ray" &&
+    TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest --ignore=tests/test_vllm_report.py)
 fi

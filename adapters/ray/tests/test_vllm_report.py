@@ -1,14 +1,12 @@
 """``vllm_scheduler_stats`` and ``VllmEvictions`` against a real ``ttlpolicy_vllm.TTLScheduler``
 (vLLM on CPU, the tiny random-weight model of ``bench/vllm_engine.py``, in this process).
 
-Skipped in the Ray venv (no vLLM there); run with the vLLM venv's python from
-``adapters/ray`` (docs/ray.md, "What was tested")::
+Not run in the Ray venv (no vLLM there): ``scripts/test.sh`` runs it in the vLLM venv, under
+the vLLM adapter's pytest options, after the vLLM adapter's tests; by hand, from
+``adapters/vllm``::
 
-    PYTHONPATH=$PWD/../../python:$PWD/src:$PWD/../vllm/src:$PWD/../../bench \\
-        ~/.cache/ttlpolicy/venv-vllm-<key>/bin/python -m pytest tests/test_vllm_report.py \\
-        -p no:cacheprovider -c /dev/null --rootdir .
-
-(``-c /dev/null``: this package's pytest options name pytest-timeout, which that venv lacks.)
+    PYTHONPATH=$PWD/../ray/src ~/.cache/ttlpolicy/venv-vllm-<key>/bin/python -m pytest -c pyproject.toml \\
+        ../ray/tests/test_vllm_report.py
 
 24 usable KV blocks of 32 tokens, no pins (budget 0): load control and vLLM's prefix cache
 alone.  The expected figures come from what the test submitted and from vLLM's own prefix
