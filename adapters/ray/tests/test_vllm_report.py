@@ -5,8 +5,8 @@ Not run in the Ray venv (no vLLM there): ``scripts/test.sh`` runs it in the vLLM
 the vLLM adapter's pytest options, after the vLLM adapter's tests; by hand, from
 ``adapters/vllm``::
 
-    PYTHONPATH=$PWD/../ray/src ~/.cache/ttlpolicy/venv-vllm-<key>/bin/python -m pytest -c pyproject.toml \\
-        ../ray/tests/test_vllm_report.py
+    PYTHONPATH=$PWD/../ray/src ~/.cache/ttlpolicy/venv-vllm-<key>/bin/python \\
+        -m pytest -c pyproject.toml ../ray/tests/test_vllm_report.py
 
 24 usable KV blocks of 32 tokens, no pins (budget 0): load control and vLLM's prefix cache
 alone.  The expected figures come from what the test submitted and from vLLM's own prefix
