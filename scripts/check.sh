@@ -12,6 +12,7 @@ echo "==> mypy (python/)"; mypy
 echo "==> mypy (tests/, bench/)"; MYPYPATH=tests:bench mypy --explicit-package-bases tests bench
 echo "==> mypy (adapters/vllm/)"; MYPYPATH=adapters/vllm/src:bench mypy adapters/vllm/src adapters/vllm/tests
 echo "==> mypy (adapters/sglang/)"; MYPYPATH=adapters/sglang/src:bench mypy adapters/sglang/src adapters/sglang/tests
+echo "==> mypy (adapters/ray/src: the dev venv has Ray, not its Serve extras; the tests are left out)"; MYPYPATH=adapters/ray/src mypy adapters/ray/src
 echo "==> stubtest (python/ttlpolicy/_native.pyi against the built module)"
 python -m mypy.stubtest ttlpolicy._native --mypy-config-file pyproject.toml
 echo "==> cargo fmt --check"; cargo fmt --all --check
