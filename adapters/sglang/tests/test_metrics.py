@@ -158,11 +158,10 @@ def test_with_enable_metrics_the_scheduler_process_metrics_reach_sglangs_metrics
     the HTTP server mounts ``/metrics`` with ``add_prometheus_middleware`` (a
     ``MultiProcessCollector`` over the folder).  Here the scheduler process is a subprocess
     and the server's app is a bare Starlette app with SGLang's own ``/metrics`` mount."""
-    from starlette.applications import Starlette
-    from starlette.testclient import TestClient
-
     from prometheus_client.parser import text_string_to_metric_families
     from sglang.srt.utils.common import add_prometheus_middleware
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
 
     policy_env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     code = textwrap.dedent(SCHEDULER_PROCESS.format(kv=KV, prompt=PROMPT, out=OUT))
@@ -184,7 +183,9 @@ def test_with_enable_metrics_the_scheduler_process_metrics_reach_sglangs_metrics
 
     def scraped(name: str, **labels: str) -> float:
         key = (name, tuple(sorted(labels.items())))
-        assert key in samples, f"{key} not on /metrics: {sorted(k for k in samples if 'ttl' in k[0])}"
+        assert key in samples, (
+            f"{key} not on /metrics: {sorted(k for k in samples if 'ttl' in k[0])}"
+        )
         return samples[key]
 
     sglang_labels = dict(

@@ -29,11 +29,12 @@ from .prometheus import HISTOGRAMS, MISSED_FIELDS
 MAX_TRACKED = 1 << 16
 #: Seconds between two publications to the exporter (unless forced) ...
 PUBLISH_INTERVAL_S = 0.5
-#: ... and scheduling steps between them, up to ``PUBLISH_STALE_INTERVALS`` intervals: slow
-#: steps (a loaded machine, long prefills) then share a publication's cost (15-75 us) among
-#: at least this many steps, where one each 0.5 s came every 4 steps of 120 ms
-#: (docs/investigations/metrics-overhead.md); fast steps meet the interval first.
-PUBLISH_MIN_STEPS = 16
+#: ... and scheduling steps between them, up to ``PUBLISH_STALE_INTERVALS`` intervals (4 s):
+#: a publication costs ~15 us in a tight loop and ~50 us inside an engine (cold caches), one
+#: each 0.5 s came every 4 steps of 120 ms on a loaded machine; with the floor no step pays
+#: more than ~1 us of it (docs/investigations/metrics-overhead.md), and a scrape every 5-15 s
+#: still reads figures at most 4 s old.
+PUBLISH_MIN_STEPS = 64
 PUBLISH_STALE_INTERVALS = 8
 
 
