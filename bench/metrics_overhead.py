@@ -158,7 +158,7 @@ def main() -> None:
 
                 import ttlpolicy_vllm.scheduler as adapter
 
-                adapter.time = types.SimpleNamespace(  # type: ignore[assignment]
+                adapter.time = types.SimpleNamespace(
                     perf_counter=time.thread_time, monotonic=time.monotonic
                 )
             exporter = PrometheusExporter()
