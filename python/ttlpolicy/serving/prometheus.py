@@ -201,7 +201,7 @@ class PrometheusExporter:
         self.batched = all(_batchable(built[key], METRICS[key]) for key in HISTOGRAMS)
 
     def observe(self, key: str, values: Sequence[float]) -> None:
-        """Add ``values`` to histogram ``key`` (a field of ``HISTOGRAMS``): as one increment of
+        """Add ``values`` to histogram ``key`` (one of ``HISTOGRAMS``): as one increment of
         each bucket they fall in and one of the sum (the client's ``observe`` takes a lock and
         a file write, in multiprocess mode, per bucket and sum: per value, that was most of the
         metrics' cost per step, docs/investigations/metrics-overhead.md); one ``observe`` per
@@ -224,7 +224,7 @@ class PrometheusExporter:
 
 def _batchable(histogram: Any, spec: MetricSpec) -> bool:
     """Whether the client's histogram keeps what ``observe`` batches the way the client's
-    own ``observe`` moves it (``prometheus_client`` 0.20-0.26): one value per bucket bound,
+    own ``observe`` moves it (as in ``prometheus_client`` 0.26): one value per bucket bound,
     the spec's bounds and +Inf, and a sum, each with ``inc``."""
     bounds = getattr(histogram, "_upper_bounds", None)
     buckets = getattr(histogram, "_buckets", None)
