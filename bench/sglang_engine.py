@@ -108,12 +108,14 @@ def build_cache(
     host_ratio: float | None = None,
     eviction_policy: str = "lru",
     max_context: int = MAX_CONTEXT,
+    enable_metrics: bool = False,
 ) -> Any:
     """The tree cache SGLang's scheduler would build for ``--radix-cache-backend backend``
     (None: the stock selection), over real CPU pools of ``kv_tokens`` tokens; with
     ``host_ratio``, HiCache on (``--enable-hierarchical-cache --hicache-ratio host_ratio``,
-    write-through, the ``direct`` io backend) and ``eviction_policy`` its
-    ``--radix-eviction-policy``."""
+    write-through, the ``direct`` io backend), ``eviction_policy`` its
+    ``--radix-eviction-policy`` and ``enable_metrics`` its ``--enable-metrics`` (the
+    scheduler's ``build_kv_cache`` passes it in the cache's parameters)."""
     hicache: dict[str, Any] = {}
     if host_ratio is not None:
         hicache = dict(
@@ -153,6 +155,7 @@ def build_cache(
         token_to_kv_pool_allocator=allocator,
         page_size=1,
         eviction_policy=eviction_policy,
+        enable_metrics=enable_metrics,
     )
     ctx = TreeCacheBuildContext(
         server_args=server_args,
@@ -344,6 +347,7 @@ def make_scheduler(
     host_ratio: float | None = None,
     eviction_policy: str = "lru",
     max_context: int = MAX_CONTEXT,
+    enable_metrics: bool = False,
 ) -> Any:
     cache = build_cache(
         kv_tokens,
@@ -351,6 +355,7 @@ def make_scheduler(
         host_ratio=host_ratio,
         eviction_policy=eviction_policy,
         max_context=max_context,
+        enable_metrics=enable_metrics,
     )
     if clock is not None:
         cache.ttl.clock = clock

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ttlpolicy.serving import METRICS, MISS_CAUSES, AdapterMetrics, PrometheusExporter
+from ttlpolicy.serving.prometheus import _batchable
 
 # Prometheus' data model: metric and label names, and the suffixes the client adds.
 NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -137,6 +138,111 @@ def test_publishing_waits_its_interval_unless_forced() -> None:
     m.publish(force=True)  # (the engine goes idle)
     assert sample(registry, "ttlpolicy_pins_total") == 3
     assert sample(registry, "ttlpolicy_pinned_blocks") == 9
+
+
+def test_slow_steps_share_a_publication_until_it_grows_stale(monkeypatch) -> None:
+    """Past the interval a publication waits for PUBLISH_MIN_STEPS steps, or for
+    PUBLISH_STALE_INTERVALS intervals when steps are slower still."""
+    import types
+
+    from ttlpolicy.serving import metrics
+
+    now = [100.0]
+    monkeypatch.setattr(metrics, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    registry = CollectorRegistry()
+    m = AdapterMetrics(exporter=PrometheusExporter(registry), publish_interval_s=0.5)
+    m.publish()
+    m.pins = 1
+    now[0] += 0.6  # past the interval, no step since
+    assert not m.publish_due()
+    m.schedule_calls = metrics.PUBLISH_MIN_STEPS - 1
+    m.publish()
+    assert sample(registry, "ttlpolicy_pins_total") == 0
+    m.schedule_calls += 1
+    assert m.publish_due()
+    m.publish()
+    assert sample(registry, "ttlpolicy_pins_total") == 1
+    m.pins = 2
+    m.schedule_calls += 1  # one slow step
+    now[0] += 0.5 * metrics.PUBLISH_STALE_INTERVALS - 0.01
+    assert not m.publish_due()
+    now[0] += 0.01
+    m.publish()
+    assert sample(registry, "ttlpolicy_pins_total") == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([0.0, 0.5, 1.0, 30.0, 120.0, 300.0, 600.0, 1e9]),  # on a bound, past
+            st.floats(0.0, 1e4, allow_nan=False),
+        ),
+        max_size=40,
+    ),
+    st.booleans(),
+)
+def test_a_batch_of_values_lands_as_the_clients_own_observe_puts_them(
+    values: list[float], batched: bool
+) -> None:
+    """``observe`` increments each bucket once per batch; the client's ``observe`` of each
+    value, in a registry of its own, is the reference (its bucket bounds are inclusive)."""
+    ours, reference = CollectorRegistry(), CollectorRegistry()
+    exporter, by_value = PrometheusExporter(ours), PrometheusExporter(reference)
+    assert exporter.batched  # the client installed here is laid out as checked
+    exporter.batched = batched  # (False: the per-value path kept for other layouts)
+    for key in ("ttl_s", "tool_gap_s"):
+        exporter.observe(key, values)
+        for value in values:
+            by_value.histograms[key].observe(value)
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
+        return [
+            (s.name, s.labels, s.value)
+            for family in scrape(registry).values()
+            for s in family.samples  # type: ignore[attr-defined]
+            if not s.name.endswith("_created")  # (when each registry was made)
+        ]
+
+    assert samples(ours) == samples(reference)
+
+
+def test_events_touch_no_client_object_until_publication() -> None:
+    """A return's events keep their values; the histograms move at publication only."""
+    registry = CollectorRegistry()
+    m = AdapterMetrics(exporter=PrometheusExporter(registry), publish_interval_s=3600.0)
+    m.publish()  # (the interval starts)
+    m.decided("a", 1.0, ttl_s=30.0, pinned_blocks=7)
+    m.arrived("a", "a2", 4.0, handed_over=False)  # missed: counted as reclaimed
+    m.admitted("a", "a2", 4.5, hit_tokens=0)
+    m.publish()  # within the interval
+    assert sample(registry, "ttlpolicy_ttl_seconds_count") == 0
+    assert sample(registry, "ttlpolicy_returns_missed_total", cause="reclaimed") == 0
+    m.publish(force=True)
+    assert sample(registry, "ttlpolicy_ttl_seconds_bucket", le="20.0") == 0
+    assert sample(registry, "ttlpolicy_ttl_seconds_bucket", le="30.0") == 1
+    assert sample(registry, "ttlpolicy_tool_gap_seconds_sum") == 3.0
+    assert sample(registry, "ttlpolicy_return_queue_wait_seconds_sum") == 0.5
+    assert sample(registry, "ttlpolicy_returns_missed_total", cause="reclaimed") == 1
+    m.publish(force=True)  # published values are not observed twice
+    assert sample(registry, "ttlpolicy_ttl_seconds_count") == 1
+
+
+def test_a_client_histogram_laid_out_otherwise_is_observed_value_by_value() -> None:
+    class Other:  # a client whose histogram keeps its buckets some other way
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def observe(self, value: float) -> None:
+            self.seen.append(value)
+
+    exporter = PrometheusExporter(CollectorRegistry())
+    other = Other()
+    exporter.histograms["ttl_s"] = other
+    assert not _batchable(other, METRICS["ttl_s"])
+    exporter.batched = False
+    exporter.observe("ttl_s", [2.0, 0.0])
+    assert other.seen == [2.0, 0.0]
 
 
 EVENT = st.one_of(

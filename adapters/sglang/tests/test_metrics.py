@@ -3,10 +3,16 @@ scheduling pass (CPU pools, no model): each counter moves as the workload says i
 
 The exporter is built when SGLang runs with ``--enable-metrics`` (``CacheInitParams.
 enable_metrics``); here it writes to a registry of the test's own, so that the figures are
-this workload's alone."""
+this workload's alone, except in the last test, which takes SGLang's own path from the
+scheduler process to the server's ``/metrics`` (multiprocess mode)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +114,91 @@ def test_a_program_life_and_a_held_back_newcomer_move_the_counters(policy_env) -
     assert value(registry, "ttlpolicy_programs_awaiting_admission") == 0
     assert value(registry, "ttlpolicy_kv_blocks") == KV
     assert value(registry, "ttlpolicy_schedule_calls_total") == s.ttl.metrics.schedule_calls > 0
+
+
+#: The scheduler process of ``--enable-metrics``: SGLang's scheduler metrics and the tree cache
+#: built with ``enable_metrics`` (the exporter on the client's global registry, whose values
+#: are files in PROMETHEUS_MULTIPROC_DIR), then one program: a tool call, back after 1 s.
+SCHEDULER_PROCESS = """
+import ttlpolicy_sglang
+from sglang.srt.observability.metrics_collector import SchedulerMetricsCollector
+from sglang.srt.runtime_context import get_parallel
+from sglang.srt.server_args import ServerArgs
+from sglang_engine import FakeClock, make_scheduler, tokens
+
+ttlpolicy_sglang.register()
+# this process's place in the groups, which the scheduler process learns when it builds them
+# (the tree cache's own metrics label their series with it)
+get_parallel().override_permanently(tp_rank=0, pp_rank=0)
+clock = FakeClock()
+s = make_scheduler({kv}, "ttlpolicy", clock, enable_metrics=True)
+# SGLang's own scheduler metrics, with the labels SchedulerMetricsCollectorContext.init_new
+# gives them
+labels = {{"model_name": "dummy", "engine_type": "unified", "tp_rank": 0, "pp_rank": 0,
+          "moe_ep_rank": 0}}
+collector = SchedulerMetricsCollector(labels=labels, server_args=ServerArgs(model_path="dummy"))
+collector._log_gauge(collector.num_running_reqs, 1)  # (as its log_stats does)
+first = tokens(10_000, {prompt})
+req = s.submit(first, program="a", tool="bash")
+assert s.schedule() == [req]
+s.finish(req, tokens(20_000, {out}))
+clock.advance(1.0)
+req = s.submit(first + tokens(20_000, {out}) + tokens(30_000, 10), program="a", last_turn=True)
+assert s.schedule() == [req]
+s.finish(req, tokens(40_000, 2))  # the last request: idle, the figures are published
+"""
+
+
+def test_with_enable_metrics_the_scheduler_process_metrics_reach_sglangs_metrics_endpoint(
+    policy_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """SGLang's path with ``--enable-metrics``: its launcher sets PROMETHEUS_MULTIPROC_DIR
+    (``set_prometheus_multiproc_dir``) before the scheduler process starts; that process
+    builds the tree cache with ``enable_metrics`` and its own ``SchedulerMetricsCollector``;
+    the HTTP server mounts ``/metrics`` with ``add_prometheus_middleware`` (a
+    ``MultiProcessCollector`` over the folder).  Here the scheduler process is a subprocess
+    and the server's app is a bare Starlette app with SGLang's own ``/metrics`` mount."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from sglang.srt.utils.common import add_prometheus_middleware
+    from starlette.applications import Starlette
+    from starlette.testclient import TestClient
+
+    policy_env.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    code = textwrap.dedent(SCHEDULER_PROCESS.format(kv=KV, prompt=PROMPT, out=OUT))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert any(tmp_path.glob("*.db")), "the scheduler process wrote no metrics files"
+    app = Starlette()
+    add_prometheus_middleware(app)
+    response = TestClient(app).get("/metrics")
+    assert response.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(response.text)
+        for s in family.samples
+    }
+
+    def scraped(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        assert key in samples, (
+            f"{key} not on /metrics: {sorted(k for k in samples if 'ttl' in k[0])}"
+        )
+        return samples[key]
+
+    sglang_labels = dict(
+        model_name="dummy", engine_type="unified", tp_rank="0", pp_rank="0", moe_ep_rank="0"
+    )
+    assert scraped("sglang:num_running_reqs", **sglang_labels) == 1  # SGLang's, beside ours
+    assert scraped("ttlpolicy_pins_total") == 1
+    assert scraped("ttlpolicy_pins_handed_over_total") == 1
+    assert scraped("ttlpolicy_returns_hit_total") == 1
+    assert scraped("ttlpolicy_returns_hit_tokens_total") == PROMPT + OUT
+    assert scraped("ttlpolicy_programs_ended_total") == 1
+    assert scraped("ttlpolicy_ttl_seconds_count") == 1
+    assert scraped("ttlpolicy_tool_gap_seconds_sum") == pytest.approx(1.0)
+    assert scraped("ttlpolicy_return_queue_wait_seconds_count") == 1
+    assert scraped("ttlpolicy_returns_missed_total", cause="expired") == 0
+    assert scraped("ttlpolicy_kv_blocks") == KV  # (a gauge: summed over live processes)

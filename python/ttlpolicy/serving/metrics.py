@@ -6,7 +6,11 @@ seconds.  Logged through the engine's logger every ``log_interval_s`` and on dem
 an ``exporter`` (``ttlpolicy.serving.prometheus``), exported as Prometheus metrics: ``publish``
 moves the exporter's counters by what the fields gained and sets its gauges; the events
 (``arrived``, ``admitted``, ``decided``, ``pin_gone``, ``ended``, ``held_back``) update the fields
-and observe the histograms.  The adapters call the events where the lifecycle answers them.
+and keep the histograms' values, which ``publish`` observes in one batch: the events touch no
+``prometheus_client`` object, so a return costs the same with an exporter as without (the
+client's lock and, in multiprocess mode, file write per bucket made them the metrics' main
+cost per step, docs/investigations/metrics-overhead.md).  The adapters call the events where
+the lifecycle answers them.
 """
 
 from __future__ import annotations
@@ -18,15 +22,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .prometheus import MISS_CAUSES
+from .prometheus import HISTOGRAMS, MISSED_FIELDS
 
 #: Programs (and returning requests) remembered for a return's cause, gap and queue wait; the
 #: oldest are forgotten beyond it, as the ProgramScheduler forgets idle programs.
 MAX_TRACKED = 1 << 16
-#: Seconds between two publications to the exporter (unless forced).
+#: Seconds between two publications to the exporter (unless forced) ...
 PUBLISH_INTERVAL_S = 0.5
-#: The field that counts each cause of a missed return.
-_MISSED_FIELD = {cause: "returns_missed_" + cause for cause in MISS_CAUSES}
+#: ... and scheduling steps between them, up to ``PUBLISH_STALE_INTERVALS`` intervals (4 s):
+#: a publication costs ~15 us in a tight loop and ~50 us inside an engine (cold caches), one
+#: each 0.5 s came every 4 steps of 120 ms on a loaded machine; with the floor no step pays
+#: more than ~1 us of it (docs/investigations/metrics-overhead.md), and a scrape every 5-15 s
+#: still reads figures at most 4 s old.
+PUBLISH_MIN_STEPS = 64
+PUBLISH_STALE_INTERVALS = 8
 
 
 @dataclass
@@ -70,6 +79,16 @@ class AdapterMetrics:
         default_factory=OrderedDict, init=False, repr=False, compare=False
     )
     _published: dict[str, float] = field(default_factory=dict, init=False, repr=False)
+    _published_at: tuple[float, int] = field(  # (monotonic s, schedule_calls) of the last
+        default=(-math.inf, 0), init=False, repr=False, compare=False
+    )
+    # histogram values since the last publication, by METRICS key (kept with an exporter only)
+    _observed: dict[str, list[float]] = field(
+        default_factory=lambda: {key: [] for key in HISTOGRAMS},
+        init=False,
+        repr=False,
+        compare=False,
+    )
 
     @property
     def adapter_us_per_schedule(self) -> float:
@@ -104,7 +123,7 @@ class AdapterMetrics:
             fate = "budget_full" if ttl_s is not None and ttl_s > 0.0 else "not_pinned"
         _remember(self._programs, program_id, (now_s, fate))
         if self.exporter is not None and ttl_s is not None:
-            self.exporter.ttl_s.observe(ttl_s)
+            self._observed["ttl_s"].append(ttl_s)
 
     def pin_gone(self, program_id: str, cause: str) -> None:
         """The program's pin was released: ``expired`` or ``reclaimed`` (a miss cause its next
@@ -133,13 +152,11 @@ class AdapterMetrics:
             # released by a path not reported as expiry or reclaim: counted as reclaimed
             fate = "reclaimed"
         if not handed_over:
-            name = _MISSED_FIELD[fate]
+            name = MISSED_FIELDS[fate]
             setattr(self, name, getattr(self, name) + 1)
-            if self.exporter is not None:
-                self.exporter.missed[fate].inc()
         _remember(self._returning, request_key, now_s)
         if self.exporter is not None:
-            self.exporter.tool_gap_s.observe(max(0.0, now_s - finished_at_s))
+            self._observed["tool_gap_s"].append(max(0.0, now_s - finished_at_s))
 
     def admitted(self, program_id: str, request_key: str, now_s: float, hit_tokens: int) -> None:
         """The request was admitted (``hit_tokens``: tokens of its program's pin it took over;
@@ -150,7 +167,7 @@ class AdapterMetrics:
             self.pinned_prefix_hit_tokens += hit_tokens
         arrived_s = self._returning.pop(request_key, None)
         if arrived_s is not None and self.exporter is not None:
-            self.exporter.return_wait_s.observe(max(0.0, now_s - arrived_s))
+            self._observed["return_wait_s"].append(max(0.0, now_s - arrived_s))
 
     def gone(self, request_key: str) -> None:
         """The request left without being admitted (aborted, dropped with its program)."""
@@ -169,27 +186,30 @@ class AdapterMetrics:
             _remember(self._held_back, program_id, None)
 
     def publish_due(self) -> bool:
-        """Whether ``publish`` would publish now (a figure costly to read is read then only)."""
+        """Whether ``publish`` would publish now (a figure costly to read is read then only):
+        ``publish_interval_s`` passed since the last publication, and ``PUBLISH_MIN_STEPS``
+        steps or ``PUBLISH_STALE_INTERVALS`` intervals."""
         if self.exporter is None:
             return False
-        last_s = self._published.get("", -math.inf)
-        return time.monotonic() - last_s >= self.publish_interval_s
+        last_s, last_calls = self._published_at
+        elapsed_s = time.monotonic() - last_s
+        return elapsed_s >= self.publish_interval_s and (
+            self.schedule_calls - last_calls >= PUBLISH_MIN_STEPS
+            or elapsed_s >= PUBLISH_STALE_INTERVALS * self.publish_interval_s
+        )
 
     def publish(self, force: bool = False) -> None:
-        """Move the exporter's counters by what the fields gained since the last publication
-        and set the gauges that changed: at most every ``publish_interval_s`` (the adapters
-        call it at each step; the client's updates cost microseconds each,
-        docs/investigations/metrics-overhead.md, and a scrape every few seconds needs no
-        fresher figure), and
-        whenever ``force`` (the engine goes idle: no later step would publish)."""
+        """Move the exporter's counters by what the fields gained since the last publication,
+        set the gauges that changed and observe the histograms' values kept since: when
+        ``publish_due`` (the adapters call it at each step; the client's updates cost
+        microseconds each, docs/investigations/metrics-overhead.md, and a scrape every few
+        seconds needs no fresher figure), and whenever ``force`` (the engine goes idle: no
+        later step would publish)."""
         x = self.exporter
-        if x is None:
+        if x is None or not (force or self.publish_due()):
             return
+        self._published_at = (time.monotonic(), self.schedule_calls)
         seen = self._published
-        now_s = time.monotonic()
-        if not force and now_s - seen.get("", -math.inf) < self.publish_interval_s:
-            return
-        seen[""] = now_s
         for key, counter in x.counters.items():
             value = getattr(self, key)
             gained = value - seen.get(key, 0)
@@ -201,6 +221,10 @@ class AdapterMetrics:
             if seen.get(key) != value:
                 gauge.set(value)
                 seen[key] = value
+        for key, values in self._observed.items():
+            if values:
+                x.observe(key, values)
+                values.clear()
 
     def log(self, logger: logging.Logger) -> None:
         logger.info(

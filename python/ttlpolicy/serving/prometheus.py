@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import logging
 import weakref
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -150,6 +152,9 @@ METRICS: dict[str, MetricSpec] = {
 
 COUNTERS = tuple(k for k, s in METRICS.items() if s.kind == "counter" and not s.labels)
 GAUGES = tuple(k for k, s in METRICS.items() if s.kind == "gauge")
+HISTOGRAMS = tuple(k for k, s in METRICS.items() if s.kind == "histogram")
+#: The ``AdapterMetrics`` field that counts each cause of a missed return.
+MISSED_FIELDS = {cause: "returns_missed_" + cause for cause in MISS_CAUSES}
 
 # One set of client objects per registry: a second exporter in a process (two engines, tests)
 # shares them, as the client refuses a name registered twice.
@@ -188,11 +193,50 @@ class PrometheusExporter:
             built = _BUILT[registry] = _build(registry)
         self.objects = built
         self.missed = {cause: built["returns_missed"].labels(cause=cause) for cause in MISS_CAUSES}
+        # AdapterMetrics field -> client counter (a missed return's cause: its labelled child)
         self.counters = {key: built[key] for key in COUNTERS}
+        self.counters.update({MISSED_FIELDS[c]: child for c, child in self.missed.items()})
         self.gauges = {key: built[key] for key in GAUGES}
-        self.ttl_s = built["ttl_s"]
-        self.tool_gap_s = built["tool_gap_s"]
-        self.return_wait_s = built["return_wait_s"]
+        self.histograms = {key: built[key] for key in HISTOGRAMS}
+        self.batched = all(_batchable(built[key], METRICS[key]) for key in HISTOGRAMS)
+
+    def observe(self, key: str, values: Sequence[float]) -> None:
+        """Add ``values`` to histogram ``key`` (one of ``HISTOGRAMS``): as one increment of
+        each bucket they fall in and one of the sum (the client's ``observe`` takes a lock and
+        a file write, in multiprocess mode, per bucket and sum: per value, that was most of the
+        metrics' cost per step, docs/investigations/metrics-overhead.md); one ``observe`` per
+        value where the client's histogram is not laid out as checked (``batched``)."""
+        histogram = self.histograms[key]
+        if not self.batched:
+            for value in values:
+                histogram.observe(value)
+            return
+        counts: dict[int, int] = {}
+        bounds = histogram._upper_bounds
+        for value in values:
+            i = bisect_left(bounds, value)  # the first bucket with value <= its bound
+            counts[i] = counts.get(i, 0) + 1
+        buckets = histogram._buckets
+        for i, n in counts.items():
+            buckets[i].inc(n)
+        histogram._sum.inc(sum(values))
+
+
+def _batchable(histogram: Any, spec: MetricSpec) -> bool:
+    """Whether the client's histogram keeps what ``observe`` batches the way the client's
+    own ``observe`` moves it (as in ``prometheus_client`` 0.26): one value per bucket bound,
+    the spec's bounds and +Inf, and a sum, each with ``inc``."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    return (
+        isinstance(bounds, list)
+        and bounds == [*spec.buckets, float("inf")]
+        and isinstance(buckets, list)
+        and len(buckets) == len(bounds)
+        and all(hasattr(b, "inc") for b in buckets)
+        and hasattr(total, "inc")
+    )
 
 
 def exporter_or_none(enabled: bool, registry: Any = None) -> PrometheusExporter | None:

@@ -204,12 +204,12 @@ class TTLScheduler(Scheduler):
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
         prefill_tokens, cached_tokens = self._after_schedule(out, self.clock())
-        t_end = time.perf_counter()
         m = self.ttl_metrics
         m.schedule_calls += 1
+        self._note_gauges(self.clock())  # (load control has seen a later reading)
+        t_end = time.perf_counter()  # (the gauges and publishing are the adapter's time too)
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
         m.engine_s += t_after - t_vllm
-        self._note_gauges(self.clock())  # (load control has seen a later reading)
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             m.log(logger)
@@ -346,12 +346,14 @@ class TTLScheduler(Scheduler):
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         result = super().update_from_output(scheduler_output, model_runner_output)
         m = self.ttl_metrics
-        if m.exporter is not None and not self.has_unfinished_requests():
-            # idle: no step publishes the last finishes until a request comes
+        if m.exporter is not None and not self.running:
+            # idle: no step publishes the last finishes until a request comes (a request
+            # running is unfinished: vLLM's count of them, a few calls, is asked only then)
             t0 = time.perf_counter()
-            m.pinned_blocks_now = self.pins.held_blocks()
-            m.pinned_programs_now = self.programs.pin_count
-            m.publish(force=True)
+            if not self.has_unfinished_requests():
+                m.pinned_blocks_now = self.pins.held_blocks()
+                m.pinned_programs_now = self.programs.pin_count
+                m.publish(force=True)
             m.adapter_s += time.perf_counter() - t0
         return result
 
