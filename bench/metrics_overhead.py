@@ -18,7 +18,8 @@ Two measurements in one run:
 
 Run (uses the vLLM test venv; the in-process engine core writes to the client's registry;
 ``--multiproc`` measures the file-backed values vLLM's server uses; ``--cpu-time`` times the
-adapter by its thread's CPU time, for a machine shared with other work):
+adapter by its thread's CPU time, for a machine shared with other work; ``--control`` attaches
+the exporter in both arms: what it prints is the noise floor of the side-by-side comparison):
     source scripts/vllm-env.sh && "$VLLM_VENV/bin/python" bench/metrics_overhead.py
 """
 
@@ -128,6 +129,12 @@ def main() -> None:
         action="store_true",
         help="the adapter times itself by its thread's CPU time, not the wall clock",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="A/A control: the exporter attached in both arms (the 'off' arm too), so the "
+        "difference printed is the machine's noise floor for this many rounds",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.multiproc:  # before prometheus_client is imported: it picks its value class then
@@ -166,7 +173,7 @@ def main() -> None:
             for rnd in range(args.rounds):
                 for on in (False, True) if rnd % 2 == 0 else (True, False):
                     sched.ttl_metrics = sched.ttl_metrics.fresh()
-                    sched.ttl_metrics.exporter = exporter if on else None
+                    sched.ttl_metrics.exporter = exporter if on or args.control else None
                     t0 = time.perf_counter()
                     block(engine, args, f"{rnd}{'on' if on else 'off'}")
                     wall_s = time.perf_counter() - t0
