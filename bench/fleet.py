@@ -7,7 +7,7 @@ single-instance gain a router keeps.
     python bench/fleet.py [--instances 8] [--rates 0.002,0.004,0.008,0.016] \
         [--setups llama-3.1-8b@h100-80g,llama-3.1-70b@h100-80g] [--policies vllm,ttlpolicy] \
         [--routers round-robin,least-loaded,session-hash,prefix,ttlpolicy] [--seeds 0] \
-        [--folds 4] [--json F]
+        [--folds 4] [--copies 1] [--json F]
 
 ``--rates`` are per instance (programs/s): the cluster gets ``instances`` × that.  The traces
 are found as bench/sim_sweep.py says (``TTLPOLICY_TRACES``, default ``../shared/traces``).
@@ -37,6 +37,7 @@ from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.run import simulate_cluster
+from ttlpolicy.sim.workload import Program
 
 SETUPS = "llama-3.1-8b@h100-80g,llama-3.1-70b@h100-80g"
 
@@ -52,6 +53,13 @@ def main() -> int:
     ap.add_argument("--no-single", action="store_true", help="skip the one-engine runs")
     ap.add_argument("--seeds", default="0", help="arrival seeds, comma-separated")
     ap.add_argument("--folds", type=int, default=4)
+    ap.add_argument(
+        "--copies",
+        type=int,
+        default=1,
+        help="play the sessions this many times over (ids suffixed #k), so that N instances "
+        "get as many programs each as 8 instances get of one copy (32 instances: --copies 4)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     programs = sim_sweep.load_sessions(args.trace, OPTIONS)
@@ -60,7 +68,16 @@ def main() -> int:
     n = args.instances
     if args.folds < 1:
         raise SystemExit(f"--folds must be >= 1, got {args.folds}")
+    if args.copies < 1:
+        raise SystemExit(f"--copies must be >= 1, got {args.copies}")
     fold = {p.program_id: fold_of(p.program_id, args.folds) for p in programs}
+    if args.copies > 1:  # a copy keeps its session's fold; programs share no blocks
+        programs = [
+            Program(f"{p.program_id}#{k}", p.turns, p.issue_s)
+            for k in range(args.copies)
+            for p in programs
+        ]
+        fold = {p.program_id: fold[p.program_id.rsplit("#", 1)[0]] for p in programs}
     results = []
     for setup, rate, seed in (
         (setup, float(rate), int(seed))
