@@ -43,6 +43,23 @@ def keys_of(hash_ids, depth):
     return [tuple(hash_ids[:k]) for k in range(1, min(len(hash_ids), depth) + 1)]
 
 
+def replayed(model, ops, depth, window):
+    """Feed ``ops`` to ``model``, keeping the oracle's own record of each group's last access
+    and window of reuse intervals; yields (last, windows) after each access."""
+    last: dict[tuple[int, ...], float] = {}
+    windows: dict[tuple[int, ...], list[float]] = {}
+    now = 0.0
+    for hashes, dt in ops:
+        now += dt
+        for k in keys_of(hashes, depth):
+            if k in last:
+                windows.setdefault(k, []).append(now - last[k])
+                windows[k] = windows[k][-window:]
+            last[k] = now
+        model.access(hashes, now)
+        yield last, windows
+
+
 def fits(model, keys):
     return {k: (model.ttl_s(k), model.roi(k)) for k in keys}
 
@@ -97,17 +114,7 @@ def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops):
     weight 0: a group's fit is its own window's)."""
     model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, prior_weight=0.0, backend="python")
     b, c, cap, w = (kw[k] for k in ("benefit_per_hit", "price_per_block_s", "max_ttl_s", "window"))
-    last: dict[tuple[int, ...], float] = {}
-    windows: dict[tuple[int, ...], list[float]] = {}
-    now = 0.0
-    for hashes, dt in ops:
-        now += dt
-        for k in keys_of(hashes, kw["group_depth"]):
-            if k in last:
-                windows.setdefault(k, []).append(now - last[k])
-                windows[k] = windows[k][-w:]
-            last[k] = now
-        model.access(hashes, now)
+    for last, windows in replayed(model, ops, kw["group_depth"], w):
         model.refit()
         pooled = [r for k in last for r in windows.get(k, [])]
         tau_pooled = solve_ttl(pooled, b, c, cap)[0] if pooled else cap
@@ -363,15 +370,8 @@ def test_shrunk_fit_and_value_given_idle_time_against_the_windows(kw, ops, k, id
     b, c, cap, w = (kw[x] for x in ("benefit_per_hit", "price_per_block_s", "max_ttl_s", "window"))
     last: dict[tuple[int, ...], float] = {}
     windows: dict[tuple[int, ...], list[float]] = {}
-    now = 0.0
-    for hashes, dt in ops:
-        now += dt
-        for g in keys_of(hashes, kw["group_depth"]):
-            if g in last:
-                windows.setdefault(g, []).append(now - last[g])
-                windows[g] = windows[g][-w:]
-            last[g] = now
-        model.access(hashes, now)
+    for last, windows in replayed(model, ops, kw["group_depth"], w):  # noqa: B007 (kept after)
+        pass
     model.refit()
     pooled = [r for g in last for r in windows.get(g, [])]
 
