@@ -43,6 +43,23 @@ def keys_of(hash_ids, depth):
     return [tuple(hash_ids[:k]) for k in range(1, min(len(hash_ids), depth) + 1)]
 
 
+def replayed(model, ops, depth, window):
+    """Feed ``ops`` to ``model``, keeping the oracle's own record of each group's last access
+    and window of reuse intervals; yields (last, windows) after each access."""
+    last: dict[tuple[int, ...], float] = {}
+    windows: dict[tuple[int, ...], list[float]] = {}
+    now = 0.0
+    for hashes, dt in ops:
+        now += dt
+        for k in keys_of(hashes, depth):
+            if k in last:
+                windows.setdefault(k, []).append(now - last[k])
+                windows[k] = windows[k][-window:]
+            last[k] = now
+        model.access(hashes, now)
+        yield last, windows
+
+
 def fits(model, keys):
     return {k: (model.ttl_s(k), model.roi(k)) for k in keys}
 
@@ -93,20 +110,11 @@ def test_fit_uses_only_past_accesses(backend, kw, ops, cut):
 @given(kw=params, ops=stream)
 def test_ttl_is_solved_on_the_last_window_of_reuse_intervals(kw, ops):
     """An independent oracle: each group's window, computed here from the access times, gives
-    the TTL by solve_ttl; groups without intervals get the fit on all windows pooled."""
-    model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, backend="python")
+    the TTL by solve_ttl; groups without intervals get the fit on all windows pooled (prior
+    weight 0: a group's fit is its own window's)."""
+    model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, prior_weight=0.0, backend="python")
     b, c, cap, w = (kw[k] for k in ("benefit_per_hit", "price_per_block_s", "max_ttl_s", "window"))
-    last: dict[tuple[int, ...], float] = {}
-    windows: dict[tuple[int, ...], list[float]] = {}
-    now = 0.0
-    for hashes, dt in ops:
-        now += dt
-        for k in keys_of(hashes, kw["group_depth"]):
-            if k in last:
-                windows.setdefault(k, []).append(now - last[k])
-                windows[k] = windows[k][-w:]
-            last[k] = now
-        model.access(hashes, now)
+    for last, windows in replayed(model, ops, kw["group_depth"], w):
         model.refit()
         pooled = [r for k in last for r in windows.get(k, [])]
         tau_pooled = solve_ttl(pooled, b, c, cap)[0] if pooled else cap
@@ -200,6 +208,9 @@ def test_before_the_first_refit_groups_hold_up_to_the_cap():
         ({"group_depth": 0}, "group_depth"),
         ({"window": 0}, "window"),
         ({"backend": "gpu"}, "backend"),
+        ({"prior_weight": -1.0}, "prior_weight"),
+        ({"prior_weight": 1e9}, "prior_weight"),
+        ({"horizon_s": math.nan}, "horizon_s"),
     ],
 )
 def test_bad_settings_are_refused_by_name(kw, match):
@@ -239,7 +250,7 @@ def test_bad_access_is_refused_and_loses_nothing(backend):
 def _two_groups() -> OnlineGroupTTL:
     """Group (1, 2) reused every 10 s, group (5, 6) every 20 s: both fitted at their period,
     (1, 2) worth twice as much per block-second."""
-    model = OnlineGroupTTL(100.0, 0.01, 3600.0, refit_every=1, backend="python")
+    model = OnlineGroupTTL(100.0, 0.01, 3600.0, refit_every=1, prior_weight=0.0, backend="python")
     for i in range(6):
         model.access([1, 2, 3], 20.0 * i)
         model.access([5, 6, 7], 20.0 * i + 1.0)
@@ -249,7 +260,7 @@ def _two_groups() -> OnlineGroupTTL:
     return model
 
 
-def test_the_eviction_rank_orders_expired_then_live_by_roi_then_waiting() -> None:
+def test_the_eviction_rank_orders_expired_then_live_by_value_given_idle_then_waiting() -> None:
     model = _two_groups()
     now = 200.0
     rank = model.eviction_rank
@@ -261,7 +272,11 @@ def test_the_eviction_rank_orders_expired_then_live_by_roi_then_waiting() -> Non
     waited = rank((5, 6), 195.0, now, waiting_until_s=190.0)  # that wait is over: live
     assert expired == (0.0, 195.0) and ended == (0.0, 150.0)
     order = sorted([waiting, live_dear_new, expired, live_cheap, live_dear_old, ended])
-    assert order == [ended, expired, live_cheap, live_dear_old, live_dear_new, waiting]
+    # live, by value per block-second given the idle time (100 per return, one return each
+    # within the horizon): (5, 6) idle 10 s is 10 s from its return: 10; (1, 2) idle 2 s is
+    # 8 s from it: 12.5; idle 5 s, 5 s from it: 20 (closer to its return, so worth more)
+    assert [r[1] for r in (live_cheap, live_dear_new, live_dear_old)] == [10.0, 12.5, 20.0]
+    assert order == [ended, expired, live_cheap, live_dear_new, live_dear_old, waiting]
     assert waited[0] == 1.0
 
 
@@ -276,3 +291,118 @@ def test_a_block_of_no_known_group_waits_for_the_pooled_ttl_after_every_live_gro
             0.0,
             100.0 + pooled_ttl_s,
         )
+
+
+def _idle_and_busy(**kw) -> OnlineGroupTTL:
+    """Group (1, 2): eight 2 s reuses and one of 60 s; group (5, 6): reused every 20 s.
+    Cheap holding: both TTLs reach their longest interval (60 s and 20 s), so roi(1, 2) =
+    100 / mean(2 × 8, 60) = 100 · 9 / 76 and roi(5, 6) = 100 / 20."""
+    model = OnlineGroupTTL(100.0, 0.001, 3600.0, refit_every=1, backend="python", **kw)
+    idle = [100.0, 102.0, 104.0, 106.0, 108.0, 168.0, 170.0, 172.0, 174.0, 176.0]
+    busy = [20.0 * i for i in range(10)]  # 0 … 180
+    for t, hashes in sorted([(t, [1, 2, 3]) for t in idle] + [(t, [5, 6, 7]) for t in busy]):
+        model.access(hashes, t)
+    return model
+
+
+def test_an_idle_group_past_its_usual_gaps_goes_before_one_just_used() -> None:
+    """(1, 2) idle 5 s, past all its 2 s gaps (only its 60 s gap is longer, 55 s away); (5, 6)
+    used 1 s ago, back in 19 s.  The old rule ranked live blocks by the window's ROI alone, so
+    the idle group outlived the busy one; given the idle time, the idle group's value within
+    a 20 s horizon is 0 and the busy one's 9 returns per 9 × 19 block-seconds."""
+    model = _idle_and_busy(horizon_s=20.0, prior_weight=0.0)
+    assert model.ttl_s((1, 2)) == 60.0 and model.ttl_s((5, 6)) == 20.0
+    assert model.roi((1, 2)) == pytest.approx(100.0 * 9 / 76) and model.roi((5, 6)) == 5.0
+    now = 181.0
+    idle = model.eviction_rank((1, 2), 176.0, now)
+    busy = model.eviction_rank((5, 6), 180.0, now)
+    assert idle[0] == busy[0] == 1.0  # both live: neither is past its TTL
+    assert idle < busy
+    assert model.back_value((1, 2), 5.0) == 0.0
+    assert model.back_value((5, 6), 1.0) == pytest.approx(100.0 * 9 / (9 * 19))
+    # just used, (1, 2) is back within 20 s 8 times in 9, holding 8 × 2 + 20 block-seconds
+    assert model.back_value((1, 2), 0.0) == pytest.approx(100.0 * 8 / 36)
+
+
+def test_with_the_group_s_ttl_as_horizon_the_value_at_idle_0_is_its_roi() -> None:
+    model = _idle_and_busy(prior_weight=0.0)
+    assert model.back_value((1, 2), 0.0) == pytest.approx(100.0 * 9 / 76)
+    assert model.back_value((5, 6), 0.0) == pytest.approx(5.0)
+    # (5, 6) idle 1 s: 9 returns within 20 s, each 19 s away
+    assert model.back_value((5, 6), 1.0) == pytest.approx(100.0 / 19)
+
+
+def _few_and_many(k: float) -> OnlineGroupTTL:
+    """Group (5, 6) reused every 20 s, 20 times; group (1, 2) once, after 12 s."""
+    model = OnlineGroupTTL(100.0, 0.01, 3600.0, refit_every=1, prior_weight=k, backend="python")
+    for i in range(21):
+        model.access([5, 6, 7], 20.0 * i)
+    model.access([1, 2, 3], 400.0)
+    model.access([1, 2, 3], 412.0)
+    return model
+
+
+def test_a_group_of_few_intervals_leans_on_the_pooled_fit_by_weight() -> None:
+    """One 12 s interval fits a 12 s TTL on its own (k = 0), so the group's block is expired
+    15 s later though every other reuse seen took 20 s.  With a prior weight k the fit is the
+    argmax of (n·P_g + k·P_*)/(n + k)·b − c·τ: at k = 4, P̃(12) = 1/5 + 4/5 · 1/21 and
+    P̃(20) = 1, so 20 s wins."""
+    own = _few_and_many(0.0)
+    assert own.ttl_s((1, 2)) == 12.0
+    assert own.eviction_rank((1, 2), 412.0, 427.0)[0] == 0.0  # expired
+    shrunk = _few_and_many(4.0)
+    assert shrunk.ttl_s((1, 2)) == 20.0
+    assert shrunk.eviction_rank((1, 2), 412.0, 427.0)[0] == 1.0  # live
+    # 20 intervals of 20 s outweigh the prior: that group's fit does not move
+    assert shrunk.ttl_s((5, 6)) == own.ttl_s((5, 6)) == 20.0
+    # the value 15 s idle: the group's own intervals are all shorter (0 at k = 0); with k
+    # the pooled ones speak: every one longer than 15 s is back within 20 s, 5 s away
+    assert own.back_value((1, 2), 15.0) == 0.0
+    assert shrunk.back_value((1, 2), 15.0) == pytest.approx(4 * 100.0 / (4 * 5.0))
+
+
+@given(kw=params, ops=stream, k=st.floats(0.0, 20.0), idle=st.floats(0.0, 30.0))
+def test_shrunk_fit_and_value_given_idle_time_against_the_windows(kw, ops, k, idle):
+    """An independent oracle from the access times: every group's shrunk TTL scores at least
+    as well as 0 and each of its own intervals on (n·P_g + k·P_*)/(n + k)·b − c·τ, and
+    back_value is the conditional ratio of the module doc, summed here by brute force."""
+    model = OnlineGroupTTL(**kw, max_idle_groups=1 << 10, prior_weight=k, backend="python")
+    b, c, cap, w = (kw[x] for x in ("benefit_per_hit", "price_per_block_s", "max_ttl_s", "window"))
+    last: dict[tuple[int, ...], float] = {}
+    windows: dict[tuple[int, ...], list[float]] = {}
+    for last, windows in replayed(model, ops, kw["group_depth"], w):  # noqa: B007 (kept after)
+        pass
+    model.refit()
+    pooled = [r for g in last for r in windows.get(g, [])]
+
+    def cdf(xs, t):
+        return sum(r <= t for r in xs) / len(xs)
+
+    for g in last:
+        own = windows.get(g)
+        if not own:
+            continue
+        n = len(own)
+
+        def score(t, own=own, n=n):
+            return (n * cdf(own, t) + k * cdf(pooled, t)) / (n + k) * b - c * t
+
+        tau = model.ttl_s(g)
+        assert 0.0 <= tau <= cap
+        for t in [0.0, *own]:
+            if t <= cap:
+                assert score(tau) >= score(t) - 1e-9 * max(1.0, b)
+        h = tau
+        longer_p = [r for r in pooled if r > idle]
+        p_p = sum(r <= idle + h for r in longer_p) / len(longer_p) if longer_p else 0.0
+        m_p = sum(min(r - idle, h) for r in longer_p) / len(longer_p) if longer_p else 0.0
+        longer = [r for r in own if r > idle]
+        gain = (sum(r <= idle + h for r in longer) + k * p_p) * b
+        hold = sum(min(r - idle, h) for r in longer) + k * m_p
+        value = model.back_value(g, idle)
+        if gain <= 0.0:
+            assert value == 0.0
+        elif hold <= 0.0:
+            assert value == math.inf
+        else:
+            assert value == pytest.approx(gain / hold, rel=1e-9, abs=1e-12)

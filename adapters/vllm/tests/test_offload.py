@@ -151,14 +151,16 @@ def evicted(policy: TTLCachePolicy, n: int) -> list:
 def test_expired_chunks_go_before_live_ones_and_tail_before_head():
     clock = Clock()
     policy = TTLCachePolicy(100, FAST, clock)
-    # group A reused every 10 s, group B every 40 s: fitted TTLs 10 s and 40 s
-    for t in range(0, 81, 10):
+    # group A reused every 10 s, group B every 40 s; holding is cheap, so A's fit, shrunk
+    # toward the pooled intervals (OnlineGroupTTL's prior_weight), reaches B's 40 s too
+    for t in range(0, 121, 10):
         clock.now = float(t)
-        a = stored(policy, [1, 2, 3], f"a{t}")
+        if t <= 80:
+            a = stored(policy, [1, 2, 3], f"a{t}")
         if t % 40 == 0:
             stored(policy, [7, 8, 9], f"b{t}")
-    assert policy.model.ttl_s([1, 2]) == 10.0 and policy.model.ttl_s([7, 8]) == 40.0
-    clock.now = 95.0  # A idle 15 s > 10 s: expired; B idle 15 s < 40 s: live
+    assert policy.model.ttl_s([1, 2]) == 40.0 and policy.model.ttl_s([7, 8]) == 40.0
+    clock.now = 125.0  # A idle 45 s > 40 s: expired; B idle 5 s < 40 s: live
     assert evicted(policy, 2) == [a[2], a[1]]  # A's tail first
     assert policy.expired_evictions == 2
     consistent(policy)

@@ -13,6 +13,8 @@ vLLM offload policy (``ttlpolicy_vllm.offload``) and the simulator's tier planne
     g.group_key(hash_ids) -> tuple   # the group of the LAST block of hash_ids
     g.ttl_s(hash_ids_or_key)         # TTL of that group, as of the last refit
     g.roi(hash_ids_or_key)           # value per block-second of that group, as of the last refit
+    g.eviction_rank(group, last_access_s, now, ...)  # a tier's eviction order (smallest first)
+    g.back_value(group, idle_s)      # that group's value per block-second given idle_s
     g.expire(now) -> int             # drop expired blocks from the shadow tree
     g.refit() ; g.accesses, g.refits, g.hit_blocks, g.accessed_blocks, g.expired_blocks,
     g.evicted_blocks, g.block_seconds(now), len(g)
@@ -26,8 +28,12 @@ the tree on every access that reaches g), b = ``benefit_per_hit`` (what a block 
 prefill time minus reload time, in seconds or dollars), c = ``price_per_block_s`` (holding a
 block one second, same unit) and P_g(τ) = |{r ∈ R_g : r ≤ τ}| / |R_g|.
 
-* TTL:  τ_g = argmax_{0 ≤ τ ≤ max_ttl_s} P_g(τ)·b − c·τ  (``PrefixTree.group_ttls``, i.e.
-  ``solve_ttl``; ties go to the smaller τ).
+* TTL:  τ_g = argmax_{0 ≤ τ ≤ max_ttl_s} P̃_g(τ)·b − c·τ  (ties go to the smaller τ), with
+  P̃_g = (n·P_g + k·P_*)/(n + k): the group's n intervals shrunk toward the pooled windows'
+  CDF P_* by the prior weight k = ``prior_weight`` (k = 0: ``PrefixTree.group_ttls``, i.e.
+  ``solve_ttl`` on R_g alone).  The shrunk fit tries 0, the group's intervals and
+  ``POOLED_SKETCH`` quantiles of the pooled ones plus τ_*.  A group fitted on 4 intervals
+  no longer gets a TTL shorter than most reuses seen (issue 37).
 * Pooled prior: a group with no interval of its own gets τ_* fitted the same way on the
   pooled windows of every remembered group (so a new program's blocks are neither dropped on
   sight nor kept forever); before the first refit every group gets ``max_ttl_s``.
@@ -35,14 +41,24 @@ block one second, same unit) and P_g(τ) = |{r ∈ R_g : r ≤ τ}| / |R_g|.
   one access makes a block hold; that is the value per block-second of keeping the group.
   roi_g = 0 when P_g(τ_g) = 0; +inf when H_g = 0 < P_g(τ_g) (reused at once, costs nothing).
   Groups without intervals use the pooled roi_*; before the first refit every roi is 0.
+* ROI given the idle time (``back_value``, the eviction order): for a block idle e seconds
+  the same ratio over the intervals longer than e, the horizon h = τ_g (or ``horizon_s``)
+  counted from now: roi_g(e) = (W_g + k·p_*)·b / (H_g + k·m_*), W_g = |{r ∈ R_g: e < r ≤
+  e + h}|, H_g = Σ_{r ∈ R_g, r > e} min(r − e, h), p_* and m_* the pooled window's
+  P(D ≤ e + h | D > e) and E[min(D − e, h) | D > e].  At e = 0, k = 0 it is roi_g; as the
+  block sits idle past a group's usual gaps it falls (to the pooled value, or to 0 at
+  k = 0), so an idle group no longer outlives one just used on an old average (issue 37).
+  The conditional count is the admission rule's (``reference.history.back_within``).
 * Refit: after every ``refit_every``-th access (and on ``refit()``) the TTLs and ROIs of all
   remembered groups are recomputed from the windows *as they stand*, and the TTLs are applied
-  to the tree (``set_group_ttls``).  Between refits ``ttl_s`` and ``roi`` do not change, and
-  each fit uses only accesses already made: no hindsight.
+  to the tree (``set_group_ttls``).  Between refits ``ttl_s``, ``roi`` and ``back_value`` use
+  the windows as of the last refit, and each fit uses only accesses already made: no
+  hindsight.
 
 **Bounded memory**: the tree holds at most ``max_blocks`` blocks and remembers at most
 ``max_idle_groups`` groups without blocks, each with at most ``window`` intervals; the fit
-keeps one TTL and one ROI per group the tree remembered at the last refit.
+keeps one TTL, one ROI and a sorted copy of the window (with its prefix sums) per group the
+tree remembered at the last refit, and the pooled windows sorted.
 
 The shadow tree is a model of the tier (capacity ``max_blocks``, expiry by the fitted TTLs,
 LRU when full), so ``access`` returns the hits that tier would have had.  An engine whose
@@ -51,6 +67,7 @@ tier is held elsewhere (vLLM's CPU offloading) uses the TTLs and ROIs and ignore
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Sequence, Sized
 from typing import Any
@@ -59,9 +76,16 @@ from .._backend import native
 from .._validate import int_in, non_negative
 from ..reference import prefix_tree as _ref_prefix_tree
 from ..reference import solver as _ref_solver
+from ..reference.history import back_within
 from ..reference.prefix_tree import MAX_GROUP_DEPTH, MAX_IDLE_GROUPS, MAX_NODES, MAX_WINDOW
 
 MAX_REFIT_EVERY = 1 << 30
+MAX_PRIOR_WEIGHT = 1e6
+#: k: a group's fit counts the pooled windows as this many intervals (chosen on the shipped
+#: sample sessions and Mooncake, docs/investigations/sglang-host-tier.md).
+DEFAULT_PRIOR_WEIGHT = 8.0
+#: Points of the pooled window a group's shrunk fit tries as TTLs (besides its own samples).
+POOLED_SKETCH = 32
 BACKENDS = ("auto", "rust", "python")
 
 
@@ -93,6 +117,77 @@ def roi_at(samples_s: Sequence[float], tau_s: float, benefit: float) -> float:
     return gain / held_s if held_s > 0.0 else math.inf
 
 
+def _sketch(pooled_sorted: list[float], tau_s: float) -> list[float]:
+    """The TTLs a shrunk fit tries from the pooled window: ``POOLED_SKETCH`` of its quantiles
+    and its own TTL τ_*, sorted."""
+    n = len(pooled_sorted)
+    if n == 0:
+        return []
+    picks = {pooled_sorted[min(n - 1, (i * n) // POOLED_SKETCH)] for i in range(POOLED_SKETCH)}
+    picks.add(pooled_sorted[-1])
+    picks.add(tau_s)
+    return sorted(picks)
+
+
+def _shrunk_ttl(
+    own: list[float],
+    pooled: list[float],
+    sketch: list[float],
+    k: float,
+    benefit: float,
+    price: float,
+    cap: float,
+) -> float:
+    """argmax_{τ ≤ cap} P(τ)·b − c·τ with P = (n·P_g + k·P_*)/(n + k): the group's CDF
+    (``own``, sorted, n samples) shrunk toward the pooled one by the prior weight k.  Tries 0,
+    the group's samples and the pooled sketch; ties go to the smaller τ."""
+    n = len(own)
+    w = n / (n + k)
+    m = len(pooled)
+    best_tau, best_value = 0.0, -math.inf
+    for tau in sorted({0.0, *own, *sketch}):
+        if tau > cap:
+            break
+        p = w * (bisect.bisect_right(own, tau) / n) + (1.0 - w) * (
+            bisect.bisect_right(pooled, tau) / m
+        )
+        value = p * benefit - price * tau
+        if value > best_value:
+            best_tau, best_value = tau, value
+    return best_tau
+
+
+def _prefix_sums(sorted_s: list[float]) -> list[float]:
+    """[0, x0, x0 + x1, …]: sums of the first i durations."""
+    out = [0.0]
+    for x in sorted_s:
+        out.append(out[-1] + x)
+    return out
+
+
+def _counts_and_held(
+    sorted_s: list[float], sums: list[float], e: float, h: float, within: int, longer: int
+) -> tuple[float, float]:
+    """(within, Σ_{r > e} min(r − e, h)) over sorted durations with prefix sums ``sums``,
+    given ``back_within``'s counts."""
+    n = len(sorted_s)
+    first = n - longer  # the first duration > e
+    end = first + within  # past the last one <= e + h
+    return float(within), (sums[end] - sums[first]) - e * within + h * (n - end)
+
+
+def _back_and_hold(
+    sorted_s: list[float], sums: list[float], e: float, h: float
+) -> tuple[float, float]:
+    """(P(D <= e + h | D > e), E[min(D − e, h) | D > e]) over sorted durations; (0, 0) when
+    none is longer than e."""
+    within, longer = back_within(sorted_s, e, h)
+    if not longer:
+        return 0.0, 0.0
+    w, held = _counts_and_held(sorted_s, sums, e, h, within, longer)
+    return w / longer, held / longer
+
+
 class OnlineGroupTTL:
     """Per-group TTLs and ROIs refitted online every ``refit_every`` accesses (module doc)."""
 
@@ -107,12 +202,20 @@ class OnlineGroupTTL:
         group_depth: Any = 2,
         window: Any = 256,
         max_idle_groups: Any = 1 << 16,
+        prior_weight: Any = DEFAULT_PRIOR_WEIGHT,
+        horizon_s: Any = None,
         backend: str = "auto",
     ) -> None:
         self.benefit_per_hit = non_negative("benefit_per_hit", benefit_per_hit)
         self.price_per_block_s = non_negative("price_per_block_s", price_per_block_s)
         self.max_ttl_s = non_negative("max_ttl_s", max_ttl_s)
         self.refit_every = int_in("refit_every", refit_every, 1, MAX_REFIT_EVERY)
+        self.prior_weight = non_negative("prior_weight", prior_weight)
+        if self.prior_weight > MAX_PRIOR_WEIGHT:
+            raise ValueError(
+                f"prior_weight must be at most {MAX_PRIOR_WEIGHT:g}, got {prior_weight!r}"
+            )
+        self.horizon_s = None if horizon_s is None else non_negative("horizon_s", horizon_s)
         self.group_depth = int_in("group_depth", group_depth, 1, MAX_GROUP_DEPTH)
         max_blocks = int_in("max_blocks", max_blocks, 1, MAX_NODES)
         window = int_in("window", window, 1, MAX_WINDOW)
@@ -129,6 +232,10 @@ class OnlineGroupTTL:
         self._ttl_s: dict[tuple[int, ...], float] = {}
         self._roi: dict[tuple[int, ...], float] = {}
         self._pooled = (self.max_ttl_s, 0.0)  # (τ_*, roi_*) for groups without intervals
+        self._sorted: dict[tuple[int, ...], list[float]] = {}  # each group's window, sorted
+        self._pooled_sorted: list[float] = []
+        self._sums: dict[tuple[int, ...], list[float]] = {}  # prefix sums of those
+        self._pooled_sums: list[float] = [0.0]
         self.accesses = 0
         self.refits = 0
         self.hit_blocks = 0
@@ -155,25 +262,38 @@ class OnlineGroupTTL:
 
     def refit(self) -> None:
         """Refit every remembered group's TTL and ROI from its window as it stands now."""
-        b, c, cap = self.benefit_per_hit, self.price_per_block_s, self.max_ttl_s
+        b, c, cap, k = (
+            self.benefit_per_hit,
+            self.price_per_block_s,
+            self.max_ttl_s,
+            self.prior_weight,
+        )
         groups = self.tree.groups()
         fitted = self.tree.group_ttls(b, c, cap)  # τ_g for every group, from its window
-        pooled = [r for g in groups for r in g.reuse_s]
+        pooled = sorted(r for g in groups for r in g.reuse_s)
         if pooled:
             tau_s = self._solve_ttl(pooled, b, c, cap)[0]
             self._pooled = (tau_s, roi_at(pooled, tau_s, b))
         else:
             self._pooled = (cap, 0.0)
+        sketch = _sketch(pooled, self._pooled[0])
         ttl_s: dict[tuple[int, ...], float] = {}
         roi: dict[tuple[int, ...], float] = {}
+        windows: dict[tuple[int, ...], list[float]] = {}
         for g in groups:
             key = tuple(g.key)
             if g.reuse_s:
-                ttl_s[key] = fitted[key]
+                own = windows[key] = sorted(g.reuse_s)
+                if k > 0.0 and pooled:
+                    ttl_s[key] = _shrunk_ttl(own, pooled, sketch, k, b, c, cap)
+                else:
+                    ttl_s[key] = fitted[key]
                 roi[key] = roi_at(g.reuse_s, ttl_s[key], b)
             else:
                 ttl_s[key], roi[key] = self._pooled
-        self._ttl_s, self._roi = ttl_s, roi
+        self._ttl_s, self._roi, self._sorted, self._pooled_sorted = ttl_s, roi, windows, pooled
+        self._sums = {key: _prefix_sums(w) for key, w in windows.items()}
+        self._pooled_sums = _prefix_sums(pooled)
         self.tree.set_group_ttls(ttl_s)
         self.refits += 1
 
@@ -213,9 +333,10 @@ class OnlineGroupTTL:
 
         * ``(0, deadline)`` — expired (idle past its group's TTL) or its program ended
           (``ended_s``): the oldest deadline first;
-        * ``(1, roi, last_access_s)`` — live: the group of least value per block-second
-          first, least recently used within it;
-        * ``(2, roi, last_access_s)`` — its program waits on a tool until
+        * ``(1, value, last_access_s)`` — live: the least ``value`` first (``back_value``:
+          the group's value per block-second given how long the block has been idle), least
+          recently used among equals;
+        * ``(2, value, last_access_s)`` — its program waits on a tool until
           ``waiting_until_s`` (later than ``now``): after every live block.
 
         ``group`` None or empty: stored by a request still running, whose group is not known
@@ -223,17 +344,41 @@ class OnlineGroupTTL:
         every live group (it will most likely be reused)."""
         if ended_s is not None:
             return (0.0, ended_s)
-        pooled_ttl_s, pooled_roi = self._pooled
+        pooled_ttl_s = self._pooled[0]
         if not group:
             deadline = last_access_s + pooled_ttl_s
             return (0.0, deadline) if deadline < now else (1.0, math.inf, last_access_s)
         deadline = last_access_s + self._ttl_s.get(group, pooled_ttl_s)
         if deadline < now:
             return (0.0, deadline)
-        roi = self._roi.get(group, pooled_roi)
+        value = self.back_value(group, now - last_access_s)
         if waiting_until_s is not None and waiting_until_s > now:
-            return (2.0, roi, last_access_s)
-        return (1.0, roi, last_access_s)
+            return (2.0, value, last_access_s)
+        return (1.0, value, last_access_s)
+
+    def back_value(self, group: tuple[int, ...], idle_s: float) -> float:
+        """Value per block-second of keeping a block of ``group`` that has been idle
+        ``idle_s`` seconds, as of the last refit: roi_g(e) of the module doc (the window's
+        ROI over the intervals longer than e, shrunk toward the pooled one by
+        ``prior_weight``).  0 when nothing recorded lasted that long (at k = 0); +inf when a
+        return is certain and holds nothing."""
+        e = idle_s if idle_s > 0.0 else 0.0
+        own = self._sorted.get(group)
+        h = self._ttl_s.get(group, self._pooled[0]) if self.horizon_s is None else self.horizon_s
+        k = self.prior_weight
+        p_pooled, held_pooled = 0.0, 0.0
+        if k > 0.0 and self._pooled_sorted:
+            p_pooled, held_pooled = _back_and_hold(self._pooled_sorted, self._pooled_sums, e, h)
+        within, held = 0.0, 0.0
+        if own is not None:
+            w, longer = back_within(own, e, h)
+            if longer:
+                within, held = _counts_and_held(own, self._sums[group], e, h, w, longer)
+        gain = (within + k * p_pooled) * self.benefit_per_hit
+        if gain <= 0.0:
+            return 0.0
+        hold = held + k * held_pooled
+        return gain / hold if hold > 0.0 else math.inf
 
     def pooled(self) -> tuple[float, float]:
         """(τ_*, roi_*): what a group without intervals of its own gets."""

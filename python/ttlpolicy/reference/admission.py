@@ -104,6 +104,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
+from .history import back_within
 from .policy import MAX_BLOCKS
 from .scheduler import (
     DEFAULT_MAX_IDLE_PROGRAMS,
@@ -404,9 +405,8 @@ class AdmissionControl:
             return 0
         samples = self._samples(prog.tool)  # type: ignore[arg-type]
         elapsed = t - prog.away_since_s  # type: ignore[operator]
-        longer = bisect.bisect_right(samples, elapsed)
-        within = bisect.bisect_right(samples, elapsed + horizon_s)
-        return -(-prog.blocks * (within - longer) // (len(samples) - longer))
+        within, longer = back_within(samples, elapsed, horizon_s)
+        return -(-prog.blocks * within // longer)
 
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]

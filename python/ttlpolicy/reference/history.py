@@ -21,6 +21,16 @@ MAX_WINDOW = 1 << 20
 MAX_TOOLS = 1 << 20
 
 
+def back_within(sorted_s: list[float], elapsed_s: float, horizon_s: float) -> tuple[int, int]:
+    """``(within, longer)``: of the sorted durations ``D``, how many lie in
+    ``(elapsed_s, elapsed_s + horizon_s]`` and how many exceed ``elapsed_s``, so that
+    P(D <= e + h | D > e) = within / longer (``longer`` 0: nothing recorded lasted that long).
+    The admission rule's expected working set and the host tiers' eviction rank
+    (``OnlineGroupTTL.eviction_rank``) both use it."""
+    longer = bisect.bisect_right(sorted_s, elapsed_s)
+    return bisect.bisect_right(sorted_s, elapsed_s + horizon_s) - longer, len(sorted_s) - longer
+
+
 class DurationWindow:
     """The last ``capacity`` durations, in arrival order and sorted."""
 

@@ -14,7 +14,8 @@ its ``eviction_rank``; this class only keeps vLLM's chunks in the order that rul
   ``refit_every`` requests.
 * ``evict(n, protected)`` takes, among chunks with ``ref_cnt == 0`` outside ``protected``:
   first expired chunks (idle longer than their group's TTL) and chunks of programs that ended,
-  oldest deadline first; then the groups of lowest ROI; least recently used within a group
+  oldest deadline first; then the least value given the idle time (``back_value``); least
+  recently used within a group
   (a request's tail before its head); chunks of a request still running last among live
   ones.  Chunks of a program known to wait on a tool
   (``program_hints``, fed by ``TTLScheduler``) go last until that wait's deadline.
