@@ -65,6 +65,37 @@ def test_a_rerun_resumes_from_the_recorded_points(tmp_path, capsys, monkeypatch,
     assert a["points"] == b["points"]
 
 
+def test_other_code_does_not_reuse_the_record(tmp_path, capsys, monkeypatch, small):
+    # The record's figures are the code's: after an upgrade (another code digest) the same
+    # plan is simulated again, not read back.
+    import ttlpolicy.plan.results as results
+
+    monkeypatch.setenv("TTLPOLICY_CACHE", str(tmp_path / "cache"))
+    assert main(["plan", *small]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(results, "code_digest", lambda: "another version of the code")
+    assert main(["plan", *small]) == 0
+    assert "(0 simulated now" not in capsys.readouterr().err
+
+
+def test_the_code_digest_follows_every_python_file_and_the_native_module(tmp_path):
+    from ttlpolicy.plan.results import code_digest
+
+    pkg = tmp_path / "pkg"
+    (pkg / "sim").mkdir(parents=True)
+    (pkg / "sim" / "engine.py").write_text("RULE = 1\n")
+    (pkg / "_native.abi3.so").write_bytes(b"\x7fELF v1")
+    (pkg / "notes.txt").write_text("not code")
+    first = code_digest.__wrapped__(pkg)
+    (pkg / "notes.txt").write_text("still not code")
+    assert code_digest.__wrapped__(pkg) == first
+    (pkg / "sim" / "engine.py").write_text("RULE = 2\n")
+    second = code_digest.__wrapped__(pkg)
+    assert second != first
+    (pkg / "_native.abi3.so").write_bytes(b"\x7fELF v2")
+    assert code_digest.__wrapped__(pkg) not in (first, second)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

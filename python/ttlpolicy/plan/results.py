@@ -1,14 +1,16 @@
 """A resumable record of evaluated configurations: one JSON line per evaluation, appended and
 flushed as each finishes, under ``<cache root>/plan/<key>.jsonl`` (``traces.cache.cache_root``).
-The key covers the trace (its cached form's digest), the setup and the price table's bytes, so
-a rerun after a crash — or with a wider grid — evaluates only what is missing.  A torn last
-line (a crash mid-write) is ignored."""
+The key covers the trace (its cached form's digest), the setup, the price table's bytes and
+the code that evaluates (``code_digest``: an upgrade or a local change to a rule starts a new
+record instead of reusing figures of the old code), so a rerun after a crash — or with a wider
+grid — evaluates only what is missing.  A torn last line (a crash mid-write) is ignored."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import asdict
+from functools import cache
 from pathlib import Path
 from typing import TextIO
 
@@ -18,12 +20,34 @@ from .objectives import Config, Context
 FORMAT_VERSION = 1
 
 
-def key_of(ctx: Context) -> str:
+#: The installed package: its Python files and native module are the code a plan evaluates.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+@cache
+def code_digest(package_dir: Path = PACKAGE_DIR) -> str:
+    """SHA-256 of the package's code: every ``*.py`` file and the native module, by relative
+    path and bytes (a few MB, read once a process)."""
+    h = hashlib.sha256()
+    files = [
+        *package_dir.rglob("*.py"),
+        *package_dir.glob("_native*.so"),
+        *package_dir.glob("_native*.pyd"),
+    ]
+    for path in sorted(files):
+        h.update(str(path.relative_to(package_dir)).encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def key_of(ctx: Context, code: str | None = None) -> str:
+    """The record's key; ``code``: the code's digest (default ``code_digest()``)."""
     prices = Path(ctx.prices.source).read_bytes()
     setup = asdict(ctx.setup)
     setup.pop("trace")  # the trace enters by content, below
     setup.pop("prices_path")
-    blob = json.dumps([FORMAT_VERSION, setup, ctx.trace.digest], sort_keys=True).encode()
+    code = code_digest() if code is None else code
+    blob = json.dumps([FORMAT_VERSION, setup, ctx.trace.digest, code], sort_keys=True).encode()
     return hashlib.sha256(blob + prices).hexdigest()[:24]
 
 
