@@ -61,6 +61,8 @@ from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from ttlpolicy_sglang.ordering import calc_priority_by_program, may_admit
 
+from engine_fixtures import TEST_POLICY, FakeClock  # noqa: F401  (the tests import them here)
+
 
 def _transfer_kv_direct(
     src_layers: list[Any], dst_layers: list[Any], src_indices: Any, dst_indices: Any, page_size: int
@@ -80,25 +82,7 @@ if torch.version.cuda is None or not torch.cuda.is_available():
     _host_mha.transfer_kv_direct = _transfer_kv_direct
     _host_common._cuda_host_register = _no_page_lock
 
-#: A policy that pins whenever the budget allows: an expensive cache miss, short tool calls.
-TEST_POLICY = (
-    '{"prefill_base_s": 100.0, "prior_mean_s": 1.0, "max_ttl_s": 30.0,'
-    ' "min_prefill_samples": 1048576}'
-)
 MAX_CONTEXT = 2048
-
-
-class FakeClock:
-    """The adapter's clock, moved by the test (pins expire when the test says so)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def build_cache(

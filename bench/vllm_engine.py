@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine_fixtures import TEST_POLICY, FakeClock  # noqa: F401  (the tests import them here)
+
 if "vllm" in sys.modules:  # too late: vLLM has read its environment already
     raise RuntimeError("import vllm_engine (bench/) before vllm: it sets vLLM's environment")
 
@@ -80,27 +82,6 @@ def build_tiny_model(path: Path) -> Path:
     )
     LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(path)
     return path
-
-
-class FakeClock:
-    """The adapter's clock, moved by the test (pins expire when the test says so)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-#: Policy for tests: a cold-start pin that clearly pays (a miss costs 100 s), kept by the
-#: configured defaults (no prefill fitting on the fake clock's zero-length steps).
-TEST_POLICY = (
-    '{"prefill_base_s": 100.0, "prior_mean_s": 1.0, "max_ttl_s": 30.0,'
-    ' "min_prefill_samples": 1048576}'
-)
 
 
 @dataclass

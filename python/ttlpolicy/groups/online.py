@@ -269,8 +269,10 @@ class OnlineGroupTTL:
             self.prior_weight,
         )
         groups = self.tree.groups()
-        fitted = self.tree.group_ttls(b, c, cap)  # τ_g for every group, from its window
         pooled = sorted(r for g in groups for r in g.reuse_s)
+        shrink = k > 0.0 and bool(pooled)
+        # τ_g from its window alone: only where no group is shrunk toward the pooled fit
+        fitted = {} if shrink else self.tree.group_ttls(b, c, cap)
         if pooled:
             tau_s = self._solve_ttl(pooled, b, c, cap)[0]
             self._pooled = (tau_s, roi_at(pooled, tau_s, b))
@@ -284,7 +286,7 @@ class OnlineGroupTTL:
             key = tuple(g.key)
             if g.reuse_s:
                 own = windows[key] = sorted(g.reuse_s)
-                if k > 0.0 and pooled:
+                if shrink:
                     ttl_s[key] = _shrunk_ttl(own, pooled, sketch, k, b, c, cap)
                 else:
                     ttl_s[key] = fitted[key]
