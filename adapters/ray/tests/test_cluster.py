@@ -104,6 +104,12 @@ def set_backlog(
 
 
 def test_stays_with_its_pin_then_moves(cluster: dict[str, Any]) -> None:
+    # the router exists and has both replicas' reports before the program's first call (a
+    # call routed before any report is Ray's choice, counted as a fallback)
+    if not live_routers():  # (the router is made at the handle's first call)
+        cluster["handle"].remote({"prompt": "hi"}).result(timeout_s=CALL_TIMEOUT_S)
+    fresh_reports(cluster)
+    fallbacks = router().counters["fallback"]
     # a program's first call pins on a replica (the stand-in's policy pins it: miss 50 s)
     first = call(cluster, "p-stay")
     home = first["replica"]
@@ -142,7 +148,7 @@ def test_stays_with_its_pin_then_moves(cluster: dict[str, Any]) -> None:
     out = call(cluster, "p-stay", last=True)
     assert out["replica"] == home and not out["hit"]
     set_backlog(cluster, moved, 0, 0)
-    assert router().counters["fallback"] == 0
+    assert router().counters["fallback"] == fallbacks
 
 
 def test_behind_new_programs_it_stays_until_its_context_is_evicted(
