@@ -323,21 +323,34 @@ impl AdmissionControl {
         }
     }
 
+    /// What [`arrive`](Self::arrive) would refuse, changing nothing (the lifecycle asks it
+    /// before the scheduler takes the request, so that a refusal leaves both as they were);
+    /// else the checked `now` and `blocks_needed`.
+    pub(crate) fn check_arrive(
+        &self,
+        program_id: &str,
+        now: f64,
+        blocks_needed: i64,
+    ) -> Result<(f64, i64)> {
+        check_id("program_id", program_id)?;
+        let t = self.check_now(now)?;
+        let blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
+        if !self.programs.contains_key(program_id) && self.programs.len() >= MAX_PROGRAMS {
+            return Err(Error::invalid(
+                "program_id",
+                format!("{} (a new program)", PyStr(program_id)),
+                format!("one of at most {MAX_PROGRAMS} tracked programs; end some first"),
+            ));
+        }
+        Ok((t, blocks))
+    }
+
     // -- events ------------------------------------------------------------------------------
 
     /// A request of the program arrives (its first one makes the program known).
     pub fn arrive(&mut self, program_id: &str, now: f64, blocks_needed: i64) -> Result<()> {
-        check_id("program_id", program_id)?;
-        let t = self.check_now(now)?;
-        let blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)?;
+        let (t, blocks) = self.check_arrive(program_id, now, blocks_needed)?;
         if !self.programs.contains_key(program_id) {
-            if self.programs.len() >= MAX_PROGRAMS {
-                return Err(Error::invalid(
-                    "program_id",
-                    format!("{} (a new program)", PyStr(program_id)),
-                    format!("one of at most {MAX_PROGRAMS} tracked programs; end some first"),
-                ));
-            }
             self.programs.insert(
                 program_id.to_owned(),
                 Program {

@@ -109,6 +109,10 @@ impl ProgramLifecycle {
         now: f64,
         blocks_needed: i64,
     ) -> Result<Option<Pin>> {
+        if let Some(admission) = parts.admission.as_deref() {
+            // its refusal must come before the scheduler's change
+            admission.check_arrive(program_id, now, blocks_needed)?;
+        }
         let pin =
             parts
                 .scheduler

@@ -269,6 +269,25 @@ def test_bad_input_is_refused_naming_the_field(impl, call, error, message):
     assert message in str(raised.value)
 
 
+def test_a_request_load_control_refuses_leaves_both_parts_unchanged(impl):
+    # Load control's own clock ahead of the scheduler's, and its own (smaller) memory: the
+    # scheduler would take either request; the lifecycle must refuse before it does, so a
+    # retry at a good time or size goes through (no request id stuck as "already waiting").
+    policy = impl.TTLPolicy(CONFIG)
+    s = impl.ProgramScheduler(policy, 100, 60)
+    ac = impl.AdmissionControl(policy, 50)
+    life = impl.ProgramLifecycle(s, ac)
+    ac.arrive("other", 10.0, 1)
+    with pytest.raises(ValueError, match=r"now must be >= 10\.0"):
+        life.arrive("r1", "A", 5.0, 1)
+    with pytest.raises(ValueError, match="blocks_needed must be in"):
+        life.arrive("r1", "A", 10.0, 80)
+    assert s.waiting_count == 0 and s.peek() is None
+    assert life.held("r1") is None
+    assert life.arrive("r1", "A", 10.0, 1) is None
+    assert s.peek() == "r1" and life.may_run("A", 10.0)
+
+
 def test_the_parts_are_checked_at_construction(impl):
     policy = impl.TTLPolicy(CONFIG)
     s = impl.ProgramScheduler(policy, 100, 60)

@@ -189,16 +189,9 @@ class AdmissionControl:
     # -- events ---------------------------------------------------------------------------
     def arrive(self, program_id: Any, now: Any, blocks_needed: Any) -> None:
         """A request of the program arrives (its first one makes the program known)."""
-        pid = check_id("program_id", program_id)
-        t = self._check_now(now)
-        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        pid, t, blocks = self._check_arrive(program_id, now, blocks_needed)
         prog = self._programs.get(pid)
         if prog is None:
-            if len(self._programs) >= MAX_PROGRAMS:
-                raise ValueError(
-                    f"program_id must be one of at most {MAX_PROGRAMS} tracked programs; end "
-                    f"some first, got {pid!r} (a new program)"
-                )
             prog = self._programs[pid] = _Program(t, blocks)
             heapq.heappush(self._pending, (t, pid))
         self._idle.pop(pid, None)
@@ -206,6 +199,22 @@ class AdmissionControl:
         prog.live += 1
         prog.away_since_s = None
         self._now = t
+
+    def _check_arrive(
+        self, program_id: Any, now: Any, blocks_needed: Any
+    ) -> tuple[str, float, int]:
+        """Raises what ``arrive`` would, changing nothing (``ProgramLifecycle`` asks it before
+        the scheduler takes the request, so that a refusal leaves both parts as they were);
+        else the checked (program_id, now, blocks_needed)."""
+        pid = check_id("program_id", program_id)
+        t = self._check_now(now)
+        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        if pid not in self._programs and len(self._programs) >= MAX_PROGRAMS:
+            raise ValueError(
+                f"program_id must be one of at most {MAX_PROGRAMS} tracked programs; end "
+                f"some first, got {pid!r} (a new program)"
+            )
+        return pid, t, blocks
 
     def finish(
         self,

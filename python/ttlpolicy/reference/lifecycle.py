@@ -78,6 +78,8 @@ class ProgramLifecycle:
     def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
         """A request arrives (both are told).  Returns the pin it consumed, whose blocks the
         engine now holds for it until ``admitted``."""
+        if self.admission is not None:  # its refusal must come before the scheduler's change
+            self.admission._check_arrive(program_id, now, blocks_needed)
         pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
         if self.admission is not None:
             self.admission.arrive(program_id, now, blocks_needed)
