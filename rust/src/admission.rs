@@ -654,18 +654,29 @@ impl AdmissionControl {
     /// A member's share of the expected working set (the reference's `_expected_blocks`).
     /// (`standing`'s classes, without its median: two binary searches, not three.)
     fn expected_blocks(prog: &Program, policy: &TTLPolicy, t: f64, horizon_s: f64) -> i64 {
+        Self::expected_blocks_in(prog, policy, Self::samples_of(policy, prog), t, horizon_s)
+    }
+
+    /// [`expected_blocks`](Self::expected_blocks) given the program's durations
+    /// ([`samples_of`](Self::samples_of)).
+    fn expected_blocks_in(
+        prog: &Program,
+        policy: &TTLPolicy,
+        samples: &[f64],
+        t: f64,
+        horizon_s: f64,
+    ) -> i64 {
         if prog.live > 0 {
             return prog.blocks;
         }
         let cfg = policy.config();
-        let (Some(tool), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
+        let (Some(_), Some(since)) = (prog.tool.as_deref(), prog.away_since_s) else {
             return 0; // not expected back
         };
         let elapsed = t - since;
         if elapsed > cfg.max_ttl_s {
             return 0;
         }
-        let samples = Self::samples(policy, tool);
         if samples.is_empty() {
             // the prior: whole when its next use is within the horizon, as the median rule
             let within = cfg.prior_mean_s * std::f64::consts::LN_2 <= horizon_s;
@@ -689,19 +700,40 @@ impl AdmissionControl {
 
     /// (working set, summed footprint) of the admitted programs, in one pass.
     fn load(&self, policy: &TTLPolicy, t: f64) -> (i64, i64) {
+        let (working, total, _) = self.load_beside(policy, t, f64::NAN);
+        (working, total)
+    }
+
+    /// [`load`](Self::load), and whether an admitted program arrived at `arrival_s` (its
+    /// cohort is admitted): may_run's one pass over the members.
+    fn load_beside(&self, policy: &TTLPolicy, t: f64, arrival_s: f64) -> (i64, i64, bool) {
         let expected = policy.config().expected_working_set;
-        let (mut working, mut total) = (0i64, 0i64);
+        let (mut working, mut total, mut cohort) = (0i64, 0i64, false);
+        // members away on one tool read one window: looked up once per run of that tool
+        let mut window: Option<(&str, &[f64])> = None;
         for id in &self.admitted {
             let p = &self.programs[id.as_str()];
             total += p.blocks;
+            cohort |= p.arrival_s == arrival_s;
             let horizon_s = self.horizon_s(p, policy);
             if expected {
-                working += Self::expected_blocks(p, policy, t, horizon_s);
+                let samples = match (p.live, p.tool.as_deref()) {
+                    (0, Some(tool)) => match window {
+                        Some((last, samples)) if last == tool => samples,
+                        _ => {
+                            let samples = Self::samples(policy, tool);
+                            window = Some((tool, samples));
+                            samples
+                        }
+                    },
+                    _ => &[],
+                };
+                working += Self::expected_blocks_in(p, policy, samples, t, horizon_s);
             } else if Self::next_use(p, policy, t) <= horizon_s {
                 working += p.blocks;
             }
         }
-        (working, total)
+        (working, total, cohort)
     }
 
     /// The working set at `now` (see the module doc).
@@ -739,15 +771,11 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        let cohort_admitted = self
-            .admitted
-            .iter()
-            .any(|a| self.programs[a.as_str()].arrival_s == arrival);
-        if !self.admitted.is_empty() && !cohort_admitted {
+        if !self.admitted.is_empty() {
+            let (working, total, cohort_admitted) = self.load_beside(policy, t, arrival);
             // Expected footprint: its own, or the admitted programs' mean when larger.
-            let (working, total) = self.load(policy, t);
             let expected = blocks.max(total / self.admitted.len() as i64);
-            if working + expected > self.total_blocks {
+            if !cohort_admitted && working + expected > self.total_blocks {
                 return Ok(false);
             }
         }
@@ -835,10 +863,26 @@ impl AdmissionControl {
         known: &[usize],
         t: f64,
     ) -> Vec<usize> {
-        let mut members = self.members(policy, program_ids, known);
+        // Each member's place once (a comparison would find it again, by binary search).
+        let mut placed: Vec<(usize, Member<'_>, Place)> = self
+            .members(policy, program_ids, known)
+            .into_iter()
+            .map(|(i, m)| {
+                let place = m.place(t);
+                (i, m, place)
+            })
+            .collect();
         // A stable sort: equal ids keep the order given, as in the reference.
-        members.sort_by(|a, b| a.1.cmp_at(&b.1, t));
-        members.into_iter().map(|(i, _)| i).collect()
+        placed.sort_by(|(_, a, pa), (_, b, pb)| {
+            if a.before(*pa, b, *pb) {
+                Ordering::Less
+            } else if b.before(*pb, a, *pa) {
+                Ordering::Greater
+            } else {
+                Ordering::Equal
+            }
+        });
+        placed.into_iter().map(|(i, _, _)| i).collect()
     }
 
     /// The first instant in `(now, until_s]` at which
