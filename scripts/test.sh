@@ -37,11 +37,13 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
   source "$ROOT/scripts/vllm-env.sh"
   (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
-  echo "==> the Ray adapter's vLLM report (adapters/ray/tests/test_vllm_report.py) on a real" \
-    "TTLScheduler, in the vLLM venv (under the vLLM adapter's pytest options)" >&2
+  echo "==> the Ray adapter's vLLM report (adapters/ray/tests/test_vllm_report*.py) on a real" \
+    "TTLScheduler, in this process and from a server's engine-core process, in the vLLM venv" \
+    "(under the vLLM adapter's pytest options)" >&2
   (cd "$ROOT/adapters/vllm" &&
-    PYTHONPATH="$ROOT/adapters/ray/src${PYTHONPATH:+:$PYTHONPATH}" TTLPOLICY_REQUIRE_NATIVE=1 \
-      "$VLLM_VENV/bin/python" -m pytest -c pyproject.toml "$ROOT/adapters/ray/tests/test_vllm_report.py")
+    PYTHONPATH="$ROOT/adapters/ray/src:$ROOT/adapters/vllm/tests${PYTHONPATH:+:$PYTHONPATH}" \
+      TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest -c pyproject.toml \
+      "$ROOT/adapters/ray/tests/test_vllm_report.py" "$ROOT/adapters/ray/tests/test_vllm_report_file.py")
 fi
 
 vllm033_tests="${TTLPOLICY_VLLM033_TESTS:-auto}"
@@ -63,7 +65,8 @@ ray_tests="${TTLPOLICY_RAY_TESTS:-auto}"
 if [ "$ray_tests" = 1 ] || { [ "$ray_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> Ray Serve adapter tests (adapters/ray/tests) in a local Ray (CPU stand-in replicas)" >&2
   source "$ROOT/scripts/ray-env.sh"
-  # (test_vllm_report.py needs vLLM: it runs with the vLLM adapter's tests, above)
+  # (test_vllm_report*.py need vLLM: they run with the vLLM adapter's tests, above)
   (cd "$ROOT/adapters/ray" &&
-    TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest --ignore=tests/test_vllm_report.py)
+    TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest --ignore=tests/test_vllm_report.py \
+      --ignore=tests/test_vllm_report_file.py)
 fi
