@@ -66,6 +66,10 @@ def test_a_newcomer_waits_until_the_program_in_progress_ends(on, clock) -> None:
     b = on.submit(tokens(30_000, PROMPT), program="b", last_turn=True)
     assert on.schedule() == []  # 320 + 300 > 512: held back, though a pin reclaim would fit it
     assert on.waiting == [b] and not on.ttl.admission.admitted("b")
+    # and a's pin is kept: b would not run in the memory a reclaim frees (as in vLLM's
+    # adapter and the simulator, a head load control holds back needs nothing)
+    assert on.ttl.programs.pin("a") is not None
+    assert on.cache.ttl_stats()["reclaims"] == 0
     assert on.schedule() == []  # the next pass's ordering refreshes the gauges
     assert on.cache.ttl_stats()["programs_awaiting_admission_now"] == 1
     back = on.submit(ctx + tokens(90_000, 10), program="a", last_turn=True)

@@ -81,20 +81,35 @@ def test_a_program_life_and_a_held_back_newcomer_move_the_counters(policy_env) -
     assert value(registry, "ttlpolicy_tool_gap_seconds_sum") == pytest.approx(1.0)
     assert value(registry, "ttlpolicy_pins_total") == 2
     # "b" arrives while "a" is away: load control holds it back (counted once for its wait);
-    # at the queue's head it is short of memory, and a's pin gives way
+    # held back, it needs no memory, so a's pin stays
     clock.advance(0.5)
     b = s.submit(tokens(30_000, PROMPT), program="b", last_turn=True)
     assert s.schedule() == [] and s.schedule() == []
     assert value(registry, "ttlpolicy_admission_refusals_total") == 1
     assert value(registry, "ttlpolicy_programs_awaiting_admission") == 1
-    assert value(registry, "ttlpolicy_pins_reclaimed_total") == 1
-    # so a's return misses its pin, for that cause; its last turn ends it, then b runs
+    assert value(registry, "ttlpolicy_pins_reclaimed_total") == 0
+    # so a's return finds its pin; its last turn ends it, then b runs
     back = s.submit(ctx + tokens(92_000, 5), program="a", last_turn=True)
     assert s.schedule() == [back]
-    assert value(registry, "ttlpolicy_returns_missed_total", cause="reclaimed") == 1
     s.finish(back, tokens(93_000, 2))
     assert s.schedule() == [b]
+    assert value(registry, "ttlpolicy_returns_hit_total") == 2
+    assert value(registry, "ttlpolicy_returns_hit_tokens_total") == 2 * (PROMPT + OUT) + 14
     s.finish(b, tokens(94_000, 2))
+    # "d" and "e" start together (both fit the working set); d ends pinned, then e decodes
+    # past the free and evictable slots: the eviction reclaims d's pin, and d's return
+    # misses it for that cause
+    d = s.submit(tokens(50_000, 150), program="d", tool="bash")
+    e = s.submit(tokens(60_000, 150), program="e", last_turn=True)
+    assert s.schedule() == [d, e]
+    s.finish(d, tokens(50_150, OUT))
+    ctx = tokens(50_000, 150) + tokens(50_150, OUT)
+    s.decode(e, tokens(61_000, 200))  # 150 + 200 > 512 - 170 pinned
+    s.order()  # (a pass publishes)
+    assert value(registry, "ttlpolicy_pins_reclaimed_total") == 1
+    s.finish(e, tokens(62_000, 2))
+    turn(ctx + tokens(97_000, 5), tokens(98_000, 2), "d", last_turn=True)
+    assert value(registry, "ttlpolicy_returns_missed_total", cause="reclaimed") == 1
     # "c" stays away past max_ttl_s: its pin expires, and its return misses it for that cause
     ctx = turn(tokens(40_000, PROMPT), tokens(40_000 + PROMPT, OUT), "c", tool="bash")
     clock.advance(31.0)
@@ -105,10 +120,11 @@ def test_a_program_life_and_a_held_back_newcomer_move_the_counters(policy_env) -
     for cause in ("not_pinned", "budget_full"):
         assert value(registry, "ttlpolicy_returns_missed_total", cause=cause) == 0
     s.order()  # a pass refreshes the gauges
-    assert value(registry, "ttlpolicy_programs_ended_total") == 3
-    assert value(registry, "ttlpolicy_ttl_seconds_count") == 3  # turns that ended in a tool call
-    assert value(registry, "ttlpolicy_tool_gap_seconds_count") == 3  # returns: a twice, c once
-    assert value(registry, "ttlpolicy_return_queue_wait_seconds_count") == 3
+    assert value(registry, "ttlpolicy_programs_ended_total") == 5  # a to e
+    # turns that ended in a tool call: a twice, d, c; returns: a twice, d, c
+    assert value(registry, "ttlpolicy_ttl_seconds_count") == 4
+    assert value(registry, "ttlpolicy_tool_gap_seconds_count") == 4
+    assert value(registry, "ttlpolicy_return_queue_wait_seconds_count") == 4
     assert value(registry, "ttlpolicy_pinned_blocks") == 0
     assert value(registry, "ttlpolicy_pinned_programs") == 0
     assert value(registry, "ttlpolicy_programs_awaiting_admission") == 0

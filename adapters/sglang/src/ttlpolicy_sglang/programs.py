@@ -11,8 +11,9 @@ from two places:
   retracted (``preempt``), new ones ``arrive`` (a returning program's arrival consumes its pin:
   the locks move to the request until it is admitted and holds the prefix itself); then pins
   past their deadline are released, what the lifecycle says gives way when the queue's head
-  would not fit into free plus evictable memory is released (``give_way``), and the queue is
-  sorted by ``ProgramScheduler.priority``;
+  would not fit into free plus evictable memory is released (``give_way``; not for a head
+  load control holds back: the pass stops at it, as vLLM's queue gate and the simulator
+  do), and the queue is sorted by ``ProgramScheduler.priority``;
 * SGLang's prefill admission (``may_run``, called for each candidate through the
   ``PrefillAdder.add_one_req`` hook): with load control on (``ttlpolicy.AdmissionControl``,
   the default) a request whose program the working-set rule refuses stops the pass there, as
@@ -136,7 +137,11 @@ class ProgramTracker:
         self.expire()
         waiting_queue.sort(key=self._sort_key)
         if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
-            self._reclaim_for_head(waiting_queue[0], running_batch)
+            head = waiting_queue[0]
+            # a head load control holds back needs nothing this pass (the pass stops at it,
+            # ``ordering``): pins released for it would lose contexts for no call
+            if self._held_back(head) is None:
+                self._reclaim_for_head(head, running_batch)
         self.note_pinned()
         if self.admission is not None:
             self.metrics.admitted_programs_now = self.admission.admitted_count
@@ -176,14 +181,19 @@ class ProgramTracker:
     def may_run(self, req: Any) -> bool:
         """May SGLang admit ``req`` now?  False only when load control refuses its program
         (a request this pass has not seen arrive is let through, as stock)."""
-        key = request_key(req.rid)
-        if key not in self._waiting:
-            return True
-        program_id = self._program_id(key, self._info[key])
-        if self.life.may_run(program_id, self._now()):
+        program_id = self._held_back(req)
+        if program_id is None:
             return True
         self.metrics.held_back(program_id)
         return False
+
+    def _held_back(self, req: Any) -> str | None:
+        """The program of ``req`` if load control refuses it now, else None."""
+        key = request_key(req.rid)
+        if key not in self._waiting:
+            return None
+        program_id = self._program_id(key, self._info[key])
+        return None if self.life.may_run(program_id, self._now()) else program_id
 
     def _start(self, keys: Iterable[str], now: float) -> None:
         """The requests left the waiting queue to run.  The ProgramScheduler pops in its own
