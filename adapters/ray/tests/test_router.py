@@ -343,3 +343,32 @@ def test_bad_return_queue_ignores_the_report(figures: dict[str, Any]) -> None:
     b.report(pins=[("p", 30.0, 25)], **figures)
     assert choose(router, [a, b], body("p")) == [["a"], ["b"]]
     assert router.counters["reports_ignored"] == 1
+
+
+def test_two_routers_agree_through_the_pin_in_the_replicas_report_file(tmp_path: Any) -> None:
+    # Two handles (two ingress replicas) keep two routers. The program's first call went
+    # through the first; its replica's report, carried through the engine's report file as
+    # from vLLM's engine-core process, names the pin, so the second router, which never saw
+    # the program, sends its return there too, past a small queue (without the pin it goes,
+    # as a new program, to the idle replica: the control).
+    from ttlpolicy_ray import read_report, report_path, write_report
+
+    first = make_router()
+    a, b = Replica("a"), Replica("b")
+    a.report()
+    b.report()
+    home_id = choose(first, [a, b], body("p"))[0][0]
+    home, other = (a, b) if home_id == "a" else (b, a)
+    busy = {"queue_len": 1, "queued_tokens": 16}
+    other.report()
+    home.report(**busy)
+    assert choose(make_router(), [a, b], body("p"))[0] == [other.replica_id.unique_id]
+    path = report_path(tmp_path, 4242)
+    write_report(path, routing_stats(
+        seq=home.seq + 1, pins=[("p", 30.0, 25)], free_blocks=75, total_blocks=100,
+        working_set_blocks=25, cached_fraction=0.0, block_size=16, **busy,
+    ))  # fmt: skip
+    home.routing_stats = read_report(path)
+    second = make_router()
+    assert choose(second, [a, b], body("p"))[0] == [home_id]
+    assert second.counters["pins"] == 1
