@@ -5,9 +5,10 @@
 //!
 //! `cargo run --release -p ttlpolicy-core --example decide_cost`
 
-use std::time::Instant;
-
 use ttlpolicy_core::policy::{DecideArgs, PolicyConfig, TTLPolicy};
+
+#[path = "common/timing.rs"]
+mod timing;
 
 fn main() {
     let mut policy = TTLPolicy::new(PolicyConfig::default()).expect("default config");
@@ -34,19 +35,8 @@ fn main() {
         now: 1.0,
         ..DecideArgs::default()
     };
-    let mut per: Vec<f64> = (0..200)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..200 {
-                std::hint::black_box(policy.decide(std::hint::black_box(&args)).expect("decide"));
-            }
-            t.elapsed().as_nanos() as f64 / 200.0
-        })
-        .collect();
-    per.sort_by(f64::total_cmp);
-    println!(
-        "decide, full window: median {:.0} ns, best {:.0} ns",
-        per[per.len() / 2],
-        per[0]
-    );
+    let (median, best) = timing::per_call_ns(200, 200, || {
+        std::hint::black_box(policy.decide(std::hint::black_box(&args)).expect("decide"));
+    });
+    println!("decide, full window: median {median:.0} ns, best {best:.0} ns");
 }

@@ -5,8 +5,6 @@
 //!
 //! `cargo run --release -p ttlpolicy-core --example may_run_cost`
 
-use std::time::Instant;
-
 use ttlpolicy_core::admission::AdmissionControl;
 use ttlpolicy_core::policy::{PolicyConfig, TTLPolicy};
 
@@ -16,19 +14,8 @@ const NOW: f64 = 120.0;
 const ROUNDS: usize = 200;
 const OPS: usize = 200;
 
-fn per_call_ns(mut op: impl FnMut()) -> (f64, f64) {
-    let mut per: Vec<f64> = (0..ROUNDS)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..OPS {
-                op();
-            }
-            t.elapsed().as_nanos() as f64 / OPS as f64
-        })
-        .collect();
-    per.sort_by(f64::total_cmp);
-    (per[per.len() / 2], per[0])
-}
+#[path = "common/timing.rs"]
+mod timing;
 
 fn main() {
     let mut policy = TTLPolicy::new(PolicyConfig::default()).expect("default config");
@@ -64,12 +51,12 @@ fn main() {
         ac.arrive(&format!("W{i}"), 116.0, 6000).expect("arrive");
     }
     assert!(!ac.may_run(&policy, "W0", NOW).expect("may_run"));
-    let (median, best) = per_call_ns(|| {
+    let (median, best) = timing::per_call_ns(ROUNDS, OPS, || {
         std::hint::black_box(ac.may_run(&policy, "W0", NOW).expect("may_run"));
     });
     println!("may_run, the head refused: median {median:.0} ns, best {best:.0} ns");
     let eight: Vec<String> = (0..8).map(|i| format!("A{i}")).collect();
-    let (median, best) = per_call_ns(|| {
+    let (median, best) = timing::per_call_ns(ROUNDS, OPS, || {
         std::hint::black_box(ac.eviction_order(&policy, &eight, NOW).expect("order"));
     });
     println!("eviction_order of 8 programs: median {median:.0} ns, best {best:.0} ns");

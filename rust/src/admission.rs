@@ -99,10 +99,14 @@ impl Member<'_> {
     }
 
     fn cmp_at(&self, other: &Member<'_>, t: f64) -> Ordering {
-        let (a, b) = (self.place(t), other.place(t));
-        if self.before(a, other, b) {
+        self.cmp_placed(self.place(t), other, other.place(t))
+    }
+
+    /// The sort's comparison of `self` standing at `place` with `other` at `other_place`.
+    fn cmp_placed(&self, place: Place, other: &Member<'_>, other_place: Place) -> Ordering {
+        if self.before(place, other, other_place) {
             Ordering::Less
-        } else if other.before(b, self, a) {
+        } else if other.before(other_place, self, place) {
             Ordering::Greater
         } else {
             Ordering::Equal
@@ -350,6 +354,13 @@ impl AdmissionControl {
     /// A request of the program arrives (its first one makes the program known).
     pub fn arrive(&mut self, program_id: &str, now: f64, blocks_needed: i64) -> Result<()> {
         let (t, blocks) = self.check_arrive(program_id, now, blocks_needed)?;
+        self.arrive_checked(program_id, t, blocks);
+        Ok(())
+    }
+
+    /// [`arrive`](Self::arrive) with what [`check_arrive`](Self::check_arrive) returned
+    /// (nothing changed in between).
+    pub(crate) fn arrive_checked(&mut self, program_id: &str, t: f64, blocks: i64) {
         if !self.programs.contains_key(program_id) {
             self.programs.insert(
                 program_id.to_owned(),
@@ -375,7 +386,6 @@ impl AdmissionControl {
         prog.live += 1;
         prog.away_since_s = None;
         self.now = t;
-        Ok(())
     }
 
     /// A request of the program ended holding `blocks_held` blocks, with a call to `tool`;
@@ -863,8 +873,23 @@ impl AdmissionControl {
         known: &[usize],
         t: f64,
     ) -> Vec<usize> {
-        // Each member's place once (a comparison would find it again, by binary search).
-        let mut placed: Vec<(usize, Member<'_>, Place)> = self
+        self.sorted_members(policy, program_ids, known, t)
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The members `known`, in eviction order at `t`: each one's place found once (a
+    /// comparison would find it again, by binary search). A stable sort: equal ids keep the
+    /// order given, as in the reference.
+    fn sorted_members<'a, S: AsRef<str>>(
+        &'a self,
+        policy: &'a TTLPolicy,
+        program_ids: &'a [S],
+        known: &[usize],
+        t: f64,
+    ) -> Vec<(usize, Member<'a>)> {
+        let mut placed: Vec<(usize, Member<'a>, Place)> = self
             .members(policy, program_ids, known)
             .into_iter()
             .map(|(i, m)| {
@@ -872,17 +897,8 @@ impl AdmissionControl {
                 (i, m, place)
             })
             .collect();
-        // A stable sort: equal ids keep the order given, as in the reference.
-        placed.sort_by(|(_, a, pa), (_, b, pb)| {
-            if a.before(*pa, b, *pb) {
-                Ordering::Less
-            } else if b.before(*pb, a, *pa) {
-                Ordering::Greater
-            } else {
-                Ordering::Equal
-            }
-        });
-        placed.into_iter().map(|(i, _, _)| i).collect()
+        placed.sort_by(|(_, a, pa), (_, b, pb)| a.cmp_placed(*pa, b, *pb));
+        placed.into_iter().map(|(i, m, _)| (i, m)).collect()
     }
 
     /// The first instant in `(now, until_s]` at which
@@ -912,8 +928,7 @@ impl AdmissionControl {
         if known.len() < 2 || until <= t {
             return Ok(f64::INFINITY);
         }
-        let mut members = self.members(policy, program_ids, &known);
-        members.sort_by(|a, b| a.1.cmp_at(&b.1, t));
+        let members = self.sorted_members(policy, program_ids, &known, t);
         let mut first = f64::INFINITY;
         for pair in members.windows(2) {
             if let Some(at) = first_pass(&pair[0].1, &pair[1].1, t, first.min(until)) {

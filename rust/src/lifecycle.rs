@@ -109,16 +109,17 @@ impl ProgramLifecycle {
         now: f64,
         blocks_needed: i64,
     ) -> Result<Option<Pin>> {
-        if let Some(admission) = parts.admission.as_deref() {
-            // its refusal must come before the scheduler's change
-            admission.check_arrive(program_id, now, blocks_needed)?;
-        }
+        // load control's refusal must come before the scheduler's change
+        let checked = match parts.admission.as_deref() {
+            Some(admission) => Some(admission.check_arrive(program_id, now, blocks_needed)?),
+            None => None,
+        };
         let pin =
             parts
                 .scheduler
                 .arrive(parts.policy, request_id, program_id, now, blocks_needed)?;
-        if let Some(admission) = parts.admission.as_deref_mut() {
-            admission.arrive(program_id, now, blocks_needed)?;
+        if let (Some(admission), Some((t, blocks))) = (parts.admission.as_deref_mut(), checked) {
+            admission.arrive_checked(program_id, t, blocks);
         }
         let rid: Arc<str> = Arc::from(request_id);
         self.program_of.insert(rid.clone(), Arc::from(program_id));

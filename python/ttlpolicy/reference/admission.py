@@ -189,7 +189,10 @@ class AdmissionControl:
     # -- events ---------------------------------------------------------------------------
     def arrive(self, program_id: Any, now: Any, blocks_needed: Any) -> None:
         """A request of the program arrives (its first one makes the program known)."""
-        pid, t, blocks = self._check_arrive(program_id, now, blocks_needed)
+        self._arrive_checked(*self._check_arrive(program_id, now, blocks_needed))
+
+    def _arrive_checked(self, pid: str, t: float, blocks: int) -> None:
+        """``arrive`` with what ``_check_arrive`` returned (nothing changed in between)."""
         prog = self._programs.get(pid)
         if prog is None:
             prog = self._programs[pid] = _Program(t, blocks)

@@ -78,11 +78,13 @@ class ProgramLifecycle:
     def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
         """A request arrives (both are told).  Returns the pin it consumed, whose blocks the
         engine now holds for it until ``admitted``."""
-        if self.admission is not None:  # its refusal must come before the scheduler's change
-            self.admission._check_arrive(program_id, now, blocks_needed)
-        pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
-        if self.admission is not None:
-            self.admission.arrive(program_id, now, blocks_needed)
+        admission = self.admission
+        if admission is None:
+            pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+        else:  # load control's refusal must come before the scheduler's change
+            checked = admission._check_arrive(program_id, now, blocks_needed)
+            pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+            admission._arrive_checked(*checked)
         self._program_of[request_id] = program_id
         if pin is not None:
             self._held[request_id] = pin.program_id
