@@ -229,6 +229,33 @@ def test_scheduler_shared_by_threads_stays_consistent(impl):
     assert s.dropped_idle_programs >= THREADS * 300 - 100
 
 
+def test_admission_shared_by_threads_stays_consistent(impl):
+    policy = impl.TTLPolicy()
+    for i in range(40):
+        policy.observe_tool("edit", float(1 + i % 7))
+    a = impl.AdmissionControl(policy, 10**6, max_idle_programs=100)
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+
+    def cycle(k: int) -> None:
+        for i in range(PER_THREAD // 3):
+            pid = f"P{k}.{i % 300}"
+            a.arrive(pid, 0.0, 1 + i % 5)
+            a.may_run(pid, 0.0)
+            a.eviction_order([pid, f"P{k}.{(i + 1) % 300}"], 0.0)
+            a.finish(pid, 0.0, 1 + i % 5, "edit", 0.5)  # idle: past the cap, the oldest drop
+
+    try:
+        _hammer(cycle)
+    finally:
+        sys.setswitchinterval(saved)
+    # every program idle, at most the cap of them kept, the rest dropped (none twice)
+    assert a.program_count == 100
+    assert a.admitted_count <= 100
+    assert a.dropped_idle_programs >= THREADS * 300 - 100
+    assert a.working_set_blocks(0.0) <= 100 * 5
+
+
 # -- policies and configs ------------------------------------------------------------------------
 
 

@@ -104,6 +104,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
+from ._sync import synchronized
 from .history import back_within
 from .policy import MAX_BLOCKS
 from .scheduler import (
@@ -150,6 +151,7 @@ class _Program:
         self.away_since_s: float | None = None  # set while no request is live
 
 
+@synchronized
 class AdmissionControl:
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""

@@ -81,10 +81,12 @@ class ProgramLifecycle:
         admission = self.admission
         if admission is None:
             pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
-        else:  # load control's refusal must come before the scheduler's change
-            checked = admission._check_arrive(program_id, now, blocks_needed)
-            pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
-            admission._arrive_checked(*checked)
+        else:  # load control's refusal must come before the scheduler's change; its lock
+            # held throughout, so that nothing changes it between the check and the arrival
+            with admission._lock:
+                checked = admission._check_arrive(program_id, now, blocks_needed)
+                pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+                admission._arrive_checked(*checked)
         self._program_of[request_id] = program_id
         if pin is not None:
             self._held[request_id] = pin.program_id
