@@ -7,6 +7,14 @@ simulator's eviction reports (``ProgramRouter.evicted``), so a program is freed 
 * ``budget:K,C``: a program is freed at most ``K + calls // C`` times (``C`` 0: ``K`` times);
 * ``young:N``: only while it has made at most ``N`` calls.
 
+Or the router prices a freed program's move (every report kept; the Python reference router
+with ``route`` changed for a freed program only):
+
+* ``stay:K``: every instance but the one that freed it costs ``K`` times the loss of a
+  context more (``miss + eta * T``: a move makes it a new program there, ranked last);
+* ``stayr:K``: the same, and the one that freed it is priced behind its return queue only
+  (its returns still rank by its arrival there).
+
     PYTHONPATH=python:bench python bench/investigations/fleet_tail.py \
         [--variants base,budget:1,4,young:8] [--seeds 0,1,2] [--rates 0.008,0.016] [--moves]
 
@@ -29,6 +37,8 @@ import numpy as np
 import sim_sweep
 from agent_sweep import OPTIONS
 from bounds import fold_of
+from ttlpolicy.reference.policy import TTLPolicy as RefPolicy
+from ttlpolicy.reference.router import ProgramRouter as RefRouter
 from ttlpolicy.sim import roofline
 from ttlpolicy.sim.cluster import Cluster, TTLPolicyRouter, make_router
 from ttlpolicy.sim.hardware import MODELS
@@ -75,6 +85,61 @@ class _Withholding:
         return freed
 
 
+class _Staying(RefRouter):
+    """The reference router; a freed program's next call prices a move (``stay``/``stayr``)."""
+
+    def __init__(self, policy: Any, max_instances: int, k: float, returns: bool) -> None:
+        super().__init__(RefPolicy(), max_instances=max_instances)
+        self.policy = policy  # the engines' (native) policy: only its prices are read
+        self._k, self._returns = k, returns
+        self._former: dict[str, int] = {}
+
+    def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
+        prog = self._programs.get(program_id)
+        home = None if prog is None else prog.home
+        freed = super().evicted(instance_id, program_id, held_blocks)
+        if freed and home is not None:
+            self._former[program_id] = home
+        return freed
+
+    def route(self, program_id: Any, now: Any, blocks_needed: Any, prefix_tokens: Any) -> str:
+        former = self._former.pop(program_id, None)
+        if former is None or program_id in self._programs:
+            return super().route(program_id, now, blocks_needed, prefix_tokens)
+        policy = self.policy
+        wait_memory_s = policy.out_of_order_cost_s
+        loss = policy.miss_cost_s(prefix_tokens) + policy.eta * wait_memory_s
+        best = None
+        for i, inst in enumerate(self._instances):
+            if not inst.reported:
+                continue
+            if i == former and self._returns:
+                ahead, tokens = inst.return_queue_len, inst.return_queued_tokens
+            else:
+                ahead, tokens = inst.queue_len, inst.queued_tokens
+            queue_s = ahead * policy.miss_cost_s(tokens // ahead) if ahead else 0.0
+            fits = blocks_needed <= inst.free_blocks and (
+                inst.working_set_blocks + blocks_needed <= inst.total_blocks
+            )
+            cost = queue_s if fits else queue_s + wait_memory_s
+            if i != former:
+                cost += self._k * loss
+            room = inst.total_blocks - inst.working_set_blocks - blocks_needed
+            key = (cost, 0 if i == former else 1, -room, i)
+            if best is None or key < best:
+                best = key
+        assert best is not None
+        # the library's route does the bookkeeping: the others hidden, it can only choose this
+        hidden = [inst for i, inst in enumerate(self._instances) if i != best[3] and inst.reported]
+        for inst in hidden:
+            inst.reported = False
+        try:
+            return super().route(program_id, now, blocks_needed, prefix_tokens)
+        finally:
+            for inst in hidden:
+                inst.reported = True
+
+
 class VariantRouter(TTLPolicyRouter):
     def __init__(self, variant: str) -> None:
         super().__init__()
@@ -82,7 +147,13 @@ class VariantRouter(TTLPolicyRouter):
 
     def bind(self, cluster: Cluster) -> None:
         super().bind(cluster)
-        self.router = _Withholding(self.router, self.variant)
+        kind, _, arg = self.variant.partition(":")
+        if kind in ("stay", "stayr"):
+            self.router = _Staying(self.policy, len(cluster.engines), float(arg), kind == "stayr")
+            for iid in self._ids:
+                self.router.add_instance(iid)
+        else:
+            self.router = _Withholding(self.router, self.variant)
 
 
 def run_one(hw: Any, programs: list, variant: str, rate: float, seed: int, instances: int,
