@@ -145,22 +145,29 @@ class Engine:
         return self.scheduler.kv_cache_manager.block_pool.get_num_free_blocks()
 
 
+#: The tiny engine's settings (vLLM engine arguments), besides the model, its KV blocks and
+#: scheduler: one place for ``make_engine`` and the Ray adapter's vLLM replicas.
+TINY_ENGINE_ARGS: dict[str, Any] = {
+    "dtype": "float32",
+    "block_size": BLOCK,
+    "max_model_len": 512,
+    "max_num_seqs": 8,
+    "max_num_batched_tokens": 512,
+    "enforce_eager": True,
+    "enable_prefix_caching": True,
+    "seed": 0,
+}
+
+
 def make_engine(model: Path, scheduler_cls: Any, num_blocks: int, clock: bool = True) -> Engine:
     from vllm import LLM
 
     llm = LLM(
         model=str(model),
         tokenizer=str(model),
-        dtype="float32",
-        block_size=BLOCK,
-        max_model_len=512,
-        max_num_seqs=8,
-        max_num_batched_tokens=512,
-        enforce_eager=True,
-        enable_prefix_caching=True,
         num_gpu_blocks_override=num_blocks,
         scheduler_cls=scheduler_cls,
-        seed=0,
+        **TINY_ENGINE_ARGS,
     )
     engine = Engine(llm, FakeClock() if clock else None)
     if clock and hasattr(engine.scheduler, "clock"):

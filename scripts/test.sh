@@ -18,7 +18,7 @@
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
 # * the routing adapters' tests: Ray Serve's TTLPolicyRouter in a local Ray with two CPU
 #   stand-in replicas, and SGLang's gateway (sglang-router, manual policy) before fake workers
-#   (31 tests, ~1 min; the Ray report's vLLM test runs in the vLLM venv, above):
+#   (31 tests, ~1 min; the Ray adapter's vLLM tests run in the vLLM venv, above):
 #   scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0 and sglang-router
 #   0.3.2, no torch: ~4.5 min and 622 MB the first time); TTLPOLICY_RAY_TESTS=1 forces them,
 #   =0 skips them.
@@ -37,13 +37,15 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> vLLM adapter tests (adapters/vllm/tests) on a real vLLM CPU engine" >&2
   source "$ROOT/scripts/vllm-env.sh"
   (cd "$ROOT/adapters/vllm" && TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest)
-  echo "==> the Ray adapter's vLLM report (adapters/ray/tests/test_vllm_report*.py) on a real" \
-    "TTLScheduler, in this process and from a server's engine-core process, in the vLLM venv" \
-    "(under the vLLM adapter's pytest options)" >&2
+  echo "==> the Ray adapter's vLLM tests (adapters/ray/tests/test_vllm_*.py) on real vLLM, in the" \
+    "vLLM venv (it has Ray Serve too; under the vLLM adapter's pytest options): the report of a" \
+    "TTLScheduler in this process and from a server's engine-core process, and the router in a" \
+    "local Ray Serve over two replicas each running a vLLM CPU engine (~2 min)" >&2
   (cd "$ROOT/adapters/vllm" &&
     PYTHONPATH="$ROOT/adapters/ray/src:$ROOT/adapters/vllm/tests${PYTHONPATH:+:$PYTHONPATH}" \
       TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest -c pyproject.toml \
-      "$ROOT/adapters/ray/tests/test_vllm_report.py" "$ROOT/adapters/ray/tests/test_vllm_report_file.py")
+      "$ROOT/adapters/ray/tests/test_vllm_report.py" "$ROOT/adapters/ray/tests/test_vllm_report_file.py" \
+      "$ROOT/adapters/ray/tests/test_vllm_serve.py")
 fi
 
 vllm033_tests="${TTLPOLICY_VLLM033_TESTS:-auto}"
@@ -65,8 +67,8 @@ ray_tests="${TTLPOLICY_RAY_TESTS:-auto}"
 if [ "$ray_tests" = 1 ] || { [ "$ray_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> Ray Serve adapter tests (adapters/ray/tests) in a local Ray (CPU stand-in replicas)" >&2
   source "$ROOT/scripts/ray-env.sh"
-  # (test_vllm_report*.py need vLLM: they run with the vLLM adapter's tests, above)
+  # (test_vllm_*.py need vLLM: they run with the vLLM adapter's tests, above)
   (cd "$ROOT/adapters/ray" &&
     TTLPOLICY_REQUIRE_NATIVE=1 "$RAY_VENV/bin/python" -m pytest --ignore=tests/test_vllm_report.py \
-      --ignore=tests/test_vllm_report_file.py)
+      --ignore=tests/test_vllm_report_file.py --ignore=tests/test_vllm_serve.py)
 fi

@@ -1,7 +1,8 @@
 """A CPU stand-in for an engine replica under Ray Serve: real ttlpolicy pins, no model.
 
-Two real vLLM CPU engines do not fit beside Ray on this machine's 2 cores, so the Ray tests'
-replicas are this: a ``ttlpolicy.ProgramLifecycle`` over a ``ProgramScheduler`` whose library
+The Ray venv's tests (``test_cluster.py``) use it where a test must set a replica's load or
+kill it, without vLLM (real vLLM replicas under Ray Serve: ``test_vllm_serve.py``, in the
+vLLM venv); it is a ``ttlpolicy.ProgramLifecycle`` over a ``ProgramScheduler`` whose library
 ``TTLPolicy`` decides each call's pin (``max_ttl_s`` caps the TTL; a call's ``miss_s`` is the
 miss cost it reports at finish, so a large one makes the policy pin), on the replica's real
 clock (``time.monotonic``).  A call "runs" for ``work_s`` seconds holding its blocks; a

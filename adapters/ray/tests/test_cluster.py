@@ -1,13 +1,13 @@
 """``TTLPolicyRouter`` in a real local Ray Serve (Ray 2.60, ``ray.init(num_cpus=2)``) over two
 replicas of the CPU stand-in (``standin.py``: real ttlpolicy pins and TTLs decided by the
-library's policy, capped at ``MAX_TTL_S`` seconds, no model — two vLLM CPU engines do not fit
-beside Ray on 2 cores).  The calls go through a ``DeploymentHandle`` from this process, so the
-router runs here (``live_routers``).  Shown: (a) a program's calls stay on the replica holding
-its pin; (b) it moves when its pin has expired and its replica is busier, and when its replica
-is overloaded although its pin is live — but not when only new programs' calls wait there
-(the return queue), until the replica reports its context evicted; (c) a killed replica's
-programs are re-routed and finish, nothing hangs, and no pin is left on the survivor once the
-programs ended.
+library's policy, capped at ``MAX_TTL_S`` seconds, no model: the tests set a replica's backlog
+and kill one; real vLLM replicas: ``test_vllm_serve.py``). The calls go through a
+``DeploymentHandle`` from this process, so the router runs here (``live_routers``). Shown: (a)
+a program's calls stay on the replica holding its pin; (b) it moves when its pin has expired
+and its replica is busier, and when its replica is overloaded although its pin is live — but
+not when only new programs' calls wait there (the return queue), until the replica reports its
+context evicted; (c) a killed replica's programs are re-routed and finish, nothing hangs, and
+no pin is left on the survivor once the programs ended.
 One cluster for the module (Ray's start takes most of the time).
 """
 
@@ -22,7 +22,7 @@ import pytest
 ray = pytest.importorskip("ray")
 import standin  # noqa: E402
 from ray import serve  # noqa: E402
-from ray.serve.config import RequestRouterConfig  # noqa: E402
+from serve_app import two_replicas  # noqa: E402
 from standin import Board, StandIn  # noqa: E402
 from ttlpolicy_ray import REPORT_KEY  # noqa: E402
 from ttlpolicy_ray.router import TTLPolicyRouter, live_routers  # noqa: E402
@@ -42,18 +42,7 @@ def cluster() -> Iterator[dict[str, Any]]:
     try:
         serve.start(proxy_location="Disabled")
         board = ray.remote(Board).options(name="ttlpolicy-board", num_cpus=0).remote()
-        app = serve.deployment(
-            StandIn,
-            num_replicas=2,
-            max_ongoing_requests=32,
-            health_check_period_s=0.5,
-            ray_actor_options={"num_cpus": 0},
-            request_router_config=RequestRouterConfig(
-                request_router_class=TTLPolicyRouter,
-                request_routing_stats_period_s=0.1,
-                request_routing_stats_timeout_s=5.0,
-            ),
-        ).bind(board, max_ttl_s=MAX_TTL_S)
+        app = two_replicas(StandIn, board, max_ongoing_requests=32, max_ttl_s=MAX_TTL_S)
         handle = serve.run(app, name="ttl", route_prefix=None)
         yield {"handle": handle, "board": board}
     finally:

@@ -62,6 +62,12 @@ def test_the_engine_process_report_reaches_the_replica_and_routes(tmp_path: Path
     cls = "ttlpolicy_ray.vllm_scheduler.ReportingTTLScheduler"  # (the later flag wins)
     with server.serve(model, tmp_path, NUM_BLOCKS, env, "--scheduler-cls", cls) as (base, proc, _):
         path = report_path(reports, proc.pid)  # the API server: the engine core's parent
+        # before any call: a report of the empty engine (a router routes only to replicas
+        # that have reported)
+        empty = read_report(path).get(REPORT_KEY)
+        assert empty is not None, "no report before the first call"
+        assert empty["free_blocks"] == empty["total_blocks"] == NUM_BLOCKS - 1
+        assert empty["pins"] == [] and empty["queue_len"] == 0
         rng = random.Random(3)
         prompt = [rng.randrange(3, 250) for _ in range(201)]
         out = server.complete(base, prompt, 24, program_id="prog", tool="bash")

@@ -5,8 +5,9 @@ an engine-core subprocess (vLLM's default).  Use it as the engine's scheduler cl
 ``TTLPOLICY_REPORT_DIR`` set; the replica's ``ttlpolicy_routing_stats`` returns
 ``read_report(report_path(directory, os.getpid()))`` (docs/ray.md).
 
-It writes at most every ``TTLPOLICY_REPORT_PERIOD_S`` seconds (default 0.25) after a step,
-and when the engine goes idle (no running request: the last finishes and their pins).
+It writes once when built (the engine's empty state, so that routers send it calls), then
+at most every ``TTLPOLICY_REPORT_PERIOD_S`` seconds (default 0.25) after a step, and when the
+engine goes idle (no running request: the last finishes and their pins).
 Imports vLLM: load it only in the engine's process."""
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class ReportingTTLScheduler(TTLScheduler):
         self.report_failures = 0
         self._report_evictions = VllmEvictions()
         self._last_report_s = -float("inf")
+        # a first report now, all blocks free: a router routes only to replicas that have
+        # reported, and this engine reports only after its steps — it would never get a call
+        self._report(force=True)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         out = super().schedule(*args, **kwargs)
