@@ -13,7 +13,10 @@ with ``route`` changed for a freed program only):
 * ``stay:K``: every instance but the one that freed it costs ``K`` times the loss of a
   context more (``miss + eta * T``: a move makes it a new program there, ranked last);
 * ``stayr:K``: the same, and the one that freed it is priced behind its return queue only
-  (its returns still rank by its arrival there).
+  (its returns still rank by its arrival there);
+* ``adm:K``: a new (or freed) program's call is charged ``K · T`` more at an instance for
+  each program waiting there for load control's admission (the router prices a full working
+  set as one ``T`` whatever waits; the simulator's counts, not a report).
 
     PYTHONPATH=python:bench python bench/investigations/fleet_tail.py \
         [--variants base,budget:1,4,young:8] [--seeds 0,1,2] [--rates 0.008,0.016] [--moves]
@@ -88,11 +91,15 @@ class _Withholding:
 class _Staying(RefRouter):
     """The reference router; a freed program's next call prices a move (``stay``/``stayr``)."""
 
-    def __init__(self, policy: Any, max_instances: int, k: float, returns: bool) -> None:
+    def __init__(
+        self, policy: Any, max_instances: int, k: float, returns: bool, admission_k: float = 0.0
+    ) -> None:
         super().__init__(RefPolicy(), max_instances=max_instances)
         self.policy = policy  # the engines' (native) policy: only its prices are read
-        self._k, self._returns = k, returns
+        self._k, self._returns, self._admission_k = k, returns, admission_k
         self._former: dict[str, int] = {}
+        #: programs waiting for admission at each instance, set before each route (``adm``)
+        self.waiting_programs: list[int] = []
 
     def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
         prog = self._programs.get(program_id)
@@ -104,7 +111,7 @@ class _Staying(RefRouter):
 
     def route(self, program_id: Any, now: Any, blocks_needed: Any, prefix_tokens: Any) -> str:
         former = self._former.pop(program_id, None)
-        if former is None or program_id in self._programs:
+        if program_id in self._programs or (former is None and not self._admission_k):
             return super().route(program_id, now, blocks_needed, prefix_tokens)
         policy = self.policy
         wait_memory_s = policy.out_of_order_cost_s
@@ -122,8 +129,10 @@ class _Staying(RefRouter):
                 inst.working_set_blocks + blocks_needed <= inst.total_blocks
             )
             cost = queue_s if fits else queue_s + wait_memory_s
-            if i != former:
+            if former is not None and i != former:
                 cost += self._k * loss
+            if self._admission_k and self.waiting_programs:
+                cost += self._admission_k * wait_memory_s * self.waiting_programs[i]
             room = inst.total_blocks - inst.working_set_blocks - blocks_needed
             key = (cost, 0 if i == former else 1, -room, i)
             if best is None or key < best:
@@ -145,11 +154,21 @@ class VariantRouter(TTLPolicyRouter):
         super().__init__()
         self.variant = variant
 
+    def choose(self, run: Any, turn_index: int, now: float) -> int:
+        if isinstance(self.router, _Staying) and self.router._admission_k:
+            self.router.waiting_programs = [
+                e.policy.admission.waiting_count if e.policy.admission is not None else 0
+                for e in self.cluster.engines
+            ]
+        return super().choose(run, turn_index, now)
+
     def bind(self, cluster: Cluster) -> None:
         super().bind(cluster)
         kind, _, arg = self.variant.partition(":")
-        if kind in ("stay", "stayr"):
-            self.router = _Staying(self.policy, len(cluster.engines), float(arg), kind == "stayr")
+        if kind in ("stay", "stayr", "adm"):
+            k = float(arg) if kind != "adm" else 0.0
+            adm = float(arg) if kind == "adm" else 0.0
+            self.router = _Staying(self.policy, len(cluster.engines), k, kind == "stayr", adm)
             for iid in self._ids:
                 self.router.add_instance(iid)
         else:
