@@ -157,7 +157,7 @@ class VariantRouter(TTLPolicyRouter):
     def choose(self, run: Any, turn_index: int, now: float) -> int:
         if isinstance(self.router, _Staying) and self.router._admission_k:
             self.router.waiting_programs = [
-                e.policy.admission.waiting_count if e.policy.admission is not None else 0
+                getattr(getattr(e.policy, "admission", None), "waiting_count", 0)
                 for e in self.cluster.engines
             ]
         return super().choose(run, turn_index, now)
