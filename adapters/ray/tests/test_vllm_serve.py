@@ -109,7 +109,8 @@ def pinned(report: dict, program: str) -> bool:
 
 
 def test_returns_follow_the_engines_pins(handle: Any, tmp_path: Path) -> None:
-    call(handle, [7] * 40)  # anonymous: makes the router, which then reads both replicas
+    call(handle, [7] * 40)  # anonymous: makes the router (at a handle's first call)
+    # both replicas report, the one that has run no call too (its empty engine)
     reports_until(lambda seen: all(r.get("total_blocks") == NUM_BLOCKS - 1 for r in seen.values()))
     rng = random.Random(5)
     contexts: dict[str, list[int]] = {}
