@@ -59,12 +59,20 @@ class Clairvoyant(QueuePolicy):
     reclaims_ahead = True
 
     def __init__(
-        self, *, pins: bool = True, evict: bool = True, admission: bool = True, sizes: bool = True
+        self,
+        *,
+        pins: bool = True,
+        evict: bool = True,
+        admission: bool = True,
+        sizes: bool = True,
+        horizon_scale: float = 1.0,
     ) -> None:
         super().__init__()
         # mechanisms a variant switches off (``make_clairvoyant``): which oracle is worth what
         self._pins, self._evict, self._admission = pins, evict, admission
         self._sizes = sizes
+        # the admission horizon is ``horizon_scale · n · rebuild_s`` (probes try others)
+        self._horizon_scale = horizon_scale
         self.table = _FurthestReturnFirst()
         self._next_use_s: dict[str, float] = {}  # program → its next call's issue instant
         self._live: set[str] = set()  # programs with a call waiting or running
@@ -136,7 +144,7 @@ class Clairvoyant(QueuePolicy):
             turn = turns[nxt]
             ahead_s = self._next_use_s.get(pid, math.inf) - now
             reuse = turn.reusable_blocks * self._block_tokens
-            if ahead_s > n * self.view.prefill_s(reuse):
+            if ahead_s > self._horizon_scale * n * self.view.prefill_s(reuse):
                 continue
             working += (
                 self._blocks(turn.input_tokens + turn.output_tokens) if self._sizes else current
