@@ -41,7 +41,7 @@ if [ "$vllm_tests" = 1 ] || { [ "$vllm_tests" = auto ] && [ $# -eq 0 ]; }; then
   echo "==> the Ray adapter's vLLM tests (adapters/ray/tests/test_vllm_*.py) on real vLLM, in the" \
     "vLLM venv (it has Ray Serve too; under the vLLM adapter's pytest options): the report of a" \
     "TTLScheduler in this process and from a server's engine-core process, and the router in a" \
-    "local Ray Serve over two replicas each running a vLLM CPU engine (~2 min)" >&2
+    "local Ray Serve over two replicas each running a vLLM CPU engine (2.3-3.5 min)" >&2
   (cd "$ROOT/adapters/vllm" &&
     PYTHONPATH="$ROOT/adapters/ray/src:$ROOT/adapters/vllm/tests${PYTHONPATH:+:$PYTHONPATH}" \
       TTLPOLICY_REQUIRE_NATIVE=1 "$VLLM_VENV/bin/python" -m pytest -c pyproject.toml \

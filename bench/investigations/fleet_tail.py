@@ -88,8 +88,9 @@ class _Withholding:
         return freed
 
 
-class _Staying(RefRouter):
-    """The reference router; a freed program's next call prices a move (``stay``/``stayr``)."""
+class _Pricing(RefRouter):
+    """The reference router; a freed program's next call prices a move (``stay``/``stayr``), a
+    new or freed one's the programs waiting for admission (``adm``)."""
 
     def __init__(
         self, policy: Any, max_instances: int, k: float, returns: bool, admission_k: float = 0.0
@@ -155,7 +156,7 @@ class VariantRouter(TTLPolicyRouter):
         self.variant = variant
 
     def choose(self, run: Any, turn_index: int, now: float) -> int:
-        if isinstance(self.router, _Staying) and self.router._admission_k:
+        if isinstance(self.router, _Pricing) and self.router._admission_k:
             self.router.waiting_programs = [
                 getattr(getattr(e.policy, "admission", None), "waiting_count", 0)
                 for e in self.cluster.engines
@@ -168,7 +169,7 @@ class VariantRouter(TTLPolicyRouter):
         if kind in ("stay", "stayr", "adm"):
             k = float(arg) if kind != "adm" else 0.0
             adm = float(arg) if kind == "adm" else 0.0
-            self.router = _Staying(self.policy, len(cluster.engines), k, kind == "stayr", adm)
+            self.router = _Pricing(self.policy, len(cluster.engines), k, kind == "stayr", adm)
             for iid in self._ids:
                 self.router.add_instance(iid)
         else:
