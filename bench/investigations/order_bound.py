@@ -56,6 +56,18 @@ class ShortestFirst(Clairvoyant):
         return (not call.preempted, first, work, call.program_arrival_s, call.issue_s, call.call_id)
 
 
+def point_hardware(point: str) -> tuple[str, str, Any]:
+    """``'<model>@<gpu>=<rate>'`` → (model, rate as written, the engine's roofline hardware)."""
+    setup, _, rate = point.partition("=")
+    model, gpu = setup.split("@")
+    return model, rate, roofline(model, gpu, cpu_tier_bytes=256e9 * MODELS[model].tp)
+
+
+def jct_s(m: Any) -> dict[str, float]:
+    """Each finished program's completion time, s (``Metrics`` of one run)."""
+    return {p: end - m.program_start_s[p] for p, end in m.program_finish_s.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default="llama-3.1-8b@h100-80g=0.004;llama-3.1-70b@h100-80g=0.003")
@@ -76,9 +88,7 @@ def main() -> int:
     print("| point | seed | " + " | ".join(names) + " | best bound × continuum / cachettl |")
     print("|---" * (len(names) + 3) + "|")
     for point in args.points.split(";"):
-        setup, _, rate = point.partition("=")
-        model, gpu = setup.split("@")
-        hw = roofline(model, gpu, cpu_tier_bytes=256e9 * MODELS[model].tp)
+        model, rate, hw = point_hardware(point)
         for seed in map(int, args.seeds.split(",")):
             mean: dict[str, float] = {}
             t = time.perf_counter()
@@ -97,9 +107,7 @@ def main() -> int:
                     print(f"  {name}: {e}", file=sys.stderr)
                     mean[name] = float("nan")
                     continue
-                mean[name] = float(
-                    np.mean([end - m.program_start_s[p] for p, end in m.program_finish_s.items()])
-                )
+                mean[name] = float(np.mean(list(jct_s(m).values())))
             best = min(mean[n] for n in bounds if mean[n] == mean[n])
             print(f"| {model} {rate}/s | {seed} | "
                   + " | ".join(f"{mean[n]:,.0f}" if mean[n] == mean[n] else "stalls" for n in names)
