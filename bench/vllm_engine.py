@@ -100,8 +100,15 @@ class Engine:
         return self.core.scheduler
 
     def submit(
-        self, prompt: list[int], max_tokens: int, rid: str | None = None, **xargs: Any
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        rid: str | None = None,
+        cache_salt: str | None = None,
+        **xargs: Any,
     ) -> str:
+        """Queue a request (``xargs``: its ``vllm_xargs``; ``cache_salt``: its tenant's salt,
+        as a gateway sets it); returns its id."""
         from vllm import SamplingParams
 
         if rid is None:
@@ -113,7 +120,10 @@ class Engine:
             ignore_eos=True,
             extra_args=xargs or None,
         )
-        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": prompt}, params)
+        inputs: dict[str, Any] = {"prompt_token_ids": prompt}
+        if cache_salt is not None:
+            inputs["cache_salt"] = cache_salt
+        self.llm.llm_engine.add_request(rid, inputs, params)
         return rid
 
     def run(self, max_steps: int = 10_000) -> None:

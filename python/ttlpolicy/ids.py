@@ -9,6 +9,14 @@ last-turn flag and tool name arrive as JSON fields (vLLM's ``vllm_xargs``, SGLan
 ``custom_params``): ``program_info`` bounds them, and a malformed id makes the request
 anonymous rather than failing it.  The adapters call these; they are not rules of the model,
 so they have no Rust twin.
+
+Tenancy: a program is its tenant's alone.  ``Tenancy`` says where a request's tenant comes
+from (the request's ``cache_salt`` by default, which a gateway sets per tenant; or a field the
+operator declares as set by a trusted gateway) and whether client-chosen ids are taken at
+all; ``Tenancy.scoped`` turns a client's program id into the id the library tracks, namespaced
+by the tenant, so that no request can name, extend, end, abort, rank as or take the pin of
+another tenant's program.  A client id may hold no control character, so none equals a
+namespaced id (``"\x00t:..."``) or an adapter's synthetic one (``"\x00anonymous:..."``).
 """
 
 from __future__ import annotations
@@ -20,7 +28,18 @@ from typing import Any
 from ._validate import tool_key
 from .reference.scheduler import MAX_ID_BYTES
 
-__all__ = ["MAX_ID_BYTES", "MAX_PROGRAM_ID_CHARS", "ProgramInfo", "program_info", "scheduler_id"]
+__all__ = [
+    "MAX_ID_BYTES",
+    "MAX_PROGRAM_ID_CHARS",
+    "MAX_TENANT_FIELD_CHARS",
+    "OPEN_TENANCY",
+    "ProgramInfo",
+    "Tenancy",
+    "program_info",
+    "program_key",
+    "scheduler_id",
+    "tenant_key",
+]
 
 #: Longest program id taken from a request, in characters.
 MAX_PROGRAM_ID_CHARS = 256
@@ -46,6 +65,8 @@ def program_info(program_id: Any, last_turn: Any = False, tool: Any = None) -> P
         program_id.encode("utf-8")  # JSON can carry lone surrogates; ids must be valid text
     except UnicodeEncodeError:
         return None
+    if not program_id.isprintable():  # control characters are the library's own namespaces
+        return None
     return ProgramInfo(
         program_id,
         _flag(last_turn),
@@ -70,3 +91,70 @@ def scheduler_id(request_id: str) -> str:
         pass
     raw = request_id.encode("utf-8", "surrogatepass")
     return "\x00sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+#: Longest name of the trusted tenant field an operator may declare, in characters.
+MAX_TENANT_FIELD_CHARS = 64
+_NAMESPACE = "\x00t:"  # namespaced program ids: "\x00t:<tenant key>:<client id>"
+
+
+def tenant_key(tenant: Any) -> str | None:
+    """A tenant as a short fixed-size key: None for no tenant (None or an empty str), else the
+    first 32 hex digits of the SHA-256 of its text (any other value: of its ``repr``).  Fixed
+    size whatever the client sent, and no tenant's value can be read back from a program id."""
+    if tenant is None or tenant == "":
+        return None
+    text = tenant if isinstance(tenant, str) else repr(tenant)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def program_key(tenant: str | None, program_id: str) -> str:
+    """The id the library tracks for ``program_id`` of ``tenant`` (a ``tenant_key``): the id
+    itself without a tenant (one shared namespace, as before tenants), else namespaced — and
+    digested by ``scheduler_id`` should it exceed ``MAX_ID_BYTES``."""
+    if tenant is None:
+        return program_id
+    return scheduler_id(f"{_NAMESPACE}{tenant}:{program_id}")
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """Where a request's tenant comes from and whether a client may name its program.
+
+    ``tenant_field``: None — the request's ``cache_salt`` (vLLM and SGLang namespace their
+    prefix caches by it: a gateway that sets one per tenant keeps both cache contents and
+    programs apart); else the name of a request field (vLLM ``vllm_xargs``, SGLang
+    ``custom_params``) that a trusted gateway sets and clients cannot (the operator's to
+    ensure).  ``client_ids``: False ignores every client-chosen program id (requests are
+    anonymous, scheduled as stock)."""
+
+    tenant_field: str | None = None
+    client_ids: bool = True
+
+    def __post_init__(self) -> None:
+        field = self.tenant_field
+        if field is not None and not (
+            isinstance(field, str) and 0 < len(field) <= MAX_TENANT_FIELD_CHARS
+        ):
+            raise ValueError(
+                f"tenant_field must be None or a name of 1 to {MAX_TENANT_FIELD_CHARS} "
+                f"characters, got {field!r}"
+            )
+
+    def tenant(self, cache_salt: Any, fields: Any) -> str | None:
+        """The ``tenant_key`` of a request with ``cache_salt`` and extra ``fields`` (a dict,
+        or anything else for none)."""
+        if self.tenant_field is None:
+            return tenant_key(cache_salt)
+        return tenant_key(fields.get(self.tenant_field) if isinstance(fields, dict) else None)
+
+    def scoped(self, info: ProgramInfo | None, tenant: str | None) -> ProgramInfo | None:
+        """``info`` with its program id namespaced by ``tenant``; None (anonymous) when
+        there is no program or client ids are not taken."""
+        if info is None or not self.client_ids:
+            return None
+        return ProgramInfo(program_key(tenant, info.program_id), info.last_turn, info.tool)
+
+
+#: The default: tenants from ``cache_salt``, client ids taken.
+OPEN_TENANCY = Tenancy()

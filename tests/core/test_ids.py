@@ -3,12 +3,21 @@ program fields are bounded, and a malformed id makes the request anonymous."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy import PolicyConfig
 from ttlpolicy._validate import MAX_TOOL_NAME_CHARS
-from ttlpolicy.ids import MAX_ID_BYTES, MAX_PROGRAM_ID_CHARS, program_info, scheduler_id
+from ttlpolicy.ids import (
+    MAX_ID_BYTES,
+    MAX_PROGRAM_ID_CHARS,
+    Tenancy,
+    program_info,
+    program_key,
+    scheduler_id,
+    tenant_key,
+)
 
 
 def test_valid_ids_are_kept_and_others_digested():
@@ -42,3 +51,59 @@ def test_program_fields_from_a_client():
 def test_any_tool_text_is_bounded_never_raises(tool):
     info = program_info("p", tool=tool)
     assert info is not None and info.tool is not None and len(info.tool) <= MAX_TOOL_NAME_CHARS
+
+
+# -- tenancy: a program is its tenant's alone --------------------------------------------------
+
+
+def test_client_ids_hold_no_control_character():
+    # the library's own ids ("\x00t:...", "\x00anonymous:...") start with one
+    for bad in ("\x00t:abc:p", "\x00anonymous:r1", "p\n", "a\tb"):
+        assert program_info(bad) is None
+
+
+def test_program_keys_are_namespaced_by_tenant():
+    a, b = tenant_key("salt-a"), tenant_key("salt-b")
+    assert a is not None and b is not None and a != b and len(a) == 32
+    assert tenant_key(None) is None and tenant_key("") is None
+    assert program_key(None, "p") == "p"  # one shared namespace without a tenant
+    keys = {program_key(None, "p"), program_key(a, "p"), program_key(b, "p")}
+    assert len(keys) == 3
+    assert program_key(a, "p") == program_key(tenant_key("salt-a"), "p")  # stable
+
+
+@given(st.text(max_size=300), st.text(min_size=1, max_size=MAX_PROGRAM_ID_CHARS))
+def test_every_program_key_is_accepted_and_no_client_id_forges_one(tenant, program_id):
+    info = program_info(program_id)
+    key = program_key(tenant_key(tenant), program_id)
+    assert 0 < len(key.encode("utf-8", "surrogatepass")) <= MAX_ID_BYTES
+    if tenant and info is not None:
+        assert key != info.program_id  # a client id never names a tenant's program
+
+
+def test_tenancy_reads_the_salt_or_the_trusted_field():
+    salt = Tenancy()
+    assert salt.tenant("s1", {"tenant": "x"}) == tenant_key("s1")
+    gateway = Tenancy(tenant_field="tenant")
+    assert gateway.tenant("s1", {"tenant": "x"}) == tenant_key("x")
+    assert gateway.tenant("s1", None) is None  # no trusted field: no tenant
+    info = program_info("p", True, "bash")
+    scoped = salt.scoped(info, tenant_key("s1"))
+    assert scoped is not None and scoped.program_id == program_key(tenant_key("s1"), "p")
+    assert scoped.last_turn and scoped.tool == "bash"
+    assert Tenancy(client_ids=False).scoped(info, None) is None
+    assert salt.scoped(None, tenant_key("s1")) is None
+
+
+def test_bad_tenancy_knobs_name_the_knob(monkeypatch):
+    from ttlpolicy.serving.knobs import tenancy_from_env
+
+    monkeypatch.setenv("TTLPOLICY_TENANT_FIELD", "f" * 65)
+    with pytest.raises(ValueError, match="TTLPOLICY_TENANT_FIELD"):
+        tenancy_from_env()
+    monkeypatch.setenv("TTLPOLICY_TENANT_FIELD", "x-tenant")
+    monkeypatch.setenv("TTLPOLICY_CLIENT_IDS", "maybe")
+    with pytest.raises(ValueError, match=r"TTLPOLICY_CLIENT_IDS.*'maybe'"):
+        tenancy_from_env()
+    monkeypatch.setenv("TTLPOLICY_CLIENT_IDS", "0")
+    assert tenancy_from_env() == Tenancy("x-tenant", client_ids=False)

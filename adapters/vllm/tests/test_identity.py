@@ -12,6 +12,7 @@ from ttlpolicy_vllm.identity import (
     MAX_PROGRAM_ID_CHARS,
     MAX_SCHEDULER_ID_BYTES,
     ProgramInfo,
+    Tenancy,
     program_of,
     scheduler_key,
 )
@@ -75,3 +76,22 @@ def test_scheduler_key_keeps_short_ids_and_bounds_the_rest() -> None:
 def test_scheduler_key_is_always_acceptable(request_id: str) -> None:
     key = scheduler_key(request_id)
     assert key and len(key.encode("utf-8")) <= MAX_SCHEDULER_ID_BYTES
+
+
+def test_the_program_is_its_tenants() -> None:
+    def salted(salt: Any, extra: Any) -> SimpleNamespace:
+        r = request(extra)
+        r.cache_salt = salt
+        return r
+
+    mine, theirs, bare = (
+        program_of(salted(s, {"program_id": "p"})) for s in ("salt-a", "salt-b", None)
+    )
+    assert mine is not None and theirs is not None and bare is not None
+    assert len({mine.program_id, theirs.program_id, bare.program_id}) == 3
+    assert bare.program_id == "p"  # without a tenant: the shared namespace
+    gateway = Tenancy(tenant_field="tenant")
+    a1 = program_of(salted("s1", {"program_id": "p", "tenant": "t1"}), gateway)
+    a2 = program_of(salted("s2", {"program_id": "p", "tenant": "t1"}), gateway)
+    assert a1 == a2  # the trusted field names the tenant, not the salt
+    assert program_of(salted("s1", {"program_id": "p"}), Tenancy(client_ids=False)) is None

@@ -10,12 +10,15 @@ import os
 from dataclasses import dataclass
 
 from ..config import PolicyConfig
+from ..ids import OPEN_TENANCY, Tenancy
 
 #: the knobs' names
 PIN_BUDGET_FRACTION = "TTLPOLICY_PIN_BUDGET_FRACTION"
 LOG_INTERVAL_S = "TTLPOLICY_LOG_INTERVAL_S"
 POLICY = "TTLPOLICY_POLICY"
 METRICS = "TTLPOLICY_METRICS"
+TENANT_FIELD = "TTLPOLICY_TENANT_FIELD"
+CLIENT_IDS = "TTLPOLICY_CLIENT_IDS"
 
 
 def env_float(name: str, default: float, low: float, high: float) -> float:
@@ -49,6 +52,9 @@ class EngineKnobs:
     policy: PolicyConfig  # TTLPOLICY_POLICY: a PolicyConfig as JSON (PolicyConfig.for_engine)
     log_interval_s: float  # TTLPOLICY_LOG_INTERVAL_S: 0 disables the periodic log line
     metrics: bool = True  # TTLPOLICY_METRICS: 0 keeps the ttlpolicy_* Prometheus metrics off
+    # TTLPOLICY_TENANT_FIELD (unset: the request's cache_salt names its tenant; else the
+    # request field a trusted gateway sets), TTLPOLICY_CLIENT_IDS (0: ignore client ids)
+    tenancy: Tenancy = OPEN_TENANCY
 
     @classmethod
     def from_env(
@@ -64,4 +70,15 @@ class EngineKnobs:
             ),
             log_interval_s=env_float(LOG_INTERVAL_S, 10.0, 0.0, 1e9),
             metrics=env_bool(METRICS, True),
+            tenancy=tenancy_from_env(),
         )
+
+
+def tenancy_from_env() -> Tenancy:
+    """``Tenancy`` as ``TTLPOLICY_TENANT_FIELD`` and ``TTLPOLICY_CLIENT_IDS`` set it."""
+    raw = os.environ.get(TENANT_FIELD)
+    field = raw.strip() if raw is not None and raw.strip() else None
+    try:
+        return Tenancy(field, env_bool(CLIENT_IDS, True))
+    except ValueError as e:
+        raise ValueError(f"{TENANT_FIELD}: {e}") from None

@@ -62,6 +62,7 @@ class AdapterMetrics:
     returns_missed_budget_full: int = 0  # ... whose pin did not fit the pin budget
     programs_ended: int = 0  # programs ended: last turn, abort, end of program
     admission_refusals: int = 0  # programs held back by load control, once per wait
+    pin_claims_refused: int = 0  # requests naming a pinned program without continuing it
     pinned_programs_now: int = 0  # gauge: programs holding a pin
     working_set_blocks_now: int = 0  # gauge: load control's working set
     pin_budget_blocks: int = 0  # the engine's pin budget (constant)

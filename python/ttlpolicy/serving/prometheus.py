@@ -89,6 +89,12 @@ METRICS: dict[str, MetricSpec] = {
         "Returning requests that found no pin of their program, by cause.",
         labels=("cause",),
     ),
+    "pin_claims_refused": MetricSpec(
+        P + "pin_claims_refused",
+        "counter",
+        "Requests that named a pinned program without continuing its context (served as"
+        " anonymous; the pin kept).",
+    ),
     "programs_ended": MetricSpec(
         P + "programs_ended", "counter", "Programs ended (last turn, abort, end of program)."
     ),

@@ -13,6 +13,10 @@ In order, the first one present names the program:
 A request with none of them is anonymous and is scheduled as stock SGLang would.  All of it
 is client input: ids are bounded, a malformed value makes the request anonymous rather than
 failing it, and a tool name is normalised by ``ttlpolicy`` (bounded, never raises).
+
+The program is its tenant's: the id is namespaced by the request's ``cache_salt`` (or the
+field a trusted gateway sets in ``custom_params``, ``ttlpolicy.ids.Tenancy``), so a client
+naming another tenant's program id names a different program.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ from typing import Any
 from ttlpolicy.ids import (
     MAX_ID_BYTES,
     MAX_PROGRAM_ID_CHARS,
+    OPEN_TENANCY,
     ProgramInfo,
+    Tenancy,
     program_info,
     scheduler_id,
 )
@@ -32,6 +38,7 @@ __all__ = [
     "MAX_SCHEDULER_ID_BYTES",
     "PROGRAM_FIELDS",
     "ProgramInfo",
+    "Tenancy",
     "program_of",
     "request_key",
 ]
@@ -49,9 +56,9 @@ def request_key(rid: Any) -> str:
     return scheduler_id(rid if isinstance(rid, str) else repr(rid))
 
 
-def program_of(req: Any) -> ProgramInfo | None:
-    """The program of ``req`` (an ``sglang.srt.managers.schedule_batch.Req``), None when
-    anonymous."""
+def program_of(req: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | None:
+    """The program of ``req`` (an ``sglang.srt.managers.schedule_batch.Req``), its id
+    namespaced by the request's tenant; None when anonymous."""
     params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
     if not isinstance(params, dict):
         params = {}
@@ -61,4 +68,5 @@ def program_of(req: Any) -> ProgramInfo | None:
         if named is not None:
             break
         named = getattr(req, field, None)
-    return program_info(named, params.get("last_turn", False), params.get("tool"))
+    info = program_info(named, params.get("last_turn", False), params.get("tool"))
+    return tenancy.scoped(info, tenancy.tenant(getattr(req, "cache_salt", None), params))

@@ -4,6 +4,10 @@
 and ``tool``; without ``program_id`` the request's ``session_id`` names the program.  A request
 with neither is anonymous and is scheduled as stock vLLM would.  All of it is client input:
 ids are bounded, a malformed value makes the request anonymous rather than failing it.
+
+The program is its tenant's: the id is namespaced by the request's ``cache_salt`` (or the
+field a trusted gateway sets, ``ttlpolicy.ids.Tenancy``), so a client naming another tenant's
+program id names a different program.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from typing import Any
 from ttlpolicy.ids import (
     MAX_ID_BYTES,
     MAX_PROGRAM_ID_CHARS,
+    OPEN_TENANCY,
     ProgramInfo,
+    Tenancy,
     program_info,
     scheduler_id,
 )
@@ -22,6 +28,7 @@ __all__ = [
     "MAX_PROGRAM_ID_CHARS",
     "MAX_SCHEDULER_ID_BYTES",
     "ProgramInfo",
+    "Tenancy",
     "program_of",
     "scheduler_key",
 ]
@@ -32,8 +39,9 @@ MAX_SCHEDULER_ID_BYTES = MAX_ID_BYTES
 scheduler_key = scheduler_id
 
 
-def program_of(request: Any) -> ProgramInfo | None:
-    """The program of ``request`` (a ``vllm.v1.request.Request``), or None when anonymous."""
+def program_of(request: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | None:
+    """The program of ``request`` (a ``vllm.v1.request.Request``), its id namespaced by the
+    request's tenant; None when anonymous."""
     params = getattr(request, "sampling_params", None)
     extra = getattr(params, "extra_args", None) or {}
     if not isinstance(extra, dict):
@@ -41,4 +49,5 @@ def program_of(request: Any) -> ProgramInfo | None:
     program_id = extra.get("program_id")
     if program_id is None:
         program_id = getattr(request, "session_id", None)
-    return program_info(program_id, extra.get("last_turn", False), extra.get("tool"))
+    info = program_info(program_id, extra.get("last_turn", False), extra.get("tool"))
+    return tenancy.scoped(info, tenancy.tenant(getattr(request, "cache_salt", None), extra))

@@ -64,7 +64,7 @@ from . import program_hints
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key
-from .pins import BlockPins, cached_blocks
+from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
 from .tier import offload_manager, offloaded_prefix_tokens
 
@@ -121,6 +121,7 @@ class TTLScheduler(Scheduler):
             self._prefill_chunk_tokens(), reload_tier=offload_manager(self.connector) is not None
         )
         cfg = knobs.policy
+        self.tenancy = knobs.tenancy
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
@@ -175,7 +176,12 @@ class TTLScheduler(Scheduler):
     def add_request(self, request: Request) -> None:
         t0 = time.perf_counter()
         rid = request.request_id
-        info = program_of(request) if rid not in self.requests else None
+        info = program_of(request, self.tenancy) if rid not in self.requests else None
+        if info is not None and not self.pins.continues(info.program_id, request.block_hashes):
+            # it names a pinned program but does not continue the pinned context: it takes
+            # neither the pin nor the program's place (served as anonymous, the pin kept)
+            self.ttl_metrics.pin_claims_refused += 1
+            info = None
         if info is not None:
             self._programs_of[rid] = info
         t1 = time.perf_counter()
@@ -417,7 +423,10 @@ class TTLScheduler(Scheduler):
             self.ttl_metrics.decided(pid, now, ttl_s, None)
         else:
             program_hints.note(rid, ended=False, wait_s=max(0.0, finished.pin.deadline_s - now))
-            self.pins.hold(pid, blocks)  # merged with a pin the program already held
+            point = continuation_point(
+                request.block_hashes, request.num_prompt_tokens, self.block_size
+            )
+            self.pins.hold(pid, blocks, point)  # merged with a pin the program already held
             self.ttl_metrics.decided(pid, now, ttl_s, len(blocks))
 
     def _ended(self, ended: Any, key: str, program: bool = True) -> None:

@@ -1,0 +1,112 @@
+"""A program is its tenant's alone, on a real vLLM engine (CPU).
+
+The scenarios of a hostile client (issue 44) with the tenant taken from the request's
+``cache_salt``: a stranger naming another tenant's program id — with an unrelated prompt,
+with ``last_turn``, or aborting — moves, ends and aborts nothing of it, and the owner's return
+finds its whole context cached as it would without the stranger (two filler requests during
+the tool call need the memory, so a pin that was taken or released is evicted).  Within a
+tenant, a request naming a pinned program takes the pin only if it continues the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from test_engine import FILLER, NUM_BLOCKS, TURN1_OUT, TURN1_PROMPT, Prompts, context_of
+
+from conftest import ttl_engine
+from vllm_engine import BLOCK, TEST_POLICY, Engine
+
+pytestmark = [pytest.mark.slow, pytest.mark.engine]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model) -> Iterator[Engine]:
+    yield from ttl_engine(tiny_model, TEST_POLICY, "0.75", NUM_BLOCKS)
+
+
+@pytest.fixture
+def ttl(engine: Engine) -> Iterator[Engine]:
+    yield engine
+    engine.run()
+    # a stranger's own pin expires; then the engine is as the next test expects it:
+    # nothing pinned, every block free
+    sched = engine.scheduler
+    assert engine.clock is not None
+    engine.clock.advance(1000.0)
+    engine.turn([5] * 8, 1)  # a step expires the pins
+    assert sched.pins.held_blocks() == 0 and sched.programs.pin_count == 0
+    assert engine.free_blocks() == NUM_BLOCKS - 1
+
+
+def owner_return_after(engine: Engine, seed: int, stranger: Any) -> tuple[int, int]:
+    """The owner's turn 1 (tenant "salt-a", program ``f"p{seed}"``), then
+    ``stranger(engine, prompts, program)`` during the tool call, two fillers needing the
+    memory, then the owner's turn 2.  Returns (turn 2's cached tokens, turn 1's whole
+    blocks).  (Each test's program id is its own: a stranger's program that came back a
+    test later would teach the policy a 1,000 s gap and turn the owner's pin off.)"""
+    p, program = Prompts(engine, seed), f"p{seed}"
+    a1 = p(TURN1_PROMPT)
+    out1 = engine.turn(a1, TURN1_OUT, program_id=program, tool="bash", cache_salt="salt-a")
+    ctx = context_of(a1, out1)
+    assert engine.scheduler.pins.held_blocks() == 7  # the owner's context is pinned
+    assert engine.clock is not None
+    engine.clock.advance(1.0)
+    stranger(engine, p, program)
+    engine.turn(p(FILLER), 8)
+    engine.turn(p(FILLER), 8)
+    out2 = engine.turn(
+        ctx + p(20), 4, program_id=program, tool="bash", last_turn=True, cache_salt="salt-a"
+    )
+    return out2.num_cached_tokens, ((len(ctx) - 1) // BLOCK) * BLOCK
+
+
+def test_the_owner_alone_finds_its_context(ttl) -> None:
+    hit, whole = owner_return_after(ttl, 11, lambda e, p, program: None)
+    assert hit == whole == 7 * BLOCK
+
+
+@pytest.mark.parametrize("salt", ["salt-b", None], ids=["other-tenant", "no-salt"])
+def test_another_tenant_naming_the_id_takes_no_pin(ttl, salt) -> None:
+    def stranger(e: Engine, p: Prompts, program: str) -> None:
+        e.turn(p(40), 4, program_id=program, tool="bash", cache_salt=salt)
+
+    hit, whole = owner_return_after(ttl, 12, stranger)
+    assert hit == whole, "the owner's pin survived the stranger's request"
+
+
+def test_another_tenants_last_turn_ends_nothing(ttl) -> None:
+    def stranger(e: Engine, p: Prompts, program: str) -> None:
+        before = e.scheduler.pins.held_blocks()
+        e.turn(p(40), 4, program_id=program, last_turn=True, cache_salt="salt-b")
+        assert e.scheduler.pins.held_blocks() == before
+
+    hit, whole = owner_return_after(ttl, 13, stranger)
+    assert hit == whole
+
+
+def test_another_tenants_abort_ends_nothing(ttl) -> None:
+    def stranger(e: Engine, p: Prompts, program: str) -> None:
+        before = e.scheduler.pins.held_blocks()
+        rid = e.submit(p(40), 4, program_id=program, cache_salt="salt-b")
+        e.abort(rid)
+        assert e.scheduler.pins.held_blocks() == before
+
+    hit, whole = owner_return_after(ttl, 14, stranger)
+    assert hit == whole
+
+
+def test_within_a_tenant_only_a_continuation_takes_the_pin(ttl) -> None:
+    refused = ttl.scheduler.ttl_stats()["pin_claims_refused"]
+
+    def same_tenant_unrelated(e: Engine, p: Prompts, program: str) -> None:
+        before = e.scheduler.pins.held_blocks()
+        out = e.turn(p(40), 4, program_id=program, cache_salt="salt-a")
+        assert out.num_cached_tokens == 0
+        assert e.scheduler.pins.held_blocks() == before  # served as anonymous: pin kept
+
+    hit, whole = owner_return_after(ttl, 15, same_tenant_unrelated)
+    assert hit == whole
+    assert ttl.scheduler.ttl_stats()["pin_claims_refused"] == refused + 1
