@@ -98,7 +98,8 @@ class RouterMachine(RuleBasedStateMachine):
         self.step(lambda r: r.pinned(iid, pid, self.now + ttl, blocks))
 
     @rule(iid=st.sampled_from(INSTANCES), pid=st.sampled_from(PROGRAMS),
-          ttl=st.sampled_from([-1.0, 0.0, 1.0, 30.0]), ahead=st.sampled_from([0.0, 2.0, math.nan]))  # fmt: skip
+          ttl=st.sampled_from([-1.0, 0.0, 1.0, 30.0]),
+          ahead=st.sampled_from([0.0, 2.0, math.nan]))  # fmt: skip
     def pinned_at(self, iid, pid, ttl, ahead) -> None:
         """A pin checked against the caller's clock (``now``), maybe ahead of the router's."""
         self.step(lambda r: r.pinned(iid, pid, self.now + ttl, 5, self.now + ahead))
