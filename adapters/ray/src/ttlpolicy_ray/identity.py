@@ -15,14 +15,15 @@ A request with neither, or with a malformed or over-long id (``ttlpolicy.ids.pro
 at most ``MAX_PROGRAM_ID_CHARS`` characters), is anonymous: the router routes it as a
 one-call program.  All of it is client input: nothing here raises on it.
 
-**Tenants.**  A program is (tenant, id): ``tenant_of`` names the tenant from a field of the
-request the operator trusts to tell tenants apart (by default vLLM's ``cache_salt``: the
-secret that already separates tenants' prefix caches, which a gateway sets or checks), and
-``program_key`` makes the router's key of the pair, so another tenant naming the same id (a
-``last_turn`` included) addresses a different program.  A request without the field is of
-no tenant: its key is the id itself, as the replicas' reports name it.  Both are pure
-functions of their arguments (no Ray), so they can move to ``ttlpolicy.ids`` when the
-engines namespace their ids the same way.
+**Tenants.**  A program is (tenant, id): ``tenant_field_of`` reads the value naming the
+request's tenant (by default vLLM's ``cache_salt``: the secret that already keeps tenants'
+prefix caches apart, which a gateway sets per tenant; or a ``vllm_xargs`` field the operator
+declares as set by a trusted gateway), ``tenant_of`` makes it a short key, and
+``program_key`` the router's key of the pair, so another tenant naming the same id (a
+``last_turn`` included) addresses a different program.  A request of no tenant keys its
+program by the id itself, as the replicas' reports name it.  All three are pure functions
+(no Ray), and give the keys ``ttlpolicy.ids`` gives the engines' programs once the vLLM and
+SGLang adapters namespace them (``tenant_key``, ``program_key``; then these move there).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from ttlpolicy.ids import MAX_PROGRAM_ID_CHARS, ProgramInfo, program_info, sched
 
 __all__ = [
     "CHARS_PER_TOKEN",
-    "DEFAULT_TENANT_FIELD",
     "MAX_PROGRAM_ID_CHARS",
+    "MAX_TENANT_FIELD_CHARS",
     "program_key",
     "program_of",
     "request_tokens",
@@ -44,8 +45,9 @@ __all__ = [
     "tenant_of",
 ]
 
-#: The request field that names a program's tenant by default (vLLM's prefix-cache salt).
-DEFAULT_TENANT_FIELD = "cache_salt"
+#: Longest name of the ``vllm_xargs`` field an operator may declare to name tenants.
+MAX_TENANT_FIELD_CHARS = 64
+_NAMESPACE = "\x00t:"  # tenants' program keys: "\x00t:<tenant>:<client id>"
 
 #: Characters per token when a request carries text, not token ids (the router has no
 #: tokenizer; a call's size only weighs where it fits).
@@ -75,20 +77,23 @@ def program_of(pending: Any) -> ProgramInfo | None:
 
 
 def tenant_of(value: Any) -> str | None:
-    """The tenant a request field's ``value`` names: None (no tenant) unless a non-empty str;
-    else a digest of it (32 hex digits: a bounded key that does not repeat the secret)."""
-    if not isinstance(value, str) or not value:
+    """The tenant a request field's ``value`` names: None (no tenant) for None or an empty
+    str; else the first 32 hex digits of the SHA-256 of its text (of its ``repr`` for a
+    value not a str): fixed size whatever the client sent, and the secret is not kept."""
+    if value is None or value == "":
         return None
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    text = value if isinstance(value, str) else repr(value)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def program_key(tenant: str | None, program_id: str) -> str:
-    """The router's key of program ``program_id`` of ``tenant``: the id itself for no tenant
-    (as engines report it), else one no other (tenant, id) pair has.  Client ids that start
-    with NUL, the prefix of the router's own keys, are set apart too; a key over the
-    router's id bound is kept under its digest (``ttlpolicy.ids.scheduler_id``)."""
+    """The router's key of program ``program_id`` of ``tenant`` (a ``tenant_of``): the id itself
+    for no tenant (as engines report it), else ``"\\x00t:<tenant>:<id>"``, which no other
+    (tenant, id) pair has.  Client ids that start with NUL, the prefix of the router's own
+    keys, are set apart too; a key over the router's id bound is kept under its digest
+    (``ttlpolicy.ids.scheduler_id``)."""
     if tenant is not None:
-        key = f"\x00tenant:{tenant}\x00{program_id}"
+        key = f"{_NAMESPACE}{tenant}:{program_id}"
     elif program_id.startswith("\x00"):
         key = "\x00raw:" + program_id
     else:
@@ -96,9 +101,14 @@ def program_key(tenant: str | None, program_id: str) -> str:
     return scheduler_id(key)
 
 
-def tenant_field_of(pending: Any, field: str | None) -> Any:
-    """The value of the request body's ``field`` (None: no field is trusted)."""
-    return None if field is None else _field(_body(pending), field)
+def tenant_field_of(pending: Any, tenant_field: str | None) -> Any:
+    """The value naming the tenant of ``pending``: the body's ``cache_salt`` (``tenant_field``
+    None), else ``vllm_xargs[tenant_field]`` (a field the operator's gateway sets)."""
+    body = _body(pending)
+    if tenant_field is None:
+        return _field(body, "cache_salt")
+    xargs = _field(body, "vllm_xargs")
+    return xargs.get(tenant_field) if isinstance(xargs, Mapping) else None
 
 
 def _text_chars(value: Any, depth: int = 0) -> int:

@@ -33,12 +33,12 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   ``MAX_REPORT_PINS`` pins and ``MAX_REPORT_EVICTED`` evictions are read (the rest counted);
   a pin sets a home only where ``ProgramRouter.pinned`` accepts it (live at the router's
   ``now``, and not for a program the router homes at another replica).
-* A call: ``program_of`` (identity.py) names the program, ``tenant_of`` its tenant (the
-  request field ``tenant_field`` names, ``cache_salt`` by default), ``program_key`` the
-  router's key of the pair; ``blocks_needed`` is its prompt and output cap in the router's
-  block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.  The chosen replica
-  is Ray's first rank, the others its second (Ray moves on when the first is at
-  ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
+* A call: ``program_of`` (identity.py) names the program, ``tenant_of`` its tenant (from the
+  request's ``cache_salt``, or the ``vllm_xargs`` field ``tenant_field`` names),
+  ``program_key`` the router's key of the pair; ``blocks_needed`` is its prompt and output
+  cap in the router's block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.
+  The chosen replica is Ray's first rank, the others its second (Ray moves on when the first
+  is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
   forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program (of its
   tenant: another tenant's last turn naming the same id ends another program).
 * Bad input never loses a request: a report the library refuses (NaN, negative figures,
@@ -63,7 +63,7 @@ from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRA
 
 from . import _registry
 from .identity import (
-    DEFAULT_TENANT_FIELD,
+    MAX_TENANT_FIELD_CHARS,
     program_key,
     program_of,
     request_tokens,
@@ -114,16 +114,21 @@ class TTLPolicyRouter(RequestRouter):
         policy: str | None = None,
         max_programs: int = DEFAULT_MAX_PROGRAMS,
         max_instances: int = DEFAULT_MAX_INSTANCES,
-        tenant_field: str | None = DEFAULT_TENANT_FIELD,
+        tenant_field: str | None = None,
         **_: Any,
     ) -> None:
         """``request_router_kwargs``: ``policy``, a ``PolicyConfig`` as JSON (as the engines'
         ``TTLPOLICY_POLICY``; its miss model and queueing delay price a call); ``max_programs``
-        and ``max_instances``, the router's bounds; ``tenant_field``, the request body's field
-        that names a program's tenant (one the operator's gateway sets or checks; None: no
-        tenants, every client shares one namespace of program ids)."""
-        if tenant_field is not None and not isinstance(tenant_field, str):
-            raise TypeError(f"tenant_field must be a str or None, got {tenant_field!r}")
+        and ``max_instances``, the router's bounds; ``tenant_field``, where a program's tenant
+        comes from: None, the request's ``cache_salt``; else the name of a ``vllm_xargs``
+        field that the operator's gateway sets (and clients cannot)."""
+        if tenant_field is not None and not (
+            isinstance(tenant_field, str) and 0 < len(tenant_field) <= MAX_TENANT_FIELD_CHARS
+        ):
+            raise ValueError(
+                f"tenant_field must be None or a name of 1 to {MAX_TENANT_FIELD_CHARS} "
+                f"characters, got {tenant_field!r}"
+            )
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
         self._tenant_field = tenant_field
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
