@@ -30,6 +30,16 @@ def build(impl: Any, max_programs: int = 64) -> Any:
     return router
 
 
+def routed(impl: Any, routes: list[tuple[str, int]]) -> tuple[Any, float]:
+    """``build``'s router after ``routes`` ((program, blocks), one a second): it and the time."""
+    r = build(impl)
+    t = 0.0
+    for pid, blocks in routes:
+        t += 1.0
+        r.route(pid, t, blocks, 100)
+    return r, t
+
+
 #: an instance's report: free, total, queue length, queued tokens, working set, cached fraction
 REPORTS = st.tuples(
     st.integers(0, 1000), st.integers(0, 4000), st.integers(0, 50),
@@ -213,11 +223,7 @@ def test_a_new_program_goes_where_it_fits_when_an_idle_instance_has_room(impl, r
 @given(routes=st.lists(st.tuples(st.sampled_from("ABCDEFG"), st.integers(0, 50)), max_size=30),
        dead=st.sampled_from(INSTANCES))  # fmt: skip
 def test_a_drained_instance_releases_its_programs_and_gets_no_call(impl, routes, dead):
-    r = build(impl)
-    t = 0.0
-    for pid, blocks in routes:
-        t += 1.0
-        r.route(pid, t, blocks, 100)
+    r, t = routed(impl, routes)
     homed = [p for p in "ABCDEFG" if r.home(p) == dead]
     assert sorted(r.drain(dead)) == homed
     assert not r.routable(dead)
@@ -321,11 +327,7 @@ def test_a_nan_cost_never_wins_by_scan_order(impl, home):
 @given(routes=st.lists(st.tuples(st.sampled_from("ABCDEFG"), st.integers(0, 50)), max_size=30),
        gone=st.sampled_from(INSTANCES))  # fmt: skip
 def test_a_removed_instance_releases_its_programs_and_frees_its_slot(impl, routes, gone):
-    r = build(impl)
-    t = 0.0
-    for pid, blocks in routes:
-        t += 1.0
-        r.route(pid, t, blocks, 100)
+    r, _ = routed(impl, routes)
     homes = {p: r.home(p) for p in "ABCDEFG"}
     assert sorted(r.remove_instance(gone)) == [p for p in "ABCDEFG" if homes[p] == gone]
     assert r.instance_ids == [i for i in INSTANCES if i != gone]
