@@ -14,7 +14,6 @@ import pytest
 pytest.importorskip("ray")
 from ray.serve._private.common import DeploymentHandleSource
 from test_router import BIG, DEPLOYMENT, IDLE, Replica, body, choose, make_router
-from ttlpolicy_ray import router as router_module
 from ttlpolicy_ray.identity import program_key, tenant_of
 from ttlpolicy_ray.router import MAX_BLOCK_SIZE, MAX_REPORT_PINS, TTLPolicyRouter
 
@@ -25,14 +24,14 @@ def router_with(**kwargs: Any) -> TTLPolicyRouter:
     return r
 
 
-def test_replicas_that_come_and_go_keep_the_others_programs(monkeypatch: Any) -> None:
+def test_replicas_that_come_and_go_keep_the_others_programs() -> None:
     """The table holds 2; 50 replicas come and go beside a live one.  Each is removed from the
     library's table when Ray reports it dead (``update_replicas`` dropping it takes the same
     path, ``_remove``), so none fills it: the live replica's program keeps
     its home (the old adapter rebuilt the router when the table filled, losing it), and the
     removed ids remembered stay within their bound."""
-    monkeypatch.setattr(router_module, "MAX_GONE_REPLICAS", 5)
     router = router_with(max_instances=2)
+    router._max_gone = 5  # (MAX_GONE_REPLICAS, made small)
     live = Replica("live")
     live.report()
     assert choose(router, [live], body("p")) == [["live"]]

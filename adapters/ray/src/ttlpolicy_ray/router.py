@@ -133,6 +133,7 @@ class TTLPolicyRouter(RequestRouter):
         self._tenant_field = tenant_field
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
         self._gone: OrderedDict[str, None] = OrderedDict()
+        self._max_gone = MAX_GONE_REPLICAS
         self.program_router = ttlpolicy.ProgramRouter(
             ttlpolicy.TTLPolicy(self._config),
             max_instances=max_instances,
@@ -188,7 +189,7 @@ class TTLPolicyRouter(RequestRouter):
     def _remove(self, iid: str) -> None:
         self._gone[iid] = None
         self._gone.move_to_end(iid)
-        while len(self._gone) > MAX_GONE_REPLICAS:
+        while len(self._gone) > self._max_gone:
             forgotten, _ = self._gone.popitem(last=False)
             self._seq.pop(forgotten, None)
         if iid in self._registered:
