@@ -123,6 +123,16 @@ class RouterMachine(RuleBasedStateMachine):
         if kind == "ok" and dt > 0:
             self.now += dt
 
+    @rule(pid=st.sampled_from(PROGRAMS), prefix=st.integers(1 << 14, 1 << 18))
+    def return_to_a_home_finding_every_prefix_cached(self, pid, prefix) -> None:
+        """Homed at i1 (i0 full when it came), it returns with a long context to a home
+        finding every prefix cached: under an overflowing miss model, cost 0 · inf there."""
+        self.step(lambda r: r.report("i0", 0, 100, 0, 0, 100, 1.0))
+        self.step(lambda r: r.route(pid, self.now, 10, prefix))
+        for iid in ("i0", "i1"):
+            self.step(lambda r, iid=iid: r.report(iid, 100, 100, 0, 0, 0, 1.0))
+        self.step(lambda r: r.route(pid, self.now, 10, prefix))
+
     @rule(tokens=st.integers(1, 1 << 16), per_token_s=st.floats(1e-6, 1e-3),
           delay_s=st.floats(0.0, 10.0))  # fmt: skip
     def observe(self, tokens, per_token_s, delay_s) -> None:
