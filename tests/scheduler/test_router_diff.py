@@ -129,8 +129,8 @@ class RouterMachine(RuleBasedStateMachine):
         finding every prefix cached: under an overflowing miss model, cost 0 · inf there."""
         self.step(lambda r: r.report("i0", 0, 100, 0, 0, 100, 1.0))
         self.step(lambda r: r.route(pid, self.now, 10, prefix))
-        for iid in ("i0", "i1"):
-            self.step(lambda r, iid=iid: r.report(iid, 100, 100, 0, 0, 0, 1.0))
+        self.step(lambda r: r.report("i0", 100, 100, 0, 0, 0, 1.0))
+        self.step(lambda r: r.report("i1", 100, 100, 0, 0, 0, 1.0))
         self.step(lambda r: r.route(pid, self.now, 10, prefix))
 
     @rule(tokens=st.integers(1, 1 << 16), per_token_s=st.floats(1e-6, 1e-3),
