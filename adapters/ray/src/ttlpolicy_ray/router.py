@@ -181,8 +181,11 @@ class TTLPolicyRouter(RequestRouter):
         try:
             self.program_router.add_instance(iid)
         except ValueError as e:  # max_instances live replicas: Ray's ranks still reach it
+            first = self.counters["instances_refused"] == 0
             self.counters["instances_refused"] += 1
-            logger.warning("ttlpolicy router: replica %s not registered: %s", iid, e)
+            # (once: it is tried again each time Ray lists it)
+            logger.log(logging.WARNING if first else logging.DEBUG,
+                       "ttlpolicy router: replica %s not registered: %s", iid, e)  # fmt: skip
             return
         self._registered.add(iid)
 
