@@ -91,20 +91,28 @@ impl PyProgramRouter {
         args.finish(result)
     }
 
+    #[pyo3(signature = (instance_id, program_id, deadline_s, blocks, now = None))]
     fn pinned(
         slf: &Bound<'_, Self>,
         instance_id: &Bound<'_, PyAny>,
         program_id: &Bound<'_, PyAny>,
         deadline_s: Arg<f64>,
         blocks: Arg<i64>,
+        now: Option<Arg<f64>>,
     ) -> PyResult<bool> {
         let iid = id_str("instance_id", instance_id)?;
         let pid = id_str("program_id", program_id)?;
         let mut args = Args::new();
         let deadline = args.take("deadline_s", deadline_s);
         let n = args.take("blocks", blocks);
-        let result = slf.try_borrow_mut()?.inner.pinned(iid, pid, deadline, n);
+        let t = args.take_opt("now", now);
+        let result = slf.try_borrow_mut()?.inner.pinned(iid, pid, deadline, n, t);
         args.finish(result)
+    }
+
+    fn remove_instance(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+        let iid = id_str("instance_id", instance_id)?;
+        self.inner.remove_instance(iid).map_err(core_err)
     }
 
     fn drain(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {

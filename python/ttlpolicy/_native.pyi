@@ -607,8 +607,16 @@ class ProgramRouter:
         """``return_queue_len``, ``return_queued_tokens`` (given together): the part of the
         queue a returning call of a program served here waits behind; None: the whole queue."""
     def pinned(
-        self, instance_id: str, program_id: str, deadline_s: SupportsFloat, blocks: SupportsIndex
-    ) -> bool: ...
+        self,
+        instance_id: str,
+        program_id: str,
+        deadline_s: SupportsFloat,
+        blocks: SupportsIndex,
+        now: SupportsFloat | None = None,
+    ) -> bool:
+        """False: refused (drained instance, expired by ``now`` (default: the router's
+        clock), program homed at another instance, or unknown while the table is full)."""
+    def remove_instance(self, instance_id: str) -> list[str]: ...
     def drain(self, instance_id: str) -> list[str]: ...
     def evicted(
         self, instance_id: str, program_id: str, held_blocks: SupportsIndex = ...

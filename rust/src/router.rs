@@ -21,7 +21,12 @@
 //! * a new program costs the wait; ties: the home, then the most room, then registration;
 //! * [`evicted`](ProgramRouter::evicted): the home lost the program's context (it holds at
 //!   most half of its last call's blocks); the program is forgotten and routes as new;
-//! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs.
+//! * [`drain`](ProgramRouter::drain) takes an instance out and releases its programs;
+//!   [`remove_instance`](ProgramRouter::remove_instance) also frees its slot;
+//! * a cost that is not a number (`0 · inf`) counts as `+inf`: it never wins by scan order;
+//! * [`pinned`](ProgramRouter::pinned) is a claim checked against the router's record: an
+//!   expired pin, one for a program homed at another instance, or one for an unknown
+//!   program while the table is full sets no home.
 //!
 //! ```
 //! use ttlpolicy_core::policy::{PolicyConfig, TTLPolicy};
@@ -36,7 +41,7 @@
 //! }
 //! let first = router.route(&policy, "P", 0.0, 10, 640)?.to_owned();
 //! // Its instance pinned its context: the program's next call goes back there.
-//! router.pinned(&first, "P", 30.0, 10)?;
+//! router.pinned(&first, "P", 30.0, 10, None)?;
 //! assert_eq!(router.route(&policy, "P", 5.0, 12, 700)?, first);
 //! // The instance dies: its programs are released and route elsewhere.
 //! assert_eq!(router.drain(&first)?, vec!["P".to_owned()]);
@@ -179,6 +184,28 @@ impl ProgramRouter {
         Ok(())
     }
 
+    /// Forgets the instance (dead, gone for good): as [`drain`](Self::drain), and its slot is
+    /// free (its id, registered again, is a new instance, last in registration order).
+    /// Returns the programs it released, least recently routed first.
+    pub fn remove_instance(&mut self, instance_id: &str) -> Result<Vec<String>> {
+        let released = self.drain(instance_id)?;
+        let i = self.lookup(instance_id)?;
+        let inst = self.instances.remove(i);
+        self.index.remove(&*inst.id);
+        for later in &self.instances[i..] {
+            if let Some(k) = self.index.get_mut(&*later.id) {
+                *k -= 1;
+            }
+        }
+        for prog in self.programs.values_mut() {
+            // (none is homed at i: drained)
+            if prog.home > i {
+                prog.home -= 1;
+            }
+        }
+        Ok(released)
+    }
+
     /// An instance's state. `Ok(false)`: ignored (the instance is drained).
     pub fn report(&mut self, instance_id: &str, report: &Report) -> Result<bool> {
         let i = self.lookup(instance_id)?;
@@ -254,30 +281,39 @@ impl ProgramRouter {
     }
 
     /// The instance pinned the program's context (`blocks`) until `deadline_s`: its home now.
-    /// `Ok(false)`: ignored (the instance is drained).
+    /// `Ok(false)`: refused, nothing changed (the instance is drained; the pin expired by
+    /// `now`, default the router's clock; the program is homed at another instance; or it is
+    /// unknown and the table is full).
     pub fn pinned(
         &mut self,
         instance_id: &str,
         program_id: &str,
         deadline_s: f64,
         blocks: i64,
+        now: Option<f64>,
     ) -> Result<bool> {
         check_id("instance_id", instance_id)?;
         check_id("program_id", program_id)?;
         let i = self.lookup(instance_id)?;
         let deadline = finite("deadline_s", deadline_s)?;
         let n = int_in("blocks", blocks, 0, MAX_BLOCKS)?;
-        if !self.instances[i].routable {
+        let t = match now {
+            Some(t) => finite("now", t)?,
+            None => self.now,
+        };
+        if !self.instances[i].routable || deadline <= t {
             return Ok(false);
+        }
+        match self.programs.get(program_id) {
+            // homed elsewhere: the router's own record wins
+            Some(p) if p.home != i => return Ok(false),
+            // a claim never forgets a program
+            None if self.programs.len() as i64 >= self.max_programs => return Ok(false),
+            _ => {}
         }
         let prog = self.touch(program_id, i);
         // its footprint there: at least the pinned context
-        prog.blocks = if prog.home == i {
-            prog.blocks.max(n)
-        } else {
-            n
-        };
-        prog.home = i;
+        prog.blocks = prog.blocks.max(n);
         prog.pin_deadline_s = Some(deadline);
         prog.pin_blocks = n;
         Ok(true)
@@ -414,6 +450,10 @@ impl ProgramRouter {
                 } else if !live_pin {
                     cost += (1.0 - s.cached_fraction) * loss;
                 }
+            }
+            if cost.is_nan() {
+                // (0 · inf): never the best by scan order
+                cost = f64::INFINITY;
             }
             let room = s.total_blocks - s.working_set_blocks - grow;
             let key = (cost, !at_home, -room, i);
@@ -564,7 +604,7 @@ mod tests {
         let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
         let mut r = router(3);
         let home = r.route(&policy, "p", 0.0, 10, 1000).unwrap().to_owned();
-        r.pinned(&home, "p", 10.0, 10).unwrap();
+        r.pinned(&home, "p", 10.0, 10, None).unwrap();
         // the home looks busier, but its queue is empty and the call fits: it stays
         assert_eq!(r.route(&policy, "p", 1.0, 20, 1000).unwrap(), home);
     }
@@ -595,5 +635,64 @@ mod tests {
             Err(Error::UnknownKey { .. })
         ));
         assert!(r.routable("i0").unwrap());
+    }
+
+    #[test]
+    fn a_nan_cost_never_wins_by_scan_order() {
+        // rebuilding costs inf: at a home finding every prefix cached, (1 − 1) · inf is NaN
+        let config = PolicyConfig {
+            prefill_s_per_token2: 1e300,
+            ..PolicyConfig::default()
+        };
+        let policy = TTLPolicy::new(config).unwrap();
+        let mut r = router(3);
+        for id in ["i0", "i1", "i2"] {
+            let rep = Report {
+                free_blocks: 100,
+                total_blocks: 100,
+                cached_fraction: 1.0,
+                ..Report::default()
+            };
+            r.report(id, &rep).unwrap();
+        }
+        assert!(r.pinned("i2", "p", -1.0, 10, None).unwrap());
+        // every cost is inf (or NaN): the tie goes home, not to the first scanned
+        assert_eq!(r.route(&policy, "p", 0.0, 10, 1 << 20).unwrap(), "i2");
+    }
+
+    #[test]
+    fn removing_an_instance_frees_its_slot_and_keeps_other_homes() {
+        let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
+        let mut r = ProgramRouter::new(3, 8).unwrap();
+        for id in ["a", "b", "c"] {
+            r.add_instance(id).unwrap();
+            r.report(id, &Report::default()).unwrap();
+        }
+        r.pinned("a", "pa", 9.0, 1, None).unwrap();
+        r.pinned("c", "pc", 9.0, 1, None).unwrap();
+        assert_eq!(r.remove_instance("a").unwrap(), vec!["pa".to_owned()]);
+        assert_eq!(r.instance_ids(), vec!["b", "c"]);
+        assert_eq!(r.home("pc").unwrap(), Some("c"));
+        r.add_instance("a").unwrap(); // a new instance, last
+        r.add_instance("d").unwrap_err(); // full
+        assert_eq!(r.instance_ids(), vec!["b", "c", "a"]);
+        r.route(&policy, "pc", 0.0, 1, 0).unwrap();
+        assert!(matches!(
+            r.remove_instance("zz"),
+            Err(Error::UnknownKey { .. })
+        ));
+    }
+
+    #[test]
+    fn a_pin_claim_must_agree_with_the_routers_record() {
+        let policy = TTLPolicy::new(PolicyConfig::default()).unwrap();
+        let mut r = router(2);
+        let home = r.route(&policy, "p", 5.0, 10, 100).unwrap().to_owned();
+        let other = if home == "i0" { "i1" } else { "i0" };
+        assert!(!r.pinned(other, "p", 50.0, 10, None).unwrap()); // homed elsewhere
+        assert!(!r.pinned(&home, "p", 5.0, 10, None).unwrap()); // expired on its clock
+        assert!(!r.pinned(&home, "p", 7.0, 10, Some(7.0)).unwrap()); // expired by `now`
+        assert!(r.pinned(&home, "p", 7.0, 10, None).unwrap());
+        assert_eq!(r.home("p").unwrap(), Some(&*home));
     }
 }

@@ -30,6 +30,16 @@ def build(impl: Any, max_programs: int = 64) -> Any:
     return router
 
 
+def routed(impl: Any, routes: list[tuple[str, int]]) -> tuple[Any, float]:
+    """``build``'s router after ``routes`` ((program, blocks), one a second): it and the time."""
+    r = build(impl)
+    t = 0.0
+    for pid, blocks in routes:
+        t += 1.0
+        r.route(pid, t, blocks, 100)
+    return r, t
+
+
 #: an instance's report: free, total, queue length, queued tokens, working set, cached fraction
 REPORTS = st.tuples(
     st.integers(0, 1000), st.integers(0, 4000), st.integers(0, 50),
@@ -213,11 +223,7 @@ def test_a_new_program_goes_where_it_fits_when_an_idle_instance_has_room(impl, r
 @given(routes=st.lists(st.tuples(st.sampled_from("ABCDEFG"), st.integers(0, 50)), max_size=30),
        dead=st.sampled_from(INSTANCES))  # fmt: skip
 def test_a_drained_instance_releases_its_programs_and_gets_no_call(impl, routes, dead):
-    r = build(impl)
-    t = 0.0
-    for pid, blocks in routes:
-        t += 1.0
-        r.route(pid, t, blocks, 100)
+    r, t = routed(impl, routes)
     homed = [p for p in "ABCDEFG" if r.home(p) == dead]
     assert sorted(r.drain(dead)) == homed
     assert not r.routable(dead)
@@ -294,3 +300,111 @@ def test_bad_routes_are_refused_by_field(impl):
     empty.add_instance("a")  # registered, never reported
     with pytest.raises(ValueError, match="routable instances"):
         empty.route("P", 0.0, 1, 0)
+
+
+# -- hostile input: non-finite costs, instances that come and go, pins as claims ------------
+
+
+@pytest.mark.parametrize("home", INSTANCES)
+def test_a_nan_cost_never_wins_by_scan_order(impl, home):
+    """A config the library accepts makes a miss cost inf (``prefill_s_per_token2=1e300``): at
+    a home finding every prefix cached, ``(1 − 1) · inf`` is NaN, and a NaN compared with
+    anything is false, so the first instance scanned won, home or not.  NaN counts as inf:
+    every cost is inf here, and the tie goes home."""
+    policy = impl.TTLPolicy(PolicyConfig(prefill_s_per_token2=1e300))
+    r = impl.ProgramRouter(policy, 8, 64)
+    for iid in INSTANCES:
+        r.add_instance(iid)
+        r.report(iid, 1000, 1000, 0, 0, 0, 1.0)
+    assert math.isinf(policy.miss_cost_s(1 << 20))
+    assert r.pinned(home, "P", -1.0, 10)  # homed there, its pin past
+    assert r.route("P", 0.0, 10, 1 << 20) == home
+    # a new program: every cost finite (no queue), the most room wins, not the scan order
+    r.report("i3", 1000, 2000, 0, 0, 0, 1.0)
+    assert r.route("N", 1.0, 10, 1 << 20) == "i3"
+
+
+@given(routes=st.lists(st.tuples(st.sampled_from("ABCDEFG"), st.integers(0, 50)), max_size=30),
+       gone=st.sampled_from(INSTANCES))  # fmt: skip
+def test_a_removed_instance_releases_its_programs_and_frees_its_slot(impl, routes, gone):
+    r, _ = routed(impl, routes)
+    homes = {p: r.home(p) for p in "ABCDEFG"}
+    assert sorted(r.remove_instance(gone)) == [p for p in "ABCDEFG" if homes[p] == gone]
+    assert r.instance_ids == [i for i in INSTANCES if i != gone]
+    # the others keep their programs (homes held by index must follow the shift)
+    assert {p: r.home(p) for p in "ABCDEFG"} == {
+        p: (None if h == gone else h) for p, h in homes.items()
+    }
+    with pytest.raises(KeyError, match="instance_id"):
+        r.report(gone, 10, 10, 0, 0, 0, 1.0)
+    r.add_instance(gone)  # a new instance, registered last
+    assert r.instance_ids[-1] == gone and not r.routable(gone)
+
+
+def test_instances_that_come_and_go_stay_within_the_bound(impl):
+    r = impl.ProgramRouter(impl.TTLPolicy(), 2)
+    r.add_instance("live")
+    r.report("live", 10, 10, 0, 0, 0, 1.0)
+    for k in range(50):
+        r.add_instance(f"r{k}")
+        r.report(f"r{k}", 10, 10, 0, 0, 0, 1.0)
+        assert r.pinned(f"r{k}", "P", 100.0, 1)
+        assert r.remove_instance(f"r{k}") == ["P"]
+    assert r.instance_ids == ["live"] and r.route("P", 0.0, 1, 0) == "live"
+    with pytest.raises(KeyError, match="instance_id"):
+        r.remove_instance("r0")
+
+
+def test_a_pin_elsewhere_cannot_take_a_program_the_router_homes(impl):
+    r = build(impl)
+    home = r.route("P", 0.0, 10, 64)
+    other = next(i for i in INSTANCES if i != home)
+    assert r.pinned(other, "P", 100.0, 10) is False
+    assert r.home("P") == home
+    # its home's own pin is accepted, and keeps the call there past a busier home
+    assert r.pinned(home, "P", 100.0, 10) is True
+    r.report(home, 1000, 1000, 1, 100, 0, 0.0)
+    assert r.route("P", 1.0, 10, 64) == home
+    # an unknown program's pin is adopted (another router may have sent it there)
+    assert r.pinned(other, "Q", 100.0, 10) is True and r.home("Q") == other
+
+
+@given(claims=st.lists(st.tuples(st.sampled_from(INSTANCES), st.sampled_from("PQ")), max_size=20))
+def test_pins_never_move_a_routed_program(impl, claims):
+    r = build(impl)
+    homes = {p: r.route(p, 0.0, 10, 64) for p in "PQ"}
+    for iid, pid in claims:
+        assert r.pinned(iid, pid, 50.0, 5) is (iid == homes[pid])
+    assert {p: r.home(p) for p in "PQ"} == homes
+
+
+@pytest.mark.parametrize(("deadline", "now", "accepted"), [
+    (5.0, None, False), (5.5, None, True),  # the router's clock: its last route, at 5
+    (7.0, 7.0, False), (7.5, 7.0, True),  # the caller's
+])  # fmt: skip
+def test_an_expired_pin_sets_no_home(impl, deadline, now, accepted):
+    r = build(impl)
+    r.route("X", 5.0, 1, 0)
+    assert r.pinned("i1", "P", deadline, 10, now) is accepted
+    assert (r.home("P") == "i1") is accepted
+
+
+def test_a_claim_never_forgets_a_program(impl):
+    r = build(impl, max_programs=2)
+    r.route("A", 0.0, 1, 0)
+    r.route("B", 1.0, 1, 0)
+    assert r.pinned("i0", "invented", 100.0, 1) is False
+    assert r.program_count == 2 and r.home("A") is not None and r.home("invented") is None
+
+
+def test_bad_pins_are_refused_by_field_without_change(impl):
+    r = build(impl)
+    for args, field, exc in [
+        (("i0", "P", 9.0, 1, math.nan), "now", ValueError),
+        (("i0", "P", 9.0, 1, "soon"), "now", TypeError),
+        (("i0", "P", math.inf, 1), "deadline_s", ValueError),
+        (("i0", "P", 9.0, -1), "blocks", ValueError),
+    ]:
+        with pytest.raises(exc, match=field):
+            r.pinned(*args)
+    assert r.home("P") is None and r.program_count == 0

@@ -1,10 +1,13 @@
 """ProgramRouter: the Rust core and the Python reference agree on any interleaving of
-reports, pins, drains, routes and policy observations (hypothesis stateful testing: results,
-errors by type and message, every view after each step), bad values mixed in: return
-queues given or not (or half given), evictions reported by homes and by others."""
+reports, pins, drains, removals, routes and policy observations (hypothesis stateful testing:
+results, errors by type and message, every view after each step), bad values mixed in: return
+queues given or not (or half given), evictions reported by homes and by others, pins claimed
+by others, expired or at a given clock; also under a policy whose miss cost is inf (NaN
+costs)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -33,12 +36,13 @@ def views(router: Any) -> Any:
 
 class RouterMachine(RuleBasedStateMachine):
     BACKENDS: tuple[Any, ...] = ()  # set per test
+    CONFIG = PolicyConfig(min_prefill_samples=3)
 
     def __init__(self) -> None:
         super().__init__()
         self.routers = []
         for be in self.BACKENDS:
-            policy = be.TTLPolicy(PolicyConfig(min_prefill_samples=3))
+            policy = be.TTLPolicy(self.CONFIG)
             router = be.ProgramRouter(policy, 4, 3)
             for iid in ("i0", "i1"):
                 router.add_instance(iid)
@@ -93,9 +97,20 @@ class RouterMachine(RuleBasedStateMachine):
     def pinned(self, iid, pid, ttl, blocks) -> None:
         self.step(lambda r: r.pinned(iid, pid, self.now + ttl, blocks))
 
+    @rule(iid=st.sampled_from(INSTANCES), pid=st.sampled_from(PROGRAMS),
+          ttl=st.sampled_from([-1.0, 0.0, 1.0, 30.0]),
+          ahead=st.sampled_from([0.0, 2.0, math.nan]))  # fmt: skip
+    def pinned_at(self, iid, pid, ttl, ahead) -> None:
+        """A pin checked against the caller's clock (``now``), maybe ahead of the router's."""
+        self.step(lambda r: r.pinned(iid, pid, self.now + ttl, 5, self.now + ahead))
+
     @rule(iid=st.sampled_from(INSTANCES))
     def drain(self, iid: str) -> None:
         self.step(lambda r: r.drain(iid))
+
+    @rule(iid=st.sampled_from(INSTANCES))
+    def remove(self, iid: str) -> None:
+        self.step(lambda r: r.remove_instance(iid))
 
     @rule(pid=st.sampled_from(PROGRAMS))
     def end(self, pid: str) -> None:
@@ -107,6 +122,16 @@ class RouterMachine(RuleBasedStateMachine):
         kind, _ = self.step(lambda r: r.route(pid, self.now + dt, blocks, prefix))
         if kind == "ok" and dt > 0:
             self.now += dt
+
+    @rule(pid=st.sampled_from(PROGRAMS), prefix=st.integers(1 << 14, 1 << 18))
+    def return_to_a_home_finding_every_prefix_cached(self, pid, prefix) -> None:
+        """Homed at i1 (i0 full when it came), it returns with a long context to a home
+        finding every prefix cached: under an overflowing miss model, cost 0 · inf there."""
+        self.step(lambda r: r.report("i0", 0, 100, 0, 0, 100, 1.0))
+        self.step(lambda r: r.route(pid, self.now, 10, prefix))
+        self.step(lambda r: r.report("i0", 100, 100, 0, 0, 0, 1.0))
+        self.step(lambda r: r.report("i1", 100, 100, 0, 0, 0, 1.0))
+        self.step(lambda r: r.route(pid, self.now, 10, prefix))
 
     @rule(tokens=st.integers(1, 1 << 16), per_token_s=st.floats(1e-6, 1e-3),
           delay_s=st.floats(0.0, 10.0))  # fmt: skip
@@ -126,6 +151,17 @@ class RouterMachine(RuleBasedStateMachine):
 def test_router_backends_agree(backends):
     run_state_machine_as_test(
         type("Machine", (RouterMachine,), {"BACKENDS": backends}),
+        settings=settings(stateful_step_count=40, deadline=None,
+                          suppress_health_check=[HealthCheck.function_scoped_fixture]),
+    )  # fmt: skip
+
+
+def test_router_backends_agree_when_a_miss_costs_inf(backends):
+    """``prefill_s_per_token2=1e300``: the miss cost of a long prefix is inf, costs NaN."""
+    run_state_machine_as_test(
+        type("Machine", (RouterMachine,), {
+            "BACKENDS": backends, "CONFIG": PolicyConfig(prefill_s_per_token2=1e300),
+        }),
         settings=settings(stateful_step_count=40, deadline=None,
                           suppress_health_check=[HealthCheck.function_scoped_fixture]),
     )  # fmt: skip

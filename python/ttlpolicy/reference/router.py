@@ -48,7 +48,21 @@ the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
   behind a router").
 * ``drain`` takes an instance out of routing (dead, or draining): its programs are released
   (they route as new) and its later reports and pins are ignored (answer False) until
-  ``add_instance`` registers it again.
+  ``add_instance`` registers it again.  ``remove_instance`` forgets it: its programs are
+  released likewise and its slot is free (its id, registered again, is a new instance, last
+  in registration order): a fleet whose instances come and go stays within
+  ``max_instances``.
+* **Costs are numbers**: a cost that is not a number (``0 · inf``, as when a policy whose
+  miss model overflows prices a call at an instance with ``cached_fraction`` = 1) counts as
+  ``+inf``, so it never wins by scan order; costs all infinite fall to the ties.
+* **A pin is a claim** the router checks against its own record: ``pinned`` sets no home
+  (answer False) when the pin has expired (``deadline_s <= now``: the caller's ``now``, by
+  default the router's clock, the last route's ``now``), when the router homes the program
+  at another instance (it sent the program's last call there, or accepted a pin there: a
+  replica cannot take a program routed elsewhere), or when the program is unknown to the
+  router and its table is full (a claim never makes it forget a program).  A pin for an
+  unknown program is accepted otherwise: another router (another handle of the same fleet)
+  may have sent it there.
 
 Bounded state: at most ``max_instances`` instances (registering one more is refused) and
 ``max_programs`` programs, the least recently routed (or pinned) forgotten first — a
@@ -155,6 +169,20 @@ class ProgramRouter:
         self._index[iid] = len(self._instances)
         self._instances.append(_Instance(iid))
 
+    def remove_instance(self, instance_id: Any) -> list[str]:
+        """Forgets the instance (dead, gone for good): as ``drain``, and its slot is free.
+        Returns the programs it released (homed there; least recently routed first)."""
+        inst = self._instance(instance_id)
+        released = self.drain(inst.id)
+        i = self._index.pop(inst.id)
+        del self._instances[i]
+        for later in self._instances[i:]:
+            self._index[later.id] -= 1
+        for prog in self._programs.values():  # (none is homed at i: drained)
+            if prog.home > i:
+                prog.home -= 1
+        return released
+
     def report(
         self,
         instance_id: Any,
@@ -216,21 +244,30 @@ class ProgramRouter:
         inst.cached_fraction = cached
         return True
 
-    def pinned(self, instance_id: Any, program_id: Any, deadline_s: Any, blocks: Any) -> bool:
+    def pinned(
+        self, instance_id: Any, program_id: Any, deadline_s: Any, blocks: Any, now: Any = None
+    ) -> bool:
         """The instance pinned the program's context (``blocks``) until ``deadline_s``: it is
-        the program's home now.  False: ignored (the instance is drained)."""
+        the program's home now.  False: refused, nothing changed (the instance is drained;
+        the pin expired by ``now``, default the router's clock; the program is homed at
+        another instance; or it is unknown and the table is full: see the module doc)."""
         iid = check_id("instance_id", instance_id)
         pid = check_id("program_id", program_id)
         inst = self._instance(iid)
         deadline = finite("deadline_s", deadline_s)
         n = int_in("blocks", blocks, 0, MAX_BLOCKS)
-        if not inst.routable:
+        t = self._now if now is None else finite("now", now)
+        if not inst.routable or deadline <= t:
             return False
         i = self._index[inst.id]
+        prog = self._programs.get(pid)
+        if prog is None and len(self._programs) >= self._max_programs:
+            return False  # a claim never forgets a program
+        if prog is not None and prog.home != i:
+            return False  # homed elsewhere: the router's own record wins
         prog = self._touch(pid, i)
         # its footprint there: at least the pinned context
-        prog.blocks = max(prog.blocks, n) if prog.home == i else n
-        prog.home = i
+        prog.blocks = max(prog.blocks, n)
         prog.pin_deadline_s = deadline
         prog.pin_blocks = n
         return True
@@ -310,6 +347,8 @@ class ProgramRouter:
                     cost += loss
                 elif not live_pin:
                     cost += (1.0 - inst.cached_fraction) * loss
+            if cost != cost:  # NaN (0 · inf): never the best by scan order
+                cost = float("inf")
             room = inst.total_blocks - inst.working_set_blocks - grow
             key = (cost, 0 if i == home else 1, -room, i)
             if best is None or key < best:

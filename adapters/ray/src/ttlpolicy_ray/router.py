@@ -12,9 +12,13 @@ and let the replicas report (``ttlpolicy_ray.RoutingStatsMixin``, ``report.py``)
 is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, see its doc):
 
 * Replicas are the router's instances, named by ``ReplicaID.unique_id``: registered when Ray
-  lists them (``update_replicas``, or first seen among the candidates), drained when Ray drops
-  them or reports them dead (``on_replica_actor_died``) — their programs are released and
-  route as new, and the id is never routed to again (a restarted replica gets a new one).
+  lists them (``update_replicas``, or first seen among the candidates), removed when Ray drops
+  them or reports them dead (``on_replica_actor_died``: ``ProgramRouter.remove_instance``) —
+  their programs are released and route as new, their slot is free (replicas that come and
+  go never fill the table), and the id is never routed to again (a restarted replica gets a
+  new one; the last ``MAX_GONE_REPLICAS`` removed ids are remembered, the oldest forgotten).
+  A replica beyond ``max_instances`` live ones is not registered (counted): Ray's ranks still
+  reach it.
 * Before each decision, each candidate's routing stats (``REPORT_KEY``) are applied once per
   report (``seq``): ``ProgramRouter.report`` with its figures (the return queue's when the
   replica gives them), then ``ProgramRouter.evicted`` for each ``evicted`` entry, then
@@ -22,16 +26,25 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   the report's age) — evictions first: a report listing both for one program saw its
   context evicted, then rebuilt and pinned.  Neither is applied for a program routed after
   the report was taken (the report predates that call) or ended (its last turn was routed;
-  a replica it left holds its pin until the TTL runs out).
-* A call: ``program_of`` (identity.py) names the program; ``blocks_needed`` is its prompt and
-  output cap in the replicas' block size, ``prefix_tokens`` its prompt; ``ProgramRouter.route``
-  answers.  The chosen replica is Ray's first rank, the others its second (Ray moves on when
-  the first is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call
-  programs, forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program.
+  a replica it left holds its pin until the TTL runs out).  A report is a replica's claim,
+  checked: its ``block_size`` is its own (an int in [1, ``MAX_BLOCK_SIZE``], else the report
+  is ignored), and its block figures are converted to the router's block of
+  ``DEFAULT_BLOCK_SIZE`` tokens (a replica's block size applies to no other); at most
+  ``MAX_REPORT_PINS`` pins and ``MAX_REPORT_EVICTED`` evictions are read (the rest counted);
+  a pin sets a home only where ``ProgramRouter.pinned`` accepts it (live at the router's
+  ``now``, and not for a program the router homes at another replica).
+* A call: ``program_of`` (identity.py) names the program, ``tenant_of`` its tenant (from the
+  request's ``cache_salt``, or the ``vllm_xargs`` field ``tenant_field`` names),
+  ``program_key`` the router's key of the pair; ``blocks_needed`` is its prompt and output
+  cap in the router's block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.
+  The chosen replica is Ray's first rank, the others its second (Ray moves on when the first
+  is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
+  forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program (of its
+  tenant: another tenant's last turn naming the same id ends another program).
 * Bad input never loses a request: a report the library refuses (NaN, negative figures,
-  free > total, a return queue longer than the queue or given half, a wrong version) is
-  ignored and counted; a pin or an eviction it refuses (over-long id, NaN, negative)
-  likewise; when no candidate has reported yet, or the library refuses the call, Ray's
+  free > total, a return queue longer than the queue or given half, a wrong version, a bad
+  block size) is ignored and counted; a pin or an eviction it refuses (over-long id, NaN,
+  negative) likewise; when no candidate has reported yet, or the library refuses the call, Ray's
   candidates are returned as one rank (Ray picks among them by queue length).  ``counters``
   says how often each happened.
 """
@@ -49,15 +62,40 @@ import ttlpolicy
 from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS
 
 from . import _registry
-from .identity import program_of, request_tokens
-from .report import REPORT_KEY, REPORT_VERSION
+from .identity import (
+    MAX_TENANT_FIELD_CHARS,
+    program_key,
+    program_of,
+    request_tokens,
+    tenant_field_of,
+    tenant_of,
+)
+from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_KEY, REPORT_VERSION
 
-__all__ = ["DEFAULT_BLOCK_SIZE", "TTLPolicyRouter", "live_routers"]
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "MAX_BLOCK_SIZE",
+    "MAX_GONE_REPLICAS",
+    "MAX_REPORT_EVICTED",
+    "MAX_REPORT_PINS",
+    "TTLPolicyRouter",
+    "live_routers",
+]
 
 logger = logging.getLogger("ray.serve.ttlpolicy_ray")
 
-#: Tokens per KV block until a replica reports its own (vLLM's default).
+#: Tokens per block of the router's own figures (vLLM's default block): each replica's block
+#: figures are converted from its reported block size to this one.
 DEFAULT_BLOCK_SIZE = 16
+#: The largest block size a replica may report, in tokens.
+MAX_BLOCK_SIZE = 1 << 16
+#: Pins read from one report (what a replica lists by default); the rest are dropped and
+#: counted (``pins_over_cap``): a report costs the router at most this many ``pinned`` calls.
+MAX_REPORT_PINS = DEFAULT_MAX_PINS
+#: Evictions read from one report (likewise; ``evicted_over_cap``).
+MAX_REPORT_EVICTED = DEFAULT_MAX_EVICTED
+#: Removed replica ids remembered (never registered again), the oldest forgotten first.
+MAX_GONE_REPLICAS = 4096
 #: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
 ANONYMOUS = "\x00anonymous:"
 
@@ -76,16 +114,37 @@ class TTLPolicyRouter(RequestRouter):
         policy: str | None = None,
         max_programs: int = DEFAULT_MAX_PROGRAMS,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        tenant_field: str | None = None,
         **_: Any,
     ) -> None:
         """``request_router_kwargs``: ``policy``, a ``PolicyConfig`` as JSON (as the engines'
         ``TTLPOLICY_POLICY``; its miss model and queueing delay price a call); ``max_programs``
-        and ``max_instances``, the router's bounds."""
+        and ``max_instances``, the router's bounds; ``tenant_field``, where a program's tenant
+        comes from: None, the request's ``cache_salt``; else the name of a ``vllm_xargs``
+        field that the operator's gateway sets (and clients cannot)."""
+        if tenant_field is not None and not (
+            isinstance(tenant_field, str) and 0 < len(tenant_field) <= MAX_TENANT_FIELD_CHARS
+        ):
+            raise ValueError(
+                f"tenant_field must be None or a name of 1 to {MAX_TENANT_FIELD_CHARS} "
+                f"characters, got {tenant_field!r}"
+            )
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
-        self._max_programs = max_programs
-        self._max_instances = max_instances
-        self._gone: set[str] = set()  # replicas drained: never routed to again
-        self._new_router()
+        self._tenant_field = tenant_field
+        # replicas removed, never routed to again (bounded: the oldest forgotten first)
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        self._max_gone = MAX_GONE_REPLICAS
+        self.program_router = ttlpolicy.ProgramRouter(
+            ttlpolicy.TTLPolicy(self._config),
+            max_instances=max_instances,
+            max_programs=max_programs,
+        )
+        self._max_programs = self.program_router.max_programs
+        self._registered: set[str] = set()  # instances registered and not removed
+        # per registered (or removed) instance: the seq of the last report read
+        self._seq: dict[str, Any] = {}
+        # program -> wall time of its last routed call (bounded like the router's table)
+        self._routed_at: OrderedDict[str, float] = OrderedDict()
         self.counters: dict[str, int] = {
             "routed": 0,  # calls the library routed
             "anonymous": 0,  # ... of which had no (valid) program id
@@ -93,30 +152,24 @@ class TTLPolicyRouter(RequestRouter):
             "reports": 0,  # reports applied
             "reports_ignored": 0,  # reports refused (bad figures, drained replica, version)
             "pins": 0,  # pins applied
-            "pins_ignored": 0,  # pins refused or older than the program's last call
+            "pins_ignored": 0,  # pins malformed or older than the program's last call
+            # pins the library refused: expired, or a program it homes at another replica
+            # (or unknown while its table is full)
+            "pins_refused": 0,
+            "pins_over_cap": 0,  # pins past MAX_REPORT_PINS in one report, not read
             "evicted": 0,  # evictions that freed a program (it routes as new)
             # evictions applied that freed none: held most, not its home (it moved since),
             # or freed already (a replica lists an eviction until the program returns)
             "evicted_unchanged": 0,
             "evicted_ignored": 0,  # evictions refused or older than the program's last call
-            "drained": 0,  # replicas drained (gone or dead)
+            "evicted_over_cap": 0,  # evictions past MAX_REPORT_EVICTED in one report
+            "drained": 0,  # replicas removed (gone or dead)
+            "instances_refused": 0,  # replicas not registered: max_instances live already
         }
         if self not in _registry.ROUTERS:
             _registry.ROUTERS.append(self)
 
     # -- state ----------------------------------------------------------------------------
-    def _new_router(self) -> None:
-        self.program_router = ttlpolicy.ProgramRouter(
-            ttlpolicy.TTLPolicy(self._config),
-            max_instances=self._max_instances,
-            max_programs=self._max_programs,
-        )
-        self._registered: set[str] = set()  # instances registered and not drained
-        self._seq: dict[str, Any] = {}  # instance -> seq of the last report applied
-        self._block_size = DEFAULT_BLOCK_SIZE
-        # program -> wall time of its last routed call (bounded like the router's table)
-        self._routed_at: OrderedDict[str, float] = OrderedDict()
-
     def _ensure_state(self) -> None:
         # Ray calls initialize_state only with request_router_kwargs set; default it here.
         if not hasattr(self, "program_router"):
@@ -127,22 +180,24 @@ class TTLPolicyRouter(RequestRouter):
             return  # (Ray gives a restarted replica a new id)
         try:
             self.program_router.add_instance(iid)
-        except ValueError:  # max_instances used up by replicas that came and went: start over
-            live = sorted(self._registered)
-            logger.warning("ttlpolicy router: instance table full, rebuilt (%d live)", len(live))
-            self._new_router()
-            for other in live:
-                self.program_router.add_instance(other)
-                self._registered.add(other)
-            self.program_router.add_instance(iid)
+        except ValueError as e:  # max_instances live replicas: Ray's ranks still reach it
+            first = self.counters["instances_refused"] == 0
+            self.counters["instances_refused"] += 1
+            # (once: it is tried again each time Ray lists it)
+            logger.log(logging.WARNING if first else logging.DEBUG,
+                       "ttlpolicy router: replica %s not registered: %s", iid, e)  # fmt: skip
+            return
         self._registered.add(iid)
 
-    def _drain(self, iid: str) -> None:
-        self._gone.add(iid)
+    def _remove(self, iid: str) -> None:
+        self._gone[iid] = None
+        self._gone.move_to_end(iid)
+        while len(self._gone) > self._max_gone:
+            forgotten, _ = self._gone.popitem(last=False)
+            self._seq.pop(forgotten, None)
         if iid in self._registered:
             self._registered.discard(iid)
-            self._seq.pop(iid, None)
-            self.program_router.drain(iid)
+            self.program_router.remove_instance(iid)
             self.counters["drained"] += 1
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
@@ -150,14 +205,14 @@ class TTLPolicyRouter(RequestRouter):
         super().update_replicas(replicas)
         now_ids = {r.replica_id.unique_id for r in replicas}
         for iid in sorted(self._registered - now_ids):
-            self._drain(iid)
+            self._remove(iid)
         for iid in sorted(now_ids):
             self._register(iid)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         self._ensure_state()
         super().on_replica_actor_died(replica_id)
-        self._drain(replica_id.unique_id)
+        self._remove(replica_id.unique_id)
 
     # -- reports --------------------------------------------------------------------------
     def _apply_report(self, replica: RunningReplica, now: float, wall: float) -> None:
@@ -168,30 +223,34 @@ class TTLPolicyRouter(RequestRouter):
             return  # not reported yet (or not a ttlpolicy replica)
         seq = rep.get("seq")
         if iid in self._seq and self._seq[iid] == seq:
-            return  # applied already
-        self._seq[iid] = seq
+            return  # applied (or ignored) already
+        if iid in self._registered or iid in self._gone:  # (bounded: both are)
+            self._seq[iid] = seq
         router = self.program_router
         try:
             if rep.get("v") != REPORT_VERSION:
                 raise ValueError(f"v must be {REPORT_VERSION}, got {rep.get('v')!r}")
             if iid not in self._registered:
                 raise ValueError(f"instance {iid!r} is drained")
+            block_size = rep.get("block_size")
+            if type(block_size) is not int or not 1 <= block_size <= MAX_BLOCK_SIZE:
+                raise ValueError(
+                    f"block_size must be an int in [1, {MAX_BLOCK_SIZE}], got {block_size!r}"
+                )
+            blocks = _Blocks(block_size)
             ok = router.report(
                 iid,
-                rep.get("free_blocks"),
-                rep.get("total_blocks"),
+                blocks(rep.get("free_blocks")),
+                blocks(rep.get("total_blocks")),
                 rep.get("queue_len"),
                 rep.get("queued_tokens"),
-                rep.get("working_set_blocks"),
+                blocks(rep.get("working_set_blocks")),
                 rep.get("cached_fraction"),
                 rep.get("return_queue_len"),
                 rep.get("return_queued_tokens"),
             )
             if not ok:
                 raise ValueError(f"instance {iid!r} is drained")
-            block_size = rep.get("block_size")
-            if type(block_size) is int and block_size > 0:
-                self._block_size = block_size
             at = rep.get("at")
             age = wall - at if type(at) is float and wall >= at else 0.0
         except (TypeError, ValueError, KeyError) as e:
@@ -199,29 +258,36 @@ class TTLPolicyRouter(RequestRouter):
             logger.warning("ttlpolicy router: report of replica %s ignored: %s", iid, e)
             return
         self.counters["reports"] += 1
-        evicted = rep.get("evicted")
-        for entry in evicted if isinstance(evicted, list) else ():
+        for pid, held in self._entries(rep.get("evicted"), MAX_REPORT_EVICTED, "evicted", 2):
             try:
-                pid, held = entry
                 if self._routed_since(pid, at):
                     raise ValueError("eviction older than the program's last call")
-                freed = router.evicted(iid, pid, held)
+                freed = router.evicted(iid, pid, blocks(held))
             except (TypeError, ValueError, KeyError):
                 self.counters["evicted_ignored"] += 1
                 continue
             self.counters["evicted" if freed else "evicted_unchanged"] += 1
-        pins = rep.get("pins")
-        for pin in pins if isinstance(pins, list) else ():
+        for pid, left, n in self._entries(rep.get("pins"), MAX_REPORT_PINS, "pins", 3):
             try:
-                pid, left, blocks = pin
                 if self._routed_since(pid, at):
                     raise ValueError("pin older than the program's last call")
                 if not isinstance(left, int | float) or isinstance(left, bool):
                     raise TypeError(f"remaining_s must be a number, got {type(left).__name__}")
-                router.pinned(iid, pid, now - age + left, blocks)
-                self.counters["pins"] += 1
-            except (TypeError, ValueError, KeyError):
+                accepted = router.pinned(iid, pid, now - age + left, blocks(n), now)
+            except (TypeError, ValueError, KeyError, OverflowError):
                 self.counters["pins_ignored"] += 1
+                continue
+            self.counters["pins" if accepted else "pins_refused"] += 1
+
+    def _entries(self, entries: Any, cap: int, kind: str, size: int) -> list[Any]:
+        """The first ``cap`` entries of a report's list ``kind`` of ``size``-lists (the rest
+        counted as over the cap; a malformed entry counted as ignored)."""
+        if not isinstance(entries, list):
+            return []
+        self.counters[f"{kind}_over_cap"] += max(0, len(entries) - cap)
+        read = [e for e in entries[:cap] if isinstance(e, list | tuple) and len(e) == size]
+        self.counters[f"{kind}_ignored"] += min(cap, len(entries)) - len(read)
+        return read
 
     def _routed_since(self, pid: Any, at: Any) -> bool:
         """Was the program routed after a report taken at ``at`` (or has it ended)?"""
@@ -246,9 +312,10 @@ class TTLPolicyRouter(RequestRouter):
             rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", "")
             pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
         else:
-            pid = info.program_id
+            tenant = tenant_of(tenant_field_of(pending_request, self._tenant_field))
+            pid = program_key(tenant, info.program_id)
         prompt, out = request_tokens(pending_request)
-        blocks = -(-(prompt + out) // self._block_size)
+        blocks = -(-(prompt + out) // DEFAULT_BLOCK_SIZE)
         router = self.program_router
         try:
             chosen = router.route(pid, now, blocks, prompt)
@@ -276,3 +343,18 @@ class TTLPolicyRouter(RequestRouter):
             self.counters["fallback"] += 1
             return [rest]
         return [first, rest] if rest else [first]
+
+
+class _Blocks:
+    """Converts a replica's block counts to the router's blocks (``DEFAULT_BLOCK_SIZE``
+    tokens); anything but a non-negative int passes as it is, for the library to refuse."""
+
+    __slots__ = ("block_size",)
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+
+    def __call__(self, count: Any) -> Any:
+        if type(count) is not int or count < 0:
+            return count
+        return count * self.block_size // DEFAULT_BLOCK_SIZE
