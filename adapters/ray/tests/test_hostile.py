@@ -14,8 +14,10 @@ import pytest
 pytest.importorskip("ray")
 from ray.serve._private.common import DeploymentHandleSource
 from test_router import BIG, DEPLOYMENT, IDLE, Replica, body, choose, make_router
-from ttlpolicy_ray.identity import program_key, tenant_of
+from ttlpolicy_ray.identity import program_key, tenant_key
 from ttlpolicy_ray.router import MAX_BLOCK_SIZE, MAX_REPORT_PINS, TTLPolicyRouter
+
+from ttlpolicy.ids import program_info
 
 
 def router_with(**kwargs: Any) -> TTLPolicyRouter:
@@ -146,7 +148,7 @@ def test_a_last_turn_of_another_tenant_ends_another_program(attacker_salt: Any) 
     b.report()
     owner = body("p", cache_salt="owner-salt")
     choose(router, [a, b], owner)
-    key = program_key(tenant_of("owner-salt"), "p")
+    key = program_key(tenant_key("owner-salt"), "p")
     assert router.program_router.home(key) is not None
     attack = body(None, cache_salt=attacker_salt)
     attack["vllm_xargs"] = {"program_id": "p", "last_turn": True}
@@ -180,15 +182,17 @@ def test_a_tenant_field_set_by_the_gateway_replaces_the_salt() -> None:
 
 @pytest.mark.parametrize("value", [None, ""])
 def test_no_tenant_keys_a_program_by_its_id(value: Any) -> None:
-    assert tenant_of(value) is None
+    assert tenant_key(value) is None
     assert program_key(None, "p") == "p"
 
 
 def test_program_keys_do_not_collide() -> None:
-    tenants = [tenant_of(v) for v in ("s1", "s2", 3, b"s1")]
+    tenants = [tenant_key(v) for v in ("s1", "s2", 3, b"s1")]
     assert all(t is not None and len(t) == 32 for t in tenants)
     t1 = tenants[0]
-    ids = ["p", "\x00p", "\x00raw:p", f"\x00t:{t1}:p", "x" * 256, "\U0001f600" * 256]
+    # a client id holds no control character: the keys' namespace cannot be forged
+    assert program_info("\x00p") is None and program_info(f"\x00t:{t1}:p") is None
+    ids = ["p", "t:p", f"t:{t1}:p", "x" * 256, "\U0001f600" * 256]
     keys = [program_key(t, pid) for t in (None, *tenants) for pid in ids]
     assert len(set(keys)) == len(keys)
     assert all(0 < len(k.encode("utf-8")) <= 1024 for k in keys)

@@ -15,39 +15,42 @@ A request with neither, or with a malformed or over-long id (``ttlpolicy.ids.pro
 at most ``MAX_PROGRAM_ID_CHARS`` characters), is anonymous: the router routes it as a
 one-call program.  All of it is client input: nothing here raises on it.
 
-**Tenants.**  A program is (tenant, id): ``tenant_field_of`` reads the value naming the
-request's tenant (by default vLLM's ``cache_salt``: the secret that already keeps tenants'
-prefix caches apart, which a gateway sets per tenant; or a ``vllm_xargs`` field the operator
-declares as set by a trusted gateway), ``tenant_of`` makes it a short key, and
-``program_key`` the router's key of the pair, so another tenant naming the same id (a
-``last_turn`` included) addresses a different program.  A request of no tenant keys its
-program by the id itself, as the replicas' reports name it.  All three are pure functions
-(no Ray), and give the keys ``ttlpolicy.ids`` gives the engines' programs once the vLLM and
-SGLang adapters namespace them (``tenant_key``, ``program_key``; then these move there).
+**Tenants.**  A program is (tenant, id), keyed as the engines key it (``ttlpolicy.ids``):
+``tenant_of_request`` reads the request's tenant (by default vLLM's ``cache_salt``: the
+secret that already keeps tenants' prefix caches apart, which a gateway sets per tenant; or a
+``vllm_xargs`` field the operator declares as set by a trusted gateway), and
+``program_key`` makes the router's key of the pair — the one the replicas' reports name the
+program by — so another tenant naming the same id (a ``last_turn`` included) addresses a
+different program.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from ttlpolicy.ids import MAX_PROGRAM_ID_CHARS, ProgramInfo, program_info, scheduler_id
+from ttlpolicy.ids import (
+    MAX_PROGRAM_ID_CHARS,
+    MAX_TENANT_FIELD_CHARS,
+    ProgramInfo,
+    Tenancy,
+    program_info,
+    program_key,
+    tenant_key,
+)
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "MAX_PROGRAM_ID_CHARS",
     "MAX_TENANT_FIELD_CHARS",
+    "Tenancy",
     "program_key",
     "program_of",
     "request_tokens",
-    "tenant_field_of",
-    "tenant_of",
+    "tenant_key",
+    "tenant_of_request",
 ]
 
-#: Longest name of the ``vllm_xargs`` field an operator may declare to name tenants.
-MAX_TENANT_FIELD_CHARS = 64
-_NAMESPACE = "\x00t:"  # tenants' program keys: "\x00t:<tenant>:<client id>"
 
 #: Characters per token when a request carries text, not token ids (the router has no
 #: tokenizer; a call's size only weighs where it fits).
@@ -76,39 +79,12 @@ def program_of(pending: Any) -> ProgramInfo | None:
     return program_info(named, xargs.get("last_turn", False))
 
 
-def tenant_of(value: Any) -> str | None:
-    """The tenant a request field's ``value`` names: None (no tenant) for None or an empty
-    str; else the first 32 hex digits of the SHA-256 of its text (of its ``repr`` for a
-    value not a str): fixed size whatever the client sent, and the secret is not kept."""
-    if value is None or value == "":
-        return None
-    text = value if isinstance(value, str) else repr(value)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def program_key(tenant: str | None, program_id: str) -> str:
-    """The router's key of program ``program_id`` of ``tenant`` (a ``tenant_of``): the id itself
-    for no tenant (as engines report it), else ``"\\x00t:<tenant>:<id>"``, which no other
-    (tenant, id) pair has.  Client ids that start with NUL, the prefix of the router's own
-    keys, are set apart too; a key over the router's id bound is kept under its digest
-    (``ttlpolicy.ids.scheduler_id``)."""
-    if tenant is not None:
-        key = f"{_NAMESPACE}{tenant}:{program_id}"
-    elif program_id.startswith("\x00"):
-        key = "\x00raw:" + program_id
-    else:
-        key = program_id
-    return scheduler_id(key)
-
-
-def tenant_field_of(pending: Any, tenant_field: str | None) -> Any:
-    """The value naming the tenant of ``pending``: the body's ``cache_salt`` (``tenant_field``
-    None), else ``vllm_xargs[tenant_field]`` (a field the operator's gateway sets)."""
+def tenant_of_request(pending: Any, tenancy: Tenancy) -> str | None:
+    """The tenant key of ``pending`` (``ttlpolicy.ids.Tenancy.tenant``): from the body's
+    ``cache_salt``, or the ``vllm_xargs`` field the operator's gateway sets."""
     body = _body(pending)
-    if tenant_field is None:
-        return _field(body, "cache_salt")
     xargs = _field(body, "vllm_xargs")
-    return xargs.get(tenant_field) if isinstance(xargs, Mapping) else None
+    return tenancy.tenant(_field(body, "cache_salt"), xargs if isinstance(xargs, Mapping) else None)
 
 
 def _text_chars(value: Any, depth: int = 0) -> int:

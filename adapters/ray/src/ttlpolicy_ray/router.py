@@ -62,14 +62,7 @@ import ttlpolicy
 from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS
 
 from . import _registry
-from .identity import (
-    MAX_TENANT_FIELD_CHARS,
-    program_key,
-    program_of,
-    request_tokens,
-    tenant_field_of,
-    tenant_of,
-)
+from .identity import Tenancy, program_key, program_of, request_tokens, tenant_of_request
 from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_KEY, REPORT_VERSION
 
 __all__ = [
@@ -122,15 +115,8 @@ class TTLPolicyRouter(RequestRouter):
         and ``max_instances``, the router's bounds; ``tenant_field``, where a program's tenant
         comes from: None, the request's ``cache_salt``; else the name of a ``vllm_xargs``
         field that the operator's gateway sets (and clients cannot)."""
-        if tenant_field is not None and not (
-            isinstance(tenant_field, str) and 0 < len(tenant_field) <= MAX_TENANT_FIELD_CHARS
-        ):
-            raise ValueError(
-                f"tenant_field must be None or a name of 1 to {MAX_TENANT_FIELD_CHARS} "
-                f"characters, got {tenant_field!r}"
-            )
+        self._tenancy = Tenancy(tenant_field)  # (checks the name)
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
-        self._tenant_field = tenant_field
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._max_gone = MAX_GONE_REPLICAS
@@ -312,7 +298,7 @@ class TTLPolicyRouter(RequestRouter):
             rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", "")
             pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
         else:
-            tenant = tenant_of(tenant_field_of(pending_request, self._tenant_field))
+            tenant = tenant_of_request(pending_request, self._tenancy)
             pid = program_key(tenant, info.program_id)
         prompt, out = request_tokens(pending_request)
         blocks = -(-(prompt + out) // DEFAULT_BLOCK_SIZE)
