@@ -22,6 +22,7 @@ namespaced id (``"\x00t:..."``) or an adapter's synthetic one (``"\x00anonymous:
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +30,14 @@ from ._validate import tool_key
 from .reference.scheduler import MAX_ID_BYTES
 
 __all__ = [
+    "CONTINUATION_SHARE",
     "MAX_ID_BYTES",
     "MAX_PROGRAM_ID_CHARS",
     "MAX_TENANT_FIELD_CHARS",
     "OPEN_TENANCY",
     "ProgramInfo",
     "Tenancy",
+    "continuation_index",
     "program_info",
     "program_key",
     "scheduler_id",
@@ -158,3 +161,19 @@ class Tenancy:
 
 #: The default: tenants from ``cache_salt``, client ids taken.
 OPEN_TENANCY = Tenancy()
+
+
+#: Share of a pinned turn's prompt a request naming the program must begin with to take the
+#: pin (within a tenant): measured on the shipped agentic sessions, 93 % of calls begin with
+#: all of the previous call's prompt and 5 % more with >= 90 % of it (a chat template
+#: re-rendering the last blocks); the rest rewrote their context.
+CONTINUATION_SHARE = 0.9
+
+
+def continuation_index(prompt_units: int) -> int:
+    """The index of the prompt unit (block, or token) a continuation must match: the last of
+    the first ``CONTINUATION_SHARE`` of ``prompt_units`` (-1: no unit, nothing to match)."""
+    if prompt_units <= 0:
+        return -1
+    # (the guard keeps 0.9 * 10 at 9 units, not 10)
+    return max(0, math.ceil(prompt_units * CONTINUATION_SHARE - 1e-9) - 1)

@@ -13,6 +13,7 @@ from ttlpolicy.ids import (
     MAX_ID_BYTES,
     MAX_PROGRAM_ID_CHARS,
     Tenancy,
+    continuation_index,
     program_info,
     program_key,
     scheduler_id,
@@ -107,3 +108,13 @@ def test_bad_tenancy_knobs_name_the_knob(monkeypatch):
         tenancy_from_env()
     monkeypatch.setenv("TTLPOLICY_CLIENT_IDS", "0")
     assert tenancy_from_env() == Tenancy("x-tenant", client_ids=False)
+
+
+def test_a_continuation_matches_at_least_nine_tenths_of_the_prompt():
+    assert continuation_index(0) == -1  # nothing to match
+    assert continuation_index(1) == 0
+    assert continuation_index(10) == 8  # the first 9 of 10 units
+    for units in range(1, 500):
+        matched = continuation_index(units) + 1
+        assert matched >= 0.9 * units - 1e-9 and matched <= units
+        assert matched - 1 < 0.9 * units  # the least that is >= 90 %

@@ -89,7 +89,7 @@ class TTLRadixCache(UnifiedRadixCache):
     def _host_access(self, req: Any, path_tokens: int) -> None:
         """The finished turn is one access of the host tier's model, told whether its
         program ended or waits on a tool (its pin's deadline)."""
-        info = program_of(req)
+        info = program_of(req, self.ttl.tenancy)
         pin = self.ttl.programs.pin(info.program_id) if info is not None else None
         ids = [*req.origin_input_ids, *req.output_ids][:path_tokens]
         self.host_order.accessed(  # type: ignore[union-attr]

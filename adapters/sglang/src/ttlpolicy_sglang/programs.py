@@ -49,7 +49,7 @@ from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key
-from .pins import TreeLockPins
+from .pins import TreeLockPins, continuation_point
 
 # under "sglang." so that SGLang's logging configuration applies
 logger = logging.getLogger("sglang.ttlpolicy")
@@ -72,6 +72,7 @@ class ProgramTracker:
         self.clock = time.monotonic  # the only clock; tests may replace it
         self._cache = cache
         self.page_size = max(1, int(page_size))
+        self.tenancy = knobs.tenancy
         self.policy = ttlpolicy.TTLPolicy(knobs.policy)
         # ProgramScheduler counts blocks: one block is one page of the KV pool.
         self.total_blocks = max(1, int(total_tokens) // self.page_size)
@@ -163,7 +164,12 @@ class ProgramTracker:
         return info.program_id if info is not None else request_key(ANONYMOUS + key)
 
     def _arrive(self, key: str, req: Any, now: float) -> float:
-        info = program_of(req)
+        info = program_of(req, self.tenancy)
+        if info is not None and not self.pins.continues(info.program_id, req.origin_input_ids):
+            # it names a pinned program but does not continue the pinned context: it takes
+            # neither the pin nor the program's place (served as anonymous, the pin kept)
+            self.metrics.pin_claims_refused += 1
+            info = None
         program_id = self._program_id(key, info)
         blocks = self._blocks(len(req.origin_input_ids) + len(req.output_ids))
         pin = self.life.arrive(key, program_id, now, blocks)
@@ -326,7 +332,8 @@ class ProgramTracker:
             ttl_s = result.decision.ttl_s if result.decision is not None else None
             blocks = None
             if result.pin is not None:
-                self.pins.hold(info.program_id, node, path_tokens)  # merged with a held pin
+                point = continuation_point(req.origin_input_ids)
+                self.pins.hold(info.program_id, node, path_tokens, point)  # merged if held
                 blocks = self._blocks(path_tokens)
             self.metrics.decided(info.program_id, now, ttl_s, blocks)
         if self.metrics.exporter is not None and not self._info:

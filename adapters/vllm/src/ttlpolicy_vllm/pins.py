@@ -10,8 +10,9 @@ decided by ``ttlpolicy.ProgramScheduler``; this class only moves references.
 
 from __future__ import annotations
 
-import math
 from typing import Any
+
+from ttlpolicy.ids import continuation_index
 
 
 def cached_blocks(kv_cache_manager: Any, request_id: str) -> list[Any]:
@@ -22,24 +23,13 @@ def cached_blocks(kv_cache_manager: Any, request_id: str) -> list[Any]:
     return out
 
 
-#: Share of the pinned turn's prompt blocks a request must begin with to take the pin
-#: (``continuation_point``): measured on the shipped agentic sessions, 93 % of calls begin
-#: with all of the previous call's prompt and 5 % more with >= 90 % of it (a chat template
-#: re-rendering the last blocks); the rest rewrote their context.
-CONTINUATION_SHARE = 0.9
-
-
 def continuation_point(block_hashes: list[Any], prompt_tokens: int, block_size: int) -> Any:
-    """Where a request continues a finished request's context: ``(index, hash)`` of the
-    block at ``CONTINUATION_SHARE`` of its prompt's full blocks (block hashes are chained, so
-    an equal hash there means every block before it is equal too), or None for a prompt of
-    no full block."""
-    prompt_blocks = min(prompt_tokens // block_size, len(block_hashes))
-    if prompt_blocks <= 0:
-        return None
-    # (the rounding guard keeps 0.9 * 10 at 9 blocks, not 10)
-    index = max(0, math.ceil(prompt_blocks * CONTINUATION_SHARE - 1e-9) - 1)
-    return (index, block_hashes[index])
+    """Where a request continues a finished request's context: ``(index, hash)`` of its
+    prompt's block at ``ttlpolicy.ids.continuation_index`` (block hashes are chained, so an
+    equal hash there means every block before it is equal too), or None for a prompt of no
+    full block."""
+    index = continuation_index(min(prompt_tokens // block_size, len(block_hashes)))
+    return None if index < 0 else (index, block_hashes[index])
 
 
 class BlockPins:

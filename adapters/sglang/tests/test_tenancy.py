@@ -1,0 +1,79 @@
+"""A program is its tenant's alone, in SGLang's real radix tree and scheduling pass.
+
+The tenant is the request's ``cache_salt`` (what a gateway sets per tenant).  A stranger
+naming the owner's program id — from another tenant, or without a salt — takes no pin and
+ends nothing; the owner's return finds its whole first turn cached although two other
+requests needed the memory during its tool call.  Within a tenant, a request naming a pinned
+program takes the pin only if its prompt continues the pinned context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
+
+KV = 512
+TURN1, OUT1, FILLER = 200, 20, 200
+
+
+def owner_return_after(stranger: Callable[[MiniScheduler], None]) -> tuple[int, MiniScheduler]:
+    """The owner's turn 1 (tenant "salt-a", program "p"), ``stranger`` during the tool call,
+    two fillers needing the memory, then the owner's return; its cached prefix length."""
+    s = make_scheduler(KV, "ttlpolicy", FakeClock())
+    prompt, out = tokens(10_000, TURN1), tokens(10_000 + TURN1, OUT1)
+    req = s.submit(prompt, program="p", tool="bash", cache_salt="salt-a")
+    assert s.schedule() == [req]
+    s.finish(req, out)
+    assert s.cache.protected_size() == TURN1 + OUT1  # pinned
+    stranger(s)
+    for i in range(2):
+        filler = s.submit(tokens(50_000 + i * 1000, FILLER))
+        assert s.schedule() == [filler]
+        s.finish(filler, tokens(50_900 + i * 1000, 4))
+    back = s.submit(
+        prompt + out + tokens(90_000, 30), program="p", last_turn=True, cache_salt="salt-a"
+    )
+    assert s.schedule() == [back]
+    s.finish(back, tokens(91_000, 4))
+    return back.prefix_len, s
+
+
+def run_stranger(salt: str | None, last_turn: bool = False) -> Callable[[MiniScheduler], None]:
+    def stranger(s: MiniScheduler) -> None:
+        req = s.submit(tokens(70_000, 40), program="p", last_turn=last_turn, cache_salt=salt)
+        assert s.schedule() == [req]
+        s.finish(req, tokens(71_000, 4))
+
+    return stranger
+
+
+def test_the_owner_alone_finds_its_context(policy_env) -> None:
+    hit, _ = owner_return_after(lambda s: None)
+    assert hit == TURN1 + OUT1
+
+
+@pytest.mark.parametrize("salt", ["salt-b", None], ids=["other-tenant", "no-salt"])
+@pytest.mark.parametrize("last_turn", [False, True], ids=["turn", "last-turn"])
+def test_another_tenant_naming_the_id_takes_and_ends_nothing(policy_env, salt, last_turn) -> None:
+    hit, _ = owner_return_after(run_stranger(salt, last_turn))
+    assert hit == TURN1 + OUT1
+
+
+def test_another_tenants_abort_ends_nothing(policy_env) -> None:
+    def stranger(s: MiniScheduler) -> None:
+        req = s.submit(tokens(70_000, 40), program="p", cache_salt="salt-b")
+        s.order()  # seen to arrive
+        s.abort_waiting(req)
+        assert s.cache.protected_size() == TURN1 + OUT1
+
+    hit, _ = owner_return_after(stranger)
+    assert hit == TURN1 + OUT1
+
+
+def test_within_a_tenant_only_a_continuation_takes_the_pin(policy_env) -> None:
+    hit, s = owner_return_after(run_stranger("salt-a"))
+    assert hit == TURN1 + OUT1
+    assert s.ttl.metrics.pin_claims_refused == 1
