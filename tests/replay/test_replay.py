@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from fake_server import BLOCK, MODEL, Behaviour, serve
+
 from trace_files import DATA
 from ttlpolicy.cli import main
 from ttlpolicy.replay import Call, Client, Options, Replay, ReplayProgram, load_programs, summary
@@ -35,7 +35,9 @@ def _opts(**kw) -> Options:
     return Options(**kw)
 
 
-def _program(pid: str, calls: list[tuple[tuple[int, ...], int, float, str | None]]) -> ReplayProgram:
+def _program(
+    pid: str, calls: list[tuple[tuple[int, ...], int, float, str | None]]
+) -> ReplayProgram:
     """calls: (hash ids, input tokens, gap s, tool)."""
     return ReplayProgram(
         pid, tuple(Call(n, 4, gap, tool, h) for h, n, gap, tool in calls), block_tokens=BLOCK
@@ -43,7 +45,9 @@ def _program(pid: str, calls: list[tuple[tuple[int, ...], int, float, str | None
 
 
 HAND_MADE = [
-    _program("a", [((1, 2, 3), 3 * BLOCK + 5, 0.0, "bash"), ((1, 2, 3, 4, 5), 5 * BLOCK, 0.0, None)]),
+    _program(
+        "a", [((1, 2, 3), 3 * BLOCK + 5, 0.0, "bash"), ((1, 2, 3, 4, 5), 5 * BLOCK, 0.0, None)]
+    ),
     _program("b", [((1, 2, 9), 3 * BLOCK, 0.0, "edit")]),
 ]
 
@@ -76,7 +80,7 @@ def test_trace_prefixes_reach_the_server_as_the_simulator_reuses_them() -> None:
         r = Replay(Client(fake.url), _opts())
         res = r.run_closed(w.closed(seed=0), n=1)
     assert res.stopped is None and not res.errors
-    sent = {}
+    sent: dict[str, list[list[str]]] = {}
     for x in fake.received:
         sent.setdefault(x.body["vllm_xargs"]["program_id"], []).append(x.words)
     sims = {p.program_id: p for p in w.sim_programs}
