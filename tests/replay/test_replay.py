@@ -267,3 +267,50 @@ def test_cli_capacity_reaches_the_most_agents_under_a_generous_bound(tmp_path: P
     assert cap["capacity_agents"] == 3 and cap["reached_max_agents"]
     assert all(s["summary"]["calls"] > 0 for s in cap["steps"])
     assert len(fake.received) >= sum(s["summary"]["calls"] for s in cap["steps"])
+
+
+def test_poisson_arrivals_are_the_simulators() -> None:
+    from ttlpolicy.sim.workload import poisson_arrivals
+
+    w = load_programs(DATA / "sessions", max_programs=1, max_context=1024)
+    got = [(t, p.program_id) for t, p in w.poisson(0.5, seed=3)]
+    want = [(t, p.program_id) for t, p in poisson_arrivals(w.sim_programs, 0.5, 3)]
+    assert got == want and len(got) == len(w.programs)
+    progs = [_program(f"p{i}", [((i,), BLOCK, 0.0, None)]) for i in range(3)]
+    times = [0.0, 0.3, 0.6]
+    with serve() as fake:
+        res = Replay(Client(fake.url), _opts()).run_timed(list(zip(times, progs, strict=True)))
+    for t, p in zip(times, res.programs, strict=True):
+        assert t <= p.calls[0].start_s < t + 1.0  # sent when due, not before
+    gaps = [b.t_s - a.t_s for a, b in zip(fake.received, fake.received[1:], strict=False)]
+    assert all(g >= 0.3 - 0.01 for g in gaps)
+
+
+@pytest.mark.parametrize(
+    ("max_agents", "breaks_at", "want", "tried"),
+    [
+        (64, 6, 5, [1, 2, 4, 8, 6, 5]),  # doubling breaks at 8, bisection finds 5
+        (64, 1, 0, [1]),  # not even one agent
+        (5, 99, 5, [1, 2, 4, 5]),  # never breaks: the most tried, said so
+        (64, 3, 2, [1, 2, 4, 3]),
+    ],
+)
+def test_capacity_search(max_agents: int, breaks_at: int, want: int, tried: list[int]) -> None:
+    from ttlpolicy.replay import find_capacity
+
+    def measure(n: int) -> dict:  # TTFT p95 grows with the agents: over 1 s from breaks_at on
+        return {"errors": 0, "calls": 10, "ttft_p95_s": 1.5 if n >= breaks_at else 0.5}
+
+    r = find_capacity(measure, ttft_bound_s=1.0, max_agents=max_agents)
+    assert r["capacity_agents"] == want
+    assert [s["agents"] for s in r["steps"]] == tried
+    assert r["reached_max_agents"] == (want == max_agents)
+
+
+def test_capacity_step_with_errors_does_not_hold() -> None:
+    from ttlpolicy.replay import find_capacity
+
+    def measure(n: int) -> dict:
+        return {"errors": int(n >= 2), "calls": 10, "ttft_p95_s": 0.1}
+
+    assert find_capacity(measure, ttft_bound_s=1.0)["capacity_agents"] == 1

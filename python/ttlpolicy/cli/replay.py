@@ -268,7 +268,7 @@ def _discover(client: Client, model: str | None) -> tuple[str, int | None]:
     except CallError as e:
         if model is not None and e.kind.startswith("http"):
             return model, None  # a server without /v1/models: the name given is enough
-        raise ValueError(f"{client.url}: {e}") from None
+        raise ValueError(f"/v1/models: {e}") from None  # e names the kind and the URL
     entry = next((m for m in models if model is None or m.get("id") == model), None)
     if entry is None:
         names = ", ".join(str(m.get("id")) for m in models[:10])
@@ -290,7 +290,6 @@ def _options(args: argparse.Namespace, model: str, salt: str, duration_s: float 
         max_inflight=args.max_inflight,
         max_errors=args.max_errors,
         duration_s=duration_s,
-        timeout_s=args.timeout,
     )
 
 

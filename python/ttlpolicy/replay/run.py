@@ -3,10 +3,10 @@ waiting its trace gap (times ``time_scale``) before each; programs arrive at giv
 (Poisson, a request stream's recorded times) or keep ``concurrency`` in flight (closed loop).
 
 Bounds: at most ``max_inflight`` programs run at once (a timed arrival waits for a free slot,
-and its wait counts in its completion time); a call fails after ``timeout_s``; the run stops
-after ``max_errors`` failed calls, after ``duration_s``, or on Ctrl-C — and reports what it
-measured either way (``RunResult.stopped`` says why it stopped early).  A failed call ends its
-program (its later calls would not be the trace's), which counts as failed.
+and its wait counts in its completion time); a call fails after its client's ``timeout_s``;
+the run stops after ``max_errors`` failed calls, after ``duration_s``, or on Ctrl-C — and
+reports what it measured either way (``RunResult.stopped`` says why it stopped early).  A
+failed call ends its program (its later calls would not be the trace's), counted as failed.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ class Options:
     max_inflight: int = 256
     max_errors: int = 10
     duration_s: float | None = None
-    timeout_s: float = 600.0
 
 
 @dataclass(slots=True)
@@ -254,7 +253,9 @@ class Replay:
         """``n`` programs in flight: each time one ends, ``next_program()`` (program, copy
         prefix) starts, until it returns None."""
         if not 1 <= n <= self.opt.max_inflight:
-            raise ValueError(f"concurrency must be in [1, {self.opt.max_inflight}], got {n}")
+            raise ValueError(
+                f"concurrency must be in [1, {self.opt.max_inflight}] (max_inflight), got {n}"
+            )
         self._slots = threading.Semaphore(n)
         return self._run(lambda threads: self._feed_closed(next_program, threads))
 

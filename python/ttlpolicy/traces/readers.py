@@ -130,6 +130,22 @@ def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
         ) from None
 
 
+def _json_lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, "line N", object) of each non-blank line of a JSONL file; a line that is
+    not a JSON object raises TraceFormatError at its line."""
+    for lineno, line in _lines(path, f):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, where, "(json)", e.msg) from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, where, "(record)", "must be a JSON object")
+        yield lineno, where, obj
+
+
 def _agentic_requests(
     path: Path,
     session_id: str,
@@ -196,16 +212,7 @@ def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:
     """The Mooncake JSONL trace, streamed; arrival is ``timestamp`` / 1000."""
     p = Path(path)
     with open_text(p) as f:
-        for lineno, line in _lines(p, f):
-            if not line.strip():
-                continue
-            where = f"line {lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(p, where, "(json)", e.msg) from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(p, where, "(record)", "must be a JSON object")
+        for lineno, where, obj in _json_lines(p, f):
             yield TraceRecord(
                 session_id="",
                 index=lineno - 1,
@@ -331,16 +338,7 @@ def read_tracelab(path: str | Path) -> Iterator[TraceRecord]:
     bt = TRACELAB_BLOCK_TOKENS
     sessions: dict[str, _TraceLabSession] = {}
     with open_text(p) as f:
-        for lineno, line in _lines(p, f):
-            if not line.strip():
-                continue
-            where = f"line {lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(p, where, "(json)", e.msg) from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(p, where, "(record)", "must be a JSON object")
+        for _, where, obj in _json_lines(p, f):
             sid = obj.get("session_id")
             if not isinstance(sid, str) or not sid:
                 raise TraceFormatError(
