@@ -136,7 +136,7 @@ def serve(behaviour: Behaviour | None = None) -> Iterator[FakeServer]:
     httpd.daemon_threads = True
     holder.append(httpd)
     fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield fake

@@ -81,8 +81,9 @@ class _Prefixes:
         self._seen: set[int] = set()
         self._lock = threading.Lock()
 
-    def hit_blocks(self, hash_ids: tuple[int, ...]) -> int:
-        keys, h = [], 0
+    def hit_blocks(self, copy: str, hash_ids: tuple[int, ...]) -> int:
+        """Leading blocks of ``hash_ids`` sent before (a copy's text is its own: ``copy``)."""
+        keys, h = [], hash(copy)
         for b in hash_ids:
             h = hash((h, b))
             keys.append(h)
@@ -154,27 +155,18 @@ class Replay:
                 if self.stop.is_set():
                     return
                 res.gaps_s += gap
-                ideal = self._prefixes.hit_blocks(c.hash_ids) * p.block_tokens
+                ideal = self._prefixes.hit_blocks(copy, c.hash_ids) * p.block_tokens
                 start = self._now()
                 try:
                     out = self.client.complete(self._body(p, i, copy))
                 except CallError as e:
                     if e.kind == "cancelled":
                         return
-                    res.calls.append(
-                        CallResult(
-                            i,
-                            start,
-                            self._now() - start,
-                            None,
-                            c.input_tokens,
-                            None,
-                            None,
-                            None,
-                            ideal,
-                            e.kind,
-                        )
-                    )
+                    failed = CallResult(
+                        i, start, self._now() - start, None, c.input_tokens, None, None, None,
+                        ideal, error=e.kind,
+                    )  # fmt: skip
+                    res.calls.append(failed)
                     res.failed = True
                     self._count_error(e.kind)
                     return
