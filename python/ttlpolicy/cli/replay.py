@@ -342,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
         "time_scale": args.time_scale,
         "ids": args.ids,
         "max_context": max_context,
+        "ab_order": args.ab_order if args.ab else None,
     }
     if args.capacity:
         return _capacity(args, w, clients[0], model, meta)
