@@ -7,6 +7,7 @@ examples:
   ttlpolicy compare --concurrency 4 --sweep --plot sweep.png
   ttlpolicy fit
   ttlpolicy groups --top 5 --trace path/to/sessions
+  ttlpolicy replay --endpoint http://127.0.0.1:8000 --ab http://127.0.0.1:8001 --time-scale 0.1
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ COMMANDS = {
     "fit": "fit",
     "groups": "groups",
     "plan": "plan",
+    "replay": "replay",
 }
 
 

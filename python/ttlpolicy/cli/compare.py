@@ -41,7 +41,7 @@ from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLO
 from ttlpolicy.sim.report import Progress, format_table
 from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
-from ttlpolicy.traces import TraceRecord, detect_format, read_trace, sample_dir
+from ttlpolicy.traces import TraceRecord, has_programs, read_trace, sample_dir
 
 from ._args import finite_float, float_in, int_in, writable_file
 from ._plot import pyplot
@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         config, cpu_tier = PAPER_ENGINE, args.offload or None
     else:
         trace = args.trace or str(sample_dir())
-        if not Path(trace).is_dir() and detect_format(trace) != "agentic":
+        if not has_programs(trace):
             # Open loop: these flags would be silently ignored, so refuse them.
             ignored = {
                 "--concurrency": args.concurrency is not None,

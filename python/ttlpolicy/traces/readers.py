@@ -4,7 +4,11 @@
   sub-agent conversations nested in a session become sessions of their own
   (``<session>/<agent_id>``), their times shifted to the parent's clock;
 * the Mooncake conversation trace (JSONL, ``timestamp`` in ms, 512-token blocks);
-* the Azure LLM inference traces (CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``).
+* the Azure LLM inference traces (CSV: ``TIMESTAMP,ContextTokens,GeneratedTokens``);
+* TraceLab round traces (JSONL, one LLM round a line: ``session_id``, ``round_index``,
+  ``input_tokens_total``, ``prefix_tokens``, ``output_tokens``, ``timing_events``; the
+  uw-syfi/TraceLab format, read by ``read_tracelab``).  A ``.jsonl`` file is TraceLab when its
+  first record has ``round_index``, else Mooncake.
 
 Readers are generators: JSONL and CSV are streamed line by line; a session file is one JSON
 document, read whole (one session), and a directory is read one file at a time.  A malformed
@@ -32,6 +36,12 @@ from pathlib import Path
 from typing import IO, Any
 
 MOONCAKE_BLOCK_TOKENS = 512
+#: TraceLab records token counts, not blocks: its rounds get block ids of this many tokens
+#: (the simulator's default block, so `ttlpolicy compare` reads it as it is).
+TRACELAB_BLOCK_TOKENS = 64
+#: Sessions of one TraceLab file whose previous round is remembered (a bound on the reader's
+#: state: a file interleaving more sessions than this is refused).
+TRACELAB_MAX_OPEN_SESSIONS = 100_000
 #: Free-text fields from a trace (stop reason, ids) are cut to this many characters.
 MAX_TEXT_CHARS = 128
 HASH_MIN, HASH_MAX = -(1 << 63), (1 << 63) - 1
@@ -120,6 +130,22 @@ def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
         ) from None
 
 
+def _json_lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, "line N", object) of each non-blank line of a JSONL file; a line that is
+    not a JSON object raises TraceFormatError at its line."""
+    for lineno, line in _lines(path, f):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, where, "(json)", e.msg) from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, where, "(record)", "must be a JSON object")
+        yield lineno, where, obj
+
+
 def _agentic_requests(
     path: Path,
     session_id: str,
@@ -186,16 +212,7 @@ def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:
     """The Mooncake JSONL trace, streamed; arrival is ``timestamp`` / 1000."""
     p = Path(path)
     with open_text(p) as f:
-        for lineno, line in _lines(p, f):
-            if not line.strip():
-                continue
-            where = f"line {lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TraceFormatError(p, where, "(json)", e.msg) from None
-            if not isinstance(obj, dict):
-                raise TraceFormatError(p, where, "(record)", "must be a JSON object")
+        for lineno, where, obj in _json_lines(p, f):
             yield TraceRecord(
                 session_id="",
                 index=lineno - 1,
@@ -258,16 +275,148 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
             )
 
 
+@dataclass(slots=True)
+class _TraceLabSession:
+    """What the reader remembers of a session between its rounds."""
+
+    first_issue_s: float
+    prev_end_s: float
+    prev_ids: tuple[int, ...]
+    round_index: int
+    next_id: int
+    records: int
+
+
+def _timestamp_s(path: Path, where: str, field: str, v: Any) -> float:
+    """An ISO-8601 timestamp ("...Z" allowed) as seconds since the epoch."""
+    if not isinstance(v, str) or len(v) > 64:
+        raise TraceFormatError(path, where, field, f"must be an ISO-8601 timestamp, got {v!r}")
+    try:
+        ts = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise TraceFormatError(path, where, field, f"not a timestamp: {v!r}") from None
+    if ts.tzinfo is None:
+        raise TraceFormatError(path, where, field, f"timestamp without a time zone: {v!r}")
+    return ts.timestamp()
+
+
+def _round_times(path: Path, where: str, obj: dict[str, Any]) -> tuple[float, float]:
+    """(issue, end) of a round, s since the epoch: the round is issued when its last input
+    (user message or tool result) is ready and ends with its last event."""
+    events = obj.get("timing_events")
+    if not isinstance(events, list) or not events:
+        raise TraceFormatError(path, where, "timing_events", "must be a non-empty list")
+    issue_s: float | None = None
+    end_s = -math.inf
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict):
+            raise TraceFormatError(path, where, f"timing_events[{i}]", "must be an object")
+        t = _timestamp_s(path, where, f"timing_events[{i}].timestamp", ev.get("timestamp"))
+        end_s = max(end_s, t)
+        if ev.get("event_type") in ("user_message", "tool_result"):
+            issue_s = t if issue_s is None else max(issue_s, t)
+    if issue_s is None:  # no input event recorded: the round starts with its first event
+        issue_s = _timestamp_s(path, where, "timing_events[0].timestamp", events[0]["timestamp"])
+    return issue_s, max(end_s, issue_s)
+
+
+def read_tracelab(path: str | Path) -> Iterator[TraceRecord]:
+    """A TraceLab round trace (JSONL, uw-syfi/TraceLab ``round_trace.jsonl``), streamed; each
+    session is a program, its rounds in ``round_index`` order (a round out of order is an
+    error).
+
+    TraceLab records token counts, not block hashes: a round's ``TRACELAB_BLOCK_TOKENS``-token
+    blocks get ids, local to the session, such that its first ``prefix_tokens`` (the tokens
+    the provider served from its prefix cache; capped by the previous round's blocks) reuse the
+    previous round's ids and the appended tokens get new ones.  A provider's cache can miss a
+    prefix it did hold, so the reuse read is the recorded hit, a lower bound on the shared
+    context.  Times: a round is issued when its last input event (user message, tool result)
+    is ready and ends at its last event; ``think_time_s`` is the gap from the previous round's
+    end (tool or human time), ``api_time_s`` the round's own span.  A round that called tools
+    has ``stop="tool_use"``, else ``"end_turn"``."""
+    p = Path(path)
+    bt = TRACELAB_BLOCK_TOKENS
+    sessions: dict[str, _TraceLabSession] = {}
+    with open_text(p) as f:
+        for _, where, obj in _json_lines(p, f):
+            sid = obj.get("session_id")
+            if not isinstance(sid, str) or not sid:
+                raise TraceFormatError(
+                    p, where, "session_id", f"must be a non-empty string, got {sid!r}"
+                )
+            sid = sid[:MAX_TEXT_CHARS]
+            round_index = _int(p, where, obj, "round_index")
+            input_tokens = _int(p, where, obj, "input_tokens_total")
+            prefix_tokens = min(_int(p, where, obj, "prefix_tokens"), input_tokens)
+            output_tokens = _int(p, where, obj, "output_tokens")
+            tools = obj.get("tools", [])
+            if not isinstance(tools, list):
+                raise TraceFormatError(p, where, "tools", "must be a list")
+            issue_s, end_s = _round_times(p, where, obj)
+            s = sessions.get(sid)
+            if s is None:
+                if len(sessions) >= TRACELAB_MAX_OPEN_SESSIONS:
+                    raise TraceFormatError(
+                        p, where, "session_id", f"more than {TRACELAB_MAX_OPEN_SESSIONS} sessions"
+                    )
+                s = sessions[sid] = _TraceLabSession(issue_s, issue_s, (), -1, 0, 0)
+            elif round_index <= s.round_index:
+                raise TraceFormatError(
+                    p,
+                    where,
+                    "round_index",
+                    f"{round_index} after round {s.round_index} of session {sid!r} "
+                    "(rounds must be in order)",
+                )
+            shared = min(prefix_tokens // bt, len(s.prev_ids))
+            fresh = input_tokens // bt - shared
+            if s.next_id + fresh >= 1 << 32:
+                raise TraceFormatError(
+                    p, where, "input_tokens_total", "session exceeds 2**32 blocks"
+                )
+            ids = s.prev_ids[:shared] + tuple(range(s.next_id, s.next_id + fresh))
+            yield TraceRecord(
+                session_id=sid,
+                index=s.records,
+                arrival_s=issue_s - s.first_issue_s,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                hash_ids=ids,
+                block_tokens=bt,
+                stop="tool_use" if tools else "end_turn",
+                think_time_s=max(0.0, issue_s - s.prev_end_s) if s.records else 0.0,
+                api_time_s=end_s - issue_s,
+                hash_scope=sid,
+            )
+            s.prev_ids, s.prev_end_s, s.round_index = ids, end_s, round_index
+            s.next_id += fresh
+            s.records += 1
+
+
+def _first_record(path: Path) -> Any:
+    """The first JSON record of a JSONL file (None: empty or not JSON), to tell formats apart."""
+    try:
+        with open_text(path) as f:
+            for line in f:
+                if line.strip():
+                    return json.loads(line)
+    except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error):
+        return None
+    return None
+
+
 def detect_format(path: str | Path) -> str:
-    """'agentic', 'mooncake' or 'azure', from the file name; FileNotFoundError when there is
-    no such file (the first thing a mistyped path should be told)."""
+    """'agentic', 'mooncake', 'tracelab' or 'azure', from the file name (a JSONL file's first
+    record tells TraceLab from Mooncake); FileNotFoundError when there is no such file (the
+    first thing a mistyped path should be told)."""
     if not Path(path).exists():
         raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}")
     name = Path(path).name.lower()
     if name.endswith((".csv", ".csv.gz")):
         return "azure"
     if name.endswith((".jsonl", ".jsonl.gz")):
-        return "mooncake"
+        first = _first_record(Path(path))
+        return "tracelab" if isinstance(first, dict) and "round_index" in first else "mooncake"
     if name.endswith((".json", ".json.gz")):
         return "agentic"
     raise ValueError(
@@ -287,7 +436,23 @@ def read_trace(path: str | Path) -> Iterator[TraceRecord]:
             yield from read_agentic(f)
         return
     fmt = detect_format(p)
-    yield from {"agentic": read_agentic, "mooncake": read_mooncake, "azure": read_azure}[fmt](p)
+    readers = {
+        "agentic": read_agentic,
+        "mooncake": read_mooncake,
+        "tracelab": read_tracelab,
+        "azure": read_azure,
+    }
+    yield from readers[fmt](p)
+
+
+#: Formats whose records form agent programs (sessions of several calls); the others are
+#: request streams, replayed open loop.
+PROGRAM_FORMATS = ("agentic", "tracelab")
+
+
+def has_programs(path: str | Path) -> bool:
+    """Whether the trace at ``path`` (a file or a session folder) holds agent programs."""
+    return Path(path).is_dir() or detect_format(path) in PROGRAM_FORMATS
 
 
 class HashScopes:
