@@ -16,10 +16,13 @@ PINNING_MISS_COST_S = 100.0
 #: The exception types the API promises for bad input.
 API_ERRORS = (TypeError, ValueError, KeyError)
 
-#: What the native module has besides the public names: the hook the package calls at import
-#: and the core's tables (``SOURCES``, the config's defaults and ``published()`` by field).
+#: What the native module has besides the public names: the hook the package calls at import,
+#: the core's tables (``SOURCES``, the config's defaults and ``published()`` by field) and
+#: what the build was made from (``__version__``, ``SOURCE_DIGEST``).
 NATIVE_TABLES = {
     "set_config_class",
+    "__version__",
+    "SOURCE_DIGEST",
     "SOURCES",
     "POLICY_CONFIG_DEFAULTS",
     "POLICY_CONFIG_PUBLISHED",

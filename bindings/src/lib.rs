@@ -15,6 +15,9 @@ mod value;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // what this build was made from (bindings/build.rs); checked by ttlpolicy/_backend.py
+    m.add("SOURCE_DIGEST", env!("TTLPOLICY_SOURCE_DIGEST"))?;
     policy::register(m)?;
     admission::register(m)?;
     scheduler::register(m)?;

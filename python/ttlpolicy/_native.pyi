@@ -27,6 +27,7 @@ __all__ = [
     "POLICY_CONFIG_DEFAULTS",
     "POLICY_CONFIG_PUBLISHED",
     "SOURCES",
+    "SOURCE_DIGEST",
     "AdmissionControl",
     "CacheMissModel",
     "Ended",
@@ -44,6 +45,7 @@ __all__ = [
     "StepRun",
     "TTLPolicy",
     "ToolHistory",
+    "__version__",
     "set_config_class",
     "solve_ttl",
 ]
@@ -59,6 +61,11 @@ POLICY_CONFIG_DEFAULTS: dict[str, object]
 reads them (as ``PolicyConfig().model_dump()`` writes the Python one)."""
 POLICY_CONFIG_PUBLISHED: dict[str, object]
 """The core's ``PolicyConfig.published()``, likewise."""
+__version__: str
+"""The crate's version."""
+SOURCE_DIGEST: str
+"""SHA-256 of the sources the module was built from (``bindings/build.rs``; ``"unknown"``
+outside a checkout's layout), checked at import by ``_backend.py``."""
 
 def set_config_class(cls: type[PolicyConfig]) -> None:
     """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against
