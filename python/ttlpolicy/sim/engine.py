@@ -81,6 +81,10 @@ class _View:
         """Blocks neither allocated nor holding a cached chain (taking them evicts nothing)."""
         return self._e.kv.free_blocks
 
+    def cached_chains(self) -> dict[str, int]:
+        """The free (evictable) cached chains: program → GPU blocks."""
+        return self._e.kv.free_chains()
+
     def prefill_s(self, tokens: int) -> float:
         s = self._prefill_s.get(tokens)
         if s is None:

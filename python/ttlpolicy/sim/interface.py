@@ -74,6 +74,10 @@ class EngineView(Protocol):
         """Blocks neither allocated nor holding a cached chain (taking them evicts nothing)."""
         ...
 
+    def cached_chains(self) -> dict[str, int]:
+        """The free (evictable) cached chains: program → GPU blocks."""
+        ...
+
 
 #: ``release(program_id)``: the engine releases the program's pinned chain (``give_way``).
 Unpin = Callable[[str], None]

@@ -75,6 +75,10 @@ class KVCache:
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
 
+    def free_chains(self) -> dict[str, int]:
+        """The free (evictable) chains: program → blocks, least recently freed first."""
+        return dict(self._free)
+
     def free_programs(self) -> list[str]:
         """The programs whose chains are free (evictable), least recently freed first."""
         return list(self._free)

@@ -16,8 +16,8 @@ seen has the prior below).  So:
   then the latest expected activation first, ties LRU; an agent whose call is waiting in the
   queue is at step 0 and goes last;
 * prefetch: an agent's chain is copied back from the CPU when its expected activation is one
-  transfer time away (it is in the next step), into GPU blocks free of any cached chain (a
-  background copy evicts nothing), and pinned until its call arrives (at least a second,
+  transfer time away (it is in the next step), into unused GPU blocks or those of cached
+  chains farther from running (evicted for it, farthest first), and pinned until its call arrives (at least a second,
   the copy's time), then kept by its key; a pin is given up under memory pressure most
   recently pinned first;
 * queue: request FCFS (SGLang's ``fcfs`` schedule policy; its default, longest prefix match,
@@ -133,12 +133,22 @@ class KVFlow(QueuePolicy):
         while self._prefetches and self._prefetches[0][0] <= now:
             _, _, program = heapq.heappop(self._prefetches)
             _, blocks = self._prefetch_of.pop(program)
-            if blocks <= self.view.unused_blocks and load(program):
+            if blocks <= self._room_for(program) and load(program):
                 self.prefetched += 1
                 # pinned through the copy; then its key keeps it
                 wait_s = self.activation.get(program, now) - now
                 self.table.pin(program, now + max(2.0 * wait_s, 1.0), blocks)
             self._prune()
+
+    def _room_for(self, program: str) -> int:
+        """GPU blocks a prefetch of ``program`` may take: unused ones, and the cached chains
+        farther from running than it (the eviction takes those first)."""
+        assert self.view is not None, "bind() first"
+        activation = self.activation
+        key = activation.get(program, NEVER)
+        farther = sum(blocks for p, blocks in self.view.cached_chains().items()
+                      if p != program and activation.get(p, NEVER) > key)  # fmt: skip
+        return self.view.unused_blocks + farther
 
     def expire(self, now: float) -> list[str]:
         return self.table.expire(now)

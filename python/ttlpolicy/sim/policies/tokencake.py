@@ -14,8 +14,9 @@ As described (§ Time Scheduler: proactive offload, predictive upload):
   twice the prediction (an overdue call is then a long one: its chain goes to the LRU free
   queue and on to the CPU tier when evicted), given up under memory pressure most recently
   pinned first;
-* upload at ``predicted return − transfer time``, when the GPU has room for it without
-  evicting a cached chain (the paper reserves its blocks progressively); the uploaded chain
+* upload at ``predicted return − transfer time``, when the GPU has room for it as vLLM's
+  allocator counts it (unused blocks and cached ones, the least recently used evicted; the
+  paper reserves its blocks progressively); the uploaded chain
   is pinned until the return, or twice the prediction, like a short call's;
 * queue: vLLM's request FCFS.
 
@@ -111,8 +112,8 @@ class Tokencake(PinningPolicy):
         while self._uploads and self._uploads[0][0] <= now:
             _, _, program = heapq.heappop(self._uploads)
             _, blocks, pin_end = self._upload_of.pop(program)
-            # room without evicting a cached chain (else the return reloads it itself)
-            if blocks <= self.view.unused_blocks:
+            # room as vLLM's allocator has it: unused blocks and cached ones, LRU evicted
+            if blocks <= self.view.free_blocks_for(None):
                 loaded = load(program)
                 if loaded:
                     self.uploads += 1
