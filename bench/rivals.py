@@ -24,13 +24,15 @@ import sys
 import time
 from pathlib import Path
 
-import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import numpy as np
+
+import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import sim_sweep
 from bounds import POINTS, split_folds
 from trace_paths import traces_dir
-from ttlpolicy.sim import roofline, simulate
+from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.hardware import MODELS
+from ttlpolicy.sim.kv_cache import KVCache
 
 POLICIES = "vllm-offload,infercept,continuum,mori,tokencake,kvflow,ttlpolicy-offload"
 #: policies that read the future or run alone: never the strongest rival
@@ -39,7 +41,7 @@ BOUNDS = ("alone", "clairvoyant")
 FIGURES = ("jct_mean_s", "jct_p95_s", "ttft_mean_s", "ttft_p95_s", "throughput_tok_s")
 
 
-def run_figures(m, programs: list[str]) -> dict[str, float]:  # noqa: ANN001 (sim Metrics)
+def run_figures(m, programs: list[str]) -> dict[str, float]:
     """Completion time of ``programs`` (mean, p95), TTFT and throughput of the run."""
     jct = np.array([m.program_finish_s[p] - m.program_start_s[p] for p in programs])
     summary = m.summary()
@@ -53,6 +55,43 @@ def run_figures(m, programs: list[str]) -> dict[str, float]:  # noqa: ANN001 (si
     }
 
 
+class CPUPeak:
+    """The CPU tier's peak use (share of its capacity) while the block runs: the simulator's
+    tier keeps no peak, so its writes are watched (``KVCache._to_cpu``) and put back after."""
+
+    def __enter__(self) -> CPUPeak:
+        self.fraction = 0.0
+        self._orig = orig = KVCache._to_cpu
+        peak = self
+
+        def watched(kv: KVCache, program: str, start: int, end: int) -> None:
+            orig(kv, program, start, end)
+            if kv.cpu_capacity and kv.cpu_used > peak.fraction * kv.cpu_capacity:
+                peak.fraction = kv.cpu_used / kv.cpu_capacity
+
+        KVCache._to_cpu = watched  # type: ignore[assignment,method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        KVCache._to_cpu = self._orig  # type: ignore[method-assign]
+
+
+def why(hw, policy, m, cpu_peak: float) -> dict[str, float]:
+    """What a rival's mechanism could change in a run: the seconds per program its calls
+    spent reading KV back from the CPU at admission (what a prefetch can hide), the CPU
+    tier's peak use, the tokens recomputed, and the policy's own counters."""
+    programs = max(1, m.programs_done)
+    out = {
+        "reload_s_per_program": hw.transfer_s(m.reloaded_tokens) / programs,
+        "cpu_tier_peak": cpu_peak,
+        "recomputed_tokens_per_program": m.recomputed_tokens / programs,
+    }
+    for counter in ("offloads", "uploads", "prefetched", "demotions"):
+        if hasattr(policy, counter):
+            out[counter] = float(getattr(policy, counter))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=None)
@@ -63,6 +102,12 @@ def main() -> int:
     ap.add_argument("--cpu-gb", type=float, default=256.0, help="CPU tier per GPU, GB")
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--ours", default="ttlpolicy-offload")
+    ap.add_argument(
+        "--why",
+        action="store_true",
+        help="per run, what the rivals' mechanisms could change: reload seconds per program, "
+        "the CPU tier's peak use, and each policy's own counters",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     programs = sim_sweep.load_sessions(args.trace, agent_sweep.OPTIONS)
@@ -85,9 +130,14 @@ def main() -> int:
                 row: dict = {"setup": setup, "rate": rate, "seed": seed, "programs": len(ids)}
                 for name in policies:
                     t = time.perf_counter()
-                    m = simulate(hw, name, progs, rate_per_s=rate, seed=seed)
+                    policy = make_policy(name)
+                    with CPUPeak() as peak:
+                        m = simulate(hw, policy, progs, rate_per_s=rate, seed=seed)
                     row[name] = run_figures(m, ids)
                     row[name]["wall_s"] = time.perf_counter() - t
+                    if args.why:
+                        row[name].update(why(hw, policy, m, peak.fraction))
+                        print(f"  {name}: {row[name]}", flush=True)
                 results.append(row)
                 print(
                     f"{setup} {rate:g}/s seed {seed}: "

@@ -34,14 +34,19 @@ def agent(name: str, gap_s: float, blocks: int = 100, turns: int = 2) -> Program
     return Program(
         name,
         tuple(
-            Turn((blocks + i) * 64, 8, (blocks + i - 1) if i else 0, gap_s if i else 0.0,
-                 "bash" if i < turns - 1 else None)  # fmt: skip
+            Turn(
+                (blocks + i) * 64,
+                8,
+                (blocks + i - 1) if i else 0,
+                gap_s if i else 0.0,
+                "bash" if i < turns - 1 else None,
+            )
             for i in range(turns)
         ),
     )
 
 
-def run(policy, programs, hw):  # noqa: ANN001, ANN201
+def run(policy, programs, hw):
     engine = Engine(hw, policy, CFG)
     engine.add_programs(programs)
     return engine, engine.run()
@@ -73,9 +78,7 @@ def test_prefetch_refused_changes_nothing() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(
-    st.lists(
-        st.tuples(st.sampled_from("ABCD"), st.integers(0, 4), st.integers(1, 40)), max_size=40
-    )
+    st.lists(st.tuples(st.sampled_from("ABCD"), st.integers(0, 4), st.integers(1, 40)), max_size=40)
 )
 def test_prefetch_keeps_the_books(ops: list[tuple[str, int, int]]) -> None:
     """Any mix of releases (free, pin, swap), admissions, unpins and prefetches leaves the
@@ -98,7 +101,7 @@ def test_prefetch_keeps_the_books(ops: list[tuple[str, int, int]]) -> None:
 
 
 # -- Tokencake: offload during the tool, upload before its predicted end --------------------
-def tokencake_run(predicted_s: float, tool_s: float = 30.0):  # noqa: ANN201
+def tokencake_run(predicted_s: float, tool_s: float = 30.0):
     pol = Tokencake(prior_tool_s=predicted_s)
     engine, m = run(pol, [(0.0, agent("A", tool_s))], hw_with(2000, 2000))
     return pol, engine, m
@@ -116,7 +119,7 @@ def test_tokencake_return_on_time_finds_its_kv_on_the_gpu() -> None:
 
 def test_tokencake_return_before_the_upload_reloads_it() -> None:
     # predicted far later than it returns: the upload has not started; the call reloads
-    pol, engine, m = tokencake_run(predicted_s=300.0)
+    pol, _, m = tokencake_run(predicted_s=300.0)
     assert (pol.offloads, pol.uploads) == (1, 0)
     assert m.reloaded_tokens >= 100 * 64
 
@@ -125,7 +128,7 @@ def test_tokencake_return_during_the_upload_waits_for_it() -> None:
     hw = hw_with(2000, 2000)
     move_s = hw.transfer_s(100 * 64)
     # the upload starts half a copy before the return and ends half a copy after it
-    pol, engine, m = tokencake_run(predicted_s=30.0 + move_s / 2)
+    pol, _, m = tokencake_run(predicted_s=30.0 + move_s / 2)
     assert pol.uploads == 1 and m.reloaded_tokens == 0
     assert m.ttfts_s[1] >= move_s / 2
 
@@ -145,8 +148,13 @@ def mori_bound(capacity: int, running: int = 0) -> Mori:
     )
     view = SimpleNamespace(hardware=hw, config=CFG, now=0.0, cpu_tier=True,
                            running_blocks=lambda: running)  # fmt: skip
-    pol.bind(view)  # type: ignore[arg-type]
+    pol.bind(view)
     return pol
+
+
+def at(pol: Mori, now: float) -> None:
+    """Sets the fake view's clock (``mori_bound``'s view is a plain namespace)."""
+    vars(pol.view)["now"] = now
 
 
 def call_of(program: str, turn: int, admit_s: float, issue_s: float = 0.0) -> Call:
@@ -162,14 +170,14 @@ def test_mori_keeps_the_busiest_on_the_gpu_the_idlest_goes_to_the_cpu() -> None:
     assert pol.finished(call_of("A", 0, 0.0), 1.0, 100, False) is Verdict.PIN
     # at t = 10, A has waited 9 s of its 10 (idleness 0.9); B just ran 0.1 s (0): B stays
     # on the GPU and A is demoted
-    pol.view.now = 10.0  # type: ignore[misc]
+    at(pol, 10.0)
     assert pol.idleness("A", 10.0) == 0.9
     assert pol.finished(call_of("B", 0, 9.9), 10.0, 100, False) is Verdict.PIN
     assert pol.expire(10.0) == ["A"] and set(pol.resident) == {"B"}
     # C ran 0.1 s after 100 s in tools (idleness ~1): more idle than B (0.5 at t = 10.2),
     # so C goes to the CPU and B stays
     pol._tool_s["C"] = 100.0
-    pol.view.now = 10.2  # type: ignore[misc]
+    at(pol, 10.2)
     assert pol.finished(call_of("C", 1, 10.1), 10.2, 100, False) is Verdict.SWAP
     assert pol.expire(10.2) == [] and set(pol.resident) == {"B"}
 
@@ -185,7 +193,7 @@ def test_mori_gpu_tier_fits_the_capacity_and_moves_with_it() -> None:
             assert sum(pol.resident.values()) <= pol.gpu_share_blocks()
     assert len(idle.resident) == 2 and len(busy.resident) == 1
     # the boundary moves under pressure: the most idle resident goes first
-    idle.view.now = 100.0  # type: ignore[misc]
+    at(idle, 100.0)
     first = max(idle.resident, key=lambda p: idle.idleness(p, 100.0))
     assert idle.reclaim(1, 100.0) == [first]
 
@@ -193,9 +201,10 @@ def test_mori_gpu_tier_fits_the_capacity_and_moves_with_it() -> None:
 def test_mori_runs_and_pins_within_the_gpu() -> None:
     # end to end: many agents on a small GPU; resident chains never exceed what is free
     class Checked(Mori):
-        def finished(self, call, now, chain_blocks, last_turn):  # noqa: ANN001, ANN201
+        def finished(self, call, now, chain_blocks, last_turn):
             verdict = super().finished(call, now, chain_blocks, last_turn)
             if verdict is Verdict.PIN:
+                assert self.view is not None
                 capacity = self.view.hardware.kv_capacity_blocks(64)
                 assert sum(self.resident.values()) <= capacity - self.view.running_blocks()
             return verdict
@@ -210,7 +219,7 @@ def test_mori_runs_and_pins_within_the_gpu() -> None:
 # -- KVFlow: steps-to-execution ---------------------------------------------------------------
 def test_kvflow_evicts_ended_sessions_first_then_the_farthest_from_running() -> None:
     pol = KVFlow(prior_tool_s=10.0)
-    pol.bind(SimpleNamespace(hardware=BASE, config=CFG))  # type: ignore[arg-type]
+    pol.bind(SimpleNamespace(hardware=BASE, config=CFG))
     pol.means.observe("bash", 5.0)
     pol.means.observe("read", 60.0)
     near, far, done = (call_of(p, 0, 0.0) for p in ("near", "far", "done"))

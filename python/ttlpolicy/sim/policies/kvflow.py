@@ -17,9 +17,9 @@ seen has the prior below).  So:
   queue is at step 0 and goes last;
 * prefetch: an agent's chain is copied back from the CPU when its expected activation is one
   transfer time away (it is in the next step), into unused GPU blocks or those of cached
-  chains farther from running (evicted for it, farthest first), and pinned until its call arrives (at least a second,
-  the copy's time), then kept by its key; a pin is given up under memory pressure most
-  recently pinned first;
+  chains farther from running (evicted for it, farthest first), and pinned until its call
+  arrives (at least a second, the copy's time), then kept by its key; a pin is given up
+  under memory pressure most recently pinned first;
 * queue: request FCFS (SGLang's ``fcfs`` schedule policy; its default, longest prefix match,
   favours the calls that hit, which this cache decides).
 
