@@ -79,12 +79,13 @@ class CPUPeak:
 def why(hw, policy, m, cpu_peak: float) -> dict[str, float]:
     """What a rival's mechanism could change in a run: the seconds per program its calls
     spent reading KV back from the CPU at admission (what a prefetch can hide), the CPU
-    tier's peak use, the tokens recomputed, and the policy's own counters."""
+    tier's peak use, the tokens recomputed, preemptions, and the policy's own counters."""
     programs = max(1, m.programs_done)
     out = {
         "reload_s_per_program": hw.transfer_s(m.reloaded_tokens) / programs,
         "cpu_tier_peak": cpu_peak,
         "recomputed_tokens_per_program": m.recomputed_tokens / programs,
+        "preemptions": float(m.preemptions),
     }
     for counter in ("offloads", "uploads", "prefetched", "demotions"):
         if hasattr(policy, counter):

@@ -30,6 +30,8 @@ NAMES = (
     "mori",
     "tokencake",
     "kvflow",
+    # MORI without its CPU tier's admission control (an ablation)
+    "mori:no-admission",
     "ttlpolicy",
     "ttlpolicy-offload",
     "cachettl",
@@ -95,6 +97,11 @@ def make_policy(name: str) -> Policy:
         from .cachettl import make_cachettl
 
         return make_cachettl(base, variant)
+    if name == "mori:no-admission":
+        mori = Mori()
+        mori.tier_admission = False
+        mori.name = name
+        return mori
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:

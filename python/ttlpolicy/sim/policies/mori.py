@@ -39,6 +39,8 @@ from .base import QueuePolicy
 class Mori(QueuePolicy):
     name = "mori"
     uses_cpu_tier = True
+    #: the CPU tier's admission control (off: ``mori:no-admission``, an ablation)
+    tier_admission = True
 
     def __init__(self) -> None:
         super().__init__()
@@ -92,7 +94,7 @@ class Mori(QueuePolicy):
     def _cpu_tier_admits(self, call: Call) -> bool:
         """A new program is admitted while the active programs' KV and its prompt fit in the
         two tiers (a returning call always is: its KV is counted already)."""
-        if call.turn_index or call.program_id in self._footprint:
+        if not self.tier_admission or call.turn_index or call.program_id in self._footprint:
             return True
         view = self.view
         assert view is not None, "bind() first"
