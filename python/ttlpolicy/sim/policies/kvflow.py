@@ -30,13 +30,13 @@ moot; copies share no bandwidth; a call issued while its prefetch runs waits for
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable
 
 from ..call import Call
 from ..interface import Load, Verdict
 from .base import PinTable, QueuePolicy, ToolMeans, request_fcfs
+from .uploads import UploadPlan, earliest
 
 #: expected duration of a tool never seen (seconds)
 PRIOR_TOOL_S = 10.0
@@ -55,10 +55,7 @@ class KVFlow(QueuePolicy):
         # program → expected next activation (s); absent: the session ended (NEVER)
         self.activation: dict[str, float] = {}
         self.table = PinTable()
-        # (prefetch start, seq, program); stale when the program's live start differs
-        self._prefetches: list[tuple[float, int, str]] = []
-        self._prefetch_of: dict[str, tuple[float, int]] = {}  # program → (start, blocks)
-        self._n = 0
+        self.prefetch_plan = UploadPlan()
         self.prefetched = 0
 
     def key(self, call: Call) -> tuple:
@@ -84,7 +81,7 @@ class KVFlow(QueuePolicy):
         if call.gap_s is not None:
             self.means.observe(call.prev_tool, call.gap_s)
         self.activation[pid] = NEXT
-        self._prefetch_of.pop(pid, None)
+        self.prefetch_plan.cancel(pid)
         super().arrive(call, now)
         return self.table.take(pid)
 
@@ -98,47 +95,24 @@ class KVFlow(QueuePolicy):
         if chain_blocks:
             assert self.view is not None, "bind() first"
             move_s = self.view.hardware.transfer_s(chain_blocks * self.view.config.block_tokens)
-            start = expected - move_s
-            self._n += 1
-            self._prefetch_of[pid] = (start, chain_blocks)
-            heapq.heappush(self._prefetches, (start, self._n, pid))
+            # pinned through the copy (at least a second); then its key keeps it
+            self.prefetch_plan.plan(pid, expected - move_s, chain_blocks, expected + move_s)
         return Verdict.FREE
 
     def program_done(self, program_id: str, turns: int) -> None:
         self.activation.pop(program_id, None)
-        self._prefetch_of.pop(program_id, None)
+        self.prefetch_plan.cancel(program_id)
         self.table.take(program_id)
 
     # -- prefetch and its pins ------------------------------------------------------------
-    def _prune(self) -> None:
-        heap = self._prefetches
-        while heap:
-            start, _, program = heap[0]
-            live = self._prefetch_of.get(program)
-            if live is not None and live[0] == start:
-                return
-            heapq.heappop(heap)
-
     def next_deadline(self) -> float | None:
-        d = self.table.next_deadline()
-        if self._prefetches:
-            self._prune()
-            if self._prefetches and (d is None or self._prefetches[0][0] < d):
-                return self._prefetches[0][0]
-        return d
+        return earliest(self.table.next_deadline(), self.prefetch_plan.next_s())
 
     def prefetch(self, now: float, load: Load) -> None:
-        assert self.view is not None, "bind() first"
-        self._prune()
-        while self._prefetches and self._prefetches[0][0] <= now:
-            _, _, program = heapq.heappop(self._prefetches)
-            _, blocks = self._prefetch_of.pop(program)
+        for program, blocks, pin_end in self.prefetch_plan.due(now):
             if blocks <= self._room_for(program) and load(program):
                 self.prefetched += 1
-                # pinned through the copy; then its key keeps it
-                wait_s = self.activation.get(program, now) - now
-                self.table.pin(program, now + max(2.0 * wait_s, 1.0), blocks)
-            self._prune()
+                self.table.pin(program, max(pin_end, now + 1.0), blocks)
 
     def _room_for(self, program: str) -> int:
         """GPU blocks a prefetch of ``program`` may take: unused ones, and the cached chains

@@ -33,10 +33,13 @@ from __future__ import annotations
 
 from ..call import Call
 from ..interface import Verdict
-from .base import QueuePolicy
+from .continuum import Continuum
 
 
-class Mori(QueuePolicy):
+class Mori(Continuum):
+    """Continuum's queue (its waiting calls, ``requeue``, ``waiting``) with MORI's tiers:
+    ``resident`` replaces Continuum's 2 s pins."""
+
     name = "mori"
     uses_cpu_tier = True
     #: the CPU tier's admission control (off: ``mori:no-admission``, an ablation)
@@ -44,8 +47,6 @@ class Mori(QueuePolicy):
 
     def __init__(self) -> None:
         super().__init__()
-        self._waiting: dict[int, Call] = {}
-        self._waiting_programs: dict[str, int] = {}
         self.resident: dict[str, int] = {}  # program → chain blocks pinned on the GPU
         self._demote: list[str] = []  # resident programs to demote at the next expire
         self._tool_s: dict[str, float] = {}
@@ -111,32 +112,16 @@ class Mori(QueuePolicy):
         self._enqueue(call)
         return False  # a resident program's pin passes to its call when it is scheduled
 
-    def requeue(self, call: Call, now: float) -> None:
-        self._enqueue(call)
-
-    def _enqueue(self, call: Call) -> None:
-        self._waiting[call.call_id] = call
-        pid = call.program_id
-        self._waiting_programs[pid] = self._waiting_programs.get(pid, 0) + 1
-
     def peek(self) -> Call | None:
         ready = [c for c in self._waiting.values() if self._cpu_tier_admits(c)]
         return min(ready, key=self._rank, default=None)
 
     def pop(self) -> Call:
-        call = self.peek()
-        assert call is not None
-        del self._waiting[call.call_id]
+        call = super().pop()  # (the call ``peek`` names)
         pid = call.program_id
-        self._waiting_programs[pid] -= 1
-        if not self._waiting_programs[pid]:
-            del self._waiting_programs[pid]
         self.resident.pop(pid, None)  # handed over: the engine takes the blocks
         self._set_footprint(pid, -(-call.prompt // self._block_tokens()))
         return call
-
-    def waiting(self) -> int:
-        return len(self._waiting)
 
     def _block_tokens(self) -> int:
         assert self.view is not None, "bind() first"

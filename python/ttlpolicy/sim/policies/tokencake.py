@@ -30,11 +30,10 @@ while its upload runs waits for the upload's end, not a reload of its own.
 
 from __future__ import annotations
 
-import heapq
-
 from ..call import Call
 from ..interface import Load, Verdict
 from .base import PinningPolicy, ToolMeans, request_fcfs
+from .uploads import UploadPlan, earliest
 
 #: offload when the predicted call lasts at least this many round trips over the host link
 OFFLOAD_FACTOR = 2.0
@@ -52,11 +51,7 @@ class Tokencake(PinningPolicy):
     def __init__(self, prior_tool_s: float = PRIOR_TOOL_S) -> None:
         super().__init__()
         self.means = ToolMeans(prior_s=prior_tool_s)
-        # (upload start, seq, program) and the live upload of each program: (start, chain
-        # blocks, pin end); an entry of the heap whose start is not the live one is stale
-        self._uploads: list[tuple[float, int, str]] = []
-        self._upload_of: dict[str, tuple[float, int, float]] = {}
-        self._n = 0
+        self.upload_plan = UploadPlan()
         self.offloads = 0
         self.uploads = 0
 
@@ -66,7 +61,7 @@ class Tokencake(PinningPolicy):
     def arrive(self, call: Call, now: float) -> bool:
         if call.gap_s is not None:
             self.means.observe(call.prev_tool, call.gap_s)
-        self._upload_of.pop(call.program_id, None)  # back: no upload to do any more
+        self.upload_plan.cancel(call.program_id)
         return super().arrive(call, now)
 
     def transfer_s(self, blocks: int) -> float:
@@ -81,44 +76,23 @@ class Tokencake(PinningPolicy):
         if predicted_s >= OFFLOAD_FACTOR * 2.0 * move_s:
             self.offloads += 1
             start = now + predicted_s - move_s
-            self._upload_of[call.program_id] = (start, chain_blocks, now + PIN_SLACK * predicted_s)
-            self._n += 1
-            heapq.heappush(self._uploads, (start, self._n, call.program_id))
+            pin_end = now + PIN_SLACK * predicted_s
+            self.upload_plan.plan(call.program_id, start, chain_blocks, pin_end)
             return Verdict.SWAP
         self.table.pin(call.program_id, now + PIN_SLACK * predicted_s, chain_blocks)
         return Verdict.PIN
 
     # -- uploads --------------------------------------------------------------------------
-    def _prune(self) -> None:
-        heap = self._uploads
-        while heap:
-            start, _, program = heap[0]
-            live = self._upload_of.get(program)
-            if live is not None and live[0] == start:
-                return
-            heapq.heappop(heap)
-
     def next_deadline(self) -> float | None:
-        d = self.table.next_deadline()
-        if self._uploads:
-            self._prune()
-            if self._uploads and (d is None or self._uploads[0][0] < d):
-                return self._uploads[0][0]
-        return d
+        return earliest(self.table.next_deadline(), self.upload_plan.next_s())
 
     def prefetch(self, now: float, load: Load) -> None:
         assert self.view is not None, "bind() first"
-        self._prune()
-        while self._uploads and self._uploads[0][0] <= now:
-            _, _, program = heapq.heappop(self._uploads)
-            _, blocks, pin_end = self._upload_of.pop(program)
+        for program, blocks, pin_end in self.upload_plan.due(now):
             # room as vLLM's allocator has it: unused blocks and cached ones, LRU evicted
-            if blocks <= self.view.free_blocks_for(None):
-                loaded = load(program)
-                if loaded:
-                    self.uploads += 1
-                    self.table.pin(program, max(pin_end, now), blocks)
-            self._prune()
+            if blocks <= self.view.free_blocks_for(None) and load(program):
+                self.uploads += 1
+                self.table.pin(program, max(pin_end, now), blocks)
 
     def program_done(self, program_id: str, turns: int) -> None:
-        self._upload_of.pop(program_id, None)
+        self.upload_plan.cancel(program_id)
