@@ -5,6 +5,8 @@ steps-to-execution.  And the engine's prefetch hook (``KVCache.prefetch``) keeps
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from hypothesis import given, settings
@@ -245,3 +247,17 @@ def test_kvflow_prefetch_restores_an_evicted_chain_before_the_return() -> None:
     engine, m = run(pol, [(0.0, agent("A", 30.0)), (1.0, b)], hw_with(300, 2000))
     assert engine.kv.offloaded_blocks > 0 and pol.prefetched == 1
     assert m.reloaded_tokens == 0 and m.hit_tokens >= 100 * 64
+
+
+def test_bounds_tally_keeps_a_rivals_prefetch() -> None:
+    # bench/bounds.py's Tally wraps a policy for its breakdown: a rival's prefetch must pass
+    # through it, else a run under the harness would silently be another policy
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from bounds import Tally
+
+    pol = make_policy("kvflow")
+    assert isinstance(pol, KVFlow)
+    pol.means.observe("bash", 30.0)
+    b = Program("B", (Turn(250 * 64, 8, 0, 0.0, None),))
+    _, m = run(Tally(pol), [(0.0, agent("A", 30.0)), (1.0, b)], hw_with(300, 2000))
+    assert pol.prefetched == 1 and m.reloaded_tokens == 0
