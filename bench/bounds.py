@@ -142,9 +142,9 @@ class Tally(PolicyHooks):
         # the queue and the hooks the tally does not watch, bound once (asked at every step)
         for attr in ("bind", "peek", "pop", "waiting", "next_deadline"):
             setattr(self, attr, getattr(inner, attr))
-        for attr in ("eviction_order", "eviction_order_change_s", "stepped"):
+        for attr in ("eviction_order", "eviction_order_change_s", "stepped", "prefetch"):
             setattr(self, attr, getattr(inner, attr))
-        for flag in ("holds_handed_pins", "reclaims_ahead", "runs_alone"):
+        for flag in ("holds_handed_pins", "reclaims_ahead", "runs_alone", "prefetches"):
             setattr(self, flag, getattr(inner, flag))
 
     def arrive(self, call: Call, now: float) -> bool:

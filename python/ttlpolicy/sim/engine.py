@@ -76,6 +76,15 @@ class _View:
         """The engine keeps evicted blocks reloadable in a CPU tier."""
         return self._e.kv.cpu_capacity > 0
 
+    @property
+    def unused_blocks(self) -> int:
+        """Blocks neither allocated nor holding a cached chain (taking them evicts nothing)."""
+        return self._e.kv.free_blocks
+
+    def cached_chains(self) -> dict[str, int]:
+        """The free (evictable) cached chains: program → GPU blocks."""
+        return self._e.kv.free_chains()
+
     def prefill_s(self, tokens: int) -> float:
         s = self._prefill_s.get(tokens)
         if s is None:
@@ -330,6 +339,22 @@ class Engine:
         if deadline is not None and deadline <= now:
             for program in self.policy.expire(now):
                 self.kv.unpin(program)
+            if self.policy.prefetches:
+                self._prefetch(now)
+
+    def _prefetch(self, now: float) -> None:
+        """The policy's prefetches due (``Policy.prefetch``): each program's CPU-tier run is
+        copied back to the GPU, pinned, over the host link from now on; its call, if admitted
+        before the copy ends, waits for it as for a reload."""
+        kv, b = self.kv, self.config.block_tokens
+
+        def load(program: str) -> int:
+            blocks = kv.prefetch(program)
+            if blocks:
+                kv.loading[program] = now + self.hw.transfer_s(blocks * b)
+            return blocks
+
+        self.policy.prefetch(now, load)
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
@@ -397,13 +422,20 @@ class Engine:
             if first > budget_free:
                 first = budget_free
             blocks = -(-(hit_tokens + first) // b)
+            # (when a prefetch of the chain, if any, ends: read before take forgets it)
+            loading_s = kv.loading.get(call.program_id) if kv.loading else None
             kv.take(call.program_id, blocks)
             call.computed = hit_tokens
             call.blocks = blocks
             call.admit_s = self.now
             call.admit_seq = next(self._admits)
             call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
-            if cpu_hit:
+            if loading_s is not None and loading_s > call.ready_s:  # a prefetch still copying
+                call.ready_s = loading_s
+                self._push(loading_s, _READY, call)
+                if loading_s > self._ready_max_s:
+                    self._ready_max_s = loading_s
+            elif cpu_hit:
                 self._push(call.ready_s, _READY, call)
                 if call.ready_s > self._ready_max_s:
                     self._ready_max_s = call.ready_s

@@ -69,9 +69,21 @@ class EngineView(Protocol):
         """The engine keeps evicted blocks reloadable in a CPU tier."""
         ...
 
+    @property
+    def unused_blocks(self) -> int:
+        """Blocks neither allocated nor holding a cached chain (taking them evicts nothing)."""
+        ...
+
+    def cached_chains(self) -> dict[str, int]:
+        """The free (evictable) cached chains: program → GPU blocks."""
+        ...
+
 
 #: ``release(program_id)``: the engine releases the program's pinned chain (``give_way``).
 Unpin = Callable[[str], None]
+#: ``load(program_id)``: the engine copies the program's CPU-tier chain back to the GPU and
+#: pins it (``prefetch``); the blocks copied.
+Load = Callable[[str], int]
 
 
 @runtime_checkable
@@ -94,6 +106,8 @@ class Policy(Protocol):
     #: a bound, not an engine policy: ``sim.run.simulate`` runs every program on an engine of
     #: its own under a fresh copy (``policies.alone``)
     runs_alone: bool
+    #: the engine asks ``prefetch`` whenever ``next_deadline`` falls due
+    prefetches: bool
 
     def bind(self, view: EngineView) -> None: ...
 
@@ -169,6 +183,14 @@ class Policy(Protocol):
         instant: a run of steps ends before a step that evicts)."""
         ...
 
+    def prefetch(self, now: float, load: Load) -> None:
+        """With ``prefetches``, when ``next_deadline`` is due: copy programs' CPU-tier chains
+        back to the GPU ahead of their next call through ``load`` (``KVCache.prefetch``; it
+        answers the blocks copied, 0 when nothing was).  A copied chain is pinned — the
+        policy's pin, released as its others — and a call admitted before the copy ends
+        waits for it.  A prefetch done must leave ``next_deadline``."""
+        ...
+
     def program_left(self, program_id: str) -> bool:
         """A cluster's router placed the program's next call on another instance (none of
         its calls is live here): forget what expects it back (``cluster.py``).  True: its
@@ -184,6 +206,7 @@ class PolicyHooks:
     holds_handed_pins = False
     reclaims_ahead = False
     runs_alone = False
+    prefetches = False
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         return None
@@ -197,6 +220,9 @@ class PolicyHooks:
     def eviction_order_change_s(
         self, programs: list[str], from_s: float, until_s: float
     ) -> float | None:
+        return None
+
+    def prefetch(self, now: float, load: Load) -> None:
         return None
 
     def program_left(self, program_id: str) -> bool:

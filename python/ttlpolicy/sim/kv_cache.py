@@ -49,6 +49,10 @@ class KVCache:
         self.cpu_used = 0
         self.evicted_blocks = 0
         self.offloaded_blocks = 0
+        self.prefetched_blocks = 0
+        # program → when its prefetched chain (``prefetch``) is fully on the GPU; an entry
+        # lives until the program's call is admitted (``take``) or its chain is gone
+        self.loading: dict[str, float] = {}
         # A policy's eviction order of free chains (programs, first to go first); None: LRU.
         # It must sort by a key of each program's own (then the order of a subset is the
         # same order with the others left out), and the engine relies on it.
@@ -70,6 +74,10 @@ class KVCache:
 
     def chain_blocks(self, program: str) -> int:
         return self._chain.get(program, 0)
+
+    def free_chains(self) -> dict[str, int]:
+        """The free (evictable) chains: program → blocks, least recently freed first."""
+        return dict(self._free)
 
     def free_programs(self) -> list[str]:
         """The programs whose chains are free (evictable), least recently freed first."""
@@ -99,6 +107,8 @@ class KVCache:
             else:
                 del free[program]
                 self._chain.pop(program, None)
+                if self.loading:
+                    self.loading.pop(program, None)
             short -= take
             self.cached -= take
             self.evicted_blocks += take
@@ -177,6 +187,8 @@ class KVCache:
         if program in self._free:
             self.cached -= self._free.pop(program)
         own_pin = self._pins.pop(program, 0)  # a pin handed over at admission
+        if self.loading:
+            self.loading.pop(program, None)  # (the engine read it before)
         self.pinned -= own_pin
         self.used -= own_pin
         self._chain.pop(program, None)
@@ -222,9 +234,42 @@ class KVCache:
         """The program's last call gives back its ``held_blocks``; nothing of the program
         stays reusable (its CPU-tier run, if any, is forgotten)."""
         self.used -= held_blocks
+        if self.loading:
+            self.loading.pop(program, None)
         run = self._cpu.pop(program, None)
         if run is not None:
             self.cpu_used -= run[1] - run[0]
+
+    def prefetch(self, program: str) -> int:
+        """Brings the program's CPU-tier run back to the GPU ahead of its call (a policy's
+        ``prefetch``): the run must continue its GPU chain and fit in ``available()`` (free
+        chains are evicted for it, in the eviction order); the whole chain, GPU part
+        included, is then pinned until the policy unpins it or its call takes it.  Returns
+        the blocks copied (0, changing nothing, when there is no such run or it does not
+        fit).  The engine times the copy (``loading``)."""
+        run = self._cpu.get(program)
+        chain = self._chain.get(program, 0)
+        if run is None or run[0] != chain:
+            return 0
+        blocks = run[1] - run[0]
+        if blocks > self.capacity - self.used - (self._free.get(program, 0)):
+            return 0  # (its own free chain is not room: it is pinned with the rest)
+        del self._cpu[program]
+        self.cpu_used -= blocks
+        own_free = self._free.pop(program, 0)
+        self.cached -= own_free
+        own_pin = self._pins.pop(program, 0)
+        self.pinned -= own_pin
+        # the GPU part is held from now on (own_pin was already), so the eviction spares it
+        self.used += own_free
+        self._evict(blocks)
+        total = chain + blocks
+        self.used += blocks
+        self._chain[program] = total
+        self._pins[program] = total
+        self.pinned += total
+        self.prefetched_blocks += blocks
+        return blocks
 
     def unpin(self, program: str) -> None:
         """A pin ended: its chain joins the LRU free queue (still reusable until evicted)."""

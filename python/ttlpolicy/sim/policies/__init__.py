@@ -12,6 +12,9 @@ from .clairvoyant import make_clairvoyant
 from .continuum import Continuum
 from .fixed_ttl import FixedTTL
 from .infercept import InferCept
+from .kvflow import KVFlow
+from .mori import Mori
+from .tokencake import Tokencake
 from .vllm import VLLM
 from .vllm_offload import VLLMOffload
 
@@ -22,6 +25,13 @@ NAMES = (
     "autellix",
     "fixed-ttl=<s>",
     "continuum",
+    # 2026's rivals, with the CPU tier (issue 46): idleness tiers, function-call offload
+    # with predictive upload, workflow-aware eviction with prefetch
+    "mori",
+    "tokencake",
+    "kvflow",
+    # MORI without its CPU tier's admission control (an ablation)
+    "mori:no-admission",
     "ttlpolicy",
     "ttlpolicy-offload",
     "cachettl",
@@ -64,6 +74,9 @@ SIMPLE = {
     "infercept": InferCept,
     "autellix": Autellix,
     "continuum": Continuum,
+    "mori": Mori,
+    "tokencake": Tokencake,
+    "kvflow": KVFlow,
     "alone": Alone,
 }
 
@@ -84,6 +97,11 @@ def make_policy(name: str) -> Policy:
         from .cachettl import make_cachettl
 
         return make_cachettl(base, variant)
+    if name == "mori:no-admission":
+        mori = Mori()
+        mori.tier_admission = False
+        mori.name = name
+        return mori
     if name.startswith("fixed-ttl="):
         text = name.split("=", 1)[1]
         try:
