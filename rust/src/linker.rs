@@ -634,6 +634,8 @@ impl ProgramLinker {
     }
 
     fn new_program(&mut self, tenant: u64, name: Option<Arc<str>>) -> u64 {
+        // (the tenant is held first: forgetting the least recent program must not forget it)
+        self.tenant_ref(tenant, 1);
         if self.programs.len() as i64 >= self.max_programs {
             if let Some((_, &oldest)) = self.order.iter().next() {
                 self.remove(oldest);
@@ -659,7 +661,6 @@ impl ProgramLinker {
             },
         );
         self.order.insert(seq, serial);
-        self.tenant_ref(tenant, 1);
         serial
     }
 
