@@ -27,7 +27,8 @@ and a link is *false* when its request does not begin with every full block of i
 program's latest prompt (Mooncake hashes a prompt's last, partial block too): a chat's next
 turn begins with all of them.
 
-Run: ``python bench/linkage.py [--common tools|8|32] [--rate R] [--mooncake] [--backend rust|python]``
+Run: ``python bench/linkage.py [--common tools|8|32] [--rate R] [--mooncake]
+[--backend rust|python]``
 """
 
 from __future__ import annotations
@@ -248,7 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--backend", choices=("rust", "python"), default="python")
     args = ap.parse_args(argv)
     result = mooncake(args) if args.mooncake else agentic(args)
-    print(" ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()))
+    print(
+        " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items())
+    )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+};
 use ttlpolicy_core::linker::{
     BlockHashes, Link, LinkKind, ProgramKey, ProgramLinker, DEFAULT_MAX_AGE_S,
     DEFAULT_MAX_PROGRAMS, DEFAULT_MAX_TURN_ENDS, DEFAULT_MIN_DEPTH_FRACTION, MAX_PROGRAM_KEY,
@@ -42,10 +44,11 @@ impl<'a, 'py> SeqHashes<'a, 'py> {
                 type_name(obj)
             ))
         };
+        let plain = obj.is_exact_instance_of::<PyList>() || obj.is_exact_instance_of::<PyTuple>();
         let text = obj.is_instance_of::<PyString>()
             || obj.is_instance_of::<PyBytes>()
             || obj.is_instance_of::<PyByteArray>();
-        if text || !obj.hasattr("__getitem__")? {
+        if !plain && (text || !obj.hasattr("__getitem__")?) {
             return Err(refuse());
         }
         let len = obj.len().map_err(|e| {
@@ -125,7 +128,11 @@ impl BlockHashes for SeqHashes<'_, '_> {
 }
 
 /// The core's answer, or the item's own error when the core stopped at a refused item.
-fn with_items<T>(hashes: &mut SeqHashes<'_, '_>, args: Args, r: ttlpolicy_core::Result<T>) -> PyResult<T> {
+fn with_items<T>(
+    hashes: &mut SeqHashes<'_, '_>,
+    args: Args,
+    r: ttlpolicy_core::Result<T>,
+) -> PyResult<T> {
     match (r, hashes.err.take()) {
         (Err(_), Some(e)) => Err(e),
         (r, _) => args.finish(r),
@@ -223,7 +230,10 @@ impl PyProgramLinker {
                 }
             },
         };
-        let result = slf.try_borrow_mut()?.inner.link(tenant, &mut hashes, t, name);
+        let result = slf
+            .try_borrow_mut()?
+            .inner
+            .link(tenant, &mut hashes, t, name);
         with_items(&mut hashes, args, result).map(|inner| PyLink { inner })
     }
 
@@ -249,7 +259,11 @@ impl PyProgramLinker {
         with_items(&mut seq, args, result)
     }
 
-    fn end_program(&mut self, tenant: &Bound<'_, PyAny>, program: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn end_program(
+        &mut self,
+        tenant: &Bound<'_, PyAny>,
+        program: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
         let tenant = id_str("tenant", tenant)?;
         let key = program_key(program)?;
         self.inner.end_program(tenant, &key).map_err(core_err)
@@ -305,8 +319,13 @@ pub struct PyLink {
 }
 
 impl Fields for PyLink {
-    const NAMES: &'static [&'static str] =
-        &["kind", "program", "parent", "depth_blocks", "context_blocks"];
+    const NAMES: &'static [&'static str] = &[
+        "kind",
+        "program",
+        "parent",
+        "depth_blocks",
+        "context_blocks",
+    ];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let l = &self.inner;
         let parent = match &l.parent {
@@ -364,7 +383,11 @@ impl PyLink {
     }
     #[getter]
     fn parent(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
-        self.inner.parent.as_ref().map(|p| key_obj(py, p)).transpose()
+        self.inner
+            .parent
+            .as_ref()
+            .map(|p| key_obj(py, p))
+            .transpose()
     }
     #[getter]
     fn depth_blocks(&self) -> i64 {

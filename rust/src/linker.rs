@@ -132,8 +132,11 @@ impl BlockHashes for &[u64] {
 /// The block positions a turn end of `n` blocks records, deepest first.
 pub fn grid_positions(n: u64) -> Vec<u64> {
     let mut out: Vec<u64> = Vec::new();
+    if n == 0 {
+        return out;
+    }
     let mut j = 0;
-    while n > 0 {
+    loop {
         let m = (n - 1) >> j;
         for r in 0..RECORD_PER_LEVEL {
             if m >= r {
@@ -602,7 +605,10 @@ impl ProgramLinker {
         };
         for &h in end.hashes.iter() {
             let key = (end.tenant, h);
-            let e = self.index.get_mut(&key).expect("a turn end's points are indexed");
+            let e = self
+                .index
+                .get_mut(&key)
+                .expect("a turn end's points are indexed");
             e.refs -= 1;
             if e.refs == 0 {
                 self.index.remove(&key);
@@ -784,6 +790,17 @@ mod tests {
         assert_eq!(l.turn_end_count(), 0);
         assert_eq!(l.point_count(), 0);
         // (the one running call's program stays)
+        assert_eq!(l.program_count(), 1);
+    }
+
+    #[test]
+    fn a_tenant_whose_state_aged_out_starts_anew() {
+        let mut l = ProgramLinker::new(8, 1.0, 8, 0.9).unwrap();
+        let p: Vec<u64> = (1..30).collect();
+        run(&mut l, "t", &p, 0.0);
+        // (the tenant's last turn end ages out inside this very call)
+        let next = l.link("t", &mut &p[..], 10.0, None).unwrap();
+        assert_eq!(next.kind, LinkKind::New);
         assert_eq!(l.program_count(), 1);
     }
 

@@ -85,7 +85,7 @@ def test_a_prompt_only_one_program_recorded_links_to_it_then_never_once_shared(i
     linker2 = impl.ProgramLinker()
     turn(linker2, SYSTEM + fresh(500, 10), 0.0)
     turn(linker2, SYSTEM + fresh(600, 10), 1.0)  # the prefix is now recorded by two
-    assert linker2.link(TENANT, SYSTEM + [7], 2.0).kind == "new"
+    assert linker2.link(TENANT, [*SYSTEM, 7], 2.0).kind == "new"
 
 
 def test_a_re_rendered_turn_end_falls_back_to_a_shallower_point(impl):
@@ -164,7 +164,7 @@ def test_a_lookup_reads_at_most_its_probe_limit_whatever_the_prompt(impl, n):
     prompt = list(range(n))
     for k in range(1, 30):  # many turn ends along the same prompt, and shared
         turn(linker, prompt[: max(1, n * k // 30)], float(k))
-        turn(linker, prompt[: max(1, n * k // 30)] + [10**9 + k], float(k))
+        turn(linker, [*prompt[: max(1, n * k // 30)], 10**9 + k], float(k))
     seq = Counting(prompt)
     linker.link(TENANT, seq, 100.0)
     assert seq.reads <= probe_limit(n) + 1  # (+1: the point found is read again)
@@ -176,8 +176,8 @@ def test_turn_ends_are_bounded_oldest_first_and_age_out(impl):
     assert linker.turn_end_count == 3
     assert linker.point_count <= 3 * len(grid_positions(40))
     # the oldest were dropped: their continuation starts anew; a recent one continues
-    assert linker.link(TENANT, fresh(1000, 40) + [7], 5.0).kind == "new"
-    recent = linker.link(TENANT, fresh(5000, 40) + [7], 5.0)
+    assert linker.link(TENANT, [*fresh(1000, 40), 7], 5.0).kind == "new"
+    recent = linker.link(TENANT, [*fresh(5000, 40), 7], 5.0)
     assert recent.program == links[4].program
     linker.link(TENANT, [1], 100.0)  # all aged out
     assert linker.turn_end_count == 0 and linker.point_count == 0
@@ -218,7 +218,7 @@ def test_an_aborted_call_records_nothing_and_an_ended_program_is_forgotten(impl)
     first = turn(linker, prompt, 2.0)
     assert linker.end_program(TENANT, first.program)
     assert linker.end_program(TENANT, first.program) is False
-    assert linker.link(TENANT, prompt + [99], 3.0).kind == "new"
+    assert linker.link(TENANT, [*prompt, 99], 3.0).kind == "new"
 
 
 def test_hashes_are_read_modulo_two_to_the_64(impl):

@@ -4,6 +4,7 @@ explicit ids mixed in, bad input among them), every answer, error and count alik
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from hypothesis import given
@@ -39,7 +40,10 @@ op = st.tuples(
 @given(
     ops=st.lists(op, min_size=1, max_size=60),
     bounds=st.tuples(
-        st.integers(1, 12), st.floats(5.0, 200.0), st.integers(1, 8), st.sampled_from([0.0, 0.5, 0.9, 1.0])
+        st.integers(1, 12),
+        st.floats(5.0, 200.0),
+        st.integers(1, 8),
+        st.sampled_from([0.0, 0.5, 0.9, 1.0]),
     ),
 )
 def test_linkers_agree_on_random_traffic(backends, ops, bounds):
@@ -64,9 +68,9 @@ def test_linkers_agree_on_random_traffic(backends, ops, bounds):
         cut = len(base) - (seed >> 3) % 4 if seed % 7 == 0 else len(base)  # a re-render
         prompt = base[: max(0, cut)] + [next(fresh) for _ in range((seed >> 5) % 40)]
         prompts.append(prompt)
+        call: tuple[Any, ...]
         if kind == "link":
-            explicit = "named" if seed % 11 == 0 else None
-            calls = [lambda lk=lk: lk.link(tenant, prompt, now, explicit) for lk in linkers]
+            call = ("link", tenant, prompt, now, "named" if seed % 11 == 0 else None)
         elif kind == "finish":
             if pending and seed % 4:  # mostly a running call's own end, with its output
                 tenant, program, prompt = pending.pop(seed % len(pending))
@@ -74,19 +78,14 @@ def test_linkers_agree_on_random_traffic(backends, ops, bounds):
             else:
                 program = programs[(seed >> 2) % len(programs)]
             k = None if seed % 3 else (seed >> 4) % (len(prompt) + 1)
-            calls = [
-                lambda lk=lk: lk.finished(tenant, program, prompt, now, k) for lk in linkers
-            ]
+            call = ("finished", tenant, program, prompt, now, k)
         elif kind == "end":
-            program = programs[(seed >> 2) % len(programs)]
-            calls = [lambda lk=lk: lk.end_program(tenant, program) for lk in linkers]
+            call = ("end_program", tenant, programs[(seed >> 2) % len(programs)])
         else:
             bad: list[Any] = [[1, 2.5], [2**64], "text", [1, None]]
             pick = bad[seed % len(bad)]
-            calls = [lambda lk=lk: lk.link(tenant, prompt + pick, now) for lk in linkers]
-            if isinstance(pick, str):
-                calls = [lambda lk=lk: lk.link(tenant, pick, now) for lk in linkers]
-        got = [answer(c) for c in calls]
+            call = ("link", tenant, pick if isinstance(pick, str) else prompt + pick, now)
+        got = [answer(partial(getattr(lk, call[0]), *call[1:])) for lk in linkers]
         assert got[0] == got[1], (kind, got)
         if got[0][0] == "ok" and kind == "finish":
             recorded.append(prompt)
@@ -106,7 +105,7 @@ def test_errors_name_the_first_bad_argument_alike(backends):
         ("t", [1], 1.0, 5),
         ("", [1], 1.0),
     ]:
-        got = [answer(lambda m=m: m.ProgramLinker().link(*args)) for m in backends]
+        got = [answer(partial(m.ProgramLinker().link, *args)) for m in backends]
         assert got[0] == got[1] and got[0][0] == "raised", got
     for args in [
         ("t", 1.5, [1], 0.0),
@@ -115,5 +114,5 @@ def test_errors_name_the_first_bad_argument_alike(backends):
         ("t", "p", [1], 0.0, -1),
         ("t", "p", [1, 2**63], 0.0, 1),
     ]:
-        got = [answer(lambda m=m: m.ProgramLinker().finished(*args)) for m in backends]
+        got = [answer(partial(m.ProgramLinker().finished, *args)) for m in backends]
         assert got[0] == got[1], got

@@ -134,8 +134,10 @@ class Link:
 def grid_positions(n: int) -> list[int]:
     """The block positions a turn end of ``n`` blocks records, deepest first (module doc)."""
     out: list[int] = []
+    if n <= 0:
+        return out
     j = 0
-    while n > 0:
+    while True:
         m = (n - 1) >> j
         for r in range(RECORD_PER_LEVEL):
             if m - r >= 0:
@@ -209,7 +211,9 @@ def _reader(field: str, hashes: Any) -> tuple[int, Callable[[int], int]]:
         except TypeError:
             raise TypeError(f"{name} must be an integer, got {short_repr(v)}") from None
         if not HASH_MIN <= h < HASH_LIMIT:
-            raise ValueError(f"{name} must be in [{HASH_MIN}, {HASH_LIMIT - 1}], got {short_repr(h)}")
+            raise ValueError(
+                f"{name} must be in [{HASH_MIN}, {HASH_LIMIT - 1}], got {short_repr(h)}"
+            )
         return h & _MASK
 
     return n, item
@@ -233,7 +237,9 @@ class ProgramLinker:
         self._max_programs = int_in("max_programs", max_programs, 1, MAX_PROGRAMS)
         self._min_depth_fraction = finite("min_depth_fraction", min_depth_fraction)
         if not 0.0 <= self._min_depth_fraction <= 1.0:
-            raise ValueError(f"min_depth_fraction must be in [0, 1], got {self._min_depth_fraction!r}")
+            raise ValueError(
+                f"min_depth_fraction must be in [0, 1], got {self._min_depth_fraction!r}"
+            )
         self._index: dict[tuple[str, int], _Entry] = {}
         self._turn_ends: deque[_TurnEnd] = deque()  # oldest first
         self._programs: OrderedDict[int, _Program] = OrderedDict()  # least recent first
@@ -408,9 +414,7 @@ class ProgramLinker:
         name = self._programs[serial].name
         return serial if name is None else name
 
-    def _descend(
-        self, tenant: str, n: int, item: Callable[[int], int], now_s: float
-    ) -> int | None:
+    def _descend(self, tenant: str, n: int, item: Callable[[int], int], now_s: float) -> int | None:
         """The deepest recorded point the descent finds (module doc), None when block 0 is
         not recorded.  Changes nothing (an item may be refused on the way): a point whose
         newest turn end is older than ``max_age_s`` counts as dropped already."""
