@@ -7,6 +7,8 @@ import pickle
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ttlpolicy.reference.linker import grid_positions, probe_limit
 
@@ -278,3 +280,36 @@ def test_links_are_values(impl):
     assert repr(link) == (
         "Link(kind='fork', program=3, parent='job', depth_blocks=10, context_blocks=12)"
     )
+
+
+@given(
+    prompts=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 60), st.integers(0, 40), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+    bounds=st.tuples(st.integers(1, 6), st.integers(1, 6)),
+)
+def test_bounds_hold_and_a_tenant_never_links_to_anothers_program(impl, prompts, bounds):
+    """Random traffic of chained prompts from two tenants: the tables stay within their
+    bounds, every probe count within its limit, and a link never crosses tenants."""
+    max_turn_ends, max_programs = bounds
+    linker = impl.ProgramLinker(max_turn_ends=max_turn_ends, max_programs=max_programs)
+    owner: dict[Any, str] = {}
+    recorded: list[list[int]] = [list(range(1, 20))]
+    fresh = iter(range(1000, 10**9))
+    for k, (base, keep, extra, finish) in enumerate(prompts):
+        tenant = "a" if k % 3 else "b"
+        prev = recorded[base % len(recorded)]
+        prompt = Counting(prev[:keep] + [next(fresh) for _ in range(extra)])
+        link = linker.link(tenant, prompt, float(k))
+        assert prompt.reads <= probe_limit(len(prompt)) + 1
+        for key in (link.program, link.parent):
+            if key is not None and link.kind != "new":
+                assert owner.get(key, tenant) == tenant, (tenant, link)
+        owner.setdefault(link.program, tenant)
+        if finish:
+            assert linker.finished(tenant, link.program, prompt.items, float(k)) in (True, False)
+            recorded.append(prompt.items)
+        assert linker.turn_end_count <= max_turn_ends
+        assert linker.program_count <= max_programs
