@@ -10,7 +10,8 @@ of ``--batch`` programs, each program's next call (its prompt plus 20 new blocks
 list, as an engine would pass) is linked — a lookup that continues the program — and then
 reported finished, each call timed alone in the thread's CPU time (less a timer read's own
 cost, the median of 10,001), the prompt list built just before it: per-call times are a
-batch's mean; median and best of the batches.  Memory: the process's resident set before and after building the state.
+batch's mean; median and best of the batches.  Memory: the process's resident set before
+and after building the state.
 
 Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N]``
 """
