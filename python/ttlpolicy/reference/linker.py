@@ -71,8 +71,9 @@ than ``max_age_s`` (dropped at the next call whose ``now`` is later than its tim
 with no turn end and no running call is forgotten.  Tenants: every key holds the tenant, so a
 copy of another tenant's prompt matches nothing of that tenant, and a prompt crafted to match
 many turns costs one lookup's probes.  (The bounds are shared by the tenants: one that floods
-new programs pushes the least recent of the others out; they then link as new.)  Hashes: ints in ``[-2**63, 2**64)``, read modulo
-``2**64`` (signed and unsigned 64-bit ids both work).  Time: ``now`` never goes back.
+new programs pushes the least recent of the others out; they then link as new.)  Hashes:
+ints in ``[-2**63, 2**64)``, read modulo ``2**64`` (signed and unsigned 64-bit ids both
+work).  Time: ``now`` never goes back.
 Errors before any change: ``TypeError`` (wrong types), ``ValueError`` (bad values),
 ``KeyError`` never (an unknown program is answered False).
 """
