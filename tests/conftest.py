@@ -35,6 +35,7 @@ REFERENCE_MODULES = (
     "admission",
     "lifecycle",
     "router",
+    "linker",
 )
 
 

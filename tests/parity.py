@@ -35,6 +35,7 @@ RESULT_FIELDS = {
     "Ended": ("program_id", "turns", "pin", "request_ids"),
     "Finished": ("decision", "pin", "ended"),
     "GroupStats": ("key", "blocks", "accesses", "hits", "reuse_s", "ttl_s", "last_access_s"),
+    "Link": ("kind", "program", "parent", "depth_blocks", "context_blocks"),
 }
 
 

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod admission;
 mod convert;
 mod lifecycle;
+mod linker;
 mod policy;
 mod prefix_tree;
 mod router;
@@ -22,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     admission::register(m)?;
     scheduler::register(m)?;
     lifecycle::register(m)?;
+    linker::register(m)?;
     prefix_tree::register(m)?;
     router::register(m)?;
     step_time::register(m)?;

@@ -18,6 +18,7 @@ from .reference import admission as _ref_admission
 from .reference import estimators as _ref_estimators
 from .reference import history as _ref_history
 from .reference import lifecycle as _ref_lifecycle
+from .reference import linker as _ref_linker
 from .reference import policy as _ref_policy
 from .reference import prefix_tree as _ref_prefix_tree
 from .reference import router as _ref_router
@@ -52,6 +53,9 @@ if native is not None:
     ProgramLifecycle = native.ProgramLifecycle
     # which instance serves a program's call, when many serve one workload
     ProgramRouter = native.ProgramRouter
+    # which program a call without a program id belongs to, from its prompt's block hashes
+    ProgramLinker = native.ProgramLinker
+    Link = native.Link
 else:
     ToolHistory = _ref_history.ToolHistory
     EtaEstimator = _ref_estimators.EtaEstimator
@@ -69,6 +73,8 @@ else:
     AdmissionControl = _ref_admission.AdmissionControl
     ProgramLifecycle = _ref_lifecycle.ProgramLifecycle
     ProgramRouter = _ref_router.ProgramRouter
+    ProgramLinker = _ref_linker.ProgramLinker
+    Link = _ref_linker.Link
 
 __all__ = [
     "AdmissionControl",
@@ -77,12 +83,14 @@ __all__ = [
     "EtaEstimator",
     "Finished",
     "GroupStats",
+    "Link",
     "OutOfOrderCost",
     "Pin",
     "PinDecision",
     "PolicyConfig",
     "PrefixTree",
     "ProgramLifecycle",
+    "ProgramLinker",
     "ProgramRouter",
     "ProgramScheduler",
     "TTLPolicy",

@@ -34,11 +34,13 @@ __all__ = [
     "EtaEstimator",
     "Finished",
     "GroupStats",
+    "Link",
     "OutOfOrderCost",
     "Pin",
     "PinDecision",
     "PrefixTree",
     "ProgramLifecycle",
+    "ProgramLinker",
     "ProgramRouter",
     "ProgramScheduler",
     "StepModel",
@@ -689,3 +691,78 @@ class StepRun:
     def s(self, k: int) -> float: ...
     def reach(self, start_s: float, until_s: float, k: int, s_k: float) -> tuple[int, float]:
         """``k`` must be in [1, 2**53] (``ValueError``)."""
+
+# ---------------------------------------------------------------------------------------------
+# Programs without ids: ProgramLinker; twin of ttlpolicy.reference.linker (rules in its module
+# doc).
+# ---------------------------------------------------------------------------------------------
+
+@final
+class Link:
+    """Which program a call belongs to: ``kind`` (``"continue"``, ``"fork"``, ``"new"``),
+    ``program`` (an int the linker made, or a deployment's str id), ``parent`` (forks),
+    ``depth_blocks``, ``context_blocks``."""
+    def __new__(
+        cls,
+        kind: str,
+        program: int | str,
+        parent: int | str | None,
+        depth_blocks: int,
+        context_blocks: int,
+    ) -> Link: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def program(self) -> int | str: ...
+    @property
+    def parent(self) -> int | str | None: ...
+    @property
+    def depth_blocks(self) -> int: ...
+    @property
+    def context_blocks(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class ProgramLinker:
+    """Tells a call's program from its prompt's chained block hashes (only the probed items of
+    a hash sequence are read)."""
+
+    def __new__(
+        cls,
+        max_turn_ends: SupportsIndex = ...,
+        max_age_s: SupportsFloat = ...,
+        max_programs: SupportsIndex = ...,
+        min_depth_fraction: SupportsFloat = ...,
+    ) -> ProgramLinker: ...
+    def link(
+        self,
+        tenant: str,
+        prompt_hashes: Sequence[SupportsIndex],
+        now: SupportsFloat,
+        program: str | None = None,
+    ) -> Link: ...
+    def finished(
+        self,
+        tenant: str,
+        program: int | str,
+        hashes: Sequence[SupportsIndex],
+        now: SupportsFloat,
+        prompt_blocks: SupportsIndex | None = None,
+    ) -> bool: ...
+    def end_program(self, tenant: str, program: int | str) -> bool: ...
+    def running(self, tenant: str, program: int | str) -> int: ...
+    @property
+    def turn_end_count(self) -> int: ...
+    @property
+    def program_count(self) -> int: ...
+    @property
+    def point_count(self) -> int: ...
+    @property
+    def max_turn_ends(self) -> int: ...
+    @property
+    def max_age_s(self) -> float: ...
+    @property
+    def max_programs(self) -> int: ...
+    @property
+    def min_depth_fraction(self) -> float: ...

@@ -39,6 +39,7 @@ pub mod history;
 mod id_hash;
 pub mod index_list;
 pub mod lifecycle;
+pub mod linker;
 pub mod policy;
 pub mod prefix_tree;
 pub mod router;

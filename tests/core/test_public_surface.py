@@ -139,6 +139,16 @@ def router(be: Any) -> Any:
     return r
 
 
+def linker(be: Any) -> Any:
+    """Program 1 recorded a turn (prompt + output) and continues; "job" runs (named)."""
+    lk = be.ProgramLinker(max_turn_ends=8, max_age_s=100.0, max_programs=8)
+    a = lk.link("t", [1, 2, 3, 4], 1.0)
+    assert lk.finished("t", a.program, [1, 2, 3, 4, 5], 2.0, 4)
+    assert lk.link("t", [1, 2, 3, 4, 5, 6], 3.0).kind == "continue"
+    lk.link("t", [1, 2, 3, 4, 5, 7], 3.0, "job")
+    return lk
+
+
 def tree(be: Any) -> Any:
     t = be.PrefixTree(max_nodes=8, group_depth=2, window=4, max_idle_groups=2, default_ttl_s=9.0)
     t.insert([1, 2, 3], 0.0)
@@ -179,6 +189,7 @@ OBJECTS: dict[str, Callable[[Any], Any]] = {
     "AdmissionControl": admission,
     "ProgramLifecycle": lifecycle,
     "ProgramRouter": router,
+    "ProgramLinker": linker,
 }
 
 #: (what, build, method or None for the constructor, valid keyword arguments).
@@ -284,6 +295,14 @@ CALLS: list[tuple[str, Callable[[Any], Any] | None, str, dict[str, Any]]] = [
      dict(program_id="P", now=3.0, blocks_needed=4, prefix_tokens=100)),
     ("ProgramRouter", router, "home", dict(program_id="P")),
     ("ProgramRouter", router, "routable", dict(instance_id="i2")),
+    ("ProgramLinker", None, "ProgramLinker",
+     dict(max_turn_ends=8, max_age_s=10.0, max_programs=4, min_depth_fraction=0.5)),
+    ("ProgramLinker", linker, "link",
+     dict(tenant="t", prompt_hashes=[1, 2, 3, 4, 5, 9], now=4.0, program="job")),
+    ("ProgramLinker", linker, "finished",
+     dict(tenant="t", program=1, hashes=[1, 2, 3, 4, 5, 6], now=4.0, prompt_blocks=5)),
+    ("ProgramLinker", linker, "end_program", dict(tenant="t", program="job")),
+    ("ProgramLinker", linker, "running", dict(tenant="t", program=1)),
 ]  # fmt: skip
 
 
@@ -308,6 +327,8 @@ def views(obj: Any) -> Any:
         out["homes"] = [obj.home(p) for p in ("P", "Q", "R")]
         out["routable"] = [obj.routable(i) for i in obj.instance_ids]
         out["policy"] = views(obj.policy)
+    elif name == "ProgramLinker":
+        out["running"] = [obj.running("t", p) for p in (1, 2, "job")]
     elif name == "PrefixTree":
         out["groups"] = plain(obj.groups())
         out["len"] = len(obj)
@@ -370,7 +391,7 @@ def test_config_values_are_the_cores_field_by_field(backends, table, python):
 
 
 def test_every_public_name_is_covered_here():
-    covered = {what for what, *_ in CALLS} | {"Pin", "Ended", "Finished", "GroupStats"}
+    covered = {what for what, *_ in CALLS} | {"Pin", "Ended", "Finished", "GroupStats", "Link"}
     assert covered == set(PUBLIC)
 
 
@@ -456,6 +477,8 @@ def _results(be: Any) -> list[Any]:
         last.ended,
         *t.groups(),
         *s.pins(),
+        linker(be).link("t", [1, 2, 3, 4, 5, 6, 8], 5.0),
+        be.Link("fork", 2**40, "job", 0, 3),
         be.PinDecision(0.0, 0.0, 1.0, 0.0, "no_benefit"),
         be.Pin("é'\"", 2**40, -0.0),
         be.GroupStats((1,), 0, 0, 0, (), math.inf, None),

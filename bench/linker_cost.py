@@ -1,0 +1,114 @@
+"""ProgramLinker's cost per call, from Python, at many live programs (bench/RESULTS.md,
+"Program linkage").
+
+State: ``--programs`` programs of one tenant (default 100,000), each with one recorded turn
+end: a prompt of 300 to 3,000 blocks (seeded) that begins with a 269-block system prompt every
+program shares (Claude Code's ~17k tokens of tools and system prompt at 64 tokens a block)
+and goes on with blocks of its own; block ``i`` of program ``p`` hashes to ``i`` inside the
+shared prefix, else ``p << 24 | i`` (chained: equal hashes, equal prefixes).  Then, in batches
+of ``--batch`` programs, each program's next call (its prompt plus 20 new blocks, a Python
+list, as an engine would pass) is linked — a lookup that continues the program — and then
+reported finished, each call timed alone in the thread's CPU time (less a timer read's own
+cost, the median of 10,001), the prompt list built just before it: per-call times are a
+batch's mean; median and best of the batches.  Memory: the process's resident set before
+and after building the state.
+
+Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from typing import Any
+
+SHARED_BLOCKS = 269
+
+
+def block(p: int, i: int) -> int:
+    return i if i < SHARED_BLOCKS else (p << 24) | i
+
+
+class LazyPrompt:
+    """A program's prompt, its hashes made on demand (the state is built without 10^8 ints)."""
+
+    __slots__ = ("n", "p")
+
+    def __init__(self, p: int, n: int) -> None:
+        self.p, self.n = p, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        return block(self.p, i)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=("rust", "python"), default="rust")
+    ap.add_argument("--programs", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=2_000)
+    ap.add_argument("--batches", type=int, default=10)
+    args = ap.parse_args(argv)
+    if args.backend == "rust":
+        from ttlpolicy import _native as mod
+    else:
+        from ttlpolicy.reference import linker as mod  # type: ignore[no-redef]
+    rng = random.Random(0)
+    lengths = [rng.randrange(300, 3000) for _ in range(args.programs)]
+    rss0 = rss_bytes()
+    linker: Any = mod.ProgramLinker(max_turn_ends=1 << 20, max_programs=1 << 20)
+    keys = []
+    t = 0.0
+    for p, n in enumerate(lengths):
+        link = linker.link("tenant", LazyPrompt(p, n), t)
+        linker.finished("tenant", link.program, LazyPrompt(p, n), t)
+        keys.append(link.program)
+    rss1 = rss_bytes()
+    link_ns: list[float] = []
+    finish_ns: list[float] = []
+    kinds: dict[str, int] = {}
+    # CPU time of this thread, not wall time: on a shared machine a wall clock also counts
+    # the time the process waits for a core (the figures say which machine and load)
+    clock = time.thread_time_ns
+    empty = sorted(-(clock() - clock()) for _ in range(10_001))[5_000]  # a read's own cost
+    for _ in range(args.batches):
+        batch = rng.sample(range(args.programs), args.batch)
+        t += 1.0
+        spent_link = spent_finish = 0
+        for p in batch:
+            # (built just before its call, as an engine passes a prompt it just hashed)
+            h = [block(p, i) for i in range(lengths[p] + 20)]
+            t0 = clock()
+            lk = linker.link("tenant", h, t)
+            t1 = clock()
+            linker.finished("tenant", lk.program, h, t)
+            t2 = clock()
+            spent_link += t1 - t0 - empty
+            spent_finish += t2 - t1 - empty
+            kinds[lk.kind] = kinds.get(lk.kind, 0) + 1
+            lengths[p] = len(h)
+        link_ns.append(spent_link / len(batch))
+        finish_ns.append(spent_finish / len(batch))
+    link_ns.sort()
+    finish_ns.sort()
+    print(
+        f"backend={args.backend} programs={linker.program_count} "
+        f"turn_ends={linker.turn_end_count} points={linker.point_count} kinds={kinds}\n"
+        f"link_us median={link_ns[len(link_ns) // 2] / 1000:.2f} best={link_ns[0] / 1000:.2f} "
+        f"finished_us median={finish_ns[len(finish_ns) // 2] / 1000:.2f} "
+        f"best={finish_ns[0] / 1000:.2f}\n"
+        f"state_rss_mb={(rss1 - rss0) / 2**20:.0f} "
+        f"per_program_bytes={(rss1 - rss0) / args.programs:.0f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

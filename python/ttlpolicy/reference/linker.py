@@ -1,0 +1,476 @@
+"""Which program a call belongs to, told from its prompt: for clients that send no program id.
+
+An agent's next call extends its previous call's prompt, and an engine hashes prompts into
+*chained* blocks (block ``i``'s hash identifies the whole prefix up to ``i``, as vLLM's and
+the agentic traces' ids do).  So a call whose prompt begins with the blocks of a turn that
+ended recently continues that turn's program.  The linker keeps the recent *turn ends* of
+each tenant and answers, for a call's ``prompt_hashes`` at ``now``, a :class:`Link`:
+
+* ``"continue"`` — the call continues program ``program`` (which had no call running);
+* ``"fork"`` — it continues ``parent``'s context while ``parent`` has a call running (a
+  sub-agent, parallel calls from one context): a new program ``program`` forked from
+  ``parent``;
+* ``"new"`` — nothing unambiguous matches: a new program ``program``.
+
+Program keys: the linker makes an ``int`` key for each program it starts (1, 2, ...: never
+reused, unique across tenants); a program a deployment names itself keeps its ``str`` id
+(``link(..., program=id)``).  The two never collide (an int is not a str); an engine that
+needs one string id may use ``f"linked:{key}"`` and ``f"id:{name}"``.
+
+**Recording.** ``finished(tenant, program, hashes, now, prompt_blocks)`` records a turn end:
+``hashes`` are the call's blocks (its prompt's, then its output's when the engine hashed
+them), ``prompt_blocks`` how many are the prompt (None: all).  Of a sequence of ``n`` blocks
+the linker records the *grid* points: for each level ``j`` (``2**j <= n - 1``, and the level
+where ``(n - 1) >> j`` reaches 0), the last ``RECORD_PER_LEVEL`` multiples of ``2**j`` at most
+``n - 1`` — dense near the end, geometrically sparser towards the start, at most
+``RECORD_PER_LEVEL * (bit_length(n - 1) + 1)`` points — of the prompt and of prompt+output,
+each point's hash entered in an index keyed by ``(tenant, hash)`` that says which program
+recorded it.  A point two programs recorded is *ambiguous*, for good: a prefix many programs
+share (a system prompt) never links.
+
+**Lookup** (bounded: at most ``1 + bit_length(n - 1)`` probes whatever the prompt, and only
+the probed items of ``prompt_hashes`` are read).  Probe block 0; if the tenant recorded it,
+descend from the top level: ``g = 0``; for ``j`` from ``bit_length(n - 1) - 1`` down to 0,
+probe ``p = g + 2**j`` (if ``p <= n - 1``) and move ``g = p`` when the tenant recorded
+``prompt_hashes[p]``.  Chained hashes make a hit at ``p`` mean "a recorded turn shares this
+prompt's first ``p + 1`` blocks", so the descent walks the binary digits of the shared
+prefix's last block ``c - 1``; a turn end that ends at ``e >= c`` recorded the last two
+multiples of ``2**j`` below ``e`` at each level, so the descent finds ``g = c - 1`` when
+``e == c`` (the prompt extends the whole turn) and a point at most about ``2 (e - c)`` short of
+it when the turn's last blocks differ (a chat template that re-renders them).  The point found
+decides: unrecorded block 0, an ambiguous point, or a point whose program ``P`` was forgotten
+→ ``new``; so is a match shorter than ``min_depth_fraction`` of ``P``'s latest prompt (an
+agent's next call keeps all of its previous prompt, or all but its last blocks when a chat
+template re-renders them: 98.2 % of the agentic sessions' calls keep ≥ 90 % of it; a shorter
+match is another program sharing a prefix, or a rewritten history).  Else ``fork`` when ``P``
+has a call running, else ``continue`` (``P`` is then running).
+``depth_blocks`` = ``g + 1`` (the prompt's blocks found in the linked program's context, 0 for
+a new program) and ``context_blocks`` = the blocks of the linked program's latest turn end
+(prompt + output; for a fork, the parent's): ``depth_blocks < context_blocks`` says that the
+program's context beyond ``depth_blocks`` no longer serves it (its history was rewritten).
+A compaction (a prompt that keeps little of the program, or only what many programs share)
+is ``new``: it cannot be told from a new program.  The old program gets no further call, so
+the caller learns nothing at once: its pin lapses at its TTL and its turn ends age out
+(``max_age_s``).  Identical first turns: a prompt that only one program recorded links to
+it (it cannot be told from that program's retry); once two programs recorded a prefix, it
+never links again.
+
+**Explicit ids** take precedence (the caller decides): ``link(tenant, hashes, now,
+program=name)`` does not search; it marks ``name`` running (``continue`` when known, else
+``new``), with ``depth_blocks`` as found for it.  ``finished`` records its turn ends like any
+other, so a call without an id that continues a named program's turn links to it.
+
+**Running calls.** ``link`` counts a call running in its program until ``finished`` (or
+``finished`` with no hashes, for an aborted call: nothing recorded).  ``end_program`` forgets a
+program; a call matching its turn ends is ``new``.
+
+**Bounded state.** At most ``max_turn_ends`` turn ends (the oldest dropped first), none older
+than ``max_age_s`` (dropped at the next call whose ``now`` is later than its time plus
+``max_age_s``), each with at most ``2 * RECORD_PER_LEVEL * 41`` index points; at most
+``max_programs`` programs, the least recently linked or finished forgotten first; a program
+with no turn end and no running call is forgotten.  Tenants: every key holds the tenant, so a
+copy of another tenant's prompt matches nothing of that tenant, and a prompt crafted to match
+many turns costs one lookup's probes.  (The bounds are shared by the tenants: one that floods
+new programs pushes the least recent of the others out; they then link as new.)  Hashes:
+ints in ``[-2**63, 2**64)``, read modulo ``2**64`` (signed and unsigned 64-bit ids both
+work).  Time: ``now`` never goes back.
+Errors before any change: ``TypeError`` (wrong types), ``ValueError`` (bad values),
+``KeyError`` never (an unknown program is answered False).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .._validate import finite, int_in, short_repr
+from ._sync import synchronized
+from .scheduler import check_id
+
+__all__ = [
+    "DEFAULT_MAX_AGE_S",
+    "DEFAULT_MAX_PROGRAMS",
+    "DEFAULT_MAX_TURN_ENDS",
+    "DEFAULT_MIN_DEPTH_FRACTION",
+    "RECORD_PER_LEVEL",
+    "Link",
+    "ProgramLinker",
+    "grid_positions",
+    "probe_limit",
+]
+
+DEFAULT_MAX_TURN_ENDS = 1 << 18
+DEFAULT_MAX_PROGRAMS = 1 << 18
+DEFAULT_MAX_AGE_S = 86400.0
+DEFAULT_MIN_DEPTH_FRACTION = 0.9
+#: The largest bounds one may ask for.
+MAX_TURN_ENDS = 1 << 30
+MAX_PROGRAMS = 1 << 30
+#: A prompt (or prompt + output) has at most this many blocks (the core's MAX_BLOCKS).
+MAX_PROMPT_BLOCKS = 1 << 40
+#: Grid points recorded per level (see the module doc).
+RECORD_PER_LEVEL = 2
+HASH_MIN, HASH_LIMIT = -(1 << 63), 1 << 64
+_MASK = (1 << 64) - 1
+#: The largest program key the linker makes or accepts.
+MAX_PROGRAM_KEY = (1 << 63) - 1
+
+ProgramKey = int | str
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """Which program a call belongs to (see the module doc): ``kind`` is ``"continue"``,
+    ``"fork"`` or ``"new"``; ``parent`` the forked program (None unless a fork)."""
+
+    kind: str
+    program: int | str
+    parent: int | str | None
+    depth_blocks: int
+    context_blocks: int
+
+
+def grid_positions(n: int) -> list[int]:
+    """The block positions a turn end of ``n`` blocks records, deepest first (module doc)."""
+    out: list[int] = []
+    if n <= 0:
+        return out
+    j = 0
+    while True:
+        m = (n - 1) >> j
+        for r in range(RECORD_PER_LEVEL):
+            if m - r >= 0:
+                p = (m - r) << j
+                if p not in out:
+                    out.append(p)
+        if m == 0:
+            break
+        j += 1
+    out.sort(reverse=True)
+    return out
+
+
+def probe_limit(n: int) -> int:
+    """The most probes a lookup of an ``n``-block prompt makes."""
+    return 0 if n <= 0 else 1 + (n - 1).bit_length()
+
+
+class _Program:
+    __slots__ = ("context_blocks", "live", "name", "prompt_blocks", "tenant", "turn_ends")
+
+    def __init__(self, tenant: str, name: str | None) -> None:
+        self.tenant = tenant
+        self.name = name  # a deployment's id, or None for a key the linker made
+        self.live = 0  # calls running
+        self.turn_ends = 0  # recorded turn ends still held
+        self.context_blocks = 0  # its latest turn end's blocks
+        self.prompt_blocks = 0  # of which its prompt's
+
+
+class _Entry:
+    __slots__ = ("ambiguous", "program", "refs", "time_s")
+
+    def __init__(self, program: int, time_s: float) -> None:
+        self.program = program  # serial of the program that recorded it first
+        self.refs = 1  # turn ends holding it
+        self.ambiguous = False  # recorded by two programs or more
+        self.time_s = time_s  # its newest turn end's time
+
+
+class _TurnEnd:
+    __slots__ = ("hashes", "program", "tenant", "time_s")
+
+    def __init__(self, tenant: str, program: int, time_s: float, hashes: list[int]) -> None:
+        self.tenant = tenant
+        self.program = program
+        self.time_s = time_s
+        self.hashes = hashes
+
+
+def _reader(field: str, hashes: Any) -> tuple[int, Callable[[int], int]]:
+    """(length, item reader) of a sequence of block hashes; only read items are checked."""
+    if isinstance(hashes, (str, bytes, bytearray)) or not hasattr(hashes, "__getitem__"):
+        raise TypeError(f"{field} must be a sequence of integers, got {type(hashes).__name__}")
+    try:
+        n = len(hashes)
+    except TypeError:
+        raise TypeError(
+            f"{field} must be a sequence of integers, got {type(hashes).__name__}"
+        ) from None
+    if n > MAX_PROMPT_BLOCKS:
+        raise ValueError(f"{field} must be at most {MAX_PROMPT_BLOCKS} blocks, got {n}")
+
+    def item(i: int) -> int:
+        v = hashes[i]
+        name = f"{field}[{i}]"
+        if isinstance(v, float):
+            raise TypeError(f"{name} must be an integer, got {short_repr(v)}")
+        try:
+            h = int(operator.index(v))
+        except TypeError:
+            raise TypeError(f"{name} must be an integer, got {short_repr(v)}") from None
+        if not HASH_MIN <= h < HASH_LIMIT:
+            raise ValueError(
+                f"{name} must be in [{HASH_MIN}, {HASH_LIMIT - 1}], got {short_repr(h)}"
+            )
+        return h & _MASK
+
+    return n, item
+
+
+@synchronized
+class ProgramLinker:
+    """Tells a call's program from its prompt's chained block hashes (see the module doc)."""
+
+    def __init__(
+        self,
+        max_turn_ends: Any = DEFAULT_MAX_TURN_ENDS,
+        max_age_s: Any = DEFAULT_MAX_AGE_S,
+        max_programs: Any = DEFAULT_MAX_PROGRAMS,
+        min_depth_fraction: Any = DEFAULT_MIN_DEPTH_FRACTION,
+    ) -> None:
+        self._max_turn_ends = int_in("max_turn_ends", max_turn_ends, 1, MAX_TURN_ENDS)
+        self._max_age_s = finite("max_age_s", max_age_s)
+        if not self._max_age_s > 0.0:
+            raise ValueError(f"max_age_s must be > 0, got {self._max_age_s!r}")
+        self._max_programs = int_in("max_programs", max_programs, 1, MAX_PROGRAMS)
+        self._min_depth_fraction = finite("min_depth_fraction", min_depth_fraction)
+        if not 0.0 <= self._min_depth_fraction <= 1.0:
+            raise ValueError(
+                f"min_depth_fraction must be in [0, 1], got {self._min_depth_fraction!r}"
+            )
+        self._index: dict[tuple[str, int], _Entry] = {}
+        self._turn_ends: deque[_TurnEnd] = deque()  # oldest first
+        self._programs: OrderedDict[int, _Program] = OrderedDict()  # least recent first
+        self._named: dict[tuple[str, str], int] = {}
+        self._next_serial = 1
+        self._now = -float("inf")
+
+    # -- the decision ---------------------------------------------------------------------
+    def link(self, tenant: Any, prompt_hashes: Any, now: Any, program: Any = None) -> Link:
+        """The program of a call of ``tenant`` with these prompt block hashes (module doc);
+        ``program``: the call's own id, when the deployment allows one (no search)."""
+        t = check_id("tenant", tenant)
+        n, item = _reader("prompt_hashes", prompt_hashes)
+        now_s = self._check_now(now)
+        name = None if program is None else check_id("program", program)
+        g = self._descend(t, n, item, now_s)
+        self._advance(now_s)
+        entry = None if g is None else self._index.get((t, item(g)))
+        if name is not None:
+            serial = self._named.get((t, name))
+            kind = "new" if serial is None else "continue"
+            if serial is None:
+                serial = self._new_program(t, name)
+            prog = self._touch(serial)
+            prog.live += 1
+            depth = 0
+            if entry is not None and g is not None and not entry.ambiguous:
+                depth = g + 1 if entry.program == serial else 0
+            return Link(kind, name, None, depth, prog.context_blocks)
+        matched = None
+        if entry is not None and not entry.ambiguous:
+            matched = self._programs.get(entry.program)
+        if matched is None or g is None or g + 1 < self._min_depth_fraction * matched.prompt_blocks:
+            serial = self._new_program(t, None)
+            self._programs[serial].live += 1
+            return Link("new", serial, None, 0, 0)
+        parent = entry.program  # type: ignore[union-attr]
+        if matched.live > 0:
+            self._touch(parent)
+            parent_key = self._key(parent)
+            serial = self._new_program(t, None)
+            self._programs[serial].live += 1
+            return Link("fork", serial, parent_key, g + 1, matched.context_blocks)
+        self._touch(parent).live += 1
+        return Link("continue", self._key(parent), None, g + 1, matched.context_blocks)
+
+    def finished(
+        self,
+        tenant: Any,
+        program: Any,
+        hashes: Any,
+        now: Any,
+        prompt_blocks: Any = None,
+    ) -> bool:
+        """A call of ``program`` ended: records its turn end (``hashes``: its prompt's blocks,
+        then its output's; ``prompt_blocks``: how many are the prompt, None: all).  No hashes:
+        an aborted call, nothing recorded.  False when the program is unknown (forgotten, or
+        an int key the linker did not make); a named program is made when unknown."""
+        t = check_id("tenant", tenant)
+        key = self._check_program(program)
+        n, item = _reader("hashes", hashes)
+        now_s = self._check_now(now)
+        k = n if prompt_blocks is None else int_in("prompt_blocks", prompt_blocks, 0, n)
+        points: list[int] = []
+        for end in (k, n):
+            for p in grid_positions(end):
+                h = item(p)
+                if h not in points:
+                    points.append(h)
+        self._advance(now_s)
+        if isinstance(key, str):
+            serial = self._named.get((t, key))
+            if serial is None:
+                serial = self._new_program(t, key)
+        else:
+            serial = key
+            known = self._programs.get(serial)
+            if known is None or known.tenant != t or known.name is not None:
+                return False
+        prog = self._touch(serial)
+        prog.live = max(0, prog.live - 1)
+        if not points:
+            self._forget_if_idle(serial)
+            return True
+        prog.turn_ends += 1  # (counted first: making room must not forget this program)
+        while len(self._turn_ends) >= self._max_turn_ends:
+            self._drop_oldest()
+        for h in points:
+            e = self._index.get((t, h))
+            if e is None:
+                self._index[(t, h)] = _Entry(serial, now_s)
+            else:
+                e.refs += 1
+                e.ambiguous = e.ambiguous or e.program != serial
+                e.time_s = now_s
+        self._turn_ends.append(_TurnEnd(t, serial, now_s, points))
+        prog.context_blocks = n
+        prog.prompt_blocks = k
+        return True
+
+    def end_program(self, tenant: Any, program: Any) -> bool:
+        """The program is done: forgotten (a call matching its turn ends starts a new one).
+        False: it was not known."""
+        t = check_id("tenant", tenant)
+        key = self._check_program(program)
+        serial = self._serial(t, key)
+        if serial is None:
+            return False
+        self._remove(serial)
+        return True
+
+    # -- views ----------------------------------------------------------------------------
+    def running(self, tenant: Any, program: Any) -> int:
+        """Calls of the program running (linked, not finished); 0 for an unknown one."""
+        t = check_id("tenant", tenant)
+        serial = self._serial(t, self._check_program(program))
+        return 0 if serial is None else self._programs[serial].live
+
+    @property
+    def turn_end_count(self) -> int:
+        return len(self._turn_ends)
+
+    @property
+    def program_count(self) -> int:
+        return len(self._programs)
+
+    @property
+    def point_count(self) -> int:
+        """Index entries (recorded block hashes)."""
+        return len(self._index)
+
+    @property
+    def max_turn_ends(self) -> int:
+        return self._max_turn_ends
+
+    @property
+    def max_age_s(self) -> float:
+        return self._max_age_s
+
+    @property
+    def max_programs(self) -> int:
+        return self._max_programs
+
+    @property
+    def min_depth_fraction(self) -> float:
+        return self._min_depth_fraction
+
+    # -- internals ------------------------------------------------------------------------
+    def _check_now(self, now: Any) -> float:
+        t = finite("now", now)
+        if t < self._now:
+            raise ValueError(f"now must be >= the last call's now ({self._now!r}), got {t!r}")
+        return t
+
+    @staticmethod
+    def _check_program(program: Any) -> ProgramKey:
+        if isinstance(program, str):
+            return check_id("program", program)
+        if isinstance(program, int) and not isinstance(program, bool):
+            return int_in("program", program, 1, MAX_PROGRAM_KEY)
+        raise TypeError(f"program must be an int or a str, got {type(program).__name__}")
+
+    def _serial(self, tenant: str, key: ProgramKey) -> int | None:
+        if isinstance(key, str):
+            return self._named.get((tenant, key))
+        prog = self._programs.get(key)
+        if prog is None or prog.tenant != tenant or prog.name is not None:
+            return None
+        return key
+
+    def _key(self, serial: int) -> ProgramKey:
+        name = self._programs[serial].name
+        return serial if name is None else name
+
+    def _descend(self, tenant: str, n: int, item: Callable[[int], int], now_s: float) -> int | None:
+        """The deepest recorded point the descent finds (module doc), None when block 0 is
+        not recorded.  Changes nothing (an item may be refused on the way): a point whose
+        newest turn end is older than ``max_age_s`` counts as dropped already."""
+
+        def recorded(h: int) -> bool:
+            e = self._index.get((tenant, h))
+            return e is not None and now_s - e.time_s <= self._max_age_s
+
+        if n == 0 or not recorded(item(0)):
+            return None
+        g = 0
+        for j in range((n - 1).bit_length() - 1, -1, -1):
+            p = g + (1 << j)
+            if p <= n - 1 and recorded(item(p)):
+                g = p
+        return g
+
+    def _advance(self, now_s: float) -> None:
+        self._now = now_s
+        while self._turn_ends and now_s - self._turn_ends[0].time_s > self._max_age_s:
+            self._drop_oldest()
+
+    def _drop_oldest(self) -> None:
+        end = self._turn_ends.popleft()
+        for h in end.hashes:
+            e = self._index[(end.tenant, h)]
+            e.refs -= 1
+            if e.refs == 0:
+                del self._index[(end.tenant, h)]
+        prog = self._programs.get(end.program)
+        if prog is not None:
+            prog.turn_ends -= 1
+            self._forget_if_idle(end.program)
+
+    def _forget_if_idle(self, serial: int) -> None:
+        prog = self._programs[serial]
+        if prog.live == 0 and prog.turn_ends == 0:
+            self._remove(serial)
+
+    def _remove(self, serial: int) -> None:
+        prog = self._programs.pop(serial)
+        if prog.name is not None:
+            del self._named[(prog.tenant, prog.name)]
+
+    def _new_program(self, tenant: str, name: str | None) -> int:
+        if len(self._programs) >= self._max_programs:
+            self._remove(next(iter(self._programs)))
+        serial = self._next_serial
+        self._next_serial += 1
+        self._programs[serial] = _Program(tenant, name)
+        if name is not None:
+            self._named[(tenant, name)] = serial
+        return serial
+
+    def _touch(self, serial: int) -> _Program:
+        self._programs.move_to_end(serial)
+        return self._programs[serial]
