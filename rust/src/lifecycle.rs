@@ -18,6 +18,10 @@
 //!   the engine is stalled, the held chains of the other waiting requests yield too, the
 //!   latest to arrive first, until the engine's step is covered.
 //!
+//! Every call is all-or-nothing: what the scheduler or load control would refuse is refused
+//! before either changes (the scheduler's checks first; `arrive`: load control's first). A
+//! `release` that fails in `give_way` cannot be undone: the state it leaves is stated there.
+//!
 //! Like [`ProgramScheduler`] with its `&mut TTLPolicy`, the lifecycle does not own the parts
 //! it joins: each call takes them as [`Parts`], so the Python bindings keep using the very
 //! objects the user passed. The caller passes the same parts to every call (one policy,
@@ -147,9 +151,10 @@ impl ProgramLifecycle {
         blocks_held: i64,
         args: FinishArgs<'_>,
     ) -> Result<Finished> {
-        let plan = parts
-            .scheduler
-            .check_finish(parts.policy, request_id, now, blocks_held, args)?;
+        let plan =
+            parts
+                .scheduler
+                .check_finish(parts.policy, request_id, now, blocks_held, args)?;
         let rebuild_s = args.cache_miss_cost_s.unwrap_or(0.0);
         let told = match (parts.admission.as_deref(), self.program_of.get(request_id)) {
             (Some(admission), Some(pid)) => {
@@ -582,7 +587,10 @@ mod tests {
         let admission = parts.admission.as_deref_mut().unwrap();
         admission.may_run(parts.policy, "A", 5.0).unwrap();
         let err = life.finish(&mut parts, "a1", 2.0, 10, pinned_args());
-        assert!(err.unwrap_err().to_string().starts_with("now must be >= 5.0"));
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .starts_with("now must be >= 5.0"));
         assert_eq!(parts.scheduler.running_count(), 1);
         // the retry at a time both accept goes through, once
         assert!(life
@@ -590,7 +598,9 @@ mod tests {
             .unwrap()
             .pin
             .is_some());
-        assert!(life.finish(&mut parts, "a1", 6.0, 10, pinned_args()).is_err());
+        assert!(life
+            .finish(&mut parts, "a1", 6.0, 10, pinned_args())
+            .is_err());
     }
 
     #[test]

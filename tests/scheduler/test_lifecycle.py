@@ -213,7 +213,7 @@ def test_a_bad_count_from_one_release_does_not_stop_the_others(impl):
         calls.append(program_id)
         return 2**70 if program_id == "B" else 10
 
-    with pytest.raises(ValueError, match="blocks released must be in .*got 1180591620717411303424"):
+    with pytest.raises(ValueError, match=f"blocks released must be in .*got {2**70}"):
         life.give_way(10.0, 20, release)
     assert calls == ["B", "A"] and life.scheduler.pin_count == 0
 
@@ -324,8 +324,8 @@ def test_a_finish_load_control_refuses_leaves_both_parts_unchanged(impl):
         life.finish("a1", 2.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
     with pytest.raises(ValueError, match=r"blocks_held must be in \[0, 50\], got 60"):
         life.finish("a1", 5.0, 60, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
-    assert (s.pin_count, s.running_count, s.state("a1"), s.mean_active_blocks) == (0, 1, "running",
-                                                                                    None)  # fmt: skip
+    assert (s.pin_count, s.running_count, s.state("a1")) == (0, 1, "running")
+    assert s.mean_active_blocks is None
     assert policy.tool_count("bash") == 0
     assert life.finish("a1", 5.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S).pinned
     with pytest.raises(KeyError):

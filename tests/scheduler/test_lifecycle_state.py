@@ -20,6 +20,7 @@ same state for the same sequence."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from hypothesis import HealthCheck, event, settings
@@ -90,6 +91,10 @@ def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
         return "raised", (type(e), str(e))
 
 
+def admit_request(life: Any, rid: str) -> Any:
+    return life.admitted(rid)
+
+
 def build(impl: Any) -> Any:
     # The cold-start prior decides TTLs (pins are common) and load control is on.
     policy = impl.TTLPolicy(
@@ -110,7 +115,7 @@ def scheduler_part(life: Any, rids: list[str]) -> Any:
     s = life.scheduler
     return plain((
         scheduler_snapshot(s),
-        [(outcome(lambda r=r: s.state(r)), outcome(lambda r=r: s.priority(r))) for r in rids],
+        [(outcome(partial(s.state, r)), outcome(partial(s.priority, r))) for r in rids],
         [s.pin(p) for p in PROGRAMS],
     ))  # fmt: skip
 
@@ -162,7 +167,7 @@ class LifecycleStateMachine(RuleBasedStateMachine):
         results = []
         for life in self.lives:
             before = snapshot(life, rids)
-            result = outcome(lambda life=life: call(life))
+            result = outcome(partial(call, life))
             if result[0] == "raised":
                 assert close(snapshot(life, rids), before), ("a refused call changed", result)
             results.append(result)
@@ -217,7 +222,7 @@ class LifecycleStateMachine(RuleBasedStateMachine):
         kind, popped = self.step(lambda life: life.scheduler.pop_many(n, self.now))
         if kind == "ok" and admit:
             for rid in popped:
-                self.step(lambda life, rid=rid: life.admitted(rid))
+                self.step(partial(admit_request, rid=rid))
 
     @rule(
         pid=st.sampled_from(PROGRAMS),
@@ -343,9 +348,7 @@ class LifecycleStateMachine(RuleBasedStateMachine):
             pins_before, held_before = life.scheduler.pins(), life.held_request_ids
             release = Release(answers)
             result = outcome(
-                lambda life=life, release=release: life.give_way(
-                    now, short, release, stalled, keep, for_program
-                )
+                partial(life.give_way, now, short, release, stalled, keep, for_program)
             )
             if result[0] == "raised":
                 self.check_failed_give_way(life, release, result, before, pins_before,

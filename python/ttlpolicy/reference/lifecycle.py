@@ -215,7 +215,7 @@ class ProgramLifecycle:
             for pin in self.scheduler.reclaim(short, now, for_program):
                 try:
                     short -= self._released(release, pin.program_id, None)
-                except BaseException as e:  # noqa: BLE001 (raised after the other releases)
+                except BaseException as e:  # (raised after the other releases)
                     error = e if error is None else error
             if error is not None:
                 raise error
@@ -255,9 +255,10 @@ class ProgramLifecycle:
         """Holds load control's lock, then the scheduler's (the order every call takes them
         in), so that nothing changes either between a call's checks and its changes."""
         stack = contextlib.ExitStack()
-        if self.admission is not None:
-            stack.enter_context(self.admission._lock)
-        stack.enter_context(self.scheduler._lock)
+        parts: list[Any] = [self.admission, self.scheduler]  # (each has a `_lock`: _sync)
+        for part in parts:
+            if part is not None:
+                stack.enter_context(part._lock)
         return stack
 
     @staticmethod
