@@ -34,7 +34,7 @@ from hypothesis.stateful import (
 )
 
 from conftest import NATIVE, REFERENCE
-from parity import API_ERRORS, PINNING_MISS_COST_S, close, plain, scheduler_snapshot
+from parity import PINNING_MISS_COST_S, close, outcome, plain, scheduler_snapshot
 from ttlpolicy import PolicyConfig
 
 TENANTS = ("a", "b")
@@ -49,8 +49,11 @@ MAX_IDLE, ADMISSION_MAX_IDLE = 3, 2
 MAX_TTL_S = 30.0
 #: A time past any the machine reaches: views that take `now` read at it move no clock.
 FAR_S = 1e9
-#: What a failing release raises (the test's own type: told apart from the library's errors).
-ERRORS = (*API_ERRORS, RuntimeError)
+
+
+class EngineError(ValueError):
+    """What a failing ``release`` raises (told apart from the library's errors by type)."""
+
 
 #: A release's scripted answers: block counts (a shared chain frees nothing: 0), an
 #: exception, and answers the lifecycle refuses (negative, a bool, a float, beyond i64).
@@ -79,16 +82,8 @@ class Release:
         answer = self.answers.pop(0) if self.answers else 10
         self.calls.append((program_id, request_id, answer))
         if answer == "raise":
-            raise RuntimeError(f"the engine could not free {program_id}/{request_id}")
+            raise EngineError(f"the engine could not free {program_id}/{request_id}")
         return answer
-
-
-def outcome(call: Callable[[], Any]) -> tuple[str, Any]:
-    """("ok", plain result) or ("raised", (exception type, message))."""
-    try:
-        return "ok", plain(call())
-    except ERRORS as e:
-        return "raised", (type(e), str(e))
 
 
 def admit_request(life: Any, rid: str) -> Any:
@@ -377,7 +372,7 @@ class LifecycleStateMachine(RuleBasedStateMachine):
             assert refused == [len(release.calls) - 1], "held chains yielded past an error"
         # the first refused answer is the error raised
         first = release.calls[refused[0]][2]
-        error_type = RuntimeError if first == "raise" else (
+        error_type = EngineError if first == "raise" else (
             TypeError if isinstance(first, (bool, float)) else ValueError)  # fmt: skip
         assert result[1][0] is error_type, (result, first)
         s = life.scheduler
