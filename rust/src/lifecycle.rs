@@ -113,7 +113,10 @@ impl ProgramLifecycle {
         now: f64,
         blocks_needed: i64,
     ) -> Result<Option<Pin>> {
-        // load control's refusal must come before the scheduler's change
+        // the ids first (the bindings convert them first), then load control's refusal,
+        // before the scheduler's change
+        check_id("request_id", request_id)?;
+        check_id("program_id", program_id)?;
         let checked = match parts.admission.as_deref() {
             Some(admission) => Some(admission.check_arrive(program_id, now, blocks_needed)?),
             None => None,

@@ -202,6 +202,21 @@ class LifecycleStateMachine(RuleBasedStateMachine):
             self.live[rid] = pid
             self.ended.discard(pid)
 
+    @rule(
+        rid=st.sampled_from([7, "", "a:new"]),
+        pid=st.sampled_from([None, "", "b:0"]),
+        blocks=st.sampled_from([5, -1, 70]),
+        back_s=st.sampled_from([0.0, 1.0]),
+    )
+    def arrive_bad(self, rid: Any, pid: Any, blocks: int, back_s: float) -> None:
+        """Bad ids with other bad arguments: the first refusal is the same on both backends."""
+        if rid == "a:new":
+            rid = self.new_rid("a")
+        kind, _ = self.step(lambda life: life.arrive(rid, pid, self.now - back_s, blocks))
+        if kind == "ok":
+            self.live[rid] = pid
+            self.ended.discard(pid)
+
     @precondition(lambda self: self.issued)
     @rule(data=st.data(), pid=st.sampled_from(PROGRAMS))
     def arrive_again(self, data: Any, pid: str) -> None:

@@ -90,6 +90,8 @@ class ProgramLifecycle:
     def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
         """A request arrives (both are told).  Returns the pin it consumed, whose blocks the
         engine now holds for it until ``admitted``."""
+        check_id("request_id", request_id)  # the ids first, as the native binding converts
+        check_id("program_id", program_id)
         admission = self.admission
         with self._parts_locked():
             if admission is None:
