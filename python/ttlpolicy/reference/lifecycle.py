@@ -27,8 +27,9 @@ join them, so that no engine states them again:
 
 Errors: every call is all-or-nothing.  What the scheduler or load control would refuse is
 refused before either changes — the scheduler's checks first, then load control's (its clock
-may be ahead of the scheduler's: ``may_run`` moves it; its ``total_blocks`` may be smaller)
-— with their error, so a refused call can be retried.  ``give_way`` checks every argument
+may be ahead of the scheduler's: ``may_run`` moves it; its ``total_blocks`` may be smaller;
+``arrive``: the ids, then load control's, then the scheduler's) — with their error, so a
+refused call can be retried.  ``give_way`` checks every argument
 before anything changes; a ``release`` that raises (or answers a bad count) cannot be undone,
 so its contract is what remains: every pin ``reclaim`` took has left the pin table and is
 passed to ``release`` once, in reclaim order, even after one raised; if one did, no held
