@@ -718,21 +718,13 @@ impl ProgramScheduler {
         policy: &mut TTLPolicy,
         plan: FinishPlan<'_>,
     ) -> Result<Finished> {
-        let FinishPlan {
-            slot,
-            t,
-            blocks,
-            key,
-            decision,
-            full,
-            held_sum,
-        } = plan;
+        let (slot, t, blocks) = (plan.slot, plan.t, plan.blocks);
         self.now = t;
-        if full {
+        if plan.full {
             self.held.pop_front();
         }
         self.held.push_back(blocks);
-        self.held_sum = held_sum;
+        self.held_sum = plan.held_sum;
         let req = self.requests.get(slot);
         let (p, ran_s) = (req.program, t - req.started_s);
         let prog = self.programs.get_mut(p);
@@ -740,7 +732,7 @@ impl ProgramScheduler {
         prog.attained_s += ran_s;
         prog.live.remove(slot);
         self.requests.remove(slot);
-        let Some(decision) = decision else {
+        let Some(decision) = plan.decision else {
             let ended = self.end(policy, p, true)?;
             return Ok(Finished {
                 decision: None,
@@ -763,8 +755,8 @@ impl ProgramScheduler {
             }
         }
         let prog = self.programs.get_mut(p);
-        if key.is_some() || pin.is_some() {
-            prog.tool = key.map(Box::from);
+        if plan.key.is_some() || pin.is_some() {
+            prog.tool = plan.key.map(Box::from);
             prog.tool_since_s = Some(t);
         } else {
             prog.tool = None;
