@@ -196,7 +196,9 @@ class ProgramLifecycle:
         """Pins, then held chains, give way to ``short_blocks`` the engine's next step lacks
         (see the module doc); returns the blocks still lacking (``<= 0``: covered).
         ``keep``: the request whose held chain stays (the head's own prefix);
-        ``for_program``: reclaim only younger programs' pins (program-level FCFS)."""
+        ``for_program``: reclaim only younger programs' pins (program-level FCFS).  A
+        ``release`` that raises does not stop the other reclaimed pins' releases: the first
+        error is raised after them (module doc, "Errors")."""
         # Every argument is checked whatever the state (a bad one is refused even when
         # nothing is short): types first, then the values the native core checks.
         if not callable(release):
