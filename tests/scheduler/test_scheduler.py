@@ -55,6 +55,20 @@ def test_a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival(impl, hando
     assert [p.program_id for p in s.reclaim(30, 204.0)] == ["C", "A", "B"]
 
 
+def test_a_return_whose_gap_is_refused_leaves_the_program_idle(impl):
+    # A gap of 2e308 s is no duration: the arrival is refused before anything changes, so
+    # the program is still the one idle longest and the cap forgets it first.
+    s = impl.ProgramScheduler(impl.TTLPolicy(PolicyConfig()), 1000, 100, 1)
+    run_one(s, "a1", "A", -1e308)
+    s.finish("a1", -1e308, 10, tool="bash", cache_miss_cost_s=0.0)
+    with pytest.raises(ValueError, match="must be finite"):
+        s.arrive("a2", "A", 1e308, 10)
+    assert (s.program_count, s.waiting_count, s.dropped_idle_programs) == (1, 0, 0)
+    run_one(s, "b1", "B", 1e308)
+    s.finish("b1", 1e308, 10)
+    assert (s.program_count, s.dropped_idle_programs) == (1, 1)
+
+
 def test_a_pinned_program_is_not_idle_while_its_pin_lasts(impl):
     # Idle counts from the pin's end, not the finish: a pin of up to max_ttl_s, then a
     # return within max_ttl_s of its release, keeps the program's place.
