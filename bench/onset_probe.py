@@ -298,9 +298,10 @@ def order_class(spec: str) -> type[ProgramScheduler]:
             super().preempt(request_id, now)
             self._requeue(request_id)
 
-        def finish(self, request_id, now, blocks_held, *args, **kwargs):
-            self._ran(request_id, now)
-            return super().finish(request_id, now, blocks_held, *args, **kwargs)
+        def _finish_checked(self, plan):
+            # (where every finish commits: ProgramLifecycle checks load control in between)
+            self._ran(plan.request_id, plan.now)
+            return super()._finish_checked(plan)
 
     return Ordered
 

@@ -11,6 +11,8 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt};
 use ttlpolicy_core::lifecycle::{Parts, ProgramLifecycle};
+use ttlpolicy_core::policy::MAX_BLOCKS;
+use ttlpolicy_core::validate::int_in;
 use ttlpolicy_core::Error;
 
 use crate::admission::PyAdmissionControl;
@@ -250,9 +252,17 @@ impl PyProgramLifecycle {
                         type_name(&freed)
                     ))));
                 }
-                // An int outside i64 is refused by the core's range check, worded with it.
-                let n = freed.extract::<Arg<i64>>().map_err(Fail::Py)?;
-                Ok(args.take("blocks released", n))
+                match freed.extract::<Arg<i64>>().map_err(Fail::Py)? {
+                    Arg::Ok(n) => Ok(n),
+                    // An int outside i64: the core's range check, worded with that int (its
+                    // own `Args`: the error of one answer, whichever fails first).
+                    bad => {
+                        let mut answer = Args::new();
+                        let n = answer.take("blocks released", bad);
+                        let refused = int_in("blocks released", n, 0, MAX_BLOCKS);
+                        Err(Fail::Py(answer.finish(refused).expect_err("out of range")))
+                    }
+                }
             };
             Ok(life.give_way(parts, t, short, release, stalled, keep, for_program))
         })?;

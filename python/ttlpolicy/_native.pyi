@@ -574,7 +574,8 @@ class ProgramLifecycle:
         for_program: str | None = None,
     ) -> int:
         """``release`` is called while the parts are borrowed: it must not call back into
-        this object, its scheduler or its load control (``RuntimeError``)."""
+        this object, its scheduler or its load control (``RuntimeError``).  One that raises
+        does not stop the other reclaimed pins' releases: the first error is raised after."""
     def held(self, request_id: str) -> str | None: ...
     @property
     def held_request_ids(self) -> list[str]: ...

@@ -349,6 +349,29 @@ impl AdmissionControl {
         Ok((t, blocks))
     }
 
+    /// What [`finish`](Self::finish) would refuse, changing nothing (the lifecycle asks it
+    /// before the scheduler commits a finish, so that a refusal leaves both as they were).
+    pub(crate) fn check_finish(
+        &self,
+        program_id: &str,
+        now: f64,
+        blocks_held: i64,
+        rebuild_s: f64,
+    ) -> Result<()> {
+        self.known(program_id)?;
+        self.check_now(now)?;
+        int_in("blocks_held", blocks_held, 0, self.total_blocks)?;
+        non_negative("rebuild_s", rebuild_s)?;
+        if self.programs[program_id].live == 0 {
+            return Err(Error::invalid(
+                "program_id",
+                PyStr(program_id),
+                "a program with a live request",
+            ));
+        }
+        Ok(())
+    }
+
     // -- events ------------------------------------------------------------------------------
 
     /// A request of the program arrives (its first one makes the program known).

@@ -18,6 +18,10 @@
 //!   the engine is stalled, the held chains of the other waiting requests yield too, the
 //!   latest to arrive first, until the engine's step is covered.
 //!
+//! Every call is all-or-nothing: what the scheduler or load control would refuse is refused
+//! before either changes (the scheduler's checks first; `arrive`: load control's first). A
+//! `release` that fails in `give_way` cannot be undone: the state it leaves is stated there.
+//!
 //! Like [`ProgramScheduler`] with its `&mut TTLPolicy`, the lifecycle does not own the parts
 //! it joins: each call takes them as [`Parts`], so the Python bindings keep using the very
 //! objects the user passed. The caller passes the same parts to every call (one policy,
@@ -109,7 +113,10 @@ impl ProgramLifecycle {
         now: f64,
         blocks_needed: i64,
     ) -> Result<Option<Pin>> {
-        // load control's refusal must come before the scheduler's change
+        // the ids first (the bindings convert them first), then load control's refusal,
+        // before the scheduler's change
+        check_id("request_id", request_id)?;
+        check_id("program_id", program_id)?;
         let checked = match parts.admission.as_deref() {
             Some(admission) => Some(admission.check_arrive(program_id, now, blocks_needed)?),
             None => None,
@@ -137,7 +144,8 @@ impl ProgramLifecycle {
     }
 
     /// A running request ended ([`ProgramScheduler::finish`]; load control is told the same,
-    /// with `cache_miss_cost_s` as what rebuilding the context costs, 0 when None).
+    /// with `cache_miss_cost_s` as what rebuilding the context costs, 0 when None). What
+    /// either would refuse is refused before either changes: the scheduler's checks first.
     pub fn finish(
         &mut self,
         parts: &mut Parts<'_>,
@@ -146,16 +154,25 @@ impl ProgramLifecycle {
         blocks_held: i64,
         args: FinishArgs<'_>,
     ) -> Result<Finished> {
-        let program_id = self.program_of.get(request_id).cloned();
-        let finished = parts
-            .scheduler
-            .finish(parts.policy, request_id, now, blocks_held, args)?;
-        self.program_of.remove(request_id);
-        self.unhold(request_id);
-        if let (Some(admission), Some(pid)) = (parts.admission.as_deref_mut(), program_id) {
-            let rebuild_s = args.cache_miss_cost_s.unwrap_or(0.0);
+        let plan =
+            parts
+                .scheduler
+                .check_finish(parts.policy, request_id, now, blocks_held, args)?;
+        let rebuild_s = args.cache_miss_cost_s.unwrap_or(0.0);
+        let told = match (parts.admission.as_deref(), self.program_of.get(request_id)) {
+            (Some(admission), Some(pid)) => {
+                admission.check_finish(pid, now, blocks_held, rebuild_s)?;
+                Some(pid.clone())
+            }
+            _ => None,
+        };
+        let finished = parts.scheduler.finish_checked(parts.policy, plan)?;
+        if let (Some(admission), Some(pid)) = (parts.admission.as_deref_mut(), told) {
+            // (checked above: it cannot refuse now)
             admission.finish(&pid, now, blocks_held, args.tool, rebuild_s, args.last_turn)?;
         }
+        self.program_of.remove(request_id);
+        self.unhold(request_id);
         if let Some(ended) = &finished.ended {
             self.forget(ended);
         }
@@ -204,8 +221,13 @@ impl ProgramLifecycle {
     /// `release(program_id, request_id)` carries out one release and returns the blocks it
     /// made available (request None: the program's pin; else that request's held chain),
     /// in `[0, MAX_BLOCKS]`. It must not call back into the lifecycle or its parts (they are
-    /// borrowed for the call); an error it returns is returned at once, with the releases
-    /// before it done. `stalled`: no running request will end to free memory (held chains
+    /// borrowed for the call). A release cannot be undone, so its errors (or a count out of
+    /// range) leave this state: every pin `reclaim` took has left the pin table and is passed
+    /// to `release` once, in reclaim order, even after one failed; if one did, no held chain
+    /// yields and the first error is returned after the last release. Held chains yield one
+    /// at a time, each leaving the table just before its release: the first error stops
+    /// there and is returned, the chains not reached still held. Every argument is checked
+    /// before anything changes. `stalled`: no running request will end to free memory (held chains
     /// yield only then); `keep`: the request whose held chain stays (the head's own prefix);
     /// `for_program`: reclaim only younger programs' pins (program-level FCFS).
     #[allow(clippy::too_many_arguments)]
@@ -235,8 +257,17 @@ impl ProgramLifecycle {
             return Ok(short);
         }
         if parts.scheduler.pin_count() > 0 {
+            // Each reclaimed pin has left the scheduler: each goes to `release`, even after
+            // one failed (else its blocks stayed held with nothing pinning them).
+            let mut first_error = None;
             for pin in parts.scheduler.reclaim_for(short, now, for_program)? {
-                short = short.saturating_sub(released(release(&pin.program_id, None)?)?);
+                match release(&pin.program_id, None).and_then(|n| Ok(released(n)?)) {
+                    Ok(n) => short = short.saturating_sub(n),
+                    Err(e) => first_error = first_error.or(Some(e)),
+                }
+            }
+            if let Some(e) = first_error {
+                return Err(e);
             }
         }
         if !stalled {
@@ -537,5 +568,63 @@ mod tests {
         // load control is off in the default config: every program may run
         assert!(life.may_run(&mut parts, "D", 9.0).unwrap());
         assert!(life.may_run(&mut parts, "", 9.0).is_err());
+    }
+
+    #[test]
+    fn a_finish_load_control_refuses_changes_neither_part() {
+        let mut engine = Engine::new();
+        engine.admission = AdmissionControl::new(20).unwrap(); // fewer blocks than the engine
+        let mut parts = engine.parts(true);
+        let mut life = ProgramLifecycle::new();
+        life.arrive(&mut parts, "a1", "A", 0.0, 10).unwrap();
+        parts.scheduler.pop(parts.policy, 0.0).unwrap();
+        // 40 blocks: the scheduler would pin them, load control refuses them
+        let err = life.finish(&mut parts, "a1", 1.0, 40, pinned_args());
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "blocks_held must be in [0, 20], got 40"
+        );
+        assert_eq!(parts.scheduler.pin_count(), 0);
+        assert_eq!(parts.scheduler.running_count(), 1);
+        // load control's clock moved ahead (may_run): an earlier finish is refused whole
+        let admission = parts.admission.as_deref_mut().unwrap();
+        admission.may_run(parts.policy, "A", 5.0).unwrap();
+        let err = life.finish(&mut parts, "a1", 2.0, 10, pinned_args());
+        assert!(err
+            .unwrap_err()
+            .to_string()
+            .starts_with("now must be >= 5.0"));
+        assert_eq!(parts.scheduler.running_count(), 1);
+        // the retry at a time both accept goes through, once
+        assert!(life
+            .finish(&mut parts, "a1", 5.0, 10, pinned_args())
+            .unwrap()
+            .pin
+            .is_some());
+        assert!(life
+            .finish(&mut parts, "a1", 6.0, 10, pinned_args())
+            .is_err());
+    }
+
+    #[test]
+    fn every_reclaimed_pin_is_released_though_one_release_fails() {
+        let mut engine = Engine::new();
+        let mut parts = engine.parts(false);
+        let mut life = held(&mut parts, &["A", "B", "C", "D"], &["D"]);
+        let mut log = Released::new();
+        let release = |p: &str, r: Option<&str>| {
+            log.push(entry(p, r));
+            match p {
+                "B" => Err(Error::invalid("engine", "B", "able to free")),
+                "A" => Ok(-1), // a bad count, an error too
+                _ => Ok(10),
+            }
+        };
+        let err = life.give_way(&mut parts, 5.0, 30, release, true, None, None);
+        assert!(err.unwrap_err().to_string().starts_with("engine must be"));
+        // C, B, A reclaimed (latest first): each released; D2's chain stays held
+        assert_eq!(log, [entry("C", None), entry("B", None), entry("A", None)]);
+        assert_eq!(parts.scheduler.pin_count(), 0);
+        assert_eq!(life.held_request_ids(), [Arc::from("D2")]);
     }
 }

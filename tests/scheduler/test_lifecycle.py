@@ -179,6 +179,45 @@ def test_an_exception_from_release_propagates(impl):
     assert life.held_count == 0  # handed to release before it failed
 
 
+def test_every_reclaimed_pin_is_released_though_a_release_raises(impl):
+    """The pins reclaim took are out of the scheduler: each goes to ``release`` (the first
+    error raised after the last), and no held chain yields after an error."""
+    life = engine(impl)
+    for i, p in enumerate("ABCD"):
+        pin(life, f"{p}1", p, float(i))
+    assert life.arrive("D2", "D", 10.0, 10) is not None  # D's chain held
+    calls: list[tuple[str, str | None]] = []
+
+    def release(program_id: str, request_id: str | None) -> Any:
+        calls.append((program_id, request_id))
+        if program_id == "B":
+            raise RuntimeError("the engine could not free B")
+        return -1 if program_id == "A" else 10  # A's answer is refused too, after B's error
+
+    with pytest.raises(RuntimeError, match="could not free B"):
+        life.give_way(10.0, 30, release, stalled=True)
+    assert calls == [("C", None), ("B", None), ("A", None)]
+    assert life.scheduler.pin_count == 0 and life.scheduler.pinned_blocks == 0
+    assert life.held_request_ids == ["D2"]
+    # Each reclaimed program is idle: nothing of theirs is left to release.
+    assert [life.scheduler.pin(p) for p in "ABC"] == [None] * 3
+
+
+def test_a_bad_count_from_one_release_does_not_stop_the_others(impl):
+    life = engine(impl)
+    for i, p in enumerate("AB"):
+        pin(life, f"{p}1", p, float(i))
+    calls: list[str] = []
+
+    def release(program_id: str, request_id: str | None) -> Any:
+        calls.append(program_id)
+        return 2**70 if program_id == "B" else 10
+
+    with pytest.raises(ValueError, match=f"blocks released must be in .*got {2**70}"):
+        life.give_way(10.0, 20, release)
+    assert calls == ["B", "A"] and life.scheduler.pin_count == 0
+
+
 # -- load control ------------------------------------------------------------------------------
 
 
@@ -267,6 +306,37 @@ def test_bad_input_is_refused_naming_the_field(impl, call, error, message):
     with pytest.raises(error) as raised:
         call(life)
     assert message in str(raised.value)
+
+
+def test_a_finish_load_control_refuses_leaves_both_parts_unchanged(impl):
+    # Load control's clock moved ahead by may_run, and its memory smaller than the engine's:
+    # the scheduler would finish (and pin); the lifecycle refuses first, so the retry at a
+    # good time and size goes through once (issue 44: the pin stayed, the retry raised
+    # KeyError, load control counted the request live for ever).
+    policy = impl.TTLPolicy(CONFIG)
+    s = impl.ProgramScheduler(policy, 100, 60)
+    ac = impl.AdmissionControl(policy, 50)
+    life = impl.ProgramLifecycle(s, ac)
+    life.arrive("a1", "A", 0.0, 10)
+    assert s.pop(0.0) == "a1"
+    assert ac.may_run("A", 5.0)
+    with pytest.raises(ValueError, match=r"now must be >= 5\.0"):
+        life.finish("a1", 2.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
+    with pytest.raises(ValueError, match=r"blocks_held must be in \[0, 50\], got 60"):
+        life.finish("a1", 5.0, 60, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
+    assert (s.pin_count, s.running_count, s.state("a1")) == (0, 1, "running")
+    assert s.mean_active_blocks is None
+    assert policy.tool_count("bash") == 0
+    assert life.finish("a1", 5.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S).pinned
+    with pytest.raises(KeyError):
+        life.finish("a1", 6.0, 10)
+    # load control saw the finish once: A is away, not live (a request's finish is refused)
+    with pytest.raises(ValueError, match="a program with a live request"):
+        ac.finish("A", 6.0, 10)
+    # the scheduler's refusals come first: a request that is not running
+    life.arrive("a2", "A", 6.0, 10)
+    with pytest.raises(ValueError, match="must be running"):
+        life.finish("a2", 6.0, 60)
 
 
 def test_a_request_load_control_refuses_leaves_both_parts_unchanged(impl):

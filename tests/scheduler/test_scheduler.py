@@ -31,6 +31,57 @@ def test_fcfs_by_program_arrival_then_request(impl):
     assert s.pop(5.0) is None
 
 
+@pytest.mark.parametrize("handover", ["arrival", "schedule"])
+def test_a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival(impl, handover):
+    """Queue age is bounded: a client that ran a program long ago and never sent its last
+    turn is not served before programs that came since (its tool gap is still a sample)."""
+    s, policy = make(impl, max_ttl_s=100.0, pin_handover=handover, prior_mean_from_history=False)
+    run_one(s, "a1", "A", 0.0)
+    s.finish("a1", 1.0, 10, tool="bash", cache_miss_cost_s=0.0)  # no pin: idle from now
+    s.arrive("b1", "B", 2.0, 10)
+    s.arrive("a2", "A", 101.0, 10)  # idle exactly max_ttl_s: its place is kept
+    assert s.priority("a2")[2:4] == (0.0, 0)
+    assert s.pop(101.0) == "a2"
+    s.finish("a2", 102.0, 10, tool="bash", cache_miss_cost_s=0.0)
+    s.arrive("a3", "A", 202.5, 10)  # idle 100.5 s: a new arrival, after B (seen second)
+    assert s.priority("a3")[2:4] == (202.5, 2)
+    assert s.pop_many(2, 203.0) == ["b1", "a3"]
+    assert policy.tool_count("bash") == 2
+    s.arrive("c1", "C", 203.0, 10)
+    for rid in ("c1", "a3", "b1"):
+        s.pop(203.0)
+        s.finish(rid, 203.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
+    # and its pin gives way before those of programs that came before its return
+    assert [p.program_id for p in s.reclaim(30, 204.0)] == ["C", "A", "B"]
+
+
+def test_a_return_whose_gap_is_refused_leaves_the_program_idle(impl):
+    # A gap of 2e308 s is no duration: the arrival is refused before anything changes, so
+    # the program is still the one idle longest and the cap forgets it first.
+    s = impl.ProgramScheduler(impl.TTLPolicy(PolicyConfig()), 1000, 100, 1)
+    run_one(s, "a1", "A", -1e308)
+    s.finish("a1", -1e308, 10, tool="bash", cache_miss_cost_s=0.0)
+    with pytest.raises(ValueError, match="must be finite"):
+        s.arrive("a2", "A", 1e308, 10)
+    assert (s.program_count, s.waiting_count, s.dropped_idle_programs) == (1, 0, 0)
+    run_one(s, "b1", "B", 1e308)
+    s.finish("b1", 1e308, 10)
+    assert (s.program_count, s.dropped_idle_programs) == (1, 1)
+
+
+def test_a_pinned_program_is_not_idle_while_its_pin_lasts(impl):
+    # Idle counts from the pin's end, not the finish: a pin of up to max_ttl_s, then a
+    # return within max_ttl_s of its release, keeps the program's place.
+    s, _ = make(impl, max_ttl_s=100.0)
+    run_one(s, "a1", "A", 0.0)
+    fin = s.finish("a1", 1.0, 10, tool="bash", cache_miss_cost_s=PINNING_MISS_COST_S)
+    assert fin.pinned
+    s.arrive("b1", "B", 2.0, 10)
+    assert [p.program_id for p in s.expire(101.0)] == ["A"]  # ttl capped at 100 s
+    s.arrive("a2", "A", 150.0, 10)  # away 149 s, idle 49 s
+    assert s.priority("a2")[2:4] == (0.0, 0)
+
+
 def test_pin_consumed_on_arrival_jumps_queue_and_records_tool(impl):
     s, policy = make(impl)
     run_one(s, "a1", "A", 0.0)

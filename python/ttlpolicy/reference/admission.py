@@ -221,6 +221,26 @@ class AdmissionControl:
             )
         return pid, t, blocks
 
+    def _check_finish(
+        self,
+        program_id: Any,
+        now: Any,
+        blocks_held: Any,
+        tool: Any = None,
+        rebuild_s: Any = 0.0,
+        last_turn: Any = False,
+    ) -> None:
+        """Raises what ``finish`` would, changing nothing (``ProgramLifecycle`` asks it before
+        the scheduler commits a finish, so that a refusal leaves both parts as they were)."""
+        tool_key(tool)
+        check_bool("last_turn", last_turn)
+        pid, prog = self._program(program_id)
+        self._check_now(now)
+        int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        non_negative("rebuild_s", rebuild_s)
+        if prog.live == 0:
+            raise ValueError(f"program_id must be a program with a live request, got {pid!r}")
+
     def finish(
         self,
         program_id: Any,

@@ -25,6 +25,18 @@ join them, so that no engine states them again:
   (request_id None: a pin; else that request's held chain): blocks shared with other
   requests free nothing, so only the engine can tell.
 
+Errors: every call is all-or-nothing.  What the scheduler or load control would refuse is
+refused before either changes — the scheduler's checks first, then load control's (its clock
+may be ahead of the scheduler's: ``may_run`` moves it; its ``total_blocks`` may be smaller;
+``arrive``: the ids, then load control's, then the scheduler's) — with their error, so a
+refused call can be retried.  ``give_way`` checks every argument
+before anything changes; a ``release`` that raises (or answers a bad count) cannot be undone,
+so its contract is what remains: every pin ``reclaim`` took has left the pin table and is
+passed to ``release`` once, in reclaim order, even after one raised; if one did, no held
+chain yields and the first error is raised after the last release.  Held chains yield one at
+a time, each leaving the table just before its ``release``: the first error stops there and
+is raised, the chains not reached still held.
+
 The engine keeps translating: its requests to ids, its blocks to counts, references to
 holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
 (the queue's order, ``may_run``, the eviction order).
@@ -32,6 +44,7 @@ holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's o
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -78,12 +91,13 @@ class ProgramLifecycle:
     def arrive(self, request_id: Any, program_id: Any, now: Any, blocks_needed: Any) -> Pin | None:
         """A request arrives (both are told).  Returns the pin it consumed, whose blocks the
         engine now holds for it until ``admitted``."""
+        check_id("request_id", request_id)  # the ids first, as the native binding converts
+        check_id("program_id", program_id)
         admission = self.admission
-        if admission is None:
-            pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
-        else:  # load control's refusal must come before the scheduler's change; its lock
-            # held throughout, so that nothing changes it between the check and the arrival
-            with admission._lock:
+        with self._parts_locked():
+            if admission is None:
+                pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+            else:  # load control's refusal must come before the scheduler's change
                 checked = admission._check_arrive(program_id, now, blocks_needed)
                 pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
                 admission._arrive_checked(*checked)
@@ -111,40 +125,49 @@ class ProgramLifecycle:
         mean_active_blocks: Any = None,
     ) -> Finished:
         """A running request ended (``ProgramScheduler.finish``; load control is told the
-        same, with ``cache_miss_cost_s`` as what rebuilding the context costs)."""
+        same, with ``cache_miss_cost_s`` as what rebuilding the context costs).  What either
+        would refuse is refused before either changes: the scheduler's checks first."""
+        scheduler, admission = self.scheduler, self.admission
         pid = self._program_of.get(request_id) if isinstance(request_id, str) else None
-        finished = self.scheduler.finish(
-            request_id,
-            now,
-            blocks_held,
-            tool,
-            last_turn,
-            cache_miss_cost_s,
-            prefix_tokens,
-            offloaded_tokens,
-            mean_active_blocks,
-        )
+        rebuild_s = 0.0 if cache_miss_cost_s is None else cache_miss_cost_s
+        with self._parts_locked():
+            plan = scheduler._check_finish(
+                request_id,
+                now,
+                blocks_held,
+                tool,
+                last_turn,
+                cache_miss_cost_s,
+                prefix_tokens,
+                offloaded_tokens,
+                mean_active_blocks,
+            )
+            tell = admission is not None and pid is not None
+            if tell:
+                admission._check_finish(pid, now, blocks_held, tool, rebuild_s, last_turn)
+            finished = scheduler._finish_checked(plan)
+            if tell:  # (checked above: it cannot refuse now)
+                admission.finish(pid, now, blocks_held, tool, rebuild_s, last_turn)
         self._program_of.pop(request_id, None)
         self._held.pop(request_id, None)
-        if self.admission is not None and pid is not None:
-            rebuild_s = 0.0 if cache_miss_cost_s is None else cache_miss_cost_s
-            self.admission.finish(pid, now, blocks_held, tool, rebuild_s, last_turn)
         if finished.ended is not None:
             self._forget(finished.ended)
         return finished
 
     def abort(self, request_id: Any) -> Ended:
         """The request was aborted: its whole program ends in both (no η sample)."""
-        ended = self.scheduler.abort(request_id)
-        self._end_admission(ended.program_id)
+        with self._parts_locked():
+            ended = self.scheduler.abort(request_id)
+            self._end_admission(ended.program_id)
         self._program_of.pop(request_id, None)
         self._held.pop(request_id, None)
         return self._forget(ended)
 
     def end_program(self, program_id: Any) -> Ended:
         """The program is done (η observed): it ends in both."""
-        ended = self.scheduler.end_program(program_id)
-        self._end_admission(ended.program_id)
+        with self._parts_locked():
+            ended = self.scheduler.end_program(program_id)
+            self._end_admission(ended.program_id)
         return self._forget(ended)
 
     def may_run(self, program_id: Any, now: Any) -> bool:
@@ -173,7 +196,9 @@ class ProgramLifecycle:
         """Pins, then held chains, give way to ``short_blocks`` the engine's next step lacks
         (see the module doc); returns the blocks still lacking (``<= 0``: covered).
         ``keep``: the request whose held chain stays (the head's own prefix);
-        ``for_program``: reclaim only younger programs' pins (program-level FCFS)."""
+        ``for_program``: reclaim only younger programs' pins (program-level FCFS).  A
+        ``release`` that raises does not stop the other reclaimed pins' releases: the first
+        error is raised after them (module doc, "Errors")."""
         # Every argument is checked whatever the state (a bad one is refused even when
         # nothing is short): types first, then the values the native core checks.
         if not callable(release):
@@ -188,8 +213,17 @@ class ProgramLifecycle:
         if short <= 0:
             return short
         if self.scheduler.pin_count:
+            # Each reclaimed pin has left the scheduler: each goes to `release`, even after
+            # one raised (else its blocks stayed held with nothing pinning them); the first
+            # error is raised after, and no held chain yields then.
+            error: BaseException | None = None
             for pin in self.scheduler.reclaim(short, now, for_program):
-                short -= self._released(release, pin.program_id, None)
+                try:
+                    short -= self._released(release, pin.program_id, None)
+                except BaseException as e:  # (raised after the other releases)
+                    error = e if error is None else error
+            if error is not None:
+                raise error
         if not stalled:
             return short
         for rid in reversed(list(self._held)):
@@ -222,6 +256,16 @@ class ProgramLifecycle:
         return bool(self.scheduler.pin_count) or (nothing_runs and bool(self._held))
 
     # -- internals ------------------------------------------------------------------------
+    def _parts_locked(self) -> contextlib.ExitStack:
+        """Holds load control's lock, then the scheduler's (the order every call takes them
+        in), so that nothing changes either between a call's checks and its changes."""
+        stack = contextlib.ExitStack()
+        parts: list[Any] = [self.admission, self.scheduler]  # (each has a `_lock`: _sync)
+        for part in parts:
+            if part is not None:
+                stack.enter_context(part._lock)
+        return stack
+
     @staticmethod
     def _released(release: Release, program_id: str, request_id: str | None) -> int:
         freed = release(program_id, request_id)

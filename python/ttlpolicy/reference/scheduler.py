@@ -51,6 +51,13 @@ Choices (the same in both backends):
   request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
   forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
   in ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
+* Queue age is bounded: a program idle (no live request, no pin) longer than
+  ``policy.config.max_ttl_s`` — longer than any pin of the policy lasts — returns as a new
+  program: its FCFS place (rank and program order; also the pin reclaim order) becomes that
+  of a new arrival, so a client that never sent ``last_turn`` is not served before programs
+  that came since.  What the program has done is kept: its turns (η), its attained service
+  and its open tool gap, which is still observed (the CDF needs the long gaps, or it would
+  favour pinning).
 * ``policy.config.serve_order`` (read once, at construction) orders returning calls (those
   of a program that has finished a turn) after the preempted and pinned ones.
   ``"program"`` (the default): program-level FCFS, by program arrival.  ``"attained"``:
@@ -80,7 +87,7 @@ import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._validate import finite, int_in, non_negative, positive, tool_key
 from ._sync import synchronized
@@ -152,17 +159,31 @@ def check_bool(field: str, value: Any) -> bool:
 
 
 class _Program:
-    __slots__ = ("arrival_s", "attained_s", "live", "order", "tool", "tool_since_s", "turns")
+    __slots__ = ("arrival_s", "attained_s", "idle_since_s", "live", "order", "tool",
+                 "tool_since_s", "turns")  # fmt: skip
 
     def __init__(self, arrival_s: float, order: int) -> None:
         self.arrival_s = arrival_s
         self.order = order  # FCFS position: programs created before it (see the module doc)
+        self.idle_since_s = 0.0  # when it last became idle (read while it is idle)
         self.turns = 0  # finished requests
         self.attained_s = 0.0  # seconds its requests have run (pop to finish or preempt)
         self.live: set[str] = set()  # its waiting and running requests
         # An outstanding tool call (or pinned gap): its tool and when it started.
         self.tool: str | None = None
         self.tool_since_s: float | None = None
+
+
+class _FinishPlan(NamedTuple):
+    """A finish checked by ``ProgramScheduler._check_finish``, to commit."""
+
+    request_id: str
+    now: float
+    blocks: int
+    tool: str | None  # its key
+    decision: PinDecision | None  # None: a last turn
+    full: bool  # the window of blocks_held is full
+    held_sum: int  # the window's sum with this finish
 
 
 class _Request:
@@ -283,6 +304,10 @@ class ProgramScheduler:
         if prog is None:
             prog = self._programs[pid] = _Program(t, self._programs_seen)
             self._programs_seen += 1
+        elif pid in self._idle and t - prog.idle_since_s > self.policy.config.max_ttl_s:
+            # Idle longer than any pin lasts: it queues as a new arrival (see the module doc).
+            prog.arrival_s, prog.order = t, self._programs_seen
+            self._programs_seen += 1
         self._idle.pop(pid, None)
         if self._at_schedule:
             consumed = None
@@ -365,11 +390,39 @@ class ProgramScheduler:
         (None: unknown or no tool).  Unless it was the program's last turn, the policy
         decides a TTL and the blocks are pinned until ``now + ttl_s`` when ``ttl_s > 0`` and
         the pin budget has room.  A last turn ends the program (see ``end_program``)."""
+        return self._finish_checked(
+            self._check_finish(
+                request_id,
+                now,
+                blocks_held,
+                tool,
+                last_turn,
+                cache_miss_cost_s,
+                prefix_tokens,
+                offloaded_tokens,
+                mean_active_blocks,
+            )
+        )
+
+    def _check_finish(
+        self,
+        request_id: Any,
+        now: Any,
+        blocks_held: Any,
+        tool: Any = None,
+        last_turn: Any = False,
+        cache_miss_cost_s: Any = None,
+        prefix_tokens: Any = 0,
+        offloaded_tokens: Any = 0,
+        mean_active_blocks: Any = None,
+    ) -> _FinishPlan:
+        """Raises what ``finish`` would, changing nothing (``ProgramLifecycle`` asks load
+        control too before either part commits); else what ``_finish_checked`` commits."""
         # The types of tool and last_turn first: the native binding must refuse them before
         # it hands anything to the core (no value of theirs is sure to fail there).
         key = tool_key(tool)
         last = check_bool("last_turn", last_turn)
-        req = self._running(request_id)
+        self._running(request_id)
         t = self._check_now(now)
         blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
         if cache_miss_cost_s is not None:
@@ -394,7 +447,12 @@ class ProgramScheduler:
                 now=t,
                 offloaded_tokens=offloaded_tokens,
             )
-        # Commit: nothing below can fail.
+        return _FinishPlan(request_id, t, blocks, key, decision, full, held_sum)
+
+    def _finish_checked(self, plan: _FinishPlan) -> Finished:
+        """``finish`` with what ``_check_finish`` returned (nothing changed in between)."""
+        request_id, t, blocks, key, decision, full, held_sum = plan
+        req = self._requests[request_id]
         self._now = t
         if full:
             self._held.popleft()
@@ -487,6 +545,7 @@ class ProgramScheduler:
         programs idle longest beyond the cap."""
         if self._programs[pid].live or self._pins.get(pid) is not None:
             return
+        self._programs[pid].idle_since_s = self._now
         self._idle[pid] = None
         self._idle.move_to_end(pid)
         while len(self._idle) > self.max_idle_programs:

@@ -15,6 +15,11 @@
 //! the program's waiting requests rank as pinned, and `expire` keeps a pin whose program has
 //! a waiting request (and releases only pins with `deadline < now`).
 //!
+//! Queue age is bounded: a program idle (no live request, no pin) longer than the policy's
+//! `max_ttl_s` returns as a new program — its FCFS place (rank, program order, the pin
+//! reclaim order) is that of a new arrival; its turns, attained service and open tool gap
+//! (still observed) are kept.
+//!
 //! Requests and programs live in slabs (a slot per live id, reused after it ends; an aborted
 //! waiting request's slot once the queue has let go of it, see `queue`); the waiting queue
 //! and the pin orders are indexed heaps over those slots.
@@ -165,6 +170,22 @@ pub struct FinishArgs<'a> {
     pub mean_active_blocks: Option<f64>,
 }
 
+/// A finish checked by [`ProgramScheduler::check_finish`], to commit.
+#[derive(Debug)]
+pub(crate) struct FinishPlan<'a> {
+    slot: usize,
+    t: f64,
+    blocks: i64,
+    /// The tool's key.
+    key: Option<&'a str>,
+    /// None: a last turn.
+    decision: Option<PinDecision>,
+    /// The window of `blocks_held` is full.
+    full: bool,
+    /// The window's sum with this finish.
+    held_sum: i64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 /// Where a live request is.
 pub enum RequestState {
@@ -186,6 +207,8 @@ struct Program {
     live: Live,
     /// In the `idle` heap (so a busy program's abort need not look there).
     idle: bool,
+    /// When it last became idle (read while it is idle).
+    idle_since_s: f64,
     /// An outstanding tool call (or pinned gap): its tool and when it started.
     tool: Option<Box<str>>,
     tool_since_s: Option<f64>,
@@ -485,7 +508,6 @@ impl ProgramScheduler {
     ) -> Result<Option<Pin>> {
         let found = self.programs.find(program_id);
         if let Some(p) = found {
-            self.unmark_idle(p);
             let prog = self.programs.get_mut(p);
             if let Some(since) = prog.tool_since_s {
                 // The only call that may fail comes first: nothing is changed if it does.
@@ -493,6 +515,13 @@ impl ProgramScheduler {
                 prog.tool = None;
                 prog.tool_since_s = None;
             }
+            if prog.idle && t - prog.idle_since_s > policy.config().max_ttl_s {
+                // Idle longer than any pin lasts: it queues as a new arrival (module doc).
+                prog.arrival_s = t;
+                prog.order = self.programs_seen;
+                self.programs_seen += 1;
+            }
+            self.unmark_idle(p);
         }
         let p = match found {
             Some(p) => p,
@@ -508,6 +537,7 @@ impl ProgramScheduler {
                         attained_s: 0.0,
                         live: Live::default(),
                         idle: false,
+                        idle_since_s: 0.0,
                         tool: None,
                         tool_since_s: None,
                     },
@@ -625,6 +655,21 @@ impl ProgramScheduler {
         blocks_held: i64,
         args: FinishArgs<'_>,
     ) -> Result<Finished> {
+        let plan = self.check_finish(policy, request_id, now, blocks_held, args)?;
+        self.finish_checked(policy, plan)
+    }
+
+    /// What [`finish`](Self::finish) would refuse, changing nothing (the lifecycle asks load
+    /// control too before either part commits); else what
+    /// [`finish_checked`](Self::finish_checked) commits.
+    pub(crate) fn check_finish<'a>(
+        &self,
+        policy: &TTLPolicy,
+        request_id: &str,
+        now: f64,
+        blocks_held: i64,
+        args: FinishArgs<'a>,
+    ) -> Result<FinishPlan<'a>> {
         let slot = self.running_slot(request_id)?;
         let t = self.check_now(now)?;
         let blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)?;
@@ -654,13 +699,32 @@ impl ProgramScheduler {
                 offloaded_tokens: args.offloaded_tokens,
             })?)
         };
-        // Commit: nothing below can fail.
+        Ok(FinishPlan {
+            slot,
+            t,
+            blocks,
+            key,
+            decision,
+            full,
+            held_sum,
+        })
+    }
+
+    /// [`finish`](Self::finish) with what [`check_finish`](Self::check_finish) returned
+    /// (nothing changed in between). Fails only where the policy refuses η's sample of a
+    /// last turn, which its bound (`MAX_TURNS`) rules out.
+    pub(crate) fn finish_checked(
+        &mut self,
+        policy: &mut TTLPolicy,
+        plan: FinishPlan<'_>,
+    ) -> Result<Finished> {
+        let (slot, t, blocks) = (plan.slot, plan.t, plan.blocks);
         self.now = t;
-        if full {
+        if plan.full {
             self.held.pop_front();
         }
         self.held.push_back(blocks);
-        self.held_sum = held_sum;
+        self.held_sum = plan.held_sum;
         let req = self.requests.get(slot);
         let (p, ran_s) = (req.program, t - req.started_s);
         let prog = self.programs.get_mut(p);
@@ -668,7 +732,7 @@ impl ProgramScheduler {
         prog.attained_s += ran_s;
         prog.live.remove(slot);
         self.requests.remove(slot);
-        let Some(decision) = decision else {
+        let Some(decision) = plan.decision else {
             let ended = self.end(policy, p, true)?;
             return Ok(Finished {
                 decision: None,
@@ -691,8 +755,8 @@ impl ProgramScheduler {
             }
         }
         let prog = self.programs.get_mut(p);
-        if key.is_some() || pin.is_some() {
-            prog.tool = key.map(Box::from);
+        if plan.key.is_some() || pin.is_some() {
+            prog.tool = plan.key.map(Box::from);
             prog.tool_since_s = Some(t);
         } else {
             prog.tool = None;
@@ -835,7 +899,9 @@ impl ProgramScheduler {
             return;
         }
         self.idle.push(p, self.idle_seq);
-        self.programs.get_mut(p).idle = true;
+        let prog = self.programs.get_mut(p);
+        prog.idle = true;
+        prog.idle_since_s = self.now;
         self.idle_seq += 1;
         while self.idle.len() > self.max_idle_programs {
             let Some((q, _)) = self.idle.pop() else { break };

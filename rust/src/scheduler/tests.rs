@@ -226,3 +226,29 @@ fn idle_programs_are_capped_oldest_idle_first() {
     assert!(s.end_program(&mut pol, "C").is_err());
     assert_eq!(s.end_program(&mut pol, "B").unwrap().turns, 2);
 }
+
+#[test]
+fn a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival() {
+    let (mut s, mut pol) = setup(); // max_ttl_s 300
+    let free = FinishArgs {
+        tool: Some("t"),
+        cache_miss_cost_s: Some(0.0), // never pinned: idle from its finish
+        ..FinishArgs::default()
+    };
+    s.arrive(&mut pol, "a1", "A", 0.0, 10).unwrap();
+    s.pop(&mut pol, 0.0).unwrap();
+    s.finish(&mut pol, "a1", 1.0, 10, free).unwrap();
+    s.arrive(&mut pol, "b1", "B", 2.0, 10).unwrap();
+    // back within max_ttl_s of its finish: A keeps its place, ahead of B
+    s.arrive(&mut pol, "a2", "A", 301.0, 10).unwrap();
+    assert_eq!(s.priority("a2").unwrap().rank_s, 0.0);
+    assert_eq!(s.pop(&mut pol, 301.0).unwrap().as_deref(), Some("a2"));
+    s.finish(&mut pol, "a2", 302.0, 10, free).unwrap();
+    // away 302 s > 300 s: it queues as a program arriving now, behind B
+    s.arrive(&mut pol, "a3", "A", 604.0, 10).unwrap();
+    let key = s.priority("a3").unwrap();
+    assert_eq!((key.rank_s, key.program_order), (604.0, 2));
+    assert_eq!(s.pop(&mut pol, 604.0).unwrap().as_deref(), Some("b1"));
+    // its gap is still a sample of the tool's duration
+    assert_eq!(pol.tool_count(Some("t")), 2);
+}
