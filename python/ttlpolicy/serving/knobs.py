@@ -19,6 +19,7 @@ POLICY = "TTLPOLICY_POLICY"
 METRICS = "TTLPOLICY_METRICS"
 TENANT_FIELD = "TTLPOLICY_TENANT_FIELD"
 CLIENT_IDS = "TTLPOLICY_CLIENT_IDS"
+INFER_PROGRAMS = "TTLPOLICY_INFER_PROGRAMS"
 
 
 def env_float(name: str, default: float, low: float, high: float) -> float:
@@ -55,6 +56,9 @@ class EngineKnobs:
     # TTLPOLICY_TENANT_FIELD (unset: the request's cache_salt names its tenant; else the
     # request field a trusted gateway sets), TTLPOLICY_CLIENT_IDS (0: ignore client ids)
     tenancy: Tenancy = OPEN_TENANCY
+    # TTLPOLICY_INFER_PROGRAMS: 1 tells a request's program from its prompt when it names
+    # none (ttlpolicy.ProgramLinker); 0 (default for now): such requests are stock
+    infer_programs: bool = False
 
     @classmethod
     def from_env(
@@ -71,6 +75,7 @@ class EngineKnobs:
             log_interval_s=env_float(LOG_INTERVAL_S, 10.0, 0.0, 1e9),
             metrics=env_bool(METRICS, True),
             tenancy=tenancy_from_env(),
+            infer_programs=env_bool(INFER_PROGRAMS, False),
         )
 
 

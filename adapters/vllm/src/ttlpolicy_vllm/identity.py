@@ -31,6 +31,7 @@ __all__ = [
     "Tenancy",
     "program_of",
     "scheduler_key",
+    "tenant_of",
 ]
 
 #: What ttlpolicy.ProgramScheduler accepts as an id (bytes of UTF-8); longer or invalid
@@ -39,15 +40,23 @@ MAX_SCHEDULER_ID_BYTES = MAX_ID_BYTES
 scheduler_key = scheduler_id
 
 
+def _extra(request: Any) -> dict[str, Any]:
+    params = getattr(request, "sampling_params", None)
+    extra = getattr(params, "extra_args", None) or {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def tenant_of(request: Any, tenancy: Tenancy = OPEN_TENANCY) -> str | None:
+    """The tenant key of ``request`` (``Tenancy.tenant``), None for no tenant."""
+    return tenancy.tenant(getattr(request, "cache_salt", None), _extra(request))
+
+
 def program_of(request: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | None:
     """The program of ``request`` (a ``vllm.v1.request.Request``), its id namespaced by the
     request's tenant; None when anonymous."""
-    params = getattr(request, "sampling_params", None)
-    extra = getattr(params, "extra_args", None) or {}
-    if not isinstance(extra, dict):
-        extra = {}
+    extra = _extra(request)
     program_id = extra.get("program_id")
     if program_id is None:
         program_id = getattr(request, "session_id", None)
     info = program_info(program_id, extra.get("last_turn", False), extra.get("tool"))
-    return tenancy.scoped(info, tenancy.tenant(getattr(request, "cache_salt", None), extra))
+    return tenancy.scoped(info, tenant_of(request, tenancy))

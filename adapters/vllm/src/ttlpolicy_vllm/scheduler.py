@@ -35,7 +35,9 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   finished or every second.
 
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
-stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample).
+stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample) —
+unless ``TTLPOLICY_INFER_PROGRAMS=1``: then each is linked to the program whose recent turn
+its prompt continues (``ttlpolicy.ProgramLinker``, ``inference.py``), within its tenant.
 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
@@ -63,7 +65,8 @@ from ttlpolicy.toolcalls import tool_name as parse_tool_name
 from . import program_hints
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
-from .identity import ProgramInfo, program_of, scheduler_key
+from .identity import ProgramInfo, program_of, scheduler_key, tenant_of
+from .inference import InferredPrograms
 from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
 from .tier import offload_manager, offloaded_prefix_tokens
@@ -122,6 +125,8 @@ class TTLScheduler(Scheduler):
         )
         cfg = knobs.policy
         self.tenancy = knobs.tenancy
+        # requests that name no program: told from their prompts, when asked
+        self.inferred = InferredPrograms() if knobs.infer_programs else None
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
@@ -177,6 +182,9 @@ class TTLScheduler(Scheduler):
         t0 = time.perf_counter()
         rid = request.request_id
         info = program_of(request, self.tenancy) if rid not in self.requests else None
+        if info is None and self.inferred is not None and rid not in self.requests:
+            tenant = tenant_of(request, self.tenancy)
+            info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
         if info is not None and not self.pins.continues(info.program_id, request.block_hashes):
             # it names a pinned program but does not continue the pinned context: it takes
             # neither the pin nor the program's place (served as anonymous, the pin kept)
@@ -369,6 +377,13 @@ class TTLScheduler(Scheduler):
         self._eviction_stale = True  # (its blocks go back to the free queue)
         rid = request.request_id
         info = self._programs_of.pop(rid, None)
+        if self.inferred is not None:  # a linked request's turn end, or none
+            stopped = request.status in _STOPPED and not delay_free_blocks
+            if stopped:
+                prompt_blocks = request.num_prompt_tokens // self.block_size
+                self.inferred.finished(rid, request.block_hashes, prompt_blocks, self.clock())
+            else:
+                self.inferred.aborted(rid, self.clock())
         state = self.waiting.state(rid)
         self.waiting.forget(rid)
         if state is None:
