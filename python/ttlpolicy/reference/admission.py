@@ -53,6 +53,28 @@ Rules (the same in both backends):
   ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
   that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
   program stays admitted until it ends.  No other program may start before it.
+* **Bounded wait** (why no program can hold the others back by staying in flight): a head the
+  rule above refuses is admitted all the same when
+
+  - only one program is admitted and it has a live request: load control keeps the idle
+    contexts of programs away safe from newcomers, and a lone program in flight has none to
+    keep — refusing the head would only run the engine at one program (stock engines share
+    memory then) — so a client keeping one large program in flight back to back, whose
+    footprint leaves no room for the admitted mean, holds the head at most until it asks
+    at an instant the program is live (vLLM: the next step; within one of its turns);
+  - the footprints of the admitted programs away and still expected back (neither live nor
+    past every recorded duration, ``max_ttl_s`` or a turn without a tool) exceed
+    ``total_blocks``: those contexts cannot all stay cached whatever load control does (the
+    engine evicts among them), so refusing the head only idles it — e.g. a cohort of many
+    small programs admitted together whose clients went away;
+  - one admitted program has finished ``MAX_TURNS_AHEAD`` turns since the head was first
+    refused: no program runs more than that many turns ahead of a waiting one, whatever it
+    does between them.
+
+  None of these can become true without an event (``arrive``, ``finish``, ``end``): the
+  first two only fall between events (a program away leaves that set, never joins it), so
+  ``next_shrink_s`` still names every instant a refusal may end.  On the agentic sessions
+  they never fire (``bench/RESULTS.md``, "Load control under many programs").
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -72,7 +94,8 @@ Rules (the same in both backends):
   order changes only then (``next_order_change_s``).
 
 Invariant (why it cannot livelock or starve): admitted programs are never blocked by
-admission, so they run to their end — and every admitted program arrived strictly before any
+admission, so they run to their end, or the head is admitted after at most
+``MAX_TURNS_AHEAD`` turns of any one of them (bounded wait) — and every admitted program arrived strictly before any
 refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
 program's request ahead of an admitted program's; while the oldest waiting program is
 refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
@@ -115,13 +138,16 @@ from .scheduler import (
     check_ids,
 )
 
-__all__ = ["MAX_PROGRAMS", "AdmissionControl"]
+__all__ = ["MAX_PROGRAMS", "MAX_TURNS_AHEAD", "AdmissionControl"]
 
 # How a program stands (``AdmissionControl._standing``), in eviction order: first to go first.
 _GONE, _AWAY, _PRIOR, _LIVE = 0, 1, 2, 3
 
 #: Live programs tracked at once (each is forgotten when it ends).
 MAX_PROGRAMS = 1 << 20
+#: Turns one admitted program may finish while the same head waits (module doc: bounded
+#: wait).  Above the most seen on the agentic sessions (128, at 16 programs in flight).
+MAX_TURNS_AHEAD = 256
 #: Instants ``next_shrink_s`` tries under the expected working set (module doc).
 SHRINK_LOOKS = 256
 
@@ -139,7 +165,17 @@ def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
 
 
 class _Program:
-    __slots__ = ("admitted", "arrival_s", "away_since_s", "blocks", "live", "rebuild_s", "tool")
+    __slots__ = (
+        "admitted",
+        "arrival_s",
+        "away_since_s",
+        "blocks",
+        "live",
+        "rebuild_s",
+        "tool",
+        "turns_ahead",
+        "turns_epoch",
+    )
 
     def __init__(self, arrival_s: float, blocks: int) -> None:
         self.arrival_s = arrival_s
@@ -149,6 +185,9 @@ class _Program:
         self.live = 0  # waiting and running requests
         self.tool: str | None = None
         self.away_since_s: float | None = None  # set while no request is live
+        # turns finished while the head of refusal episode ``turns_epoch`` waited
+        self.turns_ahead = 0
+        self.turns_epoch = 0
 
 
 @synchronized
@@ -173,6 +212,11 @@ class AdmissionControl:
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
         self._admitted: set[str] = set()  # the working set is summed over these only
         self._now = -math.inf
+        # The head last refused, (arrival, id), while it waits; its episode's number; whether
+        # an admitted program has run MAX_TURNS_AHEAD turns ahead of it (module doc).
+        self._refused: tuple[float, str] | None = None
+        self._refusal_epoch = 0
+        self._head_due = False
 
     # -- checks ---------------------------------------------------------------------------
     def _check_now(self, now: Any) -> float:
@@ -248,6 +292,8 @@ class AdmissionControl:
         prog.blocks = max(prog.blocks, blocks)
         prog.rebuild_s = rebuild
         prog.live -= 1
+        if prog.admitted and self._refused is not None:
+            self._turn_ahead(prog)
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
             self._idle[pid] = None
@@ -255,6 +301,14 @@ class AdmissionControl:
                 oldest, _ = self._idle.popitem(last=False)
                 self._end(oldest, self._programs[oldest])
                 self.dropped_idle_programs += 1
+
+    def _turn_ahead(self, prog: _Program) -> None:
+        """An admitted program finished a turn while the head last refused waits."""
+        if prog.turns_epoch != self._refusal_epoch:
+            prog.turns_epoch, prog.turns_ahead = self._refusal_epoch, 0
+        prog.turns_ahead += 1
+        if prog.turns_ahead >= MAX_TURNS_AHEAD:
+            self._head_due = True
 
     def end(self, program_id: Any) -> None:
         """The program ended (or was aborted): forget it."""
@@ -425,19 +479,22 @@ class AdmissionControl:
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]
 
-    def _load(self, t: float) -> tuple[int, int]:
-        """(working set, summed footprint) of the admitted programs, in one pass."""
+    def _load(self, t: float) -> tuple[int, int, int]:
+        """(working set, summed footprint, footprint of those away and expected back) of the
+        admitted programs, in one pass."""
         expected = self.policy.config.expected_working_set
-        working = total = 0
+        working = total = away = 0
         for pid in self._admitted:
             prog = self._programs[pid]
             total += prog.blocks
+            if prog.live == 0 and self._standing(prog, t)[0] != _GONE:
+                away += prog.blocks
             horizon_s = self._horizon_s(prog)
             if expected:
                 working += self._expected_blocks(prog, t, horizon_s)
             elif self._next_use(prog, t) <= horizon_s:
                 working += prog.blocks
-        return working, total
+        return working, total, away
 
     def working_set_blocks(self, now: Any) -> int:
         """The working set at ``now`` (see the module doc)."""
@@ -470,14 +527,43 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if self._admitted and not self._cohort_admitted(prog.arrival_s):
+        n = len(self._admitted)
+        if n and not self._cohort_admitted(prog.arrival_s) and not self._alone_in_flight():
             # Expected footprint: its own, or the admitted programs' mean when larger.
-            working, total = self._load(t)
-            if working + max(prog.blocks, total // len(self._admitted)) > self.total_blocks:
+            working, total, away = self._load(t)
+            if (
+                working + max(prog.blocks, total // n) > self.total_blocks
+                and away <= self.total_blocks  # (else: bounded wait, module doc)
+                and not (self._head_due and self._refused == (prog.arrival_s, pid))
+            ):
+                if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
+                    self._refused = (prog.arrival_s, pid)
+                    self._refusal_epoch += 1
+                    self._head_due = False
                 return False
+        self._admit(pid, prog)
+        return True
+
+    def _alone_in_flight(self) -> bool:
+        """Is one program admitted, with a live request (bounded wait, module doc)?"""
+        if len(self._admitted) != 1:
+            return False
+        return self._programs[next(iter(self._admitted))].live > 0
+
+    def _admit(self, pid: str, prog: _Program) -> None:
         prog.admitted = True  # its _pending entry is skipped lazily
         self._admitted.add(pid)
-        return True
+        if self._refused == (prog.arrival_s, pid):
+            self._refused, self._head_due = None, False
+
+    def admit(self, program_id: Any, now: Any) -> None:
+        """Admit the program now, whatever the working set: for requests load control must
+        not hold back (an engine's anonymous one-request programs, served as stock).  Its
+        footprint counts in the working set from now on, as any admitted program's."""
+        pid, prog = self._program(program_id)
+        self._now = self._check_now(now)
+        if not prog.admitted:
+            self._admit(pid, prog)
 
     def eviction_order(self, program_ids: Any, now: Any) -> list[str]:
         """``program_ids`` (programs whose cached contexts may be evicted) sorted so that the
