@@ -241,8 +241,6 @@ struct Load {
     working: i64,
     /// Their summed footprint.
     total: i64,
-    /// The footprint of those away and still expected back (bounded wait).
-    away: i64,
     /// Whether one arrived at the instant asked about.
     cohort: bool,
 }
@@ -749,8 +747,7 @@ impl AdmissionControl {
     /// admitted): may_run's one pass over the members.
     fn load_beside(&self, policy: &TTLPolicy, t: f64, arrival_s: f64) -> Load {
         let expected = policy.config().expected_working_set;
-        let max_ttl_s = policy.config().max_ttl_s;
-        let (mut working, mut total, mut away, mut cohort) = (0i64, 0i64, 0i64, false);
+        let (mut working, mut total, mut cohort) = (0i64, 0i64, false);
         // members away on one tool read one window: looked up once per run of that tool
         let mut window: Option<(&str, &[f64])> = None;
         for id in &self.admitted {
@@ -771,23 +768,13 @@ impl AdmissionControl {
                     _ => &[],
                 };
                 working += Self::expected_blocks_in(p, policy, samples, t, horizon_s);
-                if p.live == 0 && standing(p, samples, max_ttl_s, t).0 != Class::Gone {
-                    away += p.blocks;
-                }
-            } else {
-                if Self::next_use(p, policy, t) <= horizon_s {
-                    working += p.blocks;
-                }
-                let samples = Self::samples_of(policy, p);
-                if p.live == 0 && standing(p, samples, max_ttl_s, t).0 != Class::Gone {
-                    away += p.blocks;
-                }
+            } else if Self::next_use(p, policy, t) <= horizon_s {
+                working += p.blocks;
             }
         }
         Load {
             working,
             total,
-            away,
             cohort,
         }
     }
@@ -839,7 +826,6 @@ impl AdmissionControl {
             };
             if !load.cohort
                 && load.working + expected > self.total_blocks
-                && load.away <= self.total_blocks // (else: bounded wait)
                 && !(self.head_due && this_head(&self.refused))
             {
                 if !this_head(&self.refused) {

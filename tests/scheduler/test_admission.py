@@ -427,29 +427,6 @@ def test_a_lone_program_in_flight_does_not_hold_the_head_back(impl):
     assert ac2.may_run("small", 2.0)
 
 
-def test_contexts_that_cannot_all_stay_cached_do_not_hold_the_head_back(impl):
-    # A cohort of three 60-block programs (admitted together: 180 > 100) goes away on a tool
-    # and is expected back: keeping their contexts is impossible, refusing "late" idles it.
-    ac, _ = make(impl, prior_mean_s=10.0, max_ttl_s=300.0)
-    for pid in ("a", "b", "c"):
-        ac.arrive(pid, 0.0, 60)
-        assert ac.may_run(pid, 0.0)
-    for pid in ("a", "b", "c"):
-        ac.finish(pid, 1.0, 60, tool="bash", rebuild_s=10.0)
-    assert ac.working_set_blocks(2.0) == 180
-    ac.arrive("late", 2.0, 1)
-    assert ac.may_run("late", 2.0)  # not after max_ttl_s
-    # Two members whose contexts do fit (80 <= 100) still hold a newcomer that does not.
-    ac2, _ = make(impl, prior_mean_s=10.0)
-    for i, pid in enumerate(("a", "b")):
-        ac2.arrive(pid, float(i), 40)
-        assert ac2.may_run(pid, float(i))
-    for pid in ("a", "b"):
-        ac2.finish(pid, 2.0, 40, tool="bash", rebuild_s=10.0)
-    ac2.arrive("late", 3.0, 1)
-    assert not ac2.may_run("late", 3.0)  # 80 + max(1, 40) > 100
-
-
 def test_no_program_runs_more_than_max_turns_ahead_of_the_head(impl):
     # Two programs (30 blocks each) kept in flight back to back; "head" (50) is refused:
     # 60 + 50 > 100.  After MAX_TURNS_AHEAD turns of one of them it gets in.

@@ -62,19 +62,15 @@ Rules (the same in both backends):
     memory then) — so a client keeping one large program in flight back to back, whose
     footprint leaves no room for the admitted mean, holds the head at most until it asks
     at an instant the program is live (vLLM: the next step; within one of its turns);
-  - the footprints of the admitted programs away and still expected back (neither live nor
-    past every recorded duration, ``max_ttl_s`` or a turn without a tool) exceed
-    ``total_blocks``: those contexts cannot all stay cached whatever load control does (the
-    engine evicts among them), so refusing the head only idles it — e.g. a cohort of many
-    small programs admitted together whose clients went away;
   - one admitted program has finished ``MAX_TURNS_AHEAD`` turns since the head was first
     refused: no program runs more than that many turns ahead of a waiting one, whatever it
     does between them.
 
-  None of these can become true without an event (``arrive``, ``finish``, ``end``): the
-  first two only fall between events (a program away leaves that set, never joins it), so
+  Neither can become true without an event (``arrive``, ``finish``, ``end``), so
   ``next_shrink_s`` still names every instant a refusal may end.  On the agentic sessions
-  they never fire (``bench/RESULTS.md``, "Load control under many programs").
+  neither fires (``bench/RESULTS.md``, "Load control under many programs").  Not bounded by
+  them: programs *away* whose clients vanished (expected back on the prior, say) hold the
+  head until they have been away ``max_ttl_s``, as before.
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -479,22 +475,19 @@ class AdmissionControl:
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]
 
-    def _load(self, t: float) -> tuple[int, int, int]:
-        """(working set, summed footprint, footprint of those away and expected back) of the
-        admitted programs, in one pass."""
+    def _load(self, t: float) -> tuple[int, int]:
+        """(working set, summed footprint) of the admitted programs, in one pass."""
         expected = self.policy.config.expected_working_set
-        working = total = away = 0
+        working = total = 0
         for pid in self._admitted:
             prog = self._programs[pid]
             total += prog.blocks
-            if prog.live == 0 and self._standing(prog, t)[0] != _GONE:
-                away += prog.blocks
             horizon_s = self._horizon_s(prog)
             if expected:
                 working += self._expected_blocks(prog, t, horizon_s)
             elif self._next_use(prog, t) <= horizon_s:
                 working += prog.blocks
-        return working, total, away
+        return working, total
 
     def working_set_blocks(self, now: Any) -> int:
         """The working set at ``now`` (see the module doc)."""
@@ -530,10 +523,9 @@ class AdmissionControl:
         n = len(self._admitted)
         if n and not self._cohort_admitted(prog.arrival_s) and not self._alone_in_flight():
             # Expected footprint: its own, or the admitted programs' mean when larger.
-            working, total, away = self._load(t)
+            working, total = self._load(t)
             if (
                 working + max(prog.blocks, total // n) > self.total_blocks
-                and away <= self.total_blocks  # (else: bounded wait, module doc)
                 and not (self._head_due and self._refused == (prog.arrival_s, pid))
             ):
                 if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
