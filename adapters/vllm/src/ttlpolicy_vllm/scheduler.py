@@ -157,7 +157,11 @@ class TTLScheduler(Scheduler):
         self._tokenizer: Any = None
         self._tokenizer_loaded = False
         self.waiting = ProgramRequestQueue(
-            self.life, lambda: self.clock(), self._program_id_of, self._blocks_needed
+            self.life,
+            lambda: self.clock(),
+            self._program_id_of,
+            self._blocks_needed,
+            anonymous=lambda request: request.request_id not in self._programs_of,
         )
 
     # -- identity ---------------------------------------------------------------------------
