@@ -69,9 +69,7 @@ def measure(model_dir: Path, programs: int, steps: int, evict_by_next_use: bool)
     prefix = list(range(1, PREFIX_TOKENS + 1))
     for i in range(programs):
         own = [1000 + (i * OWN_TOKENS + k) % 30000 for k in range(OWN_TOKENS)]
-        params = SamplingParams(
-            max_tokens=1, extra_args={"program_id": f"p{i}", "tool": "bash"}
-        )
+        params = SamplingParams(max_tokens=1, extra_args={"program_id": f"p{i}", "tool": "bash"})
         submit.add_request(f"r{i}", {"prompt_token_ids": prefix + own}, params)
         if (i + 1) % 256 == 0 or i + 1 == programs:
             while sched.has_unfinished_requests():

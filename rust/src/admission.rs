@@ -821,9 +821,7 @@ impl AdmissionControl {
             let load = self.load_beside(policy, t, arrival);
             // Expected footprint: its own, or the admitted programs' mean when larger.
             let expected = blocks.max(load.total / n as i64);
-            let this_head = |r: &Option<(f64, String)>| {
-                matches!(r, Some((a, id)) if *a == arrival && id == program_id)
-            };
+            let this_head = |r: &Option<(f64, String)>| matches!(r, Some((a, id)) if *a == arrival && id == program_id);
             if !load.cohort
                 && load.working + expected > self.total_blocks
                 && !(self.head_due && this_head(&self.refused))
@@ -842,7 +840,10 @@ impl AdmissionControl {
     }
 
     fn admit_known(&mut self, program_id: &str) {
-        let prog = self.programs.get_mut(program_id).expect("checked by the caller");
+        let prog = self
+            .programs
+            .get_mut(program_id)
+            .expect("checked by the caller");
         prog.admitted = true;
         let arrival = prog.arrival_s;
         self.admitted.insert(program_id.to_owned());

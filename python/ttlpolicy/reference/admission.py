@@ -90,14 +90,15 @@ Rules (the same in both backends):
   order changes only then (``next_order_change_s``).
 
 Invariant (why it cannot livelock or starve): admitted programs are never blocked by
-admission, so they run to their end, or the head is admitted after at most
-``MAX_TURNS_AHEAD`` turns of any one of them (bounded wait) — and every admitted program arrived strictly before any
+admission, so they run to their end — and every admitted program arrived strictly before any
 refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
 program's request ahead of an admitted program's; while the oldest waiting program is
-refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
-oldest waiting program is admitted whatever its size (it fits: no request exceeds
-``total_blocks``). So the oldest program waiting for admission is admitted after finitely
-many program ends, and programs start in arrival order.  A program that never ends (its
+refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so the
+admitted set only shrinks; when it is empty the oldest waiting program is admitted whatever
+its size (it fits: no request exceeds ``total_blocks``).  So the oldest program waiting for
+admission is admitted after finitely many program ends, or after at most
+``MAX_TURNS_AHEAD`` turns of one program that does not end (bounded wait), and programs
+start in arrival order.  A program that never ends (its
 client vanished during a tool call) still stops blocking anyone once it has been away longer
 than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
 admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
@@ -524,9 +525,8 @@ class AdmissionControl:
         if n and not self._cohort_admitted(prog.arrival_s) and not self._alone_in_flight():
             # Expected footprint: its own, or the admitted programs' mean when larger.
             working, total = self._load(t)
-            if (
-                working + max(prog.blocks, total // n) > self.total_blocks
-                and not (self._head_due and self._refused == (prog.arrival_s, pid))
+            if working + max(prog.blocks, total // n) > self.total_blocks and not (
+                self._head_due and self._refused == (prog.arrival_s, pid)
             ):
                 if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
                     self._refused = (prog.arrival_s, pid)
