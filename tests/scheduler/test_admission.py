@@ -427,13 +427,18 @@ def test_a_lone_program_in_flight_does_not_hold_the_head_back(impl):
     assert ac2.may_run("small", 2.0)
 
 
+def in_flight(ac, **blocks):
+    """Programs that arrived together at 0 s (a cohort: admitted together), now live."""
+    for pid, n in blocks.items():
+        ac.arrive(pid, 0.0, n)
+    assert all(ac.may_run(pid, 0.0) for pid in blocks)
+
+
 def test_no_program_runs_more_than_max_turns_ahead_of_the_head(impl):
     # Two programs (30 blocks each) kept in flight back to back; "head" (50) is refused:
     # 60 + 50 > 100.  After MAX_TURNS_AHEAD turns of one of them it gets in.
     ac, _ = make(impl)
-    ac.arrive("a", 0.0, 30)
-    ac.arrive("b", 0.5, 30)
-    assert ac.may_run("a", 0.5) and ac.may_run("b", 0.5)
+    in_flight(ac, a=30, b=30)
     ac.arrive("head", 1.0, 50)
     assert not ac.may_run("head", 1.0)
     t = 1.0
@@ -455,9 +460,7 @@ def test_no_program_runs_more_than_max_turns_ahead_of_the_head(impl):
 
 def test_admit_admits_whatever_the_working_set(impl):
     ac, _ = make(impl)
-    ac.arrive("a", 0.0, 60)
-    ac.arrive("b", 0.0, 60)
-    assert ac.may_run("a", 0.0) and ac.may_run("b", 0.0)
+    in_flight(ac, a=60, b=60)
     ac.arrive("anon", 1.0, 90)
     assert not ac.may_run("anon", 1.0)
     ac.admit("anon", 1.0)
