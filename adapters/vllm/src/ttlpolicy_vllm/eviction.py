@@ -13,9 +13,10 @@ the library's rule; this class only moves blocks.
 The table is bounded: at most ``MAX_ORDERED_PROGRAMS`` programs, those whose latest turn
 finished last; noting one more forgets the one noted longest ago, whose blocks stay where
 vLLM's LRU put them (ahead of the ordered ones: they go first, as stock).  The adapter asks
-the library for the order of these programs before every step, so a step costs about the
-same with 100 programs known or 20,000 (``bench/vllm_many_programs.py``; bench/RESULTS.md,
-"Load control under many programs").
+the library for the order of these programs only when it may have changed (a request
+arrived or finished, a pin went, the library's ``next_order_change_s`` passed, or once a
+second), so a step costs about the same with 100 programs known or 20,000
+(``bench/vllm_many_programs.py``; bench/RESULTS.md, "Load control under many programs").
 """
 
 from __future__ import annotations
