@@ -53,7 +53,8 @@ def measure(model_dir: Path, programs: int, steps: int, evict_by_next_use: bool)
     os.environ["TTLPOLICY_POLICY"] = json.dumps({"evict_by_next_use": evict_by_next_use})
     os.environ["TTLPOLICY_LOG_INTERVAL_S"] = "0"
     os.environ["TTLPOLICY_METRICS"] = "0"
-    w = SimpleNamespace(
+    # (the fields of fidelity_logic.Workload that bare_scheduler reads)
+    w: Any = SimpleNamespace(
         blocks=4096, block_size=BLOCK_SIZE, max_seqs=256, token_budget=8192, max_model_len=128
     )
     sched = fidelity_logic.bare_scheduler(model_dir, "ttlpolicy_vllm.TTLScheduler", w)
