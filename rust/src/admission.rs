@@ -815,12 +815,14 @@ impl AdmissionControl {
             _ => return Ok(false), // an older program waits for admission
         }
         let n = self.admitted.len();
-        // one program admitted, in flight: it holds no idle context to keep (bounded wait)
-        let alone_in_flight = n == 1 && self.admitted.iter().all(|id| self.programs[id].live > 0);
-        if n > 0 && !alone_in_flight {
+        if n > 0 {
             let load = self.load_beside(policy, t, arrival);
+            // one program admitted, in flight: the mean is a guess from one (bounded wait)
+            let alone_in_flight =
+                n == 1 && self.admitted.iter().all(|id| self.programs[id].live > 0);
             // Expected footprint: its own, or the admitted programs' mean when larger.
-            let expected = blocks.max(load.total / n as i64);
+            let mean = if alone_in_flight { 0 } else { load.total / n as i64 };
+            let expected = blocks.max(mean);
             let this_head = |r: &Option<(f64, String)>| matches!(r, Some((a, id)) if *a == arrival && id == program_id);
             if !load.cohort
                 && load.working + expected > self.total_blocks

@@ -415,7 +415,9 @@ def test_a_lone_program_in_flight_does_not_hold_the_head_back(impl):
     ac.arrive("big", 0.0, 60)
     assert ac.may_run("big", 0.0)
     ac.arrive("small", 0.5, 2)
-    assert ac.may_run("small", 0.5)  # big is live and alone: nothing idle to keep for it
+    assert ac.may_run("small", 0.5)  # 60 + 2 fits: big's 60 is not small's expected size
+    ac.arrive("large", 0.6, 50)
+    assert not ac.may_run("large", 0.6)  # 62 + max(50, (60 + 2) // 2) > 100
     # Away on a tool, the same program is protected as before: its idle context is kept.
     ac2, _ = make(impl, prior_mean_s=10.0)
     ac2.arrive("big", 0.0, 60)

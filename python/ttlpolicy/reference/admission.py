@@ -56,12 +56,14 @@ Rules (the same in both backends):
 * **Bounded wait** (why no program can hold the others back by staying in flight): a head the
   rule above refuses is admitted all the same when
 
-  - only one program is admitted and it has a live request: load control keeps the idle
-    contexts of programs away safe from newcomers, and a lone program in flight has none to
-    keep — refusing the head would only run the engine at one program (stock engines share
-    memory then) — so a client keeping one large program in flight back to back, whose
-    footprint leaves no room for the admitted mean, holds the head at most until it asks
-    at an instant the program is live (vLLM: the next step; within one of its turns);
+  - its own footprint fits beside the working set, and only one program is admitted, with
+    a live request: the admitted mean is then one program's footprint, a guess from one
+    sample that the head will grow as large — so a client keeping one large program in
+    flight back to back (more than half the memory: no newcomer's expected footprint would
+    fit beside it) holds a small head at most until it asks at an instant the program is
+    live (vLLM: the next step; within one of its turns).  A head whose own footprint does
+    not fit still waits, and so does any head while that program is away (its context is
+    what load control keeps);
   - one admitted program has finished ``MAX_TURNS_AHEAD`` turns since the head was first
     refused: no program runs more than that many turns ahead of a waiting one, whatever it
     does between them.
@@ -522,10 +524,12 @@ class AdmissionControl:
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
         n = len(self._admitted)
-        if n and not self._cohort_admitted(prog.arrival_s) and not self._alone_in_flight():
-            # Expected footprint: its own, or the admitted programs' mean when larger.
+        if n and not self._cohort_admitted(prog.arrival_s):
+            # Expected footprint: its own, or the admitted programs' mean when larger (not
+            # beside a lone program in flight: bounded wait, module doc).
             working, total = self._load(t)
-            if working + max(prog.blocks, total // n) > self.total_blocks and not (
+            mean = 0 if self._alone_in_flight() else total // n
+            if working + max(prog.blocks, mean) > self.total_blocks and not (
                 self._head_due and self._refused == (prog.arrival_s, pid)
             ):
                 if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
