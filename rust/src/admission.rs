@@ -821,7 +821,11 @@ impl AdmissionControl {
             let alone_in_flight =
                 n == 1 && self.admitted.iter().all(|id| self.programs[id].live > 0);
             // Expected footprint: its own, or the admitted programs' mean when larger.
-            let mean = if alone_in_flight { 0 } else { load.total / n as i64 };
+            let mean = if alone_in_flight {
+                0
+            } else {
+                load.total / n as i64
+            };
             let expected = blocks.max(mean);
             let this_head = |r: &Option<(f64, String)>| matches!(r, Some((a, id)) if *a == arrival && id == program_id);
             if !load.cohort
