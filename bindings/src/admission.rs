@@ -139,6 +139,11 @@ impl PyAdmissionControl {
         call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
     }
 
+    fn admit(&mut self, program_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
+        let pid = id_str("program_id", program_id)?;
+        call1("now", now, |t| self.inner.admit(pid, t))
+    }
+
     /// The order as the very `str` objects given (the reference returns them too): no copy
     /// of an id is made on either side, and a caller's dict lookups keep their cached hashes.
     fn eviction_order<'py>(

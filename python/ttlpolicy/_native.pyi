@@ -510,7 +510,11 @@ class AdmissionControl:
         a program refused admission at ``now`` stays refused until then (``inf``: never)."""
     def may_run(self, program_id: str, now: SupportsFloat) -> bool:
         """True for an admitted program; admits the oldest waiting one when its footprint
-        fits beside the working set (or nobody is admitted)."""
+        fits beside the working set (or nobody is admitted), or its wait is bounded (the
+        reference's module doc)."""
+    def admit(self, program_id: str, now: SupportsFloat) -> None:
+        """Admit the program now, whatever the working set (requests load control must not
+        hold back: an engine's anonymous ones)."""
     def eviction_order(self, program_ids: Iterable[str], now: SupportsFloat) -> list[str]: ...
     def next_order_change_s(
         self, program_ids: Iterable[str], now: SupportsFloat, until_s: SupportsFloat

@@ -16,6 +16,9 @@ use crate::validate::{finite, int_in, non_negative, tool_key};
 
 /// Live programs tracked at once (each is forgotten when it ends).
 pub const MAX_PROGRAMS: usize = 1 << 20;
+/// Turns one admitted program may finish while the same head waits (the reference's module
+/// doc: bounded wait).
+pub const MAX_TURNS_AHEAD: u32 = 256;
 /// Instants `next_shrink_s` tries under the expected working set (the reference's module
 /// doc).
 pub const SHRINK_LOOKS: usize = 256;
@@ -208,6 +211,9 @@ struct Program {
     away_since_s: Option<f64>,
     /// Key in `idle` while the program has no live request.
     idle_seq: Option<u64>,
+    /// Turns finished while the head of refusal episode `turns_epoch` waited.
+    turns_ahead: u32,
+    turns_epoch: u64,
 }
 
 /// When a member's share of the expected working set may next fall: (instant, member),
@@ -227,6 +233,16 @@ impl Ord for Fall {
     fn cmp(&self, other: &Self) -> Ordering {
         self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
     }
+}
+
+/// The admitted programs' load at an instant (`AdmissionControl::load_beside`).
+struct Load {
+    /// The working set.
+    working: i64,
+    /// Their summed footprint.
+    total: i64,
+    /// Whether one arrived at the instant asked about.
+    cohort: bool,
 }
 
 /// A pending entry: (first arrival, program id), oldest first.
@@ -263,6 +279,11 @@ pub struct AdmissionControl {
     idle_seq: u64,
     max_idle_programs: usize,
     dropped_idle_programs: u64,
+    /// The head last refused, (arrival, id), while it waits; its episode's number; whether an
+    /// admitted program has run `MAX_TURNS_AHEAD` turns ahead of it (bounded wait).
+    refused: Option<(f64, String)>,
+    refusal_epoch: u64,
+    head_due: bool,
 }
 
 impl AdmissionControl {
@@ -288,6 +309,9 @@ impl AdmissionControl {
             idle_seq: 0,
             max_idle_programs,
             dropped_idle_programs: 0,
+            refused: None,
+            refusal_epoch: 0,
+            head_due: false,
         })
     }
 
@@ -396,6 +420,8 @@ impl AdmissionControl {
                     tool: None,
                     away_since_s: None,
                     idle_seq: None,
+                    turns_ahead: 0,
+                    turns_epoch: 0,
                 },
             );
             self.pending
@@ -442,6 +468,15 @@ impl AdmissionControl {
         prog.blocks = prog.blocks.max(blocks);
         prog.rebuild_s = rebuild;
         prog.live -= 1;
+        if prog.admitted && self.refused.is_some() {
+            // a turn finished while the head last refused waits
+            if prog.turns_epoch != self.refusal_epoch {
+                prog.turns_epoch = self.refusal_epoch;
+                prog.turns_ahead = 0;
+            }
+            prog.turns_ahead += 1;
+            self.head_due |= prog.turns_ahead >= MAX_TURNS_AHEAD;
+        }
         if prog.live == 0 {
             prog.tool = tool.map(|s| tool_key(s).to_owned());
             prog.away_since_s = Some(t);
@@ -728,18 +763,12 @@ impl AdmissionControl {
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
-        self.load(policy, t).0
+        self.load_beside(policy, t, f64::NAN).working
     }
 
-    /// (working set, summed footprint) of the admitted programs, in one pass.
-    fn load(&self, policy: &TTLPolicy, t: f64) -> (i64, i64) {
-        let (working, total, _) = self.load_beside(policy, t, f64::NAN);
-        (working, total)
-    }
-
-    /// [`load`](Self::load), and whether an admitted program arrived at `arrival_s` (its
-    /// cohort is admitted): may_run's one pass over the members.
-    fn load_beside(&self, policy: &TTLPolicy, t: f64, arrival_s: f64) -> (i64, i64, bool) {
+    /// The admitted programs' load, and whether one arrived at `arrival_s` (its cohort is
+    /// admitted): may_run's one pass over the members.
+    fn load_beside(&self, policy: &TTLPolicy, t: f64, arrival_s: f64) -> Load {
         let expected = policy.config().expected_working_set;
         let (mut working, mut total, mut cohort) = (0i64, 0i64, false);
         // members away on one tool read one window: looked up once per run of that tool
@@ -766,7 +795,11 @@ impl AdmissionControl {
                 working += p.blocks;
             }
         }
-        (working, total, cohort)
+        Load {
+            working,
+            total,
+            cohort,
+        }
     }
 
     /// The working set at `now` (see the module doc).
@@ -804,20 +837,60 @@ impl AdmissionControl {
             Some(oldest) if oldest >= arrival => {}
             _ => return Ok(false), // an older program waits for admission
         }
-        if !self.admitted.is_empty() {
-            let (working, total, cohort_admitted) = self.load_beside(policy, t, arrival);
+        let n = self.admitted.len();
+        if n > 0 {
+            let load = self.load_beside(policy, t, arrival);
+            // one program admitted, in flight: the mean is a guess from one (bounded wait)
+            let alone_in_flight =
+                n == 1 && self.admitted.iter().all(|id| self.programs[id].live > 0);
             // Expected footprint: its own, or the admitted programs' mean when larger.
-            let expected = blocks.max(total / self.admitted.len() as i64);
-            if !cohort_admitted && working + expected > self.total_blocks {
+            let mean = if alone_in_flight {
+                0
+            } else {
+                load.total / n as i64
+            };
+            let expected = blocks.max(mean);
+            let this_head = |r: &Option<(f64, String)>| matches!(r, Some((a, id)) if *a == arrival && id == program_id);
+            if !load.cohort
+                && load.working + expected > self.total_blocks
+                && !(self.head_due && this_head(&self.refused))
+            {
+                if !this_head(&self.refused) {
+                    // a new wait: count turns anew
+                    self.refused = Some((arrival, program_id.to_owned()));
+                    self.refusal_epoch += 1;
+                    self.head_due = false;
+                }
                 return Ok(false);
             }
         }
-        self.programs
-            .get_mut(program_id)
-            .expect("checked above")
-            .admitted = true;
-        self.admitted.insert(program_id.to_owned());
+        self.admit_known(program_id);
         Ok(true)
+    }
+
+    fn admit_known(&mut self, program_id: &str) {
+        let prog = self
+            .programs
+            .get_mut(program_id)
+            .expect("checked by the caller");
+        prog.admitted = true;
+        let arrival = prog.arrival_s;
+        self.admitted.insert(program_id.to_owned());
+        if matches!(&self.refused, Some((a, id)) if *a == arrival && id == program_id) {
+            self.refused = None;
+            self.head_due = false;
+        }
+    }
+
+    /// Admit the program now, whatever the working set: for requests load control must not
+    /// hold back (an engine's anonymous one-request programs, served as stock).
+    pub fn admit(&mut self, program_id: &str, now: f64) -> Result<()> {
+        self.known(program_id)?;
+        self.now = self.check_now(now)?;
+        if !self.programs[program_id].admitted {
+            self.admit_known(program_id);
+        }
+        Ok(())
     }
 
     /// `program_ids` sorted so that the first should be evicted first: unknown programs (in
@@ -1009,9 +1082,10 @@ mod tests {
         // b is younger: it may not pass a.
         assert!(!ac.may_run(&pol, "b", 1.0).unwrap());
         assert!(ac.may_run(&pol, "a", 1.0).unwrap());
-        // a is live (next use 0): 60 + 60 > 100.
+        // a is away on a tool (on the prior, back within its horizon): 60 + 60 > 100.
+        ac.finish("a", 1.0, 60, Some("t"), 5.0, false).unwrap();
         assert!(!ac.may_run(&pol, "b", 1.0).unwrap());
-        ac.finish("a", 2.0, 60, None, 5.0, true).unwrap();
+        ac.end("a").unwrap();
         assert!(ac.may_run(&pol, "b", 2.0).unwrap());
         assert_eq!(ac.admitted_count(), 1);
     }

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from ttlpolicy import PolicyConfig
+from ttlpolicy.reference.admission import MAX_TURNS_AHEAD
 
 #: the median rule, which the cases worked by hand below state unless they say otherwise
 MEDIAN_RULE = {"expected_working_set": False, "working_set_horizon_scale": 1.0}
@@ -37,9 +38,12 @@ def test_programs_start_in_arrival_order_while_the_working_set_fits(impl):
 def test_a_new_program_is_expected_to_grow_as_the_admitted_did(impl):
     ac, _ = make(impl)
     ac.arrive("big", 0.0, 60)
+    ac.arrive("other", 0.0, 10)
     ac.arrive("small", 1.0, 30)
     assert ac.may_run("big", 1.0)
-    assert not ac.may_run("small", 1.0)  # 60 + max(30, 60) > 100, though 60 + 30 fits
+    assert ac.may_run("other", 1.0)
+    # mean (60 + 10) // 2 = 35: 70 + max(30, 35) > 100, though 70 + 30 fits
+    assert not ac.may_run("small", 1.0)
     ac.arrive("big", 2.0, 40)  # footprints only grow: big stays at 60
     assert not ac.may_run("small", 2.0)
 
@@ -48,6 +52,7 @@ def test_the_oldest_waiting_program_is_admitted_when_nobody_is(impl):
     ac, _ = make(impl, total_blocks=100)
     ac.arrive("big", 0.0, 100)
     assert ac.may_run("big", 0.0)  # alone: admitted whatever its size
+    ac.finish("big", 0.5, 100, tool="bash", rebuild_s=10.0)  # away, back in 6.9 s
     ac.arrive("small", 0.5, 1)
     assert not ac.may_run("small", 0.5)
     ac.end("big")
@@ -398,3 +403,74 @@ def test_idle_programs_beyond_the_cap_are_forgotten_oldest_first(impl):
         ac.end("b")
     with pytest.raises(ValueError, match="max_idle_programs"):
         impl.AdmissionControl(policy, 100, max_idle_programs=-1)
+
+
+# -- bounded wait (module doc): no program holds the head back by staying in flight ----------
+
+
+def test_a_lone_program_in_flight_does_not_hold_the_head_back(impl):
+    # One client keeps "big" (60 of 100 blocks) in flight back to back: with its mean rule
+    # (a newcomer is expected to grow to 60) the head would wait for big's end, for ever.
+    ac, _ = make(impl, prior_mean_s=10.0)
+    ac.arrive("big", 0.0, 60)
+    assert ac.may_run("big", 0.0)
+    ac.arrive("small", 0.5, 2)
+    assert ac.may_run("small", 0.5)  # 60 + 2 fits: big's 60 is not small's expected size
+    ac.arrive("large", 0.6, 50)
+    assert not ac.may_run("large", 0.6)  # 62 + max(50, (60 + 2) // 2) > 100
+    # Away on a tool, the same program is protected as before: its idle context is kept.
+    ac2, _ = make(impl, prior_mean_s=10.0)
+    ac2.arrive("big", 0.0, 60)
+    assert ac2.may_run("big", 0.0)
+    ac2.finish("big", 1.0, 60, tool="bash", rebuild_s=10.0)  # back in 6.9 s <= 10 s
+    ac2.arrive("small", 1.5, 2)
+    assert not ac2.may_run("small", 1.5)  # 60 + max(2, 60) > 100
+    ac2.arrive("big", 2.0, 60)  # back: in flight again, and alone
+    assert ac2.may_run("small", 2.0)
+
+
+def in_flight(ac, **blocks):
+    """Programs that arrived together at 0 s (a cohort: admitted together), now live."""
+    for pid, n in blocks.items():
+        ac.arrive(pid, 0.0, n)
+    assert all(ac.may_run(pid, 0.0) for pid in blocks)
+
+
+def test_no_program_runs_more_than_max_turns_ahead_of_the_head(impl):
+    # Two programs (30 blocks each) kept in flight back to back; "head" (50) is refused:
+    # 60 + 50 > 100.  After MAX_TURNS_AHEAD turns of one of them it gets in.
+    ac, _ = make(impl)
+    in_flight(ac, a=30, b=30)
+    ac.arrive("head", 1.0, 50)
+    assert not ac.may_run("head", 1.0)
+    t = 1.0
+    for turn in range(1, MAX_TURNS_AHEAD + 1):
+        t += 1.0
+        ac.finish("a", t, 30, tool="bash", rebuild_s=1.0)
+        ac.arrive("a", t, 30)
+        if turn % 2:  # b's turns count on their own, not towards a's
+            ac.finish("b", t, 30, tool="bash", rebuild_s=1.0)
+            ac.arrive("b", t, 30)
+        assert ac.may_run("head", t) == (turn == MAX_TURNS_AHEAD), turn
+    # a new wait counts anew
+    ac.arrive("next", t, 60)
+    assert not ac.may_run("next", t)
+    ac.finish("a", t + 1.0, 30, tool="bash", rebuild_s=1.0)
+    ac.arrive("a", t + 1.0, 30)
+    assert not ac.may_run("next", t + 1.0)
+
+
+def test_admit_admits_whatever_the_working_set(impl):
+    ac, _ = make(impl)
+    in_flight(ac, a=60, b=60)
+    ac.arrive("anon", 1.0, 90)
+    assert not ac.may_run("anon", 1.0)
+    ac.admit("anon", 1.0)
+    assert ac.admitted("anon") and ac.may_run("anon", 1.0)
+    assert ac.working_set_blocks(1.0) == 210  # it counts from now on
+    ac.admit("anon", 1.0)  # again: nothing changes
+    assert ac.admitted_count == 3
+    with pytest.raises(KeyError, match="unknown program_id"):
+        ac.admit("nobody", 1.0)
+    with pytest.raises(ValueError, match="now"):
+        ac.admit("anon", 0.5)  # time never goes back

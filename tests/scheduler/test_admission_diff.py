@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conftest import REFERENCE, both_backends
 from parity import close as same
 from ttlpolicy import PolicyConfig
+from ttlpolicy.reference.admission import MAX_TURNS_AHEAD
 
 PROGRAMS = ["A", "B", "C", "D", "E"]
 TOOLS = [None, "bash", "grep", "é" * 200]
@@ -54,6 +55,7 @@ ops = st.one_of(
         st.sampled_from([False, False, True]),
     ),
     st.tuples(st.just("may_run"), st.sampled_from(PROGRAMS)),
+    st.tuples(st.just("admit"), st.sampled_from(PROGRAMS)),
     st.tuples(st.just("end"), st.sampled_from(PROGRAMS)),
     st.tuples(st.just("order"), st.lists(st.sampled_from([*PROGRAMS, "Z"]), max_size=6)),
     st.tuples(st.just("gap"), st.sampled_from(TOOLS), st.sampled_from([0.5, 2.0, 9.0, 60.0])),
@@ -71,6 +73,8 @@ def apply(ac, policy, now, op):
         return ac.may_run(op[1], now)
     if kind == "end":
         return ac.end(op[1])
+    if kind == "admit":
+        return ac.admit(op[1], now)
     if kind == "order":
         return tuple(ac.eviction_order(op[1], now))
     if kind == "gap":
@@ -183,6 +187,63 @@ def test_no_starvation_and_fcfs_admission(programs, backend, config):
         now += 1.0
     assert admitted_order == sorted(admitted_order, key=lambda i: (programs[i][0], names[i]))
     assert ac.program_count == 0 and ac.admitted_count == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 100), min_size=1, max_size=3),  # members' footprints
+    st.integers(1, 100),  # the head's
+    st.lists(  # turns: (which member, its tool, time away before it is back: 0 = in flight)
+        st.tuples(st.integers(0, 2), st.sampled_from(TOOLS), st.sampled_from([0.0, 0.0, 0.5])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from(RULES),
+)
+def test_programs_kept_in_flight_hold_the_head_back_a_bounded_while(
+    members, head_blocks, pattern, config
+):
+    """Members that never end, each taking turns (back to back, or after a short gap),
+    hold the head back at most while one of them runs MAX_TURNS_AHEAD turns, and a lone
+    member in flight holds only a head that does not fit beside it; both backends answer
+    alike at every step."""
+    states = []
+    for b in both_backends():
+        impl = b.values[0] or REFERENCE
+        policy = impl.TTLPolicy(config)
+        states.append((impl.AdmissionControl(policy, 100), policy))
+    names = [f"m{i}" for i in range(len(members))]
+    first = []
+    for ac, _ in states:
+        for name, blocks in zip(names, members, strict=True):
+            ac.arrive(name, 0.0, blocks)  # a cohort: admitted together
+            assert ac.may_run(name, 0.0)
+        ac.arrive("head", 1.0, head_blocks)
+        first.append(ac.may_run("head", 1.0))  # a refusal starts its wait
+    assert first[0] == first[1]
+    if first[0]:
+        return
+    turns = [0] * len(members)
+    now = 1.0
+    for step in range(MAX_TURNS_AHEAD * len(members)):
+        who, tool, away_s = pattern[step % len(pattern)]
+        who %= len(members)
+        answers = []
+        for ac, policy in states:
+            ac.finish(names[who], now + 1.0, members[who], tool=tool, rebuild_s=2.0)
+            policy.observe_tool(tool, 1.0 + away_s)
+            ac.arrive(names[who], now + 1.0 + away_s, members[who])
+            answers.append(ac.may_run("head", now + 1.0 + away_s))
+        assert answers[0] == answers[1], step
+        turns[who] += 1
+        now += 1.0 + away_s
+        if answers[0]:
+            break
+        # a lone member, live again, holds only a head whose own footprint does not fit
+        assert len(members) > 1 or members[0] + head_blocks > 100
+        assert max(turns) < MAX_TURNS_AHEAD  # no member runs further ahead of it
+    else:
+        raise AssertionError("the head was never admitted")
 
 
 # -- when to ask again ------------------------------------------------------------------------

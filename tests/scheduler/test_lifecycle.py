@@ -259,9 +259,10 @@ def test_may_run_asks_load_control_only_when_it_is_on(impl):
     off = engine(impl)
     for life in (on, off):
         life.arrive("a1", "A", 0.0, 90)
+        life.arrive("c1", "C", 0.0, 5)  # (not A alone in flight: that holds nobody back)
         life.arrive("b1", "B", 1.0, 90)
-        assert life.may_run("A", 1.0)
-    assert not on.may_run("B", 1.0)  # A's 90 blocks and B's do not fit in 100
+        assert life.may_run("A", 1.0) and life.may_run("C", 1.0)
+    assert not on.may_run("B", 1.0)  # A's and C's 95 blocks and B's do not fit in 100
     assert off.may_run("B", 1.0)
     assert engine(impl, admission=False).may_run("Z", 0.0)
 

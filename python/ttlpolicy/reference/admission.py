@@ -53,6 +53,26 @@ Rules (the same in both backends):
   ``total_blocks`` — its own footprint, or the mean footprint of the admitted programs when
   that is larger (contexts grow: a program that starts small will grow as theirs did).  An admitted
   program stays admitted until it ends.  No other program may start before it.
+* **Bounded wait** (why no program can hold the others back by staying in flight): a head the
+  rule above refuses is admitted all the same when
+
+  - its own footprint fits beside the working set, and only one program is admitted, with
+    a live request: the admitted mean is then one program's footprint, a guess from one
+    sample that the head will grow as large — so a client keeping one large program in
+    flight back to back (more than half the memory: no newcomer's expected footprint would
+    fit beside it) holds a small head at most until it asks at an instant the program is
+    live (vLLM: the next step; within one of its turns).  A head whose own footprint does
+    not fit still waits, and so does any head while that program is away (its context is
+    what load control keeps);
+  - one admitted program has finished ``MAX_TURNS_AHEAD`` turns since the head was first
+    refused: no program runs more than that many turns ahead of a waiting one, whatever it
+    does between them.
+
+  Neither can become true without an event (``arrive``, ``finish``, ``end``), so
+  ``next_shrink_s`` still names every instant a refusal may end.  On the agentic sessions
+  neither fires (``bench/RESULTS.md``, "Load control under many programs").  Not bounded by
+  them: programs *away* whose clients vanished (expected back on the prior, say) hold the
+  head until they have been away ``max_ttl_s``, as before.
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -75,10 +95,12 @@ Invariant (why it cannot livelock or starve): admitted programs are never blocke
 admission, so they run to their end — and every admitted program arrived strictly before any
 refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
 program's request ahead of an admitted program's; while the oldest waiting program is
-refused, nobody else is admitted, so the admitted set only shrinks; when it is empty the
-oldest waiting program is admitted whatever its size (it fits: no request exceeds
-``total_blocks``). So the oldest program waiting for admission is admitted after finitely
-many program ends, and programs start in arrival order.  A program that never ends (its
+refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so the
+admitted set only shrinks; when it is empty the oldest waiting program is admitted whatever
+its size (it fits: no request exceeds ``total_blocks``).  So the oldest program waiting for
+admission is admitted after finitely many program ends, or after at most
+``MAX_TURNS_AHEAD`` turns of one program that does not end (bounded wait), and programs
+start in arrival order.  A program that never ends (its
 client vanished during a tool call) still stops blocking anyone once it has been away longer
 than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
 admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
@@ -115,13 +137,16 @@ from .scheduler import (
     check_ids,
 )
 
-__all__ = ["MAX_PROGRAMS", "AdmissionControl"]
+__all__ = ["MAX_PROGRAMS", "MAX_TURNS_AHEAD", "AdmissionControl"]
 
 # How a program stands (``AdmissionControl._standing``), in eviction order: first to go first.
 _GONE, _AWAY, _PRIOR, _LIVE = 0, 1, 2, 3
 
 #: Live programs tracked at once (each is forgotten when it ends).
 MAX_PROGRAMS = 1 << 20
+#: Turns one admitted program may finish while the same head waits (module doc: bounded
+#: wait).  Above the most seen on the agentic sessions (128, at 16 programs in flight).
+MAX_TURNS_AHEAD = 256
 #: Instants ``next_shrink_s`` tries under the expected working set (module doc).
 SHRINK_LOOKS = 256
 
@@ -139,7 +164,17 @@ def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
 
 
 class _Program:
-    __slots__ = ("admitted", "arrival_s", "away_since_s", "blocks", "live", "rebuild_s", "tool")
+    __slots__ = (
+        "admitted",
+        "arrival_s",
+        "away_since_s",
+        "blocks",
+        "live",
+        "rebuild_s",
+        "tool",
+        "turns_ahead",
+        "turns_epoch",
+    )
 
     def __init__(self, arrival_s: float, blocks: int) -> None:
         self.arrival_s = arrival_s
@@ -149,6 +184,9 @@ class _Program:
         self.live = 0  # waiting and running requests
         self.tool: str | None = None
         self.away_since_s: float | None = None  # set while no request is live
+        # turns finished while the head of refusal episode ``turns_epoch`` waited
+        self.turns_ahead = 0
+        self.turns_epoch = 0
 
 
 @synchronized
@@ -173,6 +211,11 @@ class AdmissionControl:
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
         self._admitted: set[str] = set()  # the working set is summed over these only
         self._now = -math.inf
+        # The head last refused, (arrival, id), while it waits; its episode's number; whether
+        # an admitted program has run MAX_TURNS_AHEAD turns ahead of it (module doc).
+        self._refused: tuple[float, str] | None = None
+        self._refusal_epoch = 0
+        self._head_due = False
 
     # -- checks ---------------------------------------------------------------------------
     def _check_now(self, now: Any) -> float:
@@ -268,6 +311,8 @@ class AdmissionControl:
         prog.blocks = max(prog.blocks, blocks)
         prog.rebuild_s = rebuild
         prog.live -= 1
+        if prog.admitted and self._refused is not None:
+            self._turn_ahead(prog)
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
             self._idle[pid] = None
@@ -275,6 +320,14 @@ class AdmissionControl:
                 oldest, _ = self._idle.popitem(last=False)
                 self._end(oldest, self._programs[oldest])
                 self.dropped_idle_programs += 1
+
+    def _turn_ahead(self, prog: _Program) -> None:
+        """An admitted program finished a turn while the head last refused waits."""
+        if prog.turns_epoch != self._refusal_epoch:
+            prog.turns_epoch, prog.turns_ahead = self._refusal_epoch, 0
+        prog.turns_ahead += 1
+        if prog.turns_ahead >= MAX_TURNS_AHEAD:
+            self._head_due = True
 
     def end(self, program_id: Any) -> None:
         """The program ended (or was aborted): forget it."""
@@ -490,14 +543,43 @@ class AdmissionControl:
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False  # an older program waits for admission (equal arrivals: any of them)
-        if self._admitted and not self._cohort_admitted(prog.arrival_s):
-            # Expected footprint: its own, or the admitted programs' mean when larger.
+        n = len(self._admitted)
+        if n and not self._cohort_admitted(prog.arrival_s):
+            # Expected footprint: its own, or the admitted programs' mean when larger (not
+            # beside a lone program in flight: bounded wait, module doc).
             working, total = self._load(t)
-            if working + max(prog.blocks, total // len(self._admitted)) > self.total_blocks:
+            mean = 0 if self._alone_in_flight() else total // n
+            if working + max(prog.blocks, mean) > self.total_blocks and not (
+                self._head_due and self._refused == (prog.arrival_s, pid)
+            ):
+                if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
+                    self._refused = (prog.arrival_s, pid)
+                    self._refusal_epoch += 1
+                    self._head_due = False
                 return False
+        self._admit(pid, prog)
+        return True
+
+    def _alone_in_flight(self) -> bool:
+        """Is one program admitted, with a live request (bounded wait, module doc)?"""
+        if len(self._admitted) != 1:
+            return False
+        return self._programs[next(iter(self._admitted))].live > 0
+
+    def _admit(self, pid: str, prog: _Program) -> None:
         prog.admitted = True  # its _pending entry is skipped lazily
         self._admitted.add(pid)
-        return True
+        if self._refused == (prog.arrival_s, pid):
+            self._refused, self._head_due = None, False
+
+    def admit(self, program_id: Any, now: Any) -> None:
+        """Admit the program now, whatever the working set: for requests load control must
+        not hold back (an engine's anonymous one-request programs, served as stock).  Its
+        footprint counts in the working set from now on, as any admitted program's."""
+        pid, prog = self._program(program_id)
+        self._now = self._check_now(now)
+        if not prog.admitted:
+            self._admit(pid, prog)
 
     def eviction_order(self, program_ids: Any, now: Any) -> list[str]:
         """``program_ids`` (programs whose cached contexts may be evicted) sorted so that the

@@ -27,7 +27,11 @@ from two places:
 SGLang tells the cache about arrivals and admissions only through the queue, so both are seen
 at the next pass: a request is stamped as arriving when the queue first shows it.  Requests
 without a program are one-request programs in arrival order (FCFS, as stock SGLang), never
-pinned, ended without an η sample.
+pinned, ended without an η sample, and never held back by load control
+(``AdmissionControl.admit``).  A request the library cannot track (its program tables are
+full: ``arrive`` refuses a new program beyond ``MAX_PROGRAMS`` live ones) is served as stock
+SGLang would, untracked (after the tracked ones, in queue order; asked again each pass), not
+failed.
 """
 
 from __future__ import annotations
@@ -134,7 +138,10 @@ class ProgramTracker:
                 self.programs.preempt(key, now)
                 self._waiting[key] = self._running.pop(key)
             elif key not in self._info:
-                now = self._arrive(key, req, now)
+                try:
+                    now = self._arrive(key, req, now)
+                except ValueError as e:  # the library's tables are full (module doc)
+                    logger.debug("ttlpolicy: request %s served untracked: %s", key, e)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
         if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
@@ -198,7 +205,11 @@ class ProgramTracker:
         key = request_key(req.rid)
         if key not in self._waiting:
             return None
-        program_id = self._program_id(key, self._info[key])
+        info = self._info[key]
+        program_id = self._program_id(key, info)
+        if info is None and self.admission is not None:
+            self.admission.admit(program_id, self._now())  # anonymous: never held back
+            return None
         return None if self.life.may_run(program_id, self._now()) else program_id
 
     def _start(self, keys: Iterable[str], now: float) -> None:

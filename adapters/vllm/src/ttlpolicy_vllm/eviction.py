@@ -9,25 +9,40 @@ head, each program's tail block before its head block, as vLLM frees them).  Eve
 — empty blocks, anonymous requests' and ended programs' cached blocks — stays ahead of them
 and goes first, as the library orders unknown programs first.  Which program goes first is
 the library's rule; this class only moves blocks.
+
+The table is bounded: at most ``MAX_ORDERED_PROGRAMS`` programs, those whose latest turn
+finished last; noting one more forgets the one noted longest ago, whose blocks stay where
+vLLM's LRU put them (ahead of the ordered ones: they go first, as stock).  The adapter asks
+the library for the order of these programs only when it may have changed (a request
+arrived or finished, a pin went, the library's ``next_order_change_s`` passed, or once a
+second), so a step costs about the same with 100 programs known or 20,000
+(``bench/vllm_many_programs.py``; bench/RESULTS.md, "Load control under many programs").
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
+
+#: Programs whose free cached blocks are kept in next-use order (the rest: LRU, as stock).
+MAX_ORDERED_PROGRAMS = 256
 
 
 class NextUseOrder:
-    def __init__(self, block_pool: Any) -> None:
+    def __init__(self, block_pool: Any, max_programs: int = MAX_ORDERED_PROGRAMS) -> None:
         self._pool = block_pool
-        # program -> (block, its hash when the turn finished), prefix order
-        self._blocks: dict[str, list[tuple[Any, Any]]] = {}
+        self.max_programs = max_programs
+        # program -> (block, its hash when the turn finished), prefix order; the program
+        # noted longest ago first
+        self._blocks: OrderedDict[str, list[tuple[Any, Any]]] = OrderedDict()
 
     def note(self, program_id: str, blocks: list[Any]) -> None:
         """The program's latest finished turn left ``blocks`` cached (replaces the last)."""
+        self._blocks.pop(program_id, None)
         if blocks:
             self._blocks[program_id] = [(b, b.block_hash) for b in blocks]
-        else:
-            self._blocks.pop(program_id, None)
+            while len(self._blocks) > self.max_programs:
+                self._blocks.popitem(last=False)  # its blocks stay in LRU order, as stock
 
     def forget(self, program_id: str) -> None:
         self._blocks.pop(program_id, None)

@@ -12,16 +12,28 @@ With load control (``ttlpolicy.AdmissionControl``, on by default) the queue is *
 vLLM's scheduling scan runs ``while`` the queue is truthy, so the queue is falsy when the
 program of its head is refused by the working-set rule (``ProgramLifecycle.may_run``):
 nothing behind the head is scheduled either (program FCFS), the refused requests stay queued
-in their order and ``len()`` still counts them (vLLM keeps stepping).
+in their order and ``len()`` still counts them (vLLM keeps stepping).  An anonymous request
+(no program id: a one-request program) is never held back by load control: at the head it is
+admitted whatever the working set (``AdmissionControl.admit``), as stock vLLM serves it.
+
+A request the library cannot track (its program tables are full: ``AdmissionControl``
+tracks at most ``MAX_PROGRAMS`` live programs, and ``arrive`` refuses a new one beyond them)
+is served as stock would, not failed: it waits *untracked*, first in first out, and is
+scheduled whenever the tracked head may not run (no tracked request waits, or load control
+refuses it); it is never pinned and tells the library nothing when it ends.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from .compat import Request, RequestQueue
 from .identity import scheduler_key
+
+logger = logging.getLogger("vllm.ttlpolicy_vllm")
 
 
 class ProgramRequestQueue(RequestQueue):
@@ -31,15 +43,20 @@ class ProgramRequestQueue(RequestQueue):
         clock: Callable[[], float],
         program_id_of: Callable[[Request], str],
         blocks_needed: Callable[[Request], int],
+        anonymous: Callable[[Request], bool] = lambda request: False,
     ) -> None:
         self._life = life  # a ttlpolicy.ProgramLifecycle
         self._programs = life.scheduler
         self._clock = clock
         self._program_id_of = program_id_of
         self._blocks_needed = blocks_needed
+        self._anonymous = anonymous
         self._requests: dict[str, Request] = {}  # queued, by id
         self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
         self._removed: set[str] = set()  # removed by vLLM, not yet settled
+        # not tracked by the library (its tables full): waiting in arrival order, and popped
+        self._untracked: OrderedDict[str, Request] = OrderedDict()
+        self._untracked_popped: set[str] = set()
 
     # -- vLLM's RequestQueue interface ----------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -47,13 +64,33 @@ class ProgramRequestQueue(RequestQueue):
         if key in self._popped:
             self._requeue(key, request)
             return
+        if key in self._untracked_popped:  # preempted or skipped: back, first
+            self._untracked_popped.discard(key)
+            self._untracked[key] = request
+            self._untracked.move_to_end(key, last=False)
+            return
         # (a pin it consumes stays held for it until it is admitted: the lifecycle's hold)
-        self._life.arrive(
-            key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
-        )
+        try:
+            self._life.arrive(
+                key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
+            )
+        except ValueError as e:  # the library's tables are full: served untracked (module doc)
+            logger.warning("ttlpolicy: request %s served untracked: %s", key, e)
+            self._untracked[key] = request
+            return
         self._requests[key] = request
 
+    def _tracked_first(self) -> bool:
+        """Whether the tracked head goes next (else the oldest untracked request does)."""
+        if not self._untracked:
+            return True
+        return bool(self._requests) and self._head_may_run()
+
     def pop_request(self) -> Request:
+        if not self._tracked_first():
+            key, request = self._untracked.popitem(last=False)
+            self._untracked_popped.add(key)
+            return request
         rid = self._programs.pop(self._clock())
         if rid is None:
             raise IndexError("pop from an empty queue")
@@ -61,6 +98,8 @@ class ProgramRequestQueue(RequestQueue):
         return self._requests.pop(rid)
 
     def peek_request(self) -> Request:
+        if not self._tracked_first():
+            return next(iter(self._untracked.values()))
         rid = self._programs.peek()
         if rid is None:
             raise IndexError("peek from an empty queue")
@@ -84,23 +123,33 @@ class ProgramRequestQueue(RequestQueue):
             key = scheduler_key(request.request_id)
             if self._requests.pop(key, None) is not None:
                 self._removed.add(key)
+            self._untracked.pop(key, None)
 
     def __bool__(self) -> bool:
         # vLLM's scan reads this before each peek: the gate of the module doc.
-        if not self._requests:
-            return False
+        if self._untracked:
+            return True
+        return bool(self._requests) and self._head_may_run()
+
+    def _head_may_run(self) -> bool:
+        """May the tracked head be scheduled now (load control; an anonymous one always)?"""
         rid = self._programs.peek()
         request = self._requests.get(rid) if rid is not None else None
         if request is None:  # the head was removed by vLLM and is being settled
             return True
-        return bool(self._life.may_run(self._program_id_of(request), self._clock()))
+        program_id, now = self._program_id_of(request), self._clock()
+        admission = self._life.admission
+        if admission is not None and self._anonymous(request):
+            admission.admit(program_id, now)  # never held back (module doc)
+            return True
+        return bool(self._life.may_run(program_id, now))
 
     def __len__(self) -> int:
-        return len(self._requests)
+        return len(self._requests) + len(self._untracked)
 
     def __iter__(self) -> Iterator[Request]:
         # Arrival order; vLLM's scheduler never iterates its waiting queue.
-        return iter(list(self._requests.values()))
+        return iter([*self._requests.values(), *self._untracked.values()])
 
     # -- adapter side ---------------------------------------------------------------------
     def _requeue(self, key: str, request: Request) -> None:
@@ -115,6 +164,8 @@ class ProgramRequestQueue(RequestQueue):
         self._popped.discard(key)
         self._removed.discard(key)
         self._requests.pop(key, None)
+        self._untracked.pop(key, None)
+        self._untracked_popped.discard(key)
 
     def readmit(self, keys: Iterable[str]) -> None:
         """Requests the ProgramScheduler dropped with their program (an abort of a sibling)

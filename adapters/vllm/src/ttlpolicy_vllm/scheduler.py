@@ -146,6 +146,8 @@ class TTLScheduler(Scheduler):
         self._eviction_stale = False
         self._eviction_ordered_at = -math.inf
         self._eviction_order: list[str] = []  # the order the free queue was last put in
+        # until when that order stands with no event (the library's next_order_change_s)
+        self._eviction_valid_until_s = -math.inf
         self.pins = BlockPins(pool)
         self.ttl_metrics = AdapterMetrics(
             pin_budget_blocks=self.pin_budget_blocks,
@@ -163,7 +165,11 @@ class TTLScheduler(Scheduler):
         self._tokenizer: Any = None
         self._tokenizer_loaded = False
         self.waiting = ProgramRequestQueue(
-            self.life, lambda: self.clock(), self._program_id_of, self._blocks_needed
+            self.life,
+            lambda: self.clock(),
+            self._program_id_of,
+            self._blocks_needed,
+            anonymous=lambda request: request.request_id not in self._programs_of,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -192,6 +198,8 @@ class TTLScheduler(Scheduler):
             info = None
         if info is not None:
             self._programs_of[rid] = info
+        # (a program back, a tool gap recorded: the eviction order may change; asked again)
+        self._eviction_valid_until_s = -math.inf
         t1 = time.perf_counter()
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
         t2 = time.perf_counter()
@@ -301,9 +309,11 @@ class TTLScheduler(Scheduler):
 
     def _order_free_blocks(self, now: float) -> None:
         """Keep the programs' free cached blocks in the library's eviction order.  The order
-        is asked for before every step — next uses move with time, so it can change with no
-        turn ending (a program away longer than its tool ever took stops being expected back)
-        — and the blocks are moved when it changed, when blocks went back to the free queue
+        is asked for before a step whenever it may have changed — next uses move with time,
+        so it can change with no turn ending (a program away longer than its tool ever took
+        stops being expected back): at the library's ``next_order_change_s``, after an
+        arrival or a finish, and at least once a second; between those it cannot change —
+        and the blocks are moved when it changed, when blocks went back to the free queue
         since (a request freed, a pin released: vLLM appends them at the tail, where LRU takes
         them last), or when a second passed.  The simulator applies the order at each
         eviction; refreshing it only after a turn or once a second lost hits against it
@@ -312,20 +322,27 @@ class TTLScheduler(Scheduler):
         back in the order")."""
         if self.eviction is None or self.admission is None:
             return
+        if not self._eviction_stale and now < self._eviction_valid_until_s:
+            return  # the order stands, no block came back, no refresh is due: no work
         programs = self.eviction.programs()
         if not programs:
             return
         order = self.admission.eviction_order(programs, now)
         if (
-            not self._eviction_stale
-            and order == self._eviction_order
-            and now - self._eviction_ordered_at < EVICTION_REFRESH_S
+            self._eviction_stale
+            or order != self._eviction_order
+            or now - self._eviction_ordered_at >= EVICTION_REFRESH_S
         ):
-            return
+            self._eviction_ordered_at = now
+            self._eviction_order = order
+            self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
         self._eviction_stale = False
-        self._eviction_ordered_at = now
-        self._eviction_order = order
-        self.ttl_metrics.free_blocks_reordered += self.eviction.reorder(order)
+        # With no event the order changes only at the library's next_order_change_s: until
+        # then (or the refresh, or an arrival) a step asks nothing
+        refresh_s = self._eviction_ordered_at + EVICTION_REFRESH_S
+        self._eviction_valid_until_s = min(
+            refresh_s, self.admission.next_order_change_s(programs, now, refresh_s)
+        )
 
     def _after_schedule(self, out: Any, now: float) -> tuple[int, int]:
         """Hand pins over to admitted requests; returns the step's prefill sample (tokens,
