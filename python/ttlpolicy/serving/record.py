@@ -1,7 +1,7 @@
 """Recording the calls an engine serves, as sessions the simulator reads (``TTLPOLICY_RECORD``).
 
 An adapter hands each finished call to a :class:`Recorder`; the recorder writes one JSON line
-per call into rotating files ``record-<UTC start>-<recording>-<n>.jsonl`` of a directory, which
+per call into rotating files ``record-<UTC start, ns>-<recording>-<n>.jsonl`` of a directory, which
 ``ttlpolicy compare --trace DIR`` and ``ttlpolicy replay --trace DIR`` read as agent programs
 (``ttlpolicy.traces.recording``).  The format, and why it is not the agentic session format:
 docs/record.md.
@@ -106,7 +106,11 @@ class Recorder:
         self.block_tokens = RECORD_BLOCK_TOKENS if fits else engine_block_tokens
         self._key = key if key is not None else secrets.token_bytes(32)
         self.recording = secrets.token_hex(4)
-        self._started = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        # the names sort by start time (ns), so the oldest file is the first by name
+        ns = time.time_ns()
+        self._started = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns // 10**9)) + (
+            f"{ns % 10**9:09d}"
+        )
         self._buffer: list[tuple[Any, ...]] = []
         self._last_flush_s = clock()
         self._file: BinaryIO | None = None
@@ -151,6 +155,7 @@ class Recorder:
                 len(self._buffer) >= self.batch_calls
                 or finish_s - self._last_flush_s >= self.flush_interval_s
             ):
+                self._last_flush_s = finish_s
                 self._write_batch()
         self.busy_s += time.perf_counter() - t0
 
@@ -221,7 +226,6 @@ class Recorder:
 
     def _write_batch(self) -> None:
         calls, self._buffer = self._buffer, []
-        self._last_flush_s = self.clock()
         if not calls:
             return
         limit = self.settings.file_bytes
