@@ -5,6 +5,7 @@ client sent is written, the files stay within their bound, bad lines are named."
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,11 @@ def engine_hashes(prefix: str, blocks: int) -> list[bytes]:
 
 
 def recorder(folder: Path, clock: Clock | None = None, **kw: Any) -> Recorder:
-    opts: dict[str, Any] = {"engine_block_tokens": 16, "clock": clock or Clock()}
+    opts: dict[str, Any] = {
+        "engine_block_tokens": 16,
+        "clock": clock or Clock(),
+        "background": False,
+    }
     opts.update(kw)
     max_bytes = opts.pop("max_bytes", 1 << 24)
     max_files = opts.pop("max_files", 4)
@@ -160,6 +165,20 @@ def test_files_stay_within_their_bound_over_a_long_run(
     assert len(list(read_trace(folder))) >= 1
 
 
+def test_the_writer_thread_writes_full_batches_and_close_writes_the_rest(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, batch_calls=4, background=True)
+    for i in range(4):
+        call(rec, "p", float(i), i + 0.5, 128)
+    for _ in range(500):  # the thread writes the full batch without being asked
+        if rec.calls_recorded == 4:
+            break
+        time.sleep(0.01)
+    assert rec.calls_recorded == 4 and len(list(read_trace(tmp_path))) == 4
+    call(rec, "p", 9.0, 9.5, 128)
+    rec.close()
+    assert len(list(read_trace(tmp_path))) == 5 and rec.calls_dropped == 0
+
+
 def test_a_call_longer_than_a_file_is_dropped_and_counted(tmp_path: Path) -> None:
     rec = recorder(tmp_path, max_bytes=MIN_FILE_BYTES, max_files=1)
     call(rec, "p", 0.0, 1.0, 16 * 8000)  # 2000 recorded blocks: ~40 kB
@@ -185,14 +204,25 @@ def _recording_with_line(tmp_path: Path, line: str) -> Path:
     ("line", "field"),
     [
         ('{"t": 1.0, "end": 2.0', "(json)"),
-        ('{"t": 1.0, "end": 2.0, "program": "p", "in": -3, "out": 1, "cached": 0, '
-         '"hash_ids": []}', "in"),  # fmt: skip
-        ('{"t": 3.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
-         '"hash_ids": []}', "end"),  # fmt: skip
-        ('{"t": 1.0, "end": 2.0, "program": 7, "in": 3, "out": 1, "cached": 0, '
-         '"hash_ids": []}', "program"),  # fmt: skip
-        ('{"t": 1.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
-         '"hash_ids": ["x"]}', "hash_ids[0]"),  # fmt: skip
+        (
+            '{"t": 1.0, "end": 2.0, "program": "p", "in": -3, "out": 1, "cached": 0, '
+            '"hash_ids": []}',
+            "in",
+        ),
+        (
+            '{"t": 3.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
+            '"hash_ids": []}',
+            "end",
+        ),
+        (
+            '{"t": 1.0, "end": 2.0, "program": 7, "in": 3, "out": 1, "cached": 0, "hash_ids": []}',
+            "program",
+        ),
+        (
+            '{"t": 1.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
+            '"hash_ids": ["x"]}',
+            "hash_ids[0]",
+        ),
     ],
 )
 def test_a_malformed_line_is_named_by_file_line_and_field(
@@ -239,10 +269,10 @@ def test_the_knobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert s is not None and s.directory == tmp_path / "rec" and s.max_files == 16
     assert s.max_bytes == 1 << 30
     monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "1000")
-    with pytest.raises(ValueError, match="TTLPOLICY_RECORD_MAX_BYTES.*1000"):
+    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*1000"):
         record_from_env()
     monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "x")
-    with pytest.raises(ValueError, match="TTLPOLICY_RECORD_MAX_BYTES.*'x'"):
+    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*'x'"):
         record_from_env()
     monkeypatch.delenv("TTLPOLICY_RECORD_MAX_BYTES")
     (tmp_path / "file").write_text("")

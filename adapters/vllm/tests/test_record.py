@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from vllm_engine import Engine, make_engine
-
 from ttlpolicy.cli import main as cli_main
 from ttlpolicy.traces import read_trace
+from vllm_engine import Engine, make_engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
 

@@ -1,7 +1,8 @@
 """What the engine adapters share besides the rules: their environment knobs (``knobs``; a
 host tier's prices and model, ``tier``) and the counters they keep of what they did
-(``metrics``), the calls they record when asked (``record``), exported to Prometheus as ``prometheus`` defines them.  The rules themselves
-are the library's classes (``ttlpolicy.ProgramLifecycle`` and the parts it joins)."""
+(``metrics``), exported to Prometheus as ``prometheus`` defines them, and the calls they
+record when asked (``record``).  The rules themselves are the library's classes
+(``ttlpolicy.ProgramLifecycle`` and the parts it joins)."""
 
 from .knobs import EngineKnobs, env_bool, env_float, record_from_env
 from .metrics import AdapterMetrics

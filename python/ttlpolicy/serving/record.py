@@ -16,7 +16,9 @@ Engines chain their block hashes (a block's hash covers its whole prefix), so a 
 block: an engine block that divides it is recorded at the simulator's granularity.
 
 Cheap: ``call`` appends a tuple to a buffer (the hashes are not even copied); the digests, the
-JSON and the write happen for a batch, every ``batch_calls`` calls or ``flush_interval_s``.
+JSON and the write happen for a batch, every ``batch_calls`` calls or ``flush_interval_s``, in
+a writer thread (``background``; the engine's thread mostly waits on the accelerator, with
+the GIL released).  A program's call reuses the digests of its previous call's blocks.
 Bounded: at most ``max_files`` files of at most ``max_bytes / max_files`` bytes each in the
 directory (recordings before this one included); the oldest file is removed first.  A call
 whose line alone exceeds a file's bound is dropped and counted.
@@ -27,9 +29,12 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import logging
 import os
 import secrets
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +61,12 @@ DEFAULT_FLUSH_INTERVAL_S = 1.0
 #: Calls buffered at most: a call past it is dropped (a write that keeps failing).
 MAX_BUFFERED_CALLS = 1 << 16
 _DIGEST_BYTES = 8
+logger = logging.getLogger(__name__)
 _HEADER_MAX_BYTES = 256  # a file's header line is shorter
+#: Program and tenant digests remembered (cleared when full), and programs whose last call's
+#: block ids are remembered (the oldest forgotten first): bounded memory.
+_MAX_REMEMBERED = 1 << 16
+_MAX_REMEMBERED_PROGRAMS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +80,9 @@ class RecordSettings:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_files, int) or not 1 <= self.max_files <= 1_000_000:
-            raise ValueError(f"max_files must be an integer in [1, 1000000], got {self.max_files!r}")
+            raise ValueError(
+                f"max_files must be an integer in [1, 1000000], got {self.max_files!r}"
+            )
         if not isinstance(self.max_bytes, int) or self.max_bytes < self.max_files * MIN_FILE_BYTES:
             raise ValueError(
                 f"max_bytes must be an integer >= max_files × {MIN_FILE_BYTES} "
@@ -94,6 +106,7 @@ class Recorder:
         batch_calls: int = DEFAULT_BATCH_CALLS,
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         key: bytes | None = None,
+        background: bool = True,
     ) -> None:
         if engine_block_tokens < 1:
             raise ValueError(f"engine_block_tokens must be >= 1, got {engine_block_tokens!r}")
@@ -104,15 +117,24 @@ class Recorder:
         fits = RECORD_BLOCK_TOKENS % engine_block_tokens == 0
         self._stride = RECORD_BLOCK_TOKENS // engine_block_tokens if fits else 1
         self.block_tokens = RECORD_BLOCK_TOKENS if fits else engine_block_tokens
-        self._key = key if key is not None else secrets.token_bytes(32)
+        # the per-recording secret: never written; a prepared keyed BLAKE2 is copied per digest
+        self._keyed = hashlib.blake2b(
+            digest_size=_DIGEST_BYTES, key=key if key is not None else secrets.token_bytes(32)
+        )
+        self._ids: dict[str, str] = {}  # program / tenant id -> its digest
+        # program -> (its last call's recorded engine hashes, their ids)
+        self._last: dict[str, tuple[list[Any], list[str]]] = {}
         self.recording = secrets.token_hex(4)
         # the names sort by start time (ns), so the oldest file is the first by name
         ns = time.time_ns()
         self._started = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns // 10**9)) + (
             f"{ns % 10**9:09d}"
         )
-        self._buffer: list[tuple[Any, ...]] = []
+        # calls not written yet: appended by ``call``, taken by the writer (deque: both ends
+        # are safe from two threads)
+        self._buffer: deque[tuple[Any, ...]] = deque()
         self._last_flush_s = clock()
+        self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
         self._file: BinaryIO | None = None
         self._file_bytes = 0
         self._files = 0
@@ -121,8 +143,16 @@ class Recorder:
         self.calls_dropped = 0
         self.bytes_written = 0
         self.files_removed = 0
-        self.busy_s = 0.0  # time spent in ``call`` and writing, s
+        self.writer_s = 0.0  # time spent digesting and writing batches (in either thread), s
         settings.directory.mkdir(parents=True, exist_ok=True)
+        self._closed = False
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        if background:  # digests and writes off the caller's thread
+            self._thread = threading.Thread(
+                target=self._writer, name="ttlpolicy-record", daemon=True
+            )
+            self._thread.start()
         atexit.register(self.close)
 
     # -- the hot path ------------------------------------------------------------------------
@@ -142,76 +172,134 @@ class Recorder:
     ) -> None:
         """A finished call: its program (None: anonymous, a one-call program) and tenant as
         the adapter keys them, times on the recorder's clock, token counts, and the engine's
-        block hashes (bytes or int; chained) of its prompt's full blocks."""
-        t0 = time.perf_counter()
+        block hashes (bytes or int; chained) of its prompt's full blocks.  (The caller
+        times it: a clock reading here would be a good part of its cost.)"""
         if len(self._buffer) >= MAX_BUFFERED_CALLS:
             self.calls_dropped += 1
         else:
             self._buffer.append(
-                (program_id, tenant, arrival_s, finish_s, prompt_tokens, output_tokens,
-                 cached_tokens, block_hashes, tool, last_turn)  # fmt: skip
+                (
+                    program_id,
+                    tenant,
+                    arrival_s,
+                    finish_s,
+                    prompt_tokens,
+                    output_tokens,
+                    cached_tokens,
+                    block_hashes,
+                    tool,
+                    last_turn,
+                )
             )
             if (
                 len(self._buffer) >= self.batch_calls
                 or finish_s - self._last_flush_s >= self.flush_interval_s
             ):
                 self._last_flush_s = finish_s
-                self._write_batch()
-        self.busy_s += time.perf_counter() - t0
+                if self._thread is not None:
+                    self._wake.set()
+                else:
+                    self.flush()
 
     # -- writing -----------------------------------------------------------------------------
+    def _writer(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_interval_s)
+            self._wake.clear()
+            self.flush()
+
     def flush(self) -> None:
-        """Write what is buffered."""
-        t0 = time.perf_counter()
-        self._write_batch()
-        self.busy_s += time.perf_counter() - t0
+        """Write what is buffered.  A write that fails (disk full) drops its batch, counted and
+        logged: recording never fails the engine."""
+        with self._write_lock:
+            t0 = time.perf_counter()
+            try:
+                self._write_batch()
+            except OSError as e:
+                logger.warning(
+                    "ttlpolicy: recording into %s failed: %s", self.settings.directory, e
+                )
+            self.writer_s += time.perf_counter() - t0
 
     def close(self) -> None:
         """Write what is buffered and close the file (idempotent)."""
+        self._closed = True
+        if self._thread is not None:
+            self._wake.set()
+            self._thread.join()
+            self._thread = None
         self.flush()
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._write_lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
         atexit.unregister(self.close)
 
-    def _digest(self, data: bytes) -> int:
-        d = hashlib.blake2b(data, digest_size=_DIGEST_BYTES, key=self._key).digest()
-        return int.from_bytes(d, "big", signed=True)
-
     def _id(self, text: str) -> str:
-        return hashlib.blake2b(
-            text.encode("utf-8", "surrogatepass"), digest_size=_DIGEST_BYTES, key=self._key
-        ).hexdigest()
+        """The keyed digest of a program or tenant id (remembered: they recur)."""
+        got = self._ids.get(text)
+        if got is None:
+            if len(self._ids) >= _MAX_REMEMBERED:
+                self._ids.clear()
+            d = self._keyed.copy()
+            d.update(text.encode("utf-8", "surrogatepass"))
+            got = self._ids[text] = d.hexdigest()
+        return got
 
-    def _block_ids(self, hashes: Sequence[Any], prompt_tokens: int) -> list[int]:
+    def _block_ids(self, program: str | None, hashes: Sequence[Any], prompt_tokens: int) -> str:
+        """The recorded block ids of a prompt, as JSON list items.  A program's call begins
+        with its previous call's blocks: their digests are taken from that call (the first
+        block that differs is found by bisection: chained hashes that differ once differ
+        from there on), the rest digested."""
         s = self._stride
         engine_blocks = min(len(hashes), prompt_tokens * s // self.block_tokens)
-        out = []
-        for i in range(s - 1, engine_blocks, s):
-            h = hashes[i]
-            if isinstance(h, int):
-                h = h.to_bytes(32, "big", signed=True)
-            elif not isinstance(h, bytes):
-                h = repr(h).encode()
-            out.append(self._digest(h))
-        return out
+        blocks = list(hashes[s - 1 : engine_blocks : s])
+        prev_blocks, prev_ids = self._last.pop(program, ((), [])) if program else ((), [])
+        lo, hi = 0, min(len(blocks), len(prev_blocks))
+        while lo < hi:  # the length of the common prefix
+            mid = (lo + hi + 1) // 2
+            if blocks[mid - 1] == prev_blocks[mid - 1]:
+                lo = mid
+            else:
+                hi = mid - 1
+        ids = prev_ids[:lo]
+        keyed, from_bytes = self._keyed, int.from_bytes
+        for h in blocks[lo:]:
+            if not isinstance(h, bytes):
+                h = h.to_bytes(32, "big", signed=True) if isinstance(h, int) else repr(h).encode()
+            d = keyed.copy()
+            d.update(h)
+            ids.append(str(from_bytes(d.digest(), "big", signed=True)))
+        if program:
+            if len(self._last) >= _MAX_REMEMBERED_PROGRAMS:
+                self._last.pop(next(iter(self._last)))
+            self._last[program] = (blocks, ids)
+        return ",".join(ids)
 
     def _line(self, call: tuple[Any, ...]) -> bytes:
-        (program_id, tenant, arrival_s, finish_s, prompt_tokens, output_tokens, cached_tokens,
-         hashes, tool, last_turn) = call  # fmt: skip
-        obj = {
-            "t": round(arrival_s, 6),
-            "end": round(max(finish_s, arrival_s), 6),
-            "program": None if program_id is None else self._id(program_id),
-            "tenant": None if tenant is None else self._id(tenant),
-            "in": prompt_tokens,
-            "out": output_tokens,
-            "cached": cached_tokens,
-            "tool": tool,
-            "last": bool(last_turn),
-            "hash_ids": self._block_ids(hashes, prompt_tokens),
-        }
-        return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        (
+            program_id,
+            tenant,
+            arrival_s,
+            finish_s,
+            prompt_tokens,
+            output_tokens,
+            cached_tokens,
+            hashes,
+            tool,
+            last_turn,
+        ) = call
+        # written by hand (json.dumps was most of a line's cost): numbers, hex digests, and
+        # the tool, the one free text, through json.dumps
+        program = "null" if program_id is None else f'"{self._id(program_id)}"'
+        return (
+            f'{{"t":{arrival_s:.6f},"end":{max(finish_s, arrival_s):.6f},"program":{program},'
+            f'"tenant":{"null" if tenant is None else chr(34) + self._id(tenant) + chr(34)},'
+            f'"in":{int(prompt_tokens)},"out":{int(output_tokens)},'
+            f'"cached":{int(cached_tokens)},"tool":{json.dumps(tool)},'
+            f'"last":{"true" if last_turn else "false"},'
+            f'"hash_ids":[{self._block_ids(program_id, hashes, prompt_tokens)}]}}\n'
+        ).encode()
 
     def _header(self) -> bytes:
         obj = {
@@ -225,15 +313,17 @@ class Recorder:
         return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
     def _write_batch(self) -> None:
-        calls, self._buffer = self._buffer, []
+        buffer, calls = self._buffer, []
+        while buffer:
+            calls.append(buffer.popleft())
         if not calls:
             return
         limit = self.settings.file_bytes
         pending: list[bytes] = []
+        self.calls_dropped += len(calls)  # (until written)
         for c in calls:
             line = self._line(c)
             if len(line) + _HEADER_MAX_BYTES > limit:
-                self.calls_dropped += 1
                 continue
             if self._file is None or self._file_bytes + len(line) > limit:
                 self._write(pending)
@@ -242,6 +332,7 @@ class Recorder:
             pending.append(line)
             self._file_bytes += len(line)
             self.calls_recorded += 1
+            self.calls_dropped -= 1
         self._write(pending)
 
     def _write(self, lines: list[bytes]) -> None:
@@ -275,5 +366,5 @@ class Recorder:
             "record_calls_dropped": float(self.calls_dropped),
             "record_bytes_written": float(self.bytes_written),
             "record_files_removed": float(self.files_removed),
-            "record_busy_s": self.busy_s,
+            "record_writer_s": self.writer_s,
         }

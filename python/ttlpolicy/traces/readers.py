@@ -410,8 +410,8 @@ def _first_record(path: Path) -> Any:
 
 def detect_format(path: str | Path) -> str:
     """'agentic', 'mooncake', 'tracelab', 'recording' or 'azure', from the file name (a JSONL
-    file's first record tells TraceLab and a recording from Mooncake); FileNotFoundError when there is no such file (the
-    first thing a mistyped path should be told)."""
+    file's first record tells TraceLab and a recording from Mooncake); FileNotFoundError
+    when there is no such file (the first thing a mistyped path should be told)."""
     if not Path(path).exists():
         raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}")
     name = Path(path).name.lower()

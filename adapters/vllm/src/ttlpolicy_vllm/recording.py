@@ -55,12 +55,14 @@ class CallLog:
     def scheduled(self, out: Any) -> None:
         """A step was scheduled (``out``, a SchedulerOutput): its first-scheduled requests'
         prefix hits."""
-        t0 = time.perf_counter()
-        for new in out.scheduled_new_reqs:
-            call = self._calls.get(new.req_id)
-            if call is not None and call[1] < 0:
-                call[1] = new.num_computed_tokens
-        self.busy_s += time.perf_counter() - t0
+        new_reqs = out.scheduled_new_reqs
+        if new_reqs:  # (most steps only decode)
+            t0 = time.perf_counter()
+            for new in new_reqs:
+                call = self._calls.get(new.req_id)
+                if call is not None and call[1] < 0:
+                    call[1] = new.num_computed_tokens
+            self.busy_s += time.perf_counter() - t0
 
     def finished(self, request: Request, info: ProgramInfo | None, tool: str | None) -> None:
         """``request`` is freed (its program ``info``, None: anonymous; ``tool``: what it
