@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from ..traces.recording import (
     RECORD_FORMAT,
@@ -67,6 +67,21 @@ _HEADER_MAX_BYTES = 256  # a file's header line is shorter
 #: block ids are remembered (the oldest forgotten first): bounded memory.
 _MAX_REMEMBERED = 1 << 16
 _MAX_REMEMBERED_PROGRAMS = 256
+
+
+class _Call(NamedTuple):
+    """A call as ``Recorder.call`` buffers it (see there)."""
+
+    program_id: str | None
+    tenant: str | None
+    arrival_s: float
+    finish_s: float
+    prompt_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    block_hashes: Sequence[Any]
+    tool: str | None
+    last_turn: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +147,7 @@ class Recorder:
         )
         # calls not written yet: appended by ``call``, taken by the writer (deque: both ends
         # are safe from two threads)
-        self._buffer: deque[tuple[Any, ...]] = deque()
+        self._buffer: deque[_Call] = deque()
         self._last_flush_s = clock()
         self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
         self._file: BinaryIO | None = None
@@ -178,7 +193,7 @@ class Recorder:
             self.calls_dropped += 1
         else:
             self._buffer.append(
-                (
+                _Call(
                     program_id,
                     tenant,
                     arrival_s,
@@ -276,29 +291,18 @@ class Recorder:
             self._last[program] = (blocks, ids)
         return ",".join(ids)
 
-    def _line(self, call: tuple[Any, ...]) -> bytes:
-        (
-            program_id,
-            tenant,
-            arrival_s,
-            finish_s,
-            prompt_tokens,
-            output_tokens,
-            cached_tokens,
-            hashes,
-            tool,
-            last_turn,
-        ) = call
+    def _line(self, c: _Call) -> bytes:
         # written by hand (json.dumps was most of a line's cost): numbers, hex digests, and
         # the tool, the one free text, through json.dumps
-        program = "null" if program_id is None else f'"{self._id(program_id)}"'
+        program = "null" if c.program_id is None else f'"{self._id(c.program_id)}"'
+        tenant = "null" if c.tenant is None else f'"{self._id(c.tenant)}"'
         return (
-            f'{{"t":{arrival_s:.6f},"end":{max(finish_s, arrival_s):.6f},"program":{program},'
-            f'"tenant":{"null" if tenant is None else chr(34) + self._id(tenant) + chr(34)},'
-            f'"in":{int(prompt_tokens)},"out":{int(output_tokens)},'
-            f'"cached":{int(cached_tokens)},"tool":{json.dumps(tool)},'
-            f'"last":{"true" if last_turn else "false"},'
-            f'"hash_ids":[{self._block_ids(program_id, hashes, prompt_tokens)}]}}\n'
+            f'{{"t":{c.arrival_s:.6f},"end":{max(c.finish_s, c.arrival_s):.6f},'
+            f'"program":{program},"tenant":{tenant},'
+            f'"in":{int(c.prompt_tokens)},"out":{int(c.output_tokens)},'
+            f'"cached":{int(c.cached_tokens)},"tool":{json.dumps(c.tool)},'
+            f'"last":{"true" if c.last_turn else "false"},'
+            f'"hash_ids":[{self._block_ids(c.program_id, c.block_hashes, c.prompt_tokens)}]}}\n'
         ).encode()
 
     def _header(self) -> bytes:
