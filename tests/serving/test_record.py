@@ -279,3 +279,36 @@ def test_the_knobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TTLPOLICY_RECORD", str(tmp_path / "file"))
     with pytest.raises(ValueError, match="TTLPOLICY_RECORD must name a directory"):
         record_from_env()
+
+
+def test_replay_loads_a_recording_as_programs(tmp_path: Path) -> None:
+    from ttlpolicy.replay.programs import load_programs
+
+    rec = recorder(tmp_path)
+    call(rec, "p", 0.0, 1.0, 256, tool="bash")
+    call(rec, "p", 3.0, 4.0, 320, last_turn=True)
+    call(rec, None, 0.5, 0.7, 64)
+    rec.close()
+    work = load_programs(tmp_path, max_programs=10, max_context=4096)
+    assert not work.open_loop and len(work.programs) == 2
+    (prog,) = [p for p in work.programs if len(p.calls) == 2]
+    assert [c.input_tokens for c in prog.calls] == [256, 320]
+    assert [c.think_s for c in prog.calls] == [0.0, 2.0] and prog.block_tokens == 64
+    assert prog.calls[1].hash_ids[:4] == prog.calls[0].hash_ids
+
+
+def test_a_failed_write_drops_its_batch_and_the_recorder_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "rec"
+    rec = recorder(folder)
+    folder.rmdir()
+    folder.write_text("")  # the folder is gone: no file can be opened in it
+    call(rec, "p", 0.0, 1.0, 128)
+    rec.flush()
+    assert rec.calls_dropped == 1 and "recording into" in caplog.text
+    folder.unlink()
+    folder.mkdir()
+    call(rec, "p", 2.0, 3.0, 128)
+    rec.close()
+    assert rec.calls_recorded == 1 and len(list(read_trace(folder))) == 1

@@ -224,13 +224,13 @@ class Recorder:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is buffered.  A write that fails (disk full) drops its batch, counted and
+        """Write what is buffered.  A batch that fails (disk full) is dropped, counted and
         logged: recording never fails the engine."""
         with self._write_lock:
             t0 = time.perf_counter()
             try:
                 self._write_batch()
-            except OSError as e:
+            except Exception as e:  # (disk full, a bad value): the batch is lost, not the engine
                 logger.warning(
                     "ttlpolicy: recording into %s failed: %s", self.settings.directory, e
                 )
