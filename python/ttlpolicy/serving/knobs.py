@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..config import PolicyConfig
 from ..ids import OPEN_TENANCY, Tenancy
+from .record import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RecordSettings
 
 #: the knobs' names
 PIN_BUDGET_FRACTION = "TTLPOLICY_PIN_BUDGET_FRACTION"
@@ -20,6 +22,9 @@ METRICS = "TTLPOLICY_METRICS"
 TENANT_FIELD = "TTLPOLICY_TENANT_FIELD"
 CLIENT_IDS = "TTLPOLICY_CLIENT_IDS"
 INFER_PROGRAMS = "TTLPOLICY_INFER_PROGRAMS"
+RECORD = "TTLPOLICY_RECORD"
+RECORD_MAX_BYTES = "TTLPOLICY_RECORD_MAX_BYTES"
+RECORD_FILES = "TTLPOLICY_RECORD_FILES"
 
 
 def env_float(name: str, default: float, low: float, high: float) -> float:
@@ -59,6 +64,9 @@ class EngineKnobs:
     # TTLPOLICY_INFER_PROGRAMS: 1 tells a request's program from its prompt when it names
     # none (ttlpolicy.ProgramLinker); 0 (default for now): such requests are stock
     infer_programs: bool = False
+    # TTLPOLICY_RECORD (a directory; unset: no recording), TTLPOLICY_RECORD_MAX_BYTES,
+    # TTLPOLICY_RECORD_FILES: ``ttlpolicy.serving.record``
+    record: RecordSettings | None = None
 
     @classmethod
     def from_env(
@@ -76,6 +84,7 @@ class EngineKnobs:
             metrics=env_bool(METRICS, True),
             tenancy=tenancy_from_env(),
             infer_programs=env_bool(INFER_PROGRAMS, False),
+            record=record_from_env(),
         )
 
 
@@ -87,3 +96,21 @@ def tenancy_from_env() -> Tenancy:
         return Tenancy(field, env_bool(CLIENT_IDS, True))
     except ValueError as e:
         raise ValueError(f"{TENANT_FIELD}: {e}") from None
+
+
+def record_from_env() -> RecordSettings | None:
+    """Where to record the calls served (``TTLPOLICY_RECORD``, a directory; unset or blank: no
+    recording), at most ``TTLPOLICY_RECORD_MAX_BYTES`` bytes (default 1 GiB) in
+    ``TTLPOLICY_RECORD_FILES`` rotating files (default 16)."""
+    raw = os.environ.get(RECORD)
+    if raw is None or raw.strip() == "":
+        return None
+    directory = Path(raw.strip())
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{RECORD} must name a directory, got {raw!r} (a file)")
+    max_files = int(env_float(RECORD_FILES, DEFAULT_MAX_FILES, 1, 1_000_000))
+    max_bytes = int(env_float(RECORD_MAX_BYTES, DEFAULT_MAX_BYTES, 0, 1 << 50))
+    try:
+        return RecordSettings(directory, max_bytes, max_files)
+    except ValueError as e:
+        raise ValueError(f"{RECORD_MAX_BYTES}/{RECORD_FILES}: {e}") from None

@@ -99,6 +99,11 @@ class Metrics:
         span = self.makespan_s or 1.0
         return {
             "programs": float(len(jct)),
+            # what was served: the figures a recording of live traffic is checked against
+            "calls": float(self.calls_done),
+            "input_tokens": float(self.input_tokens),
+            "output_tokens": float(self.output_tokens),
+            "hit_tokens": float(self.hit_tokens),
             "jct_mean_s": float(jct.mean()) if len(jct) else 0.0,
             "jct_p50_s": float(np.percentile(jct, 50)) if len(jct) else 0.0,
             "jct_p95_s": float(np.percentile(jct, 95)) if len(jct) else 0.0,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .readers import HashScopes, TraceRecord, read_trace
+from .readers import HashScopes, TraceRecord, read_trace, session_files
 
 FORMAT_VERSION = 2
 #: Agentic sessions are replayed at this granularity by default (32 blocks of 64 tokens): the
@@ -57,10 +57,7 @@ def cache_dir() -> Path:
 def trace_files(path: str | Path) -> list[Path]:
     p = Path(path)
     if p.is_dir():
-        files = sorted(x for x in p.iterdir() if x.name.endswith((".json", ".json.gz")))
-        if not files:
-            raise ValueError(f"no session files (*.json, *.json.gz) in {str(p)!r}")
-        return files
+        return session_files(p)
     if not p.is_file():
         raise ValueError(f"trace {str(p)!r}: no such file or directory")
     return [p]

@@ -8,7 +8,10 @@
 * TraceLab round traces (JSONL, one LLM round a line: ``session_id``, ``round_index``,
   ``input_tokens_total``, ``prefix_tokens``, ``output_tokens``, ``timing_events``; the
   uw-syfi/TraceLab format, read by ``read_tracelab``).  A ``.jsonl`` file is TraceLab when its
-  first record has ``round_index``, else Mooncake.
+  first record has ``round_index``, else Mooncake;
+* traffic recorded by the engine adapters (``TTLPOLICY_RECORD``: ``record-*.jsonl`` files, a
+  header line then one call a line), read by ``recording.read_recording``: a ``.jsonl`` file
+  whose first record is a ``ttlpolicy-record`` header.
 
 Readers are generators: JSONL and CSV are streamed line by line; a session file is one JSON
 document, read whole (one session), and a directory is read one file at a time.  A malformed
@@ -406,16 +409,20 @@ def _first_record(path: Path) -> Any:
 
 
 def detect_format(path: str | Path) -> str:
-    """'agentic', 'mooncake', 'tracelab' or 'azure', from the file name (a JSONL file's first
-    record tells TraceLab from Mooncake); FileNotFoundError when there is no such file (the
-    first thing a mistyped path should be told)."""
+    """'agentic', 'mooncake', 'tracelab', 'recording' or 'azure', from the file name (a JSONL
+    file's first record tells TraceLab and a recording from Mooncake); FileNotFoundError
+    when there is no such file (the first thing a mistyped path should be told)."""
     if not Path(path).exists():
         raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}")
     name = Path(path).name.lower()
     if name.endswith((".csv", ".csv.gz")):
         return "azure"
     if name.endswith((".jsonl", ".jsonl.gz")):
+        from .recording import is_recording
+
         first = _first_record(Path(path))
+        if is_recording(first):
+            return "recording"
         return "tracelab" if isinstance(first, dict) and "round_index" in first else "mooncake"
     if name.endswith((".json", ".json.gz")):
         return "agentic"
@@ -426,14 +433,18 @@ def detect_format(path: str | Path) -> str:
 
 
 def read_trace(path: str | Path) -> Iterator[TraceRecord]:
-    """Records of one trace file, or of every session file in a directory (sorted by name)."""
+    """Records of one trace file, or of every session file in a directory (sorted by name;
+    recorded traffic last)."""
+    from .recording import read_recording  # (it reads with this module's helpers)
+
     p = Path(path)
     if p.is_dir():
-        files = sorted(x for x in p.iterdir() if x.name.endswith((".json", ".json.gz")))
-        if not files:
-            raise ValueError(f"no session files (*.json, *.json.gz) in {str(p)!r}")
+        files = session_files(p)
         for f in files:
-            yield from read_agentic(f)
+            if not f.name.endswith(".jsonl"):
+                yield from read_agentic(f)
+        # a recording's files are read together: a program's calls span them
+        yield from read_recording(f for f in files if f.name.endswith(".jsonl"))
         return
     fmt = detect_format(p)
     readers = {
@@ -441,13 +452,28 @@ def read_trace(path: str | Path) -> Iterator[TraceRecord]:
         "mooncake": read_mooncake,
         "tracelab": read_tracelab,
         "azure": read_azure,
+        "recording": lambda f: read_recording([f]),
     }
     yield from readers[fmt](p)
 
 
+def session_files(directory: Path) -> list[Path]:
+    """The session files of a folder (``*.json[.gz]``), then its recorded traffic
+    (``record-*.jsonl``, ``ttlpolicy.serving.record``), each in name order."""
+    from .recording import record_files
+
+    files = sorted(x for x in directory.iterdir() if x.name.endswith((".json", ".json.gz")))
+    files += record_files(directory)
+    if not files:
+        raise ValueError(
+            f"no session files (*.json, *.json.gz, record-*.jsonl) in {str(directory)!r}"
+        )
+    return files
+
+
 #: Formats whose records form agent programs (sessions of several calls); the others are
 #: request streams, replayed open loop.
-PROGRAM_FORMATS = ("agentic", "tracelab")
+PROGRAM_FORMATS = ("agentic", "tracelab", "recording")
 
 
 def has_programs(path: str | Path) -> bool:

@@ -69,6 +69,7 @@ from .identity import ProgramInfo, program_of, scheduler_key, tenant_of
 from .inference import InferredPrograms
 from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
+from .recording import call_log_or_none
 from .tier import offload_manager, offloaded_prefix_tokens
 
 # under "vllm." so that vLLM's logging configuration (handlers, VLLM_LOGGING_LEVEL) applies
@@ -171,6 +172,10 @@ class TTLScheduler(Scheduler):
             self._blocks_needed,
             anonymous=lambda request: request.request_id not in self._programs_of,
         )
+        # TTLPOLICY_RECORD: the calls served, as sessions the simulator reads
+        self.call_log = call_log_or_none(
+            knobs.record, self.block_size, self.tenancy, lambda: self.clock()
+        )
 
     # -- identity ---------------------------------------------------------------------------
     def _program_id_of(self, request: Request) -> str:
@@ -200,6 +205,8 @@ class TTLScheduler(Scheduler):
             self._programs_of[rid] = info
         # (a program back, a tool gap recorded: the eviction order may change; asked again)
         self._eviction_valid_until_s = -math.inf
+        if self.call_log is not None and rid not in self.requests:
+            self.call_log.arrived(request)
         t1 = time.perf_counter()
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
         t2 = time.perf_counter()
@@ -226,6 +233,8 @@ class TTLScheduler(Scheduler):
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
         prefill_tokens, cached_tokens = self._after_schedule(out, self.clock())
+        if self.call_log is not None:
+            self.call_log.scheduled(out)
         m = self.ttl_metrics
         m.schedule_calls += 1
         self._note_gauges(self.clock())  # (load control has seen a later reading)
@@ -403,6 +412,7 @@ class TTLScheduler(Scheduler):
                 self.inferred.aborted(rid, self.clock())
         state = self.waiting.state(rid)
         self.waiting.forget(rid)
+        tool = None if info is None else info.tool
         if state is None:
             pass  # not tracked any more (its program was ended by a sibling's abort)
         elif (
@@ -411,17 +421,20 @@ class TTLScheduler(Scheduler):
             and request.status in _STOPPED
             and not delay_free_blocks
         ):
-            self._finish_program_request(request, info)
+            tool = self._finish_program_request(request, info)
         else:
             # An abort, an anonymous request, or one that stopped while preempted: the
             # program ends without a pin and without an η sample.
             key = scheduler_key(rid)
             self._ended(self.life.abort(key), key, program=info is not None)
         self.ttl_metrics.gone(scheduler_key(rid))
+        if self.call_log is not None:
+            self.call_log.finished(request, info, tool)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
-    def _finish_program_request(self, request: Request, info: ProgramInfo) -> None:
+    def _finish_program_request(self, request: Request, info: ProgramInfo) -> str | None:
+        """The turn's finish in the lifecycle (pin, or end); the tool it ended with."""
         rid, pid = request.request_id, info.program_id
         key = scheduler_key(rid)
         blocks = cached_blocks(self.kv_cache_manager, rid)
@@ -448,7 +461,7 @@ class TTLScheduler(Scheduler):
         if finished.ended is not None:
             program_hints.note(rid, ended=True)
             self._ended(finished.ended, key)
-            return
+            return tool
         ttl_s = finished.decision.ttl_s if finished.decision is not None else None
         if finished.pin is None:
             program_hints.note(rid, ended=False)
@@ -460,6 +473,7 @@ class TTLScheduler(Scheduler):
             )
             self.pins.hold(pid, blocks, point)  # merged with a pin the program already held
             self.ttl_metrics.decided(pid, now, ttl_s, len(blocks))
+        return tool
 
     def _ended(self, ended: Any, key: str, program: bool = True) -> None:
         """A program ended in the lifecycle (``key``: the request that ended it; ``program``:
@@ -516,6 +530,8 @@ class TTLScheduler(Scheduler):
 
     def shutdown(self) -> None:
         self.ttl_metrics.log(logger)
+        if self.call_log is not None:
+            self.call_log.close()
         super().shutdown()
 
 

@@ -1,0 +1,314 @@
+"""Recording traffic (``ttlpolicy.serving.record``) and reading it back
+(``ttlpolicy.traces.recording``): programs, gaps and reuse survive the round trip, nothing a
+client sent is written, the files stay within their bound, bad lines are named."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ttlpolicy.cli import main as cli_main
+from ttlpolicy.serving import Recorder, RecordSettings, record_from_env
+from ttlpolicy.serving.record import MIN_FILE_BYTES, RECORD_BLOCK_TOKENS
+from ttlpolicy.traces import TraceFormatError, detect_format, has_programs, read_trace
+from ttlpolicy.traces.recording import record_files
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def engine_hashes(prefix: str, blocks: int) -> list[bytes]:
+    """Chained-looking engine block hashes: block i of a context named ``prefix``."""
+    return [f"{prefix}:{i}".encode().ljust(32, b".") for i in range(blocks)]
+
+
+def recorder(folder: Path, clock: Clock | None = None, **kw: Any) -> Recorder:
+    opts: dict[str, Any] = {
+        "engine_block_tokens": 16,
+        "clock": clock or Clock(),
+        "background": False,
+    }
+    opts.update(kw)
+    max_bytes = opts.pop("max_bytes", 1 << 24)
+    max_files = opts.pop("max_files", 4)
+    return Recorder(RecordSettings(folder, max_bytes, max_files), **opts)
+
+
+def call(rec: Recorder, program: str | None, t: float, end: float, prompt: int, **kw: Any) -> None:
+    fields: dict[str, Any] = {
+        "tenant": "tenant-a",
+        "output_tokens": 10,
+        "cached_tokens": 0,
+        "tool": None,
+        "last_turn": False,
+        "block_hashes": engine_hashes(program or "anon", prompt // 16),
+    }
+    fields.update(kw)
+    rec.call(program_id=program, arrival_s=t, finish_s=end, prompt_tokens=prompt, **fields)
+
+
+def test_a_recording_reads_back_as_programs_with_their_gaps_tools_and_reuse(
+    tmp_path: Path,
+) -> None:
+    rec = recorder(tmp_path)
+    call(rec, "\x00t:abc:agent-1", 10.0, 11.0, 256, tool="bash")
+    call(rec, None, 10.5, 10.7, 100)
+    call(rec, "\x00t:abc:agent-1", 14.0, 15.5, 384, last_turn=True)
+    call(rec, None, 20.0, 20.1, 100)
+    rec.close()
+    assert has_programs(tmp_path) and detect_format(record_files(tmp_path)[0]) == "recording"
+    records = list(read_trace(tmp_path))
+    assert len(records) == 4
+    prog = [r for r in records if r.index == 1 or r.input_tokens > 100]
+    assert len({r.session_id for r in prog}) == 1
+    first, second = prog
+    assert (first.arrival_s, second.arrival_s) == (0.0, 4.0)
+    assert second.think_time_s == pytest.approx(3.0)  # since the first call finished
+    assert (first.stop, second.stop) == ("bash", "end_turn")
+    assert (first.api_time_s, second.api_time_s) == (1.0, 1.5)
+    # engine blocks of 16 tokens, recorded as the simulator's 64-token blocks
+    assert first.block_tokens == RECORD_BLOCK_TOKENS
+    assert len(first.hash_ids) == 256 // 64 and len(second.hash_ids) == 384 // 64
+    assert second.hash_ids[:4] == first.hash_ids  # the prefix turn 2 reused
+    anonymous = [r for r in records if r not in prog]
+    assert len({r.session_id for r in anonymous}) == 2  # each its own one-call program
+
+
+def test_nothing_a_client_sent_is_written_and_keys_differ_per_recording(tmp_path: Path) -> None:
+    ids = []
+    for folder in (tmp_path / "a", tmp_path / "b"):
+        rec = recorder(folder)
+        call(rec, "secret-program", 0.0, 1.0, 128, tenant="secret-tenant")
+        rec.close()
+        text = "".join(f.read_text() for f in record_files(folder))
+        assert "secret" not in text and "anon" not in text
+        line = json.loads(text.splitlines()[1])
+        ids.append((line["program"], line["tenant"], line["hash_ids"]))
+    # the same program, tenant and blocks: unlinkable across two recordings (fresh keys)
+    assert all(a != b for a, b in zip(ids[0], ids[1], strict=True))
+
+
+def test_equal_blocks_stay_equal_and_unequal_differ_within_a_recording(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, key=b"k" * 32)
+    call(rec, "p", 0.0, 1.0, 128, block_hashes=engine_hashes("x", 8))
+    call(rec, "q", 0.0, 1.0, 128, block_hashes=engine_hashes("x", 4) + engine_hashes("y", 4))
+    rec.close()
+    a, b = (r.hash_ids for r in read_trace(tmp_path))
+    assert a[0] == b[0] and a[1] != b[1]
+
+
+def test_engine_blocks_that_do_not_divide_64_are_recorded_as_they_are(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, engine_block_tokens=48)
+    call(rec, "p", 0.0, 1.0, 480, block_hashes=engine_hashes("p", 10))
+    rec.close()
+    (r,) = read_trace(tmp_path)
+    assert r.block_tokens == 48 and len(r.hash_ids) == 10
+
+
+def test_calls_are_written_in_batches(tmp_path: Path) -> None:
+    clock = Clock()
+    rec = recorder(tmp_path, clock, batch_calls=3, flush_interval_s=10.0)
+    call(rec, "p", 0.0, 1.0, 64)
+    call(rec, "p", 2.0, 3.0, 64)
+    assert record_files(tmp_path) == []  # buffered
+    call(rec, "p", 4.0, 5.0, 64)
+    assert len(list(read_trace(tmp_path))) == 3  # the batch is full: written
+    call(rec, "p", 11.0, 12.0, 64)
+    assert len(list(read_trace(tmp_path))) == 3
+    call(rec, "p", 14.0, 15.0, 64)  # 10 s since the last write (at 5 s)
+    assert len(list(read_trace(tmp_path))) == 5
+    call(rec, "p", 16.0, 17.0, 64)
+    assert len(list(read_trace(tmp_path))) == 5
+    rec.close()
+    assert len(list(read_trace(tmp_path))) == 6 and rec.calls_recorded == 6
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    max_files=st.integers(1, 4),
+    prompts=st.lists(st.integers(0, 4096), min_size=1, max_size=400),
+    seed=st.integers(0, 1 << 30),
+)
+def test_files_stay_within_their_bound_over_a_long_run(
+    tmp_path_factory: pytest.TempPathFactory, max_files: int, prompts: list[int], seed: int
+) -> None:
+    folder = tmp_path_factory.mktemp("bound")
+    max_bytes = max_files * MIN_FILE_BYTES
+    # an older recording in the folder counts against the bound too
+    old = recorder(folder, max_bytes=max_bytes, max_files=max_files, batch_calls=7)
+    for i in range(300):
+        call(old, f"old-{i % 5}", i, i + 0.5, 2048)
+    old.close()
+    rec = recorder(folder, max_bytes=max_bytes, max_files=max_files, batch_calls=7)
+    for i, n in enumerate(prompts * 10):
+        call(rec, f"p{(i + seed) % 13}", float(i), i + 0.5, n)
+        files = record_files(folder)
+        assert len(files) <= max_files
+        assert sum(f.stat().st_size for f in files) <= max_bytes
+    rec.close()
+    files = record_files(folder)
+    assert len(files) <= max_files and sum(f.stat().st_size for f in files) <= max_bytes
+    assert rec.bytes_written > 0 and rec.calls_dropped == 0
+    # what is left is the newest and reads back whole
+    assert files[-1].name.split("-")[2] == rec.recording
+    assert len(list(read_trace(folder))) >= 1
+
+
+def test_the_writer_thread_writes_full_batches_and_close_writes_the_rest(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, batch_calls=4, background=True)
+    for i in range(4):
+        call(rec, "p", float(i), i + 0.5, 128)
+    for _ in range(500):  # the thread writes the full batch without being asked
+        if rec.calls_recorded == 4:
+            break
+        time.sleep(0.01)
+    assert rec.calls_recorded == 4 and len(list(read_trace(tmp_path))) == 4
+    call(rec, "p", 9.0, 9.5, 128)
+    rec.close()
+    assert len(list(read_trace(tmp_path))) == 5 and rec.calls_dropped == 0
+
+
+def test_a_call_longer_than_a_file_is_dropped_and_counted(tmp_path: Path) -> None:
+    rec = recorder(tmp_path, max_bytes=MIN_FILE_BYTES, max_files=1)
+    call(rec, "p", 0.0, 1.0, 16 * 8000)  # 2000 recorded blocks: ~40 kB
+    call(rec, "p", 0.0, 1.0, 16 * 16000)  # ~80 kB: more than the 64 kB file
+    rec.close()
+    assert rec.calls_dropped == 1 and rec.calls_recorded == 1
+    assert len(list(read_trace(tmp_path))) == 1
+
+
+def _recording_with_line(tmp_path: Path, line: str) -> Path:
+    rec = recorder(tmp_path)
+    call(rec, "p", 0.0, 1.0, 128)
+    call(rec, "p", 2.0, 3.0, 128)
+    rec.close()
+    (path,) = record_files(tmp_path)
+    lines = path.read_text().splitlines()
+    lines[2] = line
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ('{"t": 1.0, "end": 2.0', "(json)"),
+        (
+            '{"t": 1.0, "end": 2.0, "program": "p", "in": -3, "out": 1, "cached": 0, '
+            '"hash_ids": []}',
+            "in",
+        ),
+        (
+            '{"t": 3.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
+            '"hash_ids": []}',
+            "end",
+        ),
+        (
+            '{"t": 1.0, "end": 2.0, "program": 7, "in": 3, "out": 1, "cached": 0, "hash_ids": []}',
+            "program",
+        ),
+        (
+            '{"t": 1.0, "end": 2.0, "program": "p", "in": 3, "out": 1, "cached": 0, '
+            '"hash_ids": ["x"]}',
+            "hash_ids[0]",
+        ),
+    ],
+)
+def test_a_malformed_line_is_named_by_file_line_and_field(
+    tmp_path: Path, line: str, field: str
+) -> None:
+    path = _recording_with_line(tmp_path, line)
+    with pytest.raises(TraceFormatError) as e:
+        list(read_trace(tmp_path))
+    assert e.value.path == str(path) and e.value.record == "line 3" and e.value.field == field
+    assert str(path) in str(e.value) and "line 3" in str(e.value)
+
+
+def test_a_file_without_its_header_is_refused(tmp_path: Path) -> None:
+    path = _recording_with_line(tmp_path, "{}")
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[1:]) + "\n")
+    with pytest.raises(TraceFormatError, match="line 1: field 'format'"):
+        list(read_trace(tmp_path))
+
+
+def test_compare_reads_a_recording_folder(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rec = recorder(tmp_path / "rec")
+    for p in range(3):
+        for turn in range(4):
+            call(rec, f"p{p}", 10.0 * turn, 10.0 * turn + 1, 256 + 128 * turn, tool="bash")
+    rec.close()
+    out = tmp_path / "out.json"
+    argv = ["compare", "--trace", str(tmp_path / "rec"), "--policies", "vllm", "--json", str(out)]
+    assert cli_main(argv) == 0
+    s = json.loads(out.read_text())["results"][0]["summary"]
+    assert s["programs"] == 3 and s["calls"] == 12
+    assert s["input_tokens"] == 3 * sum(256 + 128 * t for t in range(4))
+    # each turn reuses the whole previous prompt
+    assert s["hit_tokens"] == 3 * sum(256 + 128 * t for t in range(3))
+    capsys.readouterr()
+
+
+def test_the_knobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("TTLPOLICY_RECORD", "TTLPOLICY_RECORD_MAX_BYTES", "TTLPOLICY_RECORD_FILES"):
+        monkeypatch.delenv(name, raising=False)
+    assert record_from_env() is None  # off by default
+    monkeypatch.setenv("TTLPOLICY_RECORD", str(tmp_path / "rec"))
+    s = record_from_env()
+    assert s is not None and s.directory == tmp_path / "rec" and s.max_files == 16
+    assert s.max_bytes == 1 << 30
+    monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "1000")
+    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*1000"):
+        record_from_env()
+    monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "x")
+    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*'x'"):
+        record_from_env()
+    monkeypatch.delenv("TTLPOLICY_RECORD_MAX_BYTES")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("TTLPOLICY_RECORD", str(tmp_path / "file"))
+    with pytest.raises(ValueError, match="TTLPOLICY_RECORD must name a directory"):
+        record_from_env()
+
+
+def test_replay_loads_a_recording_as_programs(tmp_path: Path) -> None:
+    from ttlpolicy.replay.programs import load_programs
+
+    rec = recorder(tmp_path)
+    call(rec, "p", 0.0, 1.0, 256, tool="bash")
+    call(rec, "p", 3.0, 4.0, 320, last_turn=True)
+    call(rec, None, 0.5, 0.7, 64)
+    rec.close()
+    work = load_programs(tmp_path, max_programs=10, max_context=4096)
+    assert not work.open_loop and len(work.programs) == 2
+    (prog,) = [p for p in work.programs if len(p.calls) == 2]
+    assert [c.input_tokens for c in prog.calls] == [256, 320]
+    assert [c.think_s for c in prog.calls] == [0.0, 2.0] and prog.block_tokens == 64
+    assert prog.calls[1].hash_ids[:4] == prog.calls[0].hash_ids
+
+
+def test_a_failed_write_drops_its_batch_and_the_recorder_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "rec"
+    rec = recorder(folder)
+    folder.rmdir()
+    folder.write_text("")  # the folder is gone: no file can be opened in it
+    call(rec, "p", 0.0, 1.0, 128)
+    rec.flush()
+    assert rec.calls_dropped == 1 and "recording into" in caplog.text
+    folder.unlink()
+    folder.mkdir()
+    call(rec, "p", 2.0, 3.0, 128)
+    rec.close()
+    assert rec.calls_recorded == 1 and len(list(read_trace(folder))) == 1
