@@ -41,7 +41,7 @@ from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLO
 from ttlpolicy.sim.report import Progress, format_table
 from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
-from ttlpolicy.traces import TraceRecord, has_programs, read_trace, sample_dir
+from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
 from ._args import finite_float, float_in, int_in, writable_file
 from ._plot import pyplot
@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         default=None,
+        type=resolve_trace,
         help="session file or folder, or a Mooncake .jsonl / Azure .csv trace "
         "(default: the 16 shipped sample sessions)",
     )
