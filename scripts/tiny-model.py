@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-from vllm_engine import build_tiny_model  # noqa: E402  (bench/ is on the path only now)
+from vllm_engine import build_tiny_model
 
 
 def main(argv: list[str]) -> int:

@@ -65,7 +65,7 @@ def test_the_verdict_says_later_and_switches_to_times_for_large_gaps() -> None:
         "verdict: on mean completion time, ttlpolicy finished the programs "
         "4.0 % later than stock vLLM at 1, 3.00× sooner at 2 programs/s"
     )
-    assert verdict(results[:2] + [run("continuum", 2, 1.0)], "rate (programs/s)") is None
+    assert verdict([*results[:2], run("continuum", 2, 1.0)], "rate (programs/s)") is None
     assert verdict([run("vllm", 1, 1.0)], "rate (programs/s)") is None
 
 

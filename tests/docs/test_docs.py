@@ -108,9 +108,9 @@ def test_no_document_points_outside_the_repository(doc: Path) -> None:
     text = doc.read_text()
     outside = [m.group(0) for m in OUTSIDE.finditer(text)]
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if not re.match(r"[a-z]+:", target) and not target.startswith("#"):
-            if not (doc.parent / target.split("#")[0]).resolve().is_relative_to(ROOT):
-                outside.append(target)
+        local = not re.match(r"[a-z]+:", target) and not target.startswith("#")
+        if local and not (doc.parent / target.split("#")[0]).resolve().is_relative_to(ROOT):
+            outside.append(target)
     assert not outside, f"{doc.relative_to(ROOT)} points outside the repository: {outside}"
 
 

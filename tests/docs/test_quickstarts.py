@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from test_docs import DOCS, ROOT, fenced_blocks  # type: ignore[import-not-found]
+from test_docs import DOCS, ROOT, fenced_blocks
 
 #: guide → (its env script, the variable holding the engine's pin there, or None, the lock)
 RECIPES = {
@@ -18,11 +17,15 @@ RECIPES = {
     "sglang.md": ("sglang-env.sh", "SGLANG_PIN", "requirements/sglang.txt"),
     "ray.md": ("ray-env.sh", None, "requirements/ray.txt"),
 }
-OUR_PACKAGES = re.compile(r"pip install [^\n#`]*(?<![\w./-])ttlpolicy(-vllm|-sglang|-ray)?(?![\w./-])")
+OUR_PACKAGES = re.compile(
+    r"pip install [^\n#`]*(?<![\w./-])ttlpolicy(-vllm|-sglang|-ray)?(?![\w./-])"
+)
 
 
 def shell(doc: Path) -> str:
-    return "\n".join(body for lang, body in fenced_blocks(doc.read_text()) if lang in ("bash", "sh"))
+    return "\n".join(
+        body for lang, body in fenced_blocks(doc.read_text()) if lang in ("bash", "sh")
+    )
 
 
 @pytest.mark.parametrize("guide", list(RECIPES))

@@ -90,9 +90,9 @@ def load(path: Path) -> Any:
 
 def test_the_samples_hold_sessions_with_sub_agents() -> None:
     assert len(SESSIONS) >= 17
-    assert any(
-        r.get("type") == "subagent" for p in SESSIONS for r in load(p)["requests"]
-    ), "no shipped session has a sub-agent: the schema's subagent branch goes unchecked"
+    assert any(r.get("type") == "subagent" for p in SESSIONS for r in load(p)["requests"]), (
+        "no shipped session has a sub-agent: the schema's subagent branch goes unchecked"
+    )
 
 
 @pytest.mark.parametrize("path", SESSIONS, ids=[p.name for p in SESSIONS])

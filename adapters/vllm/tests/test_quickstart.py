@@ -107,9 +107,7 @@ def run_program(command: str, model: Path, tmp_path: Path, scrape: bool) -> tupl
             timeout=STEP_TIMEOUT_S,
         )  # fmt: skip
         assert client.returncode == 0, client.stderr
-        (curl,) = [
-            line for line in one("bash", "curl").splitlines() if line.startswith("curl ")
-        ]
+        (curl,) = [line for line in one("bash", "curl").splitlines() if line.startswith("curl ")]
         metrics = bash(localise(curl, model, port), env) if scrape else ""
     finally:
         stop(proc)

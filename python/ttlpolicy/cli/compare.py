@@ -279,9 +279,7 @@ def verdict(results: list[dict], load_name: str) -> str | None:
     """The tables in one line, from their figures: ``ttlpolicy``'s mean completion time
     against stock vLLM's (``vllm``) at each load; None unless both ran (on one engine)."""
     jct = {
-        (r["policy"], r["load"]): r["summary"]["jct_mean_s"]
-        for r in results
-        if "router" not in r
+        (r["policy"], r["load"]): r["summary"]["jct_mean_s"] for r in results if "router" not in r
     }
     loads = sorted({load for _, load in jct})
     if not loads or any(("ttlpolicy", x) not in jct or ("vllm", x) not in jct for x in loads):

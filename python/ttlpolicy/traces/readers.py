@@ -435,7 +435,9 @@ def detect_format(path: str | Path) -> str:
     record tells TraceLab from Mooncake); FileNotFoundError when there is no such file (the
     first thing a mistyped path should be told)."""
     if not Path(path).exists():
-        raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}{_lookup_note(path)}")
+        raise FileNotFoundError(
+            f"no such trace file or directory: {str(path)!r}{_lookup_note(path)}"
+        )
     name = Path(path).name.lower()
     if name.endswith((".csv", ".csv.gz")):
         return "azure"
