@@ -46,7 +46,9 @@ def test_the_demo_ends_with_a_verdict_that_its_figures_bear_out(demo_run) -> Non
     loads = sorted({load for _, load in jct})
     ties = [x for x in loads if abs(jct["vllm", x] / jct["ttlpolicy", x] - 1) <= 0.002]
     if ties:
-        assert f"(within 0.2 %) at {' and '.join(map(str, ties))} programs in flight" in last
+        named = [str(x) for x in ties]
+        listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+        assert f"(within 0.2 %) at {listed} programs in flight" in last
     for pct, load in re.findall(r"([\d.]+) % sooner(?: than stock vLLM)? at (\d+)", last):
         gain = 100 * (jct["vllm", int(load)] / jct["ttlpolicy", int(load)] - 1)
         assert float(pct) == round(gain, 1)
