@@ -10,7 +10,7 @@ key=$(sha256sum <"$ROOT/requirements/dev.txt" | cut -c1-16)
 VENV="${TTLPOLICY_VENV:-$HOME/.cache/ttlpolicy/venv-dev-$key}"
 install_dev() {
   echo "==> installing requirements/dev.txt (numpy, pydantic, matplotlib, pytest, hypothesis," \
-    "maturin, ruff, mypy): ~60 MB download, about a minute" >&2
+    "maturin, ruff, mypy): ~170 MB download, about a minute" >&2
   pip_install "$1/bin/python" -r "$ROOT/requirements/dev.txt"
 }
 cached_venv "$VENV" install_dev

@@ -5,8 +5,8 @@
 # requirements/sglang.txt: a fresh machine builds it (a few minutes, ~6 GB: PyPI's torch 2.13.0,
 # the vLLM venv's, is a CUDA build that also runs on CPU), a rerun reuses it.  Only what SGLang's
 # cache and scheduling modules import is installed, not its full dependency set (~200
-# packages, torch 2.14.1, 11 GB); sglang itself goes in with --no-deps.  Recipe and reasons:
-# shared/notes/sglang-on-cpu.md.
+# packages, torch 2.14.1, 11 GB); sglang itself goes in with --no-deps.  The same recipe by
+# hand, and why: docs/sglang.md, "On a CPU".
 # Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package
 # (editable, which also registers its sglang.srt.plugins entry point) are installed into it;
 # the Rust build has its own folder, target/venvs/<venv name> (as scripts/env.sh).

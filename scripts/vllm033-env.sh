@@ -19,7 +19,7 @@ VLLM033_PIN="vllm==0.33.0"
 install_vllm033() {
   echo "==> installing the vLLM 0.33 test environment, once: requirements/vllm033.txt (torch" \
     "2.14 with its CUDA libraries, ~170 packages) then $VLLM033_PIN; ~3.9 GB download," \
-    "~7.2 GB on disk, 14 min measured on a loaded 2-core machine" >&2
+    "~7.2 GB on disk, 5-14 min (5 on a fresh machine, 14 on a loaded 2-core one)" >&2
   pip_install "$1/bin/python" -r "$ROOT/requirements/vllm033.txt"
   pip_install "$1/bin/python" --no-deps "$VLLM033_PIN"
 }

@@ -730,6 +730,12 @@ impl PyTTLPolicy {
         now = Arg::Ok(0.0),
         offloaded_tokens = Arg::Ok(0),
     ))]
+    // The defaults as `inspect.signature` shows them (pyo3 shows an `Arg` default as `...`);
+    // tests/core/test_public_surface.py holds them to the reference's.
+    #[pyo3(
+        text_signature = "($self, /, tool=None, request_blocks=0, mean_active_blocks=1.0, \
+        cache_miss_cost_s=None, prefix_tokens=0, now=0.0, offloaded_tokens=0)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn decide(
         slf: &Bound<'_, Self>,

@@ -18,10 +18,20 @@ import ttlpolicy
 from ttlpolicy.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [
+    ROOT / "README.md",
+    ROOT / "bench" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "adapters").glob("*/README.md")),
+]
+#: the scripts' comments point readers at documents too
+SCRIPTS = sorted((ROOT / "scripts").glob("*.sh"))
 RESULTS = ROOT / "bench" / "RESULTS.md"
 #: top-level folders of the repository: a backticked token under one of them is a path
-TOP = ("python/", "bench/", "docs/", "tests/", "adapters/", "scripts/", "rust/", "bindings/")
+TOP = (
+    "python/", "bench/", "docs/", "tests/", "adapters/", "scripts/", "rust/", "bindings/",
+    "requirements/",
+)  # fmt: skip
 #: adapters' import packages, checked in their source (their venvs are not this one)
 ADAPTER_SRC = {
     "ttlpolicy_vllm": ROOT / "adapters/vllm/src",
@@ -40,12 +50,31 @@ def code_spans(text: str) -> list[str]:
     return re.findall(r"`([^`\n]+)`", prose)
 
 
+def shell_tokens(text: str) -> list[str]:
+    """Words of the shell blocks (``bash``, ``sh``), comments dropped: a command's paths;
+    after a ``cd DIR`` the words are read from DIR (``cd adapters/ray && pytest tests/x.py``)."""
+    words = []
+    for lang, block in fenced_blocks(text):
+        if lang not in ("bash", "sh"):
+            continue
+        here = ""
+        for line in block.splitlines():
+            for command in line.split(" #")[0].split("&&"):
+                argv = command.split()
+                if argv[:1] == ["cd"] and len(argv) == 2:
+                    here = argv[1].rstrip("/") + "/"
+                    continue
+                relative = [w for w in argv if "/" in w and "=" not in w and w[0] not in "-/~$"]
+                words += [w for w in argv if w not in relative] + [here + w for w in relative]
+    return words
+
+
 def repo_paths(doc: Path) -> set[str]:
-    """Repository paths a document names in code spans or in relative links (resolved
-    against the document's folder)."""
+    """Repository paths a document names in code spans, in its shell blocks' commands or in
+    relative links (resolved against the document's folder)."""
     text = doc.read_text()
     found = set()
-    for span in code_spans(text):
+    for span in [*code_spans(text), *shell_tokens(text)]:
         for token in span.split():
             token = token.strip(",;:()")
             if token.startswith(TOP) and not re.search(r"[<>*…$\[\]{}]", token):
@@ -61,8 +90,36 @@ def repo_paths(doc: Path) -> set[str]:
 
 @pytest.mark.parametrize("doc", DOCS, ids=ids(DOCS))
 def test_every_path_a_doc_names_exists(doc: Path) -> None:
-    missing = sorted(p for p in repo_paths(doc) if not (ROOT / p).exists())
+    # an adapter's README names its own files from its folder (`tests/test_serve.py`)
+    missing = sorted(
+        p for p in repo_paths(doc) if not (ROOT / p).exists() and not (doc.parent / p).exists()
+    )
     assert not missing, f"{doc.name} names paths that do not exist: {missing}"
+
+
+#: What only the project's own machines have: notes and trace paths beside the repository.
+OUTSIDE = re.compile(r"shared/notes|\.\./shared/traces/\S|/work/")
+
+
+@pytest.mark.parametrize("doc", DOCS + SCRIPTS, ids=ids(DOCS + SCRIPTS))
+def test_no_document_points_outside_the_repository(doc: Path) -> None:
+    """A reader has a clone: a link, a path or a command that leads outside it fails for them
+    (issue 47: notes files beside the repository, `--trace ../shared/traces/...`)."""
+    text = doc.read_text()
+    outside = [m.group(0) for m in OUTSIDE.finditer(text)]
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        local = not re.match(r"[a-z]+:", target) and not target.startswith("#")
+        if local and not (doc.parent / target.split("#")[0]).resolve().is_relative_to(ROOT):
+            outside.append(target)
+    assert not outside, f"{doc.relative_to(ROOT)} points outside the repository: {outside}"
+
+
+def test_the_outside_check_catches_each_kind(tmp_path) -> None:
+    doc = ROOT / "docs" / "x.md"  # where it would sit; read from tmp_path
+    text = "[n](../../notes.md) see shared/notes/x.md; `--trace ../shared/traces/claude-code`"
+    assert len(OUTSIDE.findall(text)) == 2
+    assert not (doc.parent / "../../notes.md").resolve().is_relative_to(ROOT)
+    assert not OUTSIDE.search("TTLPOLICY_TRACES (default `../shared/traces`)")
 
 
 def slug(heading: str) -> str:
@@ -203,6 +260,8 @@ def test_every_command_a_doc_gives_parses(doc: Path) -> None:
                 pytest.fail(f"{doc.name}: `{line}` does not parse (exit {e.code})")
 
 
+#: ``python`` blocks run here; a block tagged ``python client`` needs a server (the
+#: engine guides' quickstarts: adapters/*/tests/test_quickstart.py runs them)
 PYTHON_BLOCKS = [
     (doc, i, body)
     for doc in DOCS

@@ -6,6 +6,7 @@ range (argparse prefixes the flag: ``argument --concurrency: must be an integer 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import tempfile
@@ -101,6 +102,8 @@ def writable_file(text: str) -> str:
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".ttlpolicy-write-check-")
     except OSError as e:
         reason = (e.strerror or str(e)).lower()
+        if e.errno == errno.ENOENT:  # the folder is there: a virtual filesystem (/proc) says so
+            reason = "its filesystem does not allow creating files there (ENOENT)"
         raise argparse.ArgumentTypeError(
             f"cannot write {text!r}: folder {str(parent)!r}: {reason}"
         ) from None

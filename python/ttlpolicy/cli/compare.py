@@ -41,7 +41,7 @@ from ttlpolicy.sim.paper_workloads import PAPER_ENGINE, PAPER_RATE_PER_S, WORKLO
 from ttlpolicy.sim.report import Progress, format_table
 from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
-from ttlpolicy.traces import TraceRecord, has_programs, read_trace, sample_dir
+from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
 from ._args import finite_float, float_in, int_in, writable_file
 from ._plot import pyplot
@@ -61,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         default=None,
+        type=resolve_trace,
         help="session file or folder, or a Mooncake .jsonl / Azure .csv trace "
         "(default: the 16 shipped sample sessions)",
     )
@@ -264,6 +265,45 @@ def plot(results: list[dict], path: str, load_name: str, title: str) -> None:
     pyplot().close(fig)
 
 
+#: What the columns the tables leave cryptic mean (docs/simulate.md, "What the demo shows").
+LEGEND = (
+    "JCT: a program's completion time, first call to last answer (its tool gaps included); "
+    "on engine: JCT less those gaps; hit rate: prompt tokens served from cache; "
+    "pinned blk·s: KV blocks kept for returning programs × seconds kept"
+)
+#: Mean completion times within this share of each other are called a tie.
+TIE_SHARE = 0.002
+
+
+def verdict(results: list[dict], load_name: str) -> str | None:
+    """The tables in one line, from their figures: ``ttlpolicy``'s mean completion time
+    against stock vLLM's (``vllm``) at each load; None unless both ran (on one engine)."""
+    jct = {
+        (r["policy"], r["load"]): r["summary"]["jct_mean_s"] for r in results if "router" not in r
+    }
+    loads = sorted({load for _, load in jct})
+    if not loads or any(("ttlpolicy", x) not in jct or ("vllm", x) not in jct for x in loads):
+        return None
+    unit = "programs in flight" if load_name.startswith("concurrency") else "programs/s"
+    ties, gaps = [], []
+    for load in loads:
+        ratio = jct["vllm", load] / jct["ttlpolicy", load]
+        if abs(ratio - 1) <= TIE_SHARE:
+            ties.append(f"{load:g}")
+            continue
+        r = max(ratio, 1 / ratio)
+        size = f"{100 * (r - 1):.1f} %" if r < 1.1 else f"{r:.2f}×"
+        gaps.append(f"{size} {'sooner' if ratio > 1 else 'later'} at {load:g}")
+    parts = []
+    if ties:
+        tied = ties[0] if len(ties) == 1 else ", ".join(ties[:-1]) + " and " + ties[-1]
+        parts.append(f"as fast as stock vLLM (within {100 * TIE_SHARE:g} %) at {tied} {unit}")
+    if gaps:
+        gaps[0] = gaps[0].replace(" at ", " than stock vLLM at ", 1)
+        parts.append(", ".join(gaps) + ("" if ties else f" {unit}"))
+    return "verdict: on mean completion time, ttlpolicy finished the programs " + "; ".join(parts)
+
+
 def _hardware(args: argparse.Namespace) -> Hardware:
     """A measured profile (``--hardware``) or the roofline of ``--model`` on ``--gpu``; the
     CPU tier is ``--cpu-tier-gb`` either way."""
@@ -376,6 +416,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{load_name} = {load:g}")
         print(format_table(rows))
     print(f"\n(simulated in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    print(f"\n{LEGEND}")
+    line = verdict(results, load_name)
+    if line:
+        print(line)
     if args.json:
         meta = {
             "trace": trace,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 import ttlpolicy as tp
-from ttlpolicy.traces import read_trace, sample_dir
+from ttlpolicy.traces import read_trace, resolve_trace, sample_dir
 
 from ._args import int_in
 
@@ -23,6 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         default=None,
+        type=resolve_trace,
         help="agentic session file or folder with stop reasons "
         "(default: the 16 shipped sample sessions)",
     )

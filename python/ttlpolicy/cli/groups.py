@@ -38,7 +38,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..plan.prices import Prices, load_prices
-from ..traces import HashScopes, read_trace, sample_dir
+from ..traces import HashScopes, read_trace, resolve_trace, sample_dir
 from ._args import float_in, int_in
 
 
@@ -99,6 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         default=None,
+        type=resolve_trace,
         help="trace with block hashes: agentic session file (.json[.gz]) or folder of them, "
         "or a Mooncake trace (.jsonl[.gz]) (default: the 16 shipped sample sessions)",
     )

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..sim.hardware import GPUS, MODELS
-from ..traces import sample_dir
+from ..traces import resolve_trace, sample_dir
 from ._args import writable_file
 from ._plot import pyplot
 from .groups import Progress
@@ -56,7 +56,12 @@ def _floats(text: str, name: str) -> list[float]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--trace", default=None, help="trace file or session folder (default: shipped sample)")
+    a(
+        "--trace",
+        default=None,
+        type=resolve_trace,
+        help="trace file or session folder (default: shipped sample)",
+    )
     a("--model", default="llama-3.1-8b", help=f"one of: {', '.join(MODELS)}")
     a("--gpu", default="h100-80g", help=f"one of: {', '.join(GPUS)}")
     a("--prices", default=None, help="price table (JSON, layout of the shipped prices.json)")

@@ -43,7 +43,7 @@ from ttlpolicy.replay.client import CallError
 from ttlpolicy.replay.programs import MAX_PROGRAMS
 from ttlpolicy.replay.report import json_safe, program_rows
 from ttlpolicy.replay.run import MAX_INFLIGHT
-from ttlpolicy.traces import sample_dir
+from ttlpolicy.traces import resolve_trace, sample_dir
 
 from ._args import finite_float, float_in, int_in, writable_file
 
@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--trace",
         metavar="PATH",
         default=None,
+        type=resolve_trace,
         help="a trace, as for `ttlpolicy compare` (default: the shipped sample sessions)",
     )
     parser.add_argument(

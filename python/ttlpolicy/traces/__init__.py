@@ -21,6 +21,7 @@ from .readers import (
     read_mooncake,
     read_trace,
     read_tracelab,
+    resolve_trace,
     sample_dir,
 )
 
@@ -40,5 +41,6 @@ __all__ = [
     "read_mooncake",
     "read_trace",
     "read_tracelab",
+    "resolve_trace",
     "sample_dir",
 ]

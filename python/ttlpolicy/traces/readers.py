@@ -31,6 +31,7 @@ import gzip
 import io
 import json
 import math
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -408,12 +409,38 @@ def _first_record(path: Path) -> Any:
     return None
 
 
+#: The folder of the full public traces (docs/simulate.md, "Where the traces come from"); a
+#: relative ``--trace`` that is not found from the working folder is looked up under it.
+TRACES_ENV = "TTLPOLICY_TRACES"
+
+
+def resolve_trace(path: str) -> str:
+    """``path`` as given when it exists (or is absolute), else ``$TTLPOLICY_TRACES/path`` when
+    that exists, else ``path`` unchanged (the reader then says what was looked for)."""
+    p = Path(path)
+    root = os.environ.get(TRACES_ENV)
+    if p.exists() or p.is_absolute() or not root or not (Path(root) / p).exists():
+        return path
+    return str(Path(root) / p)
+
+
+def _lookup_note(path: str | Path) -> str:
+    if Path(path).is_absolute():
+        return ""
+    root = os.environ.get(TRACES_ENV)
+    if root:
+        return f" (nor under {TRACES_ENV}={root!r})"
+    return f" ({TRACES_ENV}, where a trace name is also looked up, is not set)"
+
+
 def detect_format(path: str | Path) -> str:
     """'agentic', 'mooncake', 'tracelab', 'recording' or 'azure', from the file name (a JSONL
     file's first record tells TraceLab and a recording from Mooncake); FileNotFoundError
     when there is no such file (the first thing a mistyped path should be told)."""
     if not Path(path).exists():
-        raise FileNotFoundError(f"no such trace file or directory: {str(path)!r}")
+        raise FileNotFoundError(
+            f"no such trace file or directory: {str(path)!r}{_lookup_note(path)}"
+        )
     name = Path(path).name.lower()
     if name.endswith((".csv", ".csv.gz")):
         return "azure"
