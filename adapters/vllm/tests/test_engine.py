@@ -154,16 +154,20 @@ def test_pinned_blocks_stay_within_budget(ttl) -> None:
     budget = sched.pin_budget_blocks
     assert budget == 18
     p = Prompts(ttl, seed=6)
-    for i in range(4):  # 4 × 7 blocks would exceed the budget
-        ttl.submit(p(TURN1_PROMPT), TURN1_OUT, program_id=f"p-budget{i}", tool="bash")
+    prompts = [p(TURN1_PROMPT) for _ in range(4)]
+    rids = [  # 4 × 7 blocks would exceed the budget
+        ttl.submit(prompts[i], TURN1_OUT, program_id=f"p-budget{i}", tool="bash")
+        for i in range(4)
+    ]
     engine = ttl.llm.llm_engine
     while engine.has_unfinished_requests():
         ttl.step()
         assert sched.pins.held_blocks() <= budget
         assert sched.programs.pinned_blocks <= budget
     assert 7 <= sched.pins.held_blocks() <= budget  # some pinned, the rest refused
-    for i in range(4):
-        ttl.turn(p(8), 2, program_id=f"p-budget{i}", last_turn=True)
+    for i in range(4):  # each program's last turn continues its context (it takes the pin)
+        context = context_of(prompts[i], ttl.outputs[rids[i]])
+        ttl.turn(context + p(8), 2, program_id=f"p-budget{i}", last_turn=True)
 
 
 def test_a_program_that_never_returns_cannot_starve_others(ttl) -> None:
