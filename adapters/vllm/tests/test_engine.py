@@ -173,7 +173,8 @@ def test_pinned_blocks_stay_within_budget(ttl) -> None:
 def test_a_program_that_never_returns_cannot_starve_others(ttl) -> None:
     sched = ttl.scheduler
     p = Prompts(ttl, seed=7)
-    ttl.turn(p(TURN1_PROMPT), TURN1_OUT, program_id="p-gone-old", tool="bash")
+    old_prompt = p(TURN1_PROMPT)
+    old_out = ttl.turn(old_prompt, TURN1_OUT, program_id="p-gone-old", tool="bash")
     ttl.clock.advance(0.5)  # the second program arrives later
     ttl.turn(p(TURN1_PROMPT), TURN1_OUT, program_id="p-gone-new", tool="bash")
     assert sched.pins.held_blocks() == 14  # 10 blocks left free: a 14-block request needs pins
@@ -185,7 +186,8 @@ def test_a_program_that_never_returns_cannot_starve_others(ttl) -> None:
     assert sched.programs.pin("p-gone-new") is None
     assert sched.programs.pin("p-gone-old") is not None
     sched.programs.end_program("p-gone-new")
-    ttl.turn(p(8), 2, program_id="p-gone-old", last_turn=True)
+    context = context_of(old_prompt, old_out)  # (a last turn that continues takes the pin)
+    ttl.turn(context + p(8), 2, program_id="p-gone-old", last_turn=True)
 
 
 def test_anonymous_requests_run_exactly_as_stock(pair, ttl) -> None:

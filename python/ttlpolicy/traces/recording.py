@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .readers import (
+from .records import (
     MAX_TEXT_CHARS,
     TraceFormatError,
     TraceRecord,

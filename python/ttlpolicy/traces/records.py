@@ -1,0 +1,119 @@
+"""What every trace reader shares: the record type, the format error that names file, record
+and field, and the checks of a record's fields (``readers`` and ``recording`` both read with
+them; one module, so neither imports the other's).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+#: Free-text fields from a trace (stop reason, ids) are cut to this many characters.
+MAX_TEXT_CHARS = 128
+HASH_MIN, HASH_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class TraceFormatError(ValueError):
+    """A trace record that does not parse; the message names file, record and field."""
+
+    def __init__(self, path: str | Path, record: str, field: str, problem: str) -> None:
+        self.path, self.record, self.field = str(path), record, field
+        super().__init__(f"{path}: {record}: field {field!r}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecord:
+    """One LLM request of a trace."""
+
+    session_id: str  # program the request belongs to ("" for open-loop traces)
+    index: int  # position within the session (open-loop traces: within the file)
+    arrival_s: float  # seconds since the start of the session (open loop: of the trace)
+    input_tokens: int  # whole context, prefix included
+    output_tokens: int
+    hash_ids: tuple[int, ...]  # one id per block of the input; equal ids = reusable blocks
+    block_tokens: int  # tokens per hash block (0: the trace has no hashes)
+    stop: str | None  # "tool_use", "end_turn", other, or None when not recorded
+    think_time_s: float  # gap before this request: tool time after tool_use, else human time
+    api_time_s: float | None  # how long the original API took to answer, when recorded
+    hash_scope: str = ""  # "": hash ids are global; else ids are unique only within this scope
+
+
+def open_text(path: str | Path) -> IO[str]:
+    p = Path(path)
+    if p.suffix == ".gz":
+        return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
+    return open(p, encoding="utf-8")
+
+
+def _num(path: Path, where: str, obj: dict[str, Any], field: str, *, default: Any = ...) -> float:
+    if field not in obj or obj[field] is None:
+        if default is ...:
+            raise TraceFormatError(path, where, field, "missing")
+        return default
+    v = obj[field]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise TraceFormatError(path, where, field, f"must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def _int(path: Path, where: str, obj: dict[str, Any], field: str) -> int:
+    v = obj.get(field)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise TraceFormatError(path, where, field, f"must be an integer >= 0, got {v!r}")
+    return v
+
+
+def _hashes(
+    path: Path, where: str, obj: dict[str, Any], field: str = "hash_ids"
+) -> tuple[int, ...]:
+    v = obj.get(field)
+    if not isinstance(v, list):
+        raise TraceFormatError(
+            path, where, field, f"must be a list of integers, got {type(v).__name__}"
+        )
+    for i, h in enumerate(v):
+        if isinstance(h, bool) or not isinstance(h, int) or not HASH_MIN <= h <= HASH_MAX:
+            raise TraceFormatError(
+                path, where, f"{field}[{i}]", f"must be a 64-bit integer, got {h!r}"
+            )
+    return tuple(v)
+
+
+def _text(v: Any) -> str | None:
+    """An untrusted free-text field: None stays None, anything else a bounded str."""
+    return None if v is None or v == "" else str(v)[:MAX_TEXT_CHARS]
+
+
+def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
+    """Numbered lines; a file that cannot be decoded raises TraceFormatError at its line."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(f, 1):
+            yield lineno, line
+    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceFormatError(
+            path, f"line {lineno + 1}", "(file)", f"cannot be decoded: {e}"
+        ) from None
+
+
+def _json_lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """(line number, "line N", object) of each non-blank line of a JSONL file; a line that is
+    not a JSON object raises TraceFormatError at its line."""
+    for lineno, line in _lines(path, f):
+        if not line.strip():
+            continue
+        where = f"line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, where, "(json)", e.msg) from None
+        if not isinstance(obj, dict):
+            raise TraceFormatError(path, where, "(record)", "must be a JSON object")
+        yield lineno, where, obj
