@@ -1,8 +1,11 @@
 """Which agent program a vLLM request belongs to, read from what the client sent.
 
 ``SamplingParams.extra_args`` (HTTP: ``vllm_xargs``) may carry ``program_id``, ``last_turn``
-and ``tool``; without ``program_id`` the request's ``session_id`` names the program.  A request
-with neither is anonymous and is scheduled as stock vLLM would.  All of it is client input:
+and ``tool``; without ``program_id`` the request's ``session_id`` names the program, and without
+either the session an agent client sent in its own headers (``X-Claude-Code-Session-Id`` and
+the like, carried into ``vllm_xargs`` by ``ttlpolicy_vllm.middleware.AgentHeaders``;
+``ttlpolicy.agent_headers``).  A request with none is anonymous and is scheduled as stock vLLM
+would (or inferred, ``TTLPOLICY_INFER_PROGRAMS``).  All of it is client input:
 ids are bounded, a malformed value makes the request anonymous rather than failing it.
 
 The program is its tenant's: the id is namespaced by the request's ``cache_salt`` (or the
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ttlpolicy.agent_headers import from_fields
 from ttlpolicy.ids import (
     MAX_ID_BYTES,
     MAX_PROGRAM_ID_CHARS,
@@ -58,5 +62,8 @@ def program_of(request: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | N
     program_id = extra.get("program_id")
     if program_id is None:
         program_id = getattr(request, "session_id", None)
+    if program_id is None:
+        session = from_fields(extra)
+        program_id = None if session is None else session.program_id
     info = program_info(program_id, extra.get("last_turn", False), extra.get("tool"))
     return tenancy.scoped(info, tenant_of(request, tenancy))
