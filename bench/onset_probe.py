@@ -69,7 +69,7 @@ import numpy as np
 import sim_sweep  # bench/, beside this script: loads the sessions
 import ttlpolicy
 from agent_sweep import OPTIONS
-from ttlpolicy.reference.admission import AdmissionControl
+from ttlpolicy.reference.admission import AdmissionControl, away_samples
 from ttlpolicy.reference.scheduler import ProgramScheduler
 from ttlpolicy.sim import roofline
 from ttlpolicy.sim.engine import Engine
@@ -110,10 +110,7 @@ def variant_class(variant: str) -> type[AdmissionControl]:
             elapsed, cfg = t - prog.away_since_s, self.policy.config
             if elapsed > cfg.max_ttl_s:
                 return 0.0
-            window = self.policy._history._window(prog.tool)
-            if window is None or len(window) < max(cfg.min_tool_samples, 1):
-                window = self.policy._history._global
-            samples = window.sorted
+            samples = away_samples(self.policy, prog.tool)
             if not samples:
                 return 1.0 - math.exp(-horizon / cfg.prior_mean_s)
             k = bisect.bisect_right(samples, elapsed)

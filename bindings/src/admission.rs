@@ -29,6 +29,7 @@ impl PyAdmissionControl {
     #[pyo3(signature = (
         policy, total_blocks, max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
     ))]
+    #[pyo3(text_signature = "(policy, total_blocks, max_idle_programs=65536)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
@@ -80,6 +81,10 @@ impl PyAdmissionControl {
     }
 
     #[pyo3(signature = (program_id, now, blocks_held, tool = None, rebuild_s = Arg::Ok(0.0), last_turn = Flag(Ok(false))))]
+    #[pyo3(
+        text_signature = "($self, /, program_id, now, blocks_held, tool=None, \
+        rebuild_s=0.0, last_turn=False)"
+    )]
     fn finish(
         &mut self,
         program_id: &Bound<'_, PyAny>,

@@ -155,6 +155,11 @@ impl PyProgramLifecycle {
         request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
         prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
     ))]
+    #[pyo3(
+        text_signature = "($self, /, request_id, now, blocks_held, tool=None, \
+        last_turn=False, cache_miss_cost_s=None, prefix_tokens=0, offloaded_tokens=0, \
+        mean_active_blocks=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn finish(
         slf: &Bound<'_, Self>,
@@ -220,6 +225,10 @@ impl PyProgramLifecycle {
     #[pyo3(signature = (
         now, short_blocks, release, stalled = Flag(Ok(false)), keep = None, for_program = None
     ))]
+    #[pyo3(
+        text_signature = "($self, /, now, short_blocks, release, stalled=False, \
+        keep=None, for_program=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn give_way(
         slf: &Bound<'_, Self>,

@@ -183,6 +183,10 @@ impl PyProgramLinker {
         max_programs = Arg::Ok(DEFAULT_MAX_PROGRAMS),
         min_depth_fraction = Arg::Ok(DEFAULT_MIN_DEPTH_FRACTION),
     ))]
+    #[pyo3(
+        text_signature = "(max_turn_ends=262144, max_age_s=86400.0, max_programs=262144, \
+        min_depth_fraction=0.9)"
+    )]
     fn new(
         max_turn_ends: Arg<i64>,
         max_age_s: Arg<f64>,

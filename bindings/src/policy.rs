@@ -92,6 +92,7 @@ impl PyToolHistory {
         window = Arg::Ok(ToolHistory::DEFAULT_WINDOW),
         max_tools = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS),
     ))]
+    #[pyo3(text_signature = "(window=1024, max_tools=1024)")]
     fn new(window: Arg<i64>, max_tools: Arg<i64>) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
@@ -185,6 +186,7 @@ impl PyEtaEstimator {
         min_programs = Arg::Ok(EtaEstimator::DEFAULT_MIN_PROGRAMS),
         clip = true,
     ))]
+    #[pyo3(text_signature = "(window=256, min_programs=8, clip=True)")]
     fn new(window: Arg<i64>, min_programs: Arg<i64>, clip: bool) -> PyResult<Self> {
         let inner = call2(
             ("window", window),
@@ -235,6 +237,7 @@ pub struct PyOutOfOrderCost {
 impl PyOutOfOrderCost {
     #[new]
     #[pyo3(signature = (window = Arg::Ok(OutOfOrderCost::DEFAULT_WINDOW)))]
+    #[pyo3(text_signature = "(window=256)")]
     fn new(window: Arg<i64>) -> PyResult<Self> {
         let inner = call1("window", window, OutOfOrderCost::new)?;
         Ok(PyOutOfOrderCost { inner })
@@ -295,6 +298,10 @@ impl PyCacheMissModel {
         min_samples = Arg::Ok(CacheMissModel::DEFAULT_MIN_SAMPLES),
         prefill_chunk_tokens = None,
     ))]
+    #[pyo3(text_signature = "(prefill_base_s=0.01, prefill_s_per_token=0.0001, \
+        prefill_s_per_token2=0.0, kv_bytes_per_token=131072, \
+        offload_bandwidth_bytes_per_s=None, window=256, min_samples=8, \
+        prefill_chunk_tokens=None)")]
     fn new(
         prefill_base_s: Arg<f64>,
         prefill_s_per_token: Arg<f64>,
@@ -324,6 +331,7 @@ impl PyCacheMissModel {
     }
 
     #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
+    #[pyo3(text_signature = "($self, /, tokens, seconds, cached_tokens=0)")]
     fn observe_prefill(
         slf: &Bound<'_, Self>,
         tokens: Arg<i64>,
@@ -385,6 +393,7 @@ impl PyCacheMissModel {
     }
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
+    #[pyo3(text_signature = "($self, /, prefix_tokens, offloaded_tokens=0)")]
     fn miss_cost_s(
         slf: &Bound<'_, Self>,
         prefix_tokens: Arg<i64>,
@@ -678,6 +687,7 @@ impl PyTTLPolicy {
     }
 
     #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
+    #[pyo3(text_signature = "($self, /, tokens, seconds, cached_tokens=0)")]
     fn observe_prefill(
         slf: &Bound<'_, Self>,
         tokens: Arg<i64>,
@@ -706,6 +716,7 @@ impl PyTTLPolicy {
     }
 
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
+    #[pyo3(text_signature = "($self, /, prefix_tokens, offloaded_tokens=0)")]
     fn miss_cost_s(
         slf: &Bound<'_, Self>,
         prefix_tokens: Arg<i64>,

@@ -184,6 +184,8 @@ impl PyPrefixTree {
         max_idle_groups = Arg::Ok(core::PrefixTree::DEFAULT_MAX_IDLE_GROUPS),
         default_ttl_s = Arg::Ok(core::PrefixTree::DEFAULT_TTL_S),
     ))]
+    #[pyo3(text_signature = "(max_nodes=1048576, group_depth=2, window=256, \
+        max_idle_groups=65536, default_ttl_s=math.inf)")]
     fn new(
         max_nodes: Arg<i64>,
         group_depth: Arg<i64>,

@@ -28,6 +28,7 @@ impl PyProgramRouter {
         policy, max_instances = Arg::Ok(DEFAULT_MAX_INSTANCES),
         max_programs = Arg::Ok(DEFAULT_MAX_PROGRAMS),
     ))]
+    #[pyo3(text_signature = "(policy, max_instances=1024, max_programs=1048576)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         max_instances: Arg<i64>,
@@ -121,6 +122,7 @@ impl PyProgramRouter {
     }
 
     #[pyo3(signature = (instance_id, program_id, held_blocks = Arg::Ok(0)))]
+    #[pyo3(text_signature = "($self, /, instance_id, program_id, held_blocks=0)")]
     fn evicted(
         slf: &Bound<'_, Self>,
         instance_id: &Bound<'_, PyAny>,

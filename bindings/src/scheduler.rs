@@ -377,6 +377,8 @@ impl PyProgramScheduler {
         policy, total_blocks, pin_budget_blocks,
         max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
     ))]
+    #[pyo3(text_signature = "(policy, total_blocks, pin_budget_blocks, \
+        max_idle_programs=65536)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
@@ -533,6 +535,11 @@ impl PyProgramScheduler {
         request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
         prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
     ))]
+    #[pyo3(
+        text_signature = "($self, /, request_id, now, blocks_held, tool=None, \
+        last_turn=False, cache_miss_cost_s=None, prefix_tokens=0, offloaded_tokens=0, \
+        mean_active_blocks=None)"
+    )]
     #[allow(clippy::too_many_arguments)]
     fn finish(
         slf: &Bound<'_, Self>,

@@ -26,13 +26,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..sim.hardware import GPUS, MODELS
 from ..traces import resolve_trace, sample_dir
 from ._args import writable_file
 from ._plot import pyplot
 from .groups import Progress
+
+if TYPE_CHECKING:
+    from ..plan.objectives import Config, Context, Setup
+    from ..plan.results import ResultCache
+    from ..plan.search import Grid, Search
 
 OBJECTIVES = (
     ("throughput_tok_s", "throughput", max),
@@ -241,14 +246,11 @@ def overload_warning(trace: Any, points: list[dict]) -> str | None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from ..plan.front import as_min, front_indices
-    from ..plan.objectives import Config, Context, Setup
-    from ..plan.pool import LocalPool, RayPool
-    from ..plan.results import ResultCache, key_of
-    from ..plan.search import Grid, Search, policies
+def _checked(args: argparse.Namespace) -> tuple[Grid, Config, Setup]:
+    """The search grid, the baseline and the setup: everything is checked before any work."""
+    from ..plan.objectives import Setup
+    from ..plan.search import Grid, policies
 
-    # ---- everything is checked before any work --------------------------------------------
     grid = Grid(
         parse_grid(args.dram_gb, "dram-gb"),
         parse_grid(args.ssd_gb, "ssd-gb"),
@@ -281,10 +283,26 @@ def run(args: argparse.Namespace) -> int:
         decode_batch=args.decode_batch,
     )
     setup.validate()
+    return grid, baseline, setup
+
+
+def _cost_key(args: argparse.Namespace) -> str:
+    return "cost_usd_per_h" if args.billing == "provisioned" else "cost_held_usd_per_h"
+
+
+def _searched(
+    args: argparse.Namespace, setup: Setup, grid: Grid, baseline: Config
+) -> tuple[Context, Search, dict[str, int], ResultCache, float]:
+    """The search run (the baseline evaluated too): its context, the search with its results,
+    the counts simulated and read from the cache, the cache, and the seconds it took."""
+    from ..plan.objectives import Context
+    from ..plan.pool import LocalPool, RayPool
+    from ..plan.results import ResultCache, key_of
+    from ..plan.search import Search
+
     t0 = time.perf_counter()
     ctx = Context(setup)  # loads prices (validated) and the trace (cached form)
     t_load = time.perf_counter() - t0
-    cost_key = "cost_usd_per_h" if args.billing == "provisioned" else "cost_held_usd_per_h"
     cache = ResultCache(key_of(ctx), enabled=not args.no_cache)
     use_ray = args.ray or args.ray_address is not None
     workers = args.workers
@@ -322,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
         return [out[c] for c in configs]
 
-    search = Search(grid, evaluate, ctx.cost_usd_per_h, cost_key)
+    search = Search(grid, evaluate, ctx.cost_usd_per_h, _cost_key(args))
     try:
         if args.exhaustive:
             search.exhaustive()
@@ -332,10 +350,11 @@ def run(args: argparse.Namespace) -> int:
     finally:
         pool.close()
         cache.close()
-    elapsed = time.perf_counter() - t0
+    return ctx, search, evaluated, cache, time.perf_counter() - t0
 
-    # ---- report ---------------------------------------------------------------------------
-    configs = list(search.results)
+
+def _points(search: Search, configs: list[Config], cost_key: str) -> list[dict[str, Any]]:
+    """Each evaluated configuration with its results and its $ per million output tokens."""
     points: list[dict[str, Any]] = []
     for c in configs:
         cj = c.to_json()
@@ -345,9 +364,14 @@ def run(args: argparse.Namespace) -> int:
         thr = r["throughput_tok_s"]
         r["usd_per_m_tok"] = r[cost_key] / (thr * 3600.0) * 1e6 if thr > 0 else math.inf
         points.append({"config": cj, **r})
-    objs = [as_min(p, cost_key) for p in points]
-    front = front_indices(objs)
-    base = points[configs.index(baseline)]
+    return points
+
+
+def _print_front(
+    points: list[dict[str, Any]], objs: list[Any], front: list[int], baseline: Config,
+    base: dict[str, Any], cost_key: str,
+) -> None:  # fmt: skip
+    """The front by cost, then the best point per objective against the baseline."""
     print(f"\nPareto front ({len(front)} of {len(points)} evaluated points), by cost:")
     print(format_front([("", points[i]) for i in sorted(front, key=lambda i: objs[i])], cost_key))
     print(
@@ -362,6 +386,22 @@ def run(args: argparse.Namespace) -> int:
         change = (points[best][k] - base[k]) / base[k] if base[k] else math.nan
         rows.append((f"best {name} ({change:+.1%})", points[best]))
     print(format_front(rows, cost_key))
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plan.front import as_min, front_indices
+
+    grid, baseline, setup = _checked(args)
+    ctx, search, evaluated, cache, elapsed = _searched(args, setup, grid, baseline)
+
+    # ---- report ---------------------------------------------------------------------------
+    cost_key = _cost_key(args)
+    configs = list(search.results)
+    points = _points(search, configs, cost_key)
+    objs = [as_min(p, cost_key) for p in points]
+    front = front_indices(objs)
+    base_i = configs.index(baseline)
+    _print_front(points, objs, front, baseline, points[base_i], cost_key)
     warning = overload_warning(ctx.trace, points)
     if warning:
         print(f"\n{warning}", file=sys.stderr)
@@ -374,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
         "evaluations": len(points),
         "points": points,
         "front": front,
-        "baseline": configs.index(baseline),
+        "baseline": base_i,
         "meta": {
             "trace": setup.trace,
             "model": args.model,
@@ -400,6 +440,5 @@ def run(args: argparse.Namespace) -> int:
             f"{Path(setup.trace).name}: {len(ctx.trace)} requests, {args.model} on "
             f"{MODELS[args.model].tp}x {args.gpu}, {args.billing} billing"
         )
-        base_i = configs.index(baseline)
         _atomic_write(args.plot, lambda tmp: plot(points, front, base_i, tmp, cost_key, title))
     return 0

@@ -46,3 +46,10 @@ def synchronized(cls: type[T]) -> type[T]:
         elif callable(attr) and not isinstance(attr, (staticmethod, classmethod, type)):
             setattr(cls, name, _locked(attr))
     return cls
+
+
+def lock_of(obj: Any) -> threading.RLock:
+    """The lock that ``synchronized`` gave ``obj`` (``ProgramLifecycle`` holds its parts' locks
+    across a call's checks and changes)."""
+    lock: threading.RLock = obj._lock
+    return lock

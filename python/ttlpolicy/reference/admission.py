@@ -127,8 +127,8 @@ from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from ._sync import synchronized
-from .history import back_within
-from .policy import MAX_BLOCKS
+from .history import back_within, global_window, tool_window
+from .policy import MAX_BLOCKS, tool_history
 from .scheduler import (
     DEFAULT_MAX_IDLE_PROGRAMS,
     MAX_IDLE_PROGRAMS,
@@ -197,8 +197,7 @@ class AdmissionControl:
     def __init__(
         self, policy: Any, total_blocks: Any, max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS
     ) -> None:
-        history = getattr(policy, "_history", None)
-        if history is None or not callable(getattr(policy, "decide", None)):
+        if tool_history(policy) is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
         self.policy = policy
         self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
@@ -343,11 +342,7 @@ class AdmissionControl:
     # -- the rules ------------------------------------------------------------------------
     def _samples(self, tool: str) -> list[float]:
         """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
-        history = self.policy._history
-        window = history._window(tool)
-        if window is None or len(window) < max(self.policy.config.min_tool_samples, 1):
-            window = history._global
-        return window.sorted
+        return away_samples(self.policy, tool)
 
     def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
         """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
@@ -675,3 +670,16 @@ class AdmissionControl:
     def waiting_count(self) -> int:
         """Programs known and not yet admitted."""
         return len(self._programs) - len(self._admitted)
+
+
+def away_samples(policy: Any, tool: Any) -> list[float]:
+    """The sorted durations a program away on ``tool`` is judged by: ``tool``'s window once it
+    holds ``min_tool_samples`` (at least one), else the global one (see the module doc).
+    ``policy`` is a reference ``TTLPolicy``."""
+    history = tool_history(policy)
+    if history is None:
+        raise TypeError(f"policy must be a reference TTLPolicy, got {type(policy).__name__}")
+    window = tool_window(history, tool)
+    if window is None or len(window) < max(policy.config.min_tool_samples, 1):
+        window = global_window(history)
+    return window.sorted

@@ -139,3 +139,15 @@ class ToolHistory:
         """The window's samples, sorted ascending."""
         w = self._window(tool)
         return list(w.sorted) if w is not None else []
+
+
+# The reference's own readers (the policy, load control) take a window's sorted samples
+# without a copy; these are not part of the classes' surface, which the native ones share.
+def tool_window(history: ToolHistory, tool: Any) -> DurationWindow | None:
+    """``tool``'s window in ``history`` (None: not tracked; a None tool: the global one)."""
+    return history._window(tool)
+
+
+def global_window(history: ToolHistory) -> DurationWindow:
+    """``history``'s window over every tool."""
+    return history._global

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._validate import finite, int_in
-from ._sync import synchronized
+from ._sync import lock_of, synchronized
 from .admission import AdmissionControl
 from .policy import MAX_BLOCKS
 from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id
@@ -260,10 +260,10 @@ class ProgramLifecycle:
         """Holds load control's lock, then the scheduler's (the order every call takes them
         in), so that nothing changes either between a call's checks and its changes."""
         stack = contextlib.ExitStack()
-        parts: list[Any] = [self.admission, self.scheduler]  # (each has a `_lock`: _sync)
+        parts: list[Any] = [self.admission, self.scheduler]  # (each is synchronized)
         for part in parts:
             if part is not None:
-                stack.enter_context(part._lock)
+                stack.enter_context(lock_of(part))
         return stack
 
     @staticmethod

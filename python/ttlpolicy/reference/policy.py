@@ -22,7 +22,7 @@ from .._validate import as_float, finite, int_in, non_negative, positive, short_
 from ..config import PolicyConfig
 from ._sync import synchronized
 from .estimators import CacheMissModel, EtaEstimator, OutOfOrderCost
-from .history import ToolHistory
+from .history import ToolHistory, global_window, tool_window
 from .solver import solve_sorted
 
 #: Which rule produced a decision.
@@ -128,8 +128,8 @@ class TTLPolicy:
         """
         history = self._history
         # Validate everything before touching any state.
-        tool_window = history._window(tool) if tool is not None else None
-        count = len(tool_window) if tool_window is not None else 0
+        window = tool_window(history, tool) if tool is not None else None
+        count = len(window) if window is not None else 0
         blocks = int_in("request_blocks", request_blocks, 0, MAX_BLOCKS)
         mean_active = positive("mean_active_blocks", mean_active_blocks)
         finite("now", now)
@@ -140,10 +140,10 @@ class TTLPolicy:
             int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
             int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
         cfg = self.config
-        if tool_window is not None and count >= cfg.min_tool_samples and count > 0:
-            samples, source = tool_window.sorted, "tool_cdf"
+        if window is not None and count >= cfg.min_tool_samples and count > 0:
+            samples, source = window.sorted, "tool_cdf"
         elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
-            samples, source = history._global.sorted, "global_cdf"
+            samples, source = global_window(history).sorted, "global_cdf"
         else:
             samples, source = None, "exponential_prior"
         eta = self._eta_estimator.eta
@@ -160,7 +160,7 @@ class TTLPolicy:
         return PinDecision(tau, benefit, cost, k / len(samples), source)
 
     def _exponential(self, benefit: float, cost: float) -> PinDecision:
-        mean = self._history._global.mean() if self.config.prior_mean_from_history else None
+        mean = global_window(self._history).mean() if self.config.prior_mean_from_history else None
         mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
         max_ttl = self.config.max_ttl_s
         if cost == 0.0:
@@ -175,3 +175,9 @@ class TTLPolicy:
             tau, source = 0.0, "exponential_prior"
         p = 1.0 - math.exp(-tau / mu)
         return PinDecision(tau, benefit, cost, p, source)
+
+
+def tool_history(policy: Any) -> ToolHistory | None:
+    """A reference ``TTLPolicy``'s tool durations, read (never copied) by load control; None
+    for any other object (a native policy keeps its own)."""
+    return policy._history if isinstance(policy, TTLPolicy) else None

@@ -292,6 +292,23 @@ class Engine:
             return h
         return t
 
+    # -- the steps a cluster (sim.cluster) takes for each of its engines, in time order -----
+    def prepare(self) -> StepPlan | None:
+        """Events due handled, the next step planned; None: nothing before the next event."""
+        return self._prepare()
+
+    def next_event_s(self) -> float | None:
+        """When the next event (an arrival, a tool's return, a pin's deadline) is due."""
+        return self._next_event_s()
+
+    def advance(self, dt_s: float) -> None:
+        """Time passes with nothing computing."""
+        self._advance(dt_s)
+
+    def step(self, plan: StepPlan, length: tuple[int, float] | None = None) -> None:
+        """Runs a plan that ``prepare`` gave (``length``: as ``run_length`` said)."""
+        self._step(plan, length)
+
     def run_length(self, plan: StepPlan) -> tuple[int, float]:
         """How many of the plan's steps run before the next event, and their time."""
         _dec, _chunks, k, times = plan

@@ -59,7 +59,6 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 import ttlpolicy
-from ttlpolicy.reference.router import DEFAULT_MAX_INSTANCES, DEFAULT_MAX_PROGRAMS
 
 from . import _registry
 from .identity import Tenancy, program_key, program_of, request_tokens, tenant_of_request
@@ -105,25 +104,26 @@ class TTLPolicyRouter(RequestRouter):
     def initialize_state(
         self,
         policy: str | None = None,
-        max_programs: int = DEFAULT_MAX_PROGRAMS,
-        max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_programs: int | None = None,
+        max_instances: int | None = None,
         tenant_field: str | None = None,
         **_: Any,
     ) -> None:
         """``request_router_kwargs``: ``policy``, a ``PolicyConfig`` as JSON (as the engines'
         ``TTLPOLICY_POLICY``; its miss model and queueing delay price a call); ``max_programs``
-        and ``max_instances``, the router's bounds; ``tenant_field``, where a program's tenant
-        comes from: None, the request's ``cache_salt``; else the name of a ``vllm_xargs``
-        field that the operator's gateway sets (and clients cannot)."""
+        and ``max_instances``, the router's bounds (None: ``ProgramRouter``'s own defaults);
+        ``tenant_field``, where a program's tenant comes from: None, the request's
+        ``cache_salt``; else the name of a ``vllm_xargs`` field that the operator's gateway
+        sets (and clients cannot)."""
         self._tenancy = Tenancy(tenant_field)  # (checks the name)
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
         self._gone: OrderedDict[str, None] = OrderedDict()
         self._max_gone = MAX_GONE_REPLICAS
+        bounds = {"max_instances": max_instances, "max_programs": max_programs}
         self.program_router = ttlpolicy.ProgramRouter(
             ttlpolicy.TTLPolicy(self._config),
-            max_instances=max_instances,
-            max_programs=max_programs,
+            **{name: value for name, value in bounds.items() if value is not None},
         )
         self._max_programs = self.program_router.max_programs
         self._registered: set[str] = set()  # instances registered and not removed
