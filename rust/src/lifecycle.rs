@@ -121,11 +121,18 @@ impl ProgramLifecycle {
             Some(admission) => Some(admission.check_arrive(program_id, now, blocks_needed)?),
             None => None,
         };
+        // a program the scheduler queues as new (idle past max_ttl_s) is new to load control
+        // too: one FCFS place in both, or an admitted program could wait behind a head load
+        // control refuses, and nothing would run
+        let renews = checked.is_some() && parts.scheduler.renews(parts.policy, program_id, now);
         let pin =
             parts
                 .scheduler
                 .arrive(parts.policy, request_id, program_id, now, blocks_needed)?;
         if let (Some(admission), Some((t, blocks))) = (parts.admission.as_deref_mut(), checked) {
+            if renews {
+                let _ = admission.end(program_id); // (load control may have dropped it)
+            }
             admission.arrive_checked(program_id, t, blocks);
         }
         let rid: Arc<str> = Arc::from(request_id);

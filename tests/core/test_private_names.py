@@ -44,7 +44,13 @@ _CRATE = (
 ALLOWED: dict[tuple[str, str], str] = {
     **{
         ("ttlpolicy.reference.lifecycle", name): _CRATE
-        for name in ("_check_arrive", "_arrive_checked", "_check_finish", "_finish_checked")
+        for name in (
+            "_check_arrive",
+            "_arrive_checked",
+            "_check_finish",
+            "_finish_checked",
+            "_renews",
+        )
     },
     ("bench", "_native"): "the benches time the native module itself, whatever the backend",
     ("ttlpolicy.serving", "_sum"): "prometheus_client's histogram, batched (see _batchable)",

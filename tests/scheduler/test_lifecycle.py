@@ -400,3 +400,24 @@ def test_a_release_calling_back_is_refused_by_the_native_backend(backends):
     with pytest.raises(RuntimeError, match="Already mutably borrowed"):
         life.give_way(10.0, 5, reads_back, stalled=True)
     assert life.scheduler.pin_count == 0 and life.held_count == 0
+
+
+def test_a_program_back_after_max_ttl_s_is_new_to_both_parts(impl):
+    """The scheduler queues a program idle past ``max_ttl_s`` as new; load control must too.
+    Else it stays admitted while queued behind a head load control refuses, and an engine
+    that stops at a refused head never runs anything (found stalling the simulator)."""
+    config = PolicyConfig(max_ttl_s=10.0, admission=True)
+    policy = impl.TTLPolicy(config)
+    for _ in range(8):
+        policy.observe_tool("bash", 30.0)  # A is expected back within the horizon
+    sched = impl.ProgramScheduler(policy, 100, 0)  # no pin budget: A goes idle at its finish
+    life = impl.ProgramLifecycle(sched, impl.AdmissionControl(policy, 100))
+    life.arrive("a1", "A", 0.0, 60)
+    assert life.may_run("A", 0.0) and sched.pop(0.0) == "a1"
+    life.finish("a1", 1.0, 60, tool="bash", cache_miss_cost_s=100.0)
+    life.arrive("b1", "B", 2.0, 60)
+    assert not life.may_run("B", 2.0)  # A's context is expected back: B waits
+    life.arrive("a2", "A", 31.0, 60)  # back after 30 s idle: past max_ttl_s
+    assert sched.priority("b1") < sched.priority("a2")  # B is the older program now
+    assert life.may_run("B", 31.0), "the head may run: the engine makes progress"
+    assert sched.pop(31.0) == "b1"

@@ -156,8 +156,7 @@ def test_pinned_blocks_stay_within_budget(ttl) -> None:
     p = Prompts(ttl, seed=6)
     prompts = [p(TURN1_PROMPT) for _ in range(4)]
     rids = [  # 4 × 7 blocks would exceed the budget
-        ttl.submit(prompts[i], TURN1_OUT, program_id=f"p-budget{i}", tool="bash")
-        for i in range(4)
+        ttl.submit(prompts[i], TURN1_OUT, program_id=f"p-budget{i}", tool="bash") for i in range(4)
     ]
     engine = ttl.llm.llm_engine
     while engine.has_unfinished_requests():

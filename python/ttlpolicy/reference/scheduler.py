@@ -295,6 +295,16 @@ class ProgramScheduler:
         self._now = t
         return [self._arrive(r, p, t) for r, p in zip(rids, pids, strict=False)]
 
+    def _renews(self, pid: str, t: float) -> bool:
+        """Whether ``pid`` arriving at ``t`` queues as a new program: idle longer than any pin
+        lasts (module doc).  The lifecycle asks first, so that load control starts it anew too."""
+        prog = self._programs.get(pid)
+        return (
+            prog is not None
+            and pid in self._idle
+            and t - prog.idle_since_s > self.policy.config.max_ttl_s
+        )
+
     def _arrive(self, rid: str, pid: str, t: float) -> Pin | None:
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:
@@ -304,7 +314,7 @@ class ProgramScheduler:
         if prog is None:
             prog = self._programs[pid] = _Program(t, self._programs_seen)
             self._programs_seen += 1
-        elif pid in self._idle and t - prog.idle_since_s > self.policy.config.max_ttl_s:
+        elif self._renews(pid, t):
             # Idle longer than any pin lasts: it queues as a new arrival (see the module doc).
             prog.arrival_s, prog.order = t, self._programs_seen
             self._programs_seen += 1

@@ -499,6 +499,15 @@ impl ProgramScheduler {
         Ok(out)
     }
 
+    /// Whether `program_id` arriving at `t` queues as a new program: idle longer than any pin
+    /// lasts (module doc). The lifecycle asks first, so that load control starts it anew too.
+    pub(crate) fn renews(&self, policy: &TTLPolicy, program_id: &str, t: f64) -> bool {
+        self.programs.find(program_id).is_some_and(|p| {
+            let prog = self.programs.get(p);
+            prog.idle && t - prog.idle_since_s > policy.config().max_ttl_s
+        })
+    }
+
     fn arrive_checked(
         &mut self,
         policy: &mut TTLPolicy,
@@ -506,6 +515,7 @@ impl ProgramScheduler {
         program_id: &str,
         t: f64,
     ) -> Result<Option<Pin>> {
+        let renews = self.renews(policy, program_id, t);
         let found = self.programs.find(program_id);
         if let Some(p) = found {
             let prog = self.programs.get_mut(p);
@@ -515,7 +525,7 @@ impl ProgramScheduler {
                 prog.tool = None;
                 prog.tool_since_s = None;
             }
-            if prog.idle && t - prog.idle_since_s > policy.config().max_ttl_s {
+            if renews {
                 // Idle longer than any pin lasts: it queues as a new arrival (module doc).
                 prog.arrival_s = t;
                 prog.order = self.programs_seen;
