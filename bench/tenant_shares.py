@@ -7,7 +7,9 @@ the victim tenant runs ``--victims`` programs of 10 blocks, each returning ``--g
 after its turn (a tool call), for the whole run; the flood tenant finishes one new 50-block
 program every 0.01 s, ``--flood`` programs in all, none returning (each pin sits until its
 TTL: alone, 5,000 blocks a second would be pinned).  Every turn finishes
-with that miss cost.  A return is a hit when its arrival takes its program's pin.
+with that miss cost.  A return is a hit when its arrival takes its program's pin.  Every run
+lasts ``max(--flood, 20000)`` steps of 0.01 s; "alone_on_share" is the victim alone with half
+the budget (its share beside the flood).
 
 Run: ``python bench/tenant_shares.py [--backend rust|python] [--flood 20000]``
 """
@@ -36,8 +38,9 @@ def victim_hit_rate(
     victims: int = 10,
     gap_s: float = 1.0,
     step_s: float = 0.01,
+    steps: int = 20_000,
 ) -> float:
-    """The victim tenant's hits per return over ``max(flood, 20000)`` steps of ``step_s``."""
+    """The victim tenant's hits per return over ``max(flood, steps)`` steps of ``step_s``."""
     policy = backend.TTLPolicy(ttlpolicy.PolicyConfig())
     s = backend.ProgramScheduler(policy, 10 * budget, budget)
     flood_tenant = tenant_key("flood") if tenants else None
@@ -57,7 +60,7 @@ def victim_hit_rate(
         s.finish(rid, now, blocks, tool=tool, cache_miss_cost_s=MISS_COST_S)
         return kept
 
-    for k in range(max(flood, 20_000)):
+    for k in range(max(flood, steps)):
         now = k * step_s
         s.expire(now)
         if k < flood:
@@ -85,9 +88,11 @@ def main() -> None:
         backend = argparse.Namespace(
             TTLPolicy=ref_policy.TTLPolicy, ProgramScheduler=ref_scheduler.ProgramScheduler
         )
-    common = {"budget": args.budget, "victims": args.victims}
+    common = {"budget": args.budget, "victims": args.victims, "steps": args.flood}
     out = {
         "alone": victim_hit_rate(backend, 0, **common),
+        # what the issue's target compares with: alone on its share (two active tenants)
+        "alone_on_share": victim_hit_rate(backend, 0, **{**common, "budget": args.budget // 2}),
         "flood_with_tenants": victim_hit_rate(backend, args.flood, **common),
         "flood_one_pool": victim_hit_rate(backend, args.flood, tenants=False, **common),
     }

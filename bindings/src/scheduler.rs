@@ -304,7 +304,13 @@ pub struct PyFinished {
 impl Fields for PyFinished {
     const NAMES: &'static [&'static str] = &["decision", "pin", "ended", "released"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        (self.decision(), self.pin(), self.ended(), self.released(py)?).into_pyobject(py)
+        (
+            self.decision(),
+            self.pin(),
+            self.ended(),
+            self.released(py)?,
+        )
+            .into_pyobject(py)
     }
 }
 

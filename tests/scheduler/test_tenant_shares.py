@@ -19,9 +19,16 @@ from ttlpolicy import PolicyConfig
 from ttlpolicy.ids import MAX_PROGRAM_ID_CHARS, program_key, tenant_key, tenant_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import tenant_shares  # noqa: E402
+import tenant_shares
 
-A, B, C = tenant_key("A"), tenant_key("B"), tenant_key("C")
+
+def key(tenant: str) -> str:
+    out = tenant_key(tenant)
+    assert out is not None
+    return out
+
+
+A, B, C = key("A"), key("B"), key("C")
 MISS_S = 100.0  # the cold policy pins every turn at this miss cost
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-
 #: The prefix of a program id namespaced by its tenant (``ids.program_key``):
 #: ``"\x00t:<TENANT_KEY_CHARS lowercase hex digits>:<client id>"``.
 TENANT_PREFIX = "\x00t:"
@@ -190,9 +189,7 @@ class PinTable:
                 return pid
         return None
 
-    def reclaim(
-        self, blocks_needed: int, budget: int, keep_until: int | None = None
-    ) -> list[Pin]:
+    def reclaim(self, blocks_needed: int, budget: int, keep_until: int | None = None) -> list[Pin]:
         """Removes pins until ``blocks_needed`` blocks are released or no pin is left: the
         latest pin of the tenant furthest over its share of ``budget`` while one is, then
         latest-arrived program first — keeping, when ``keep_until`` is given, the pins of

@@ -108,7 +108,10 @@ impl PinTable {
     /// The program's tenant has `delta` more live requests.
     pub fn live(&mut self, program_id: &str, delta: i64) {
         let t = self.tenant(program_id);
-        t.live = t.live.checked_add_signed(delta).expect("live requests are counted");
+        t.live = t
+            .live
+            .checked_add_signed(delta)
+            .expect("live requests are counted");
         self.settle(program_id);
     }
 
@@ -181,7 +184,11 @@ impl PinTable {
     pub fn remove(&mut self, slot: usize) -> Option<Pin> {
         let pin = self.pins.get_mut(slot)?.take()?;
         self.by_deadline.remove(slot);
-        let order = self.by_arrival.remove(slot).expect("a pin is in both heaps").0;
+        let order = self
+            .by_arrival
+            .remove(slot)
+            .expect("a pin is in both heaps")
+            .0;
         self.blocks -= pin.blocks;
         let tenant = self.tenant(&pin.program_id);
         tenant.blocks -= pin.blocks;
