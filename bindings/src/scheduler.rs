@@ -294,34 +294,48 @@ impl PyEnded {
 }
 
 /// What `finish` did: the policy's `decision` (None on a last turn), the program's `pin` if
-/// this request was pinned, and `ended` on a last turn.
+/// this request was pinned, `ended` on a last turn, and the pins of other tenants `released`
+/// to make room for it within its share.
 #[pyclass(name = "Finished", module = "ttlpolicy._native", frozen)]
 pub struct PyFinished {
     inner: Finished,
 }
 
 impl Fields for PyFinished {
-    const NAMES: &'static [&'static str] = &["decision", "pin", "ended"];
+    const NAMES: &'static [&'static str] = &["decision", "pin", "ended", "released"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        (self.decision(), self.pin(), self.ended()).into_pyobject(py)
+        (
+            self.decision(),
+            self.pin(),
+            self.ended(),
+            self.released(py)?,
+        )
+            .into_pyobject(py)
     }
 }
 
 #[pymethods]
 impl PyFinished {
     #[new]
+    #[pyo3(signature = (decision, pin, ended, released = Vec::new()))]
     fn new(
         decision: Option<PyRef<'_, PyPinDecision>>,
         pin: Option<PyRef<'_, PyPin>>,
         ended: Option<PyRef<'_, PyEnded>>,
+        released: Vec<PyRef<'_, PyPin>>,
     ) -> Self {
         PyFinished {
             inner: Finished {
                 decision: decision.map(|d| d.inner),
                 pin: pin.map(|p| p.inner.clone()),
                 ended: ended.map(|e| e.inner.clone()),
+                released: released.iter().map(|p| p.inner.clone()).collect(),
             },
         }
+    }
+    #[getter]
+    fn released<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, pins_list(self.inner.released.clone()))
     }
     #[getter]
     fn decision(&self) -> Option<PyPinDecision> {

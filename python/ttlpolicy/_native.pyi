@@ -289,9 +289,14 @@ class Ended:
 @final
 class Finished:
     """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
-    ``pin`` if this request was pinned, ``ended`` on a last turn."""
+    ``pin`` if this request was pinned, ``ended`` on a last turn, the pins of other tenants
+    ``released`` to make room for it within its share."""
     def __new__(
-        cls, decision: PinDecision | None, pin: Pin | None, ended: Ended | None
+        cls,
+        decision: PinDecision | None,
+        pin: Pin | None,
+        ended: Ended | None,
+        released: Sequence[Pin] = ...,
     ) -> Finished: ...
     @property
     def decision(self) -> PinDecision | None: ...
@@ -299,6 +304,8 @@ class Finished:
     def pin(self) -> Pin | None: ...
     @property
     def ended(self) -> Ended | None: ...
+    @property
+    def released(self) -> tuple[Pin, ...]: ...
     @property
     def pinned(self) -> bool: ...
     def __eq__(self, other: object, /) -> bool: ...

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._validate import tool_key
+from .reference.pins import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
 from .reference.scheduler import MAX_ID_BYTES
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "program_key",
     "scheduler_id",
     "tenant_key",
+    "tenant_of",
 ]
 
 #: Longest program id taken from a request, in characters.
@@ -98,7 +100,9 @@ def scheduler_id(request_id: str) -> str:
 
 #: Longest name of the trusted tenant field an operator may declare, in characters.
 MAX_TENANT_FIELD_CHARS = 64
-_NAMESPACE = "\x00t:"  # namespaced program ids: "\x00t:<tenant key>:<client id>"
+# namespaced program ids: "\x00t:<tenant key>:<client id>" (the scheduler reads the tenant
+# back with ``tenant_of``, which owns the format)
+_NAMESPACE = TENANT_PREFIX
 
 
 def tenant_key(tenant: Any) -> str | None:
@@ -108,16 +112,21 @@ def tenant_key(tenant: Any) -> str | None:
     if tenant is None or tenant == "":
         return None
     text = tenant if isinstance(tenant, str) else repr(tenant)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:TENANT_KEY_CHARS]
 
 
 def program_key(tenant: str | None, program_id: str) -> str:
     """The id the library tracks for ``program_id`` of ``tenant`` (a ``tenant_key``): the id
-    itself without a tenant (one shared namespace, as before tenants), else namespaced — and
-    digested by ``scheduler_id`` should it exceed ``MAX_ID_BYTES``."""
+    itself without a tenant (one shared namespace, as before tenants), else namespaced — the
+    client id digested by ``scheduler_id`` should the whole exceed ``MAX_ID_BYTES``, so that
+    the tenant stays readable (``tenant_of``: the pin budget is shared among tenants)."""
     if tenant is None:
         return program_id
-    return scheduler_id(f"{_NAMESPACE}{tenant}:{program_id}")
+    scoped = f"{_NAMESPACE}{tenant}:{program_id}"
+    if scheduler_id(scoped) == scoped:
+        return scoped
+    digest = hashlib.sha256(program_id.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{_NAMESPACE}{tenant}:\x00sha256:{digest}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,60 @@ one program) merges into it: blocks add up, the later deadline wins.  Two orders
 * expiry — by ``(deadline_s, program_id)``: a min-heap, entries invalidated lazily;
 * reclaim under memory pressure — latest-arrived program first, by the program's FCFS
   position (the order it was first seen, which follows arrival) descending.
+
+Tenants share the pin budget (docs/design.md, "Scheduling"): a program's tenant is read from
+its id (``tenant_of``).  The *active* tenants — those with a pin or a live request — each have
+an equal share, ``budget / active``.  A tenant is over its share when its pinned blocks exceed
+it (compared as ``blocks * active > budget``, exactly).  ``make_room`` says which pins a
+finishing program may displace, ``reclaim`` takes from the tenant furthest over its share
+first; "furthest" is most pinned blocks (equal shares), ties to the greatest tenant key.  With
+one tenant no tenant is ever over its share and both are as before tenants.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+
+#: The prefix of a program id namespaced by its tenant (``ids.program_key``):
+#: ``"\x00t:<TENANT_KEY_CHARS lowercase hex digits>:<client id>"``.
+TENANT_PREFIX = "\x00t:"
+TENANT_KEY_CHARS = 32
+_HEX = frozenset("0123456789abcdef")
+
+
+def tenant_of(program_id: str) -> str:
+    """The tenant key of a namespaced program id, "" (the shared tenant) for any other id."""
+    start = len(TENANT_PREFIX)
+    end = start + TENANT_KEY_CHARS
+    key = program_id[start:end]
+    if (
+        program_id.startswith(TENANT_PREFIX)
+        and program_id[end : end + 1] == ":"
+        and len(key) == TENANT_KEY_CHARS
+        and _HEX.issuperset(key)
+    ):
+        return key
+    return ""
+
+
+class _Tenant:
+    """A tenant's pinned ``blocks``, its pinned programs' FCFS positions (``orders``) and its
+    ``live`` requests; it is active while it has a pin or a live request."""
+
+    __slots__ = ("blocks", "live", "orders")
+
+    def __init__(self) -> None:
+        self.blocks = 0
+        self.live = 0
+        self.orders: dict[str, int] = {}
+
+    def latest(self, keep_until: int | None) -> str | None:
+        """Its latest-arrived pinned program, None if none is younger than ``keep_until``."""
+        if not self.orders:
+            return None
+        pid = max(self.orders, key=self.orders.__getitem__)
+        return None if keep_until is not None and self.orders[pid] <= keep_until else pid
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +78,28 @@ class PinTable:
         # (deadline_s, program_id); an entry is live iff it matches the current pin.
         self._deadlines: list[tuple[float, str]] = []
         self.blocks = 0
+        self._tenants: dict[str, _Tenant] = {}  # the active ones
+
+    def _tenant(self, program_id: str) -> tuple[str, _Tenant]:
+        key = tenant_of(program_id)
+        tenant = self._tenants.get(key)
+        if tenant is None:
+            tenant = self._tenants[key] = _Tenant()
+        return key, tenant
+
+    def _settle(self, key: str, tenant: _Tenant) -> None:
+        if tenant.live == 0 and not tenant.orders:
+            del self._tenants[key]  # inactive: bounded by pins and live requests
+
+    def live(self, program_id: str, delta: int) -> None:
+        """The program's tenant has ``delta`` more live requests."""
+        key, tenant = self._tenant(program_id)
+        tenant.live += delta
+        self._settle(key, tenant)
+
+    @property
+    def active_tenants(self) -> int:
+        return len(self._tenants)
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -47,6 +117,9 @@ class PinTable:
         self._pins[program_id] = pin
         self._order[program_id] = order
         self.blocks += blocks
+        _, tenant = self._tenant(program_id)
+        tenant.blocks += pin.blocks - (old.blocks if old is not None else 0)
+        tenant.orders[program_id] = order
         if old is None or deadline_s != old.deadline_s:
             heapq.heappush(self._deadlines, (deadline_s, program_id))
             self._compact()
@@ -57,6 +130,10 @@ class PinTable:
         if pin is not None:
             del self._order[program_id]
             self.blocks -= pin.blocks
+            key, tenant = self._tenant(program_id)
+            tenant.blocks -= pin.blocks
+            del tenant.orders[program_id]
+            self._settle(key, tenant)
         return pin
 
     def _live_top(self) -> tuple[float, str] | None:
@@ -100,22 +177,63 @@ class PinTable:
             out.append(pin)
         return out
 
-    def reclaim(self, blocks_needed: int, keep_until: int | None = None) -> list[Pin]:
-        """Removes pins, latest-arrived program first, until ``blocks_needed`` blocks are
-        released or no pin is left — keeping, when ``keep_until`` is given, the pins of
+    def _furthest_over(self, budget: int, keep_until: int | None) -> str | None:
+        """The latest eligible pin of the tenant furthest over its share, None if no tenant
+        over its share has one younger than ``keep_until``."""
+        n = len(self._tenants)
+        over = sorted(((t.blocks, k) for k, t in self._tenants.items() if t.blocks * n > budget),
+                      reverse=True)  # fmt: skip
+        for _, key in over:
+            pid = self._tenants[key].latest(keep_until)
+            if pid is not None:
+                return pid
+        return None
+
+    def reclaim(self, blocks_needed: int, budget: int, keep_until: int | None = None) -> list[Pin]:
+        """Removes pins until ``blocks_needed`` blocks are released or no pin is left: the
+        latest pin of the tenant furthest over its share of ``budget`` while one is, then
+        latest-arrived program first — keeping, when ``keep_until`` is given, the pins of
         programs whose FCFS position is at most it."""
-        order = sorted(self._pins, key=self._order.__getitem__, reverse=True)
+        latest_first = iter(sorted(self._order, key=self._order.__getitem__, reverse=True))
         out: list[Pin] = []
         released = 0
-        for program_id in order:
-            if released >= blocks_needed:
-                break
-            if keep_until is not None and self._order[program_id] <= keep_until:
-                break  # every pin left is of a program no younger than ``keep_until``
-            pin = self.remove(program_id)
+        while released < blocks_needed and self._pins:
+            pid = self._furthest_over(budget, keep_until)
+            if pid is None:
+                pid = next(p for p in latest_first if p in self._pins)
+                if keep_until is not None and self._order[pid] <= keep_until:
+                    break  # every pin left is of a program no younger than ``keep_until``
+            pin = self.remove(pid)
             assert pin is not None
             released += pin.blocks
             out.append(pin)
+        return out
+
+    def make_room(self, program_id: str, blocks: int, budget: int) -> list[str] | None:
+        """The programs whose pins go so that ``program_id`` may pin ``blocks`` more blocks
+        within ``budget``: none when they fit the free budget (work-conserving); else, when its
+        tenant stays within its share, the latest pins of the tenants furthest over theirs
+        until they fit; None (no pin) when they cannot."""
+        if self.blocks + blocks <= budget:
+            return []
+        key = tenant_of(program_id)
+        own = self._tenants.get(key)
+        n = len(self._tenants) + (own is None)
+        if ((own.blocks if own is not None else 0) + blocks) * n > budget:
+            return None  # at or beyond its share: it takes nobody's pin
+        left = {k: t.blocks for k, t in self._tenants.items() if k != key}
+        queues = {k: sorted(self._tenants[k].orders, key=self._order.__getitem__) for k in left}
+        free = budget - self.blocks
+        out: list[str] = []
+        while free < blocks:
+            over = [(b, k) for k, b in left.items() if b * n > budget]
+            if not over:
+                return None
+            _, victim = max(over)
+            pid = queues[victim].pop()  # over its share: it still holds a pin
+            left[victim] -= self._pins[pid].blocks
+            free += self._pins[pid].blocks
+            out.append(pid)
         return out
 
     def all(self) -> list[Pin]:

@@ -119,12 +119,14 @@ class Ended:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
-    ``pin`` if this request was pinned (merged with a pin the program already held), and
-    ``ended`` when it was the program's last turn."""
+    ``pin`` if this request was pinned (merged with a pin the program already held),
+    ``ended`` when it was the program's last turn, and the pins of other tenants ``released``
+    to make room for it within its share (the engine frees their blocks)."""
 
     decision: PinDecision | None
     pin: Pin | None
     ended: Ended | None
+    released: tuple[Pin, ...] = ()
 
     @property
     def pinned(self) -> bool:
@@ -328,6 +330,7 @@ class ProgramScheduler:
                            returning=prog.turns > 0 and consumed is None)  # fmt: skip
         self._requests[rid] = req
         prog.live.add(rid)
+        self._pins.live(pid, 1)
         self._queue.push(self._key(rid, req, prog))
         return consumed
 
@@ -475,21 +478,35 @@ class ProgramScheduler:
         prog.live.discard(request_id)
         del self._requests[request_id]
         if decision is None:
+            self._pins.live(pid, -1)
             return Finished(None, None, self._end(pid, observe=True))
         pin = None
-        if decision.ttl_s > 0.0 and self._pins.blocks + blocks <= self.pin_budget_blocks:
+        # (its tenant is still active here: the live count drops after the decision)
+        room = None
+        if decision.ttl_s > 0.0:
+            room = self._pins.make_room(pid, blocks, self.pin_budget_blocks)
+        released: list[Pin] = []
+        if room is not None:
+            for other in room:
+                gone = self._pins.remove(other)
+                assert gone is not None
+                released.append(gone)
+                if self._at_schedule:
+                    self._rekey_waiting(other)
             deadline_s = t + decision.ttl_s
             if not math.isfinite(deadline_s):
                 deadline_s = sys.float_info.max  # a TTL near the float limit: still finite
             pin = self._pins.add(pid, blocks, deadline_s, prog.order)
             if self._at_schedule:
                 self._rekey_waiting(pid)
+        self._pins.live(pid, -1)
+        self._note_unpinned(released)
         if key is not None or pin is not None:
             prog.tool, prog.tool_since_s = key, t
         else:
             prog.tool, prog.tool_since_s = None, None
         self._note_idle(pid)
-        return Finished(decision, pin, None)
+        return Finished(decision, pin, None, tuple(released))
 
     def expire(self, now: Any) -> list[Pin]:
         """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program);
@@ -509,8 +526,9 @@ class ProgramScheduler:
         return self._note_unpinned(out)
 
     def reclaim(self, blocks_needed: Any, now: Any, for_program: Any = None) -> list[Pin]:
-        """Releases pins, latest-arrived program first, until at least ``blocks_needed``
-        blocks are released or no pin is left; returns them in release order.
+        """Releases pins until at least ``blocks_needed`` blocks are released or no pin is
+        left: the latest pin of the tenant furthest over its share of the pin budget while
+        one is, then latest-arrived program first; returns them in release order.
 
         ``for_program``: the program whose request needs the blocks.  Its own pin and the
         pins of programs that arrived before it are kept (program-level FCFS: an older
@@ -524,7 +542,7 @@ class ProgramScheduler:
             keep_until = self._programs[pid].order
         t = self._check_now(now)
         self._now = t
-        released = self._pins.reclaim(need, keep_until)
+        released = self._pins.reclaim(need, self.pin_budget_blocks, keep_until)
         if self._at_schedule:
             for pin in released:
                 self._rekey_waiting(pin.program_id)
@@ -591,6 +609,8 @@ class ProgramScheduler:
         self._idle.pop(pid, None)
         pin = self._pins.remove(pid)
         dropped = tuple(sorted(prog.live))
+        if dropped:
+            self._pins.live(pid, -len(dropped))
         for rid in dropped:
             self._queue.remove(rid)
             del self._requests[rid]

@@ -142,7 +142,8 @@ pub struct Ended {
 }
 
 /// What `finish` did: the policy's decision (None on a last turn), the program's pin if
-/// this request was pinned, and the ended program on a last turn.
+/// this request was pinned, the ended program on a last turn, and the pins of other tenants
+/// released to make room for it within its share (the engine frees their blocks).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     /// The policy's decision (None on a last turn).
@@ -151,6 +152,8 @@ pub struct Finished {
     pub pin: Option<Pin>,
     /// The program, when this was its last turn.
     pub ended: Option<Ended>,
+    /// Pins of tenants over their share released for this one.
+    pub released: Vec<Pin>,
 }
 
 /// The optional arguments of [`ProgramScheduler::finish`] (the reference's keywords).
@@ -577,6 +580,7 @@ impl ProgramScheduler {
             },
         );
         self.programs.get_mut(p).live.push(slot);
+        self.pins.live(program_id, 1);
         self.queue.push(slot, self.key(slot));
         self.sync_expirable(p);
         Ok(consumed)
@@ -742,28 +746,44 @@ impl ProgramScheduler {
         prog.attained_s += ran_s;
         prog.live.remove(slot);
         self.requests.remove(slot);
+        let id = self.programs.id(p).clone();
         let Some(decision) = plan.decision else {
+            self.pins.live(&id, -1);
             let ended = self.end(policy, p, true)?;
             return Ok(Finished {
                 decision: None,
                 pin: None,
                 ended: Some(ended),
+                released: Vec::new(),
             });
         };
         let mut pin = None;
-        if decision.ttl_s > 0.0 && self.pins.blocks() + blocks <= self.pin_budget_blocks {
+        // (its tenant is still active here: the live count drops after the decision)
+        let room = if decision.ttl_s > 0.0 {
+            self.pins.make_room(&id, blocks, self.pin_budget_blocks)
+        } else {
+            None
+        };
+        let mut released = Vec::new();
+        if let Some(room) = room {
+            for other in room {
+                let gone = self.pins.remove(other).expect("make_room names pins");
+                self.unpinned(other);
+                released.push(gone);
+            }
             let mut deadline_s = t + decision.ttl_s;
             if !deadline_s.is_finite() {
                 deadline_s = f64::MAX; // a TTL near the float limit: still finite
             }
             let order = self.programs.get(p).order;
-            let id = self.programs.id(p);
-            pin = Some(self.pins.add(p, id, blocks, deadline_s, order));
+            pin = Some(self.pins.add(p, &id, blocks, deadline_s, order));
             if self.at_schedule() {
                 self.rekey_waiting(p);
                 self.sync_expirable(p);
             }
         }
+        self.pins.live(&id, -1);
+        self.note_unpinned(&released);
         let prog = self.programs.get_mut(p);
         if plan.key.is_some() || pin.is_some() {
             prog.tool = plan.key.map(Box::from);
@@ -777,6 +797,7 @@ impl ProgramScheduler {
             decision: Some(decision),
             pin,
             ended: None,
+            released,
         })
     }
 
@@ -851,8 +872,9 @@ impl ProgramScheduler {
         self.release_buried();
     }
 
-    /// Releases pins, latest-arrived program first, until at least `blocks_needed` blocks
-    /// are released or no pin is left.
+    /// Releases pins until at least `blocks_needed` blocks are released or no pin is left:
+    /// the latest pin of the tenant furthest over its share of the pin budget while one is,
+    /// then latest-arrived program first.
     pub fn reclaim(&mut self, blocks_needed: i64, now: f64) -> Result<Vec<Pin>> {
         self.reclaim_for(blocks_needed, now, None)
     }
@@ -880,17 +902,24 @@ impl ProgramScheduler {
         };
         let t = self.check_now(now)?;
         self.now = t;
-        let released = self.pins.reclaim_slots_after(need, keep_until);
+        let released = self
+            .pins
+            .reclaim_slots_after(need, self.pin_budget_blocks, keep_until);
         let mut out = Vec::with_capacity(released.len());
         for (slot, pin) in released {
-            if self.at_schedule() {
-                self.rekey_waiting(slot);
-                self.expirable.remove(slot);
-            }
+            self.unpinned(slot);
             out.push(pin);
         }
         self.note_unpinned(&out);
         Ok(out)
+    }
+
+    /// At schedule, program `p`'s pin was released: its waiting requests rank unpinned.
+    fn unpinned(&mut self, p: usize) {
+        if self.at_schedule() {
+            self.rekey_waiting(p);
+            self.expirable.remove(p);
+        }
     }
 
     /// Programs whose pin was released may now be idle.
@@ -977,6 +1006,9 @@ impl ProgramScheduler {
         }
         self.unmark_idle(p);
         let (id, prog) = self.programs.remove(p);
+        if !prog.live.is_empty() {
+            self.pins.live(&id, -(prog.live.len() as i64));
+        }
 
         let pin = self.pins.remove(p);
         if self.at_schedule() {

@@ -6,11 +6,62 @@
 //! expiry by `(deadline_s, program_id)`, and reclaim by the program's FCFS position (the
 //! order it was first seen, which follows arrival) descending (the newest yields first).
 //! Both are indexed heaps over the program's slot, so every operation is O(log n).
+//!
+//! Tenants share the pin budget: a program's tenant is read from its id ([`tenant_of`]); the
+//! active tenants (a pin or a live request) have equal shares, `budget / active`, a tenant
+//! over its share when `blocks * active > budget`. [`PinTable::make_room`] says which pins a
+//! finishing program may displace, [`PinTable::reclaim_slots_after`] takes from the tenant
+//! furthest over its share first (most pinned blocks, ties to the greatest tenant key). With
+//! one tenant no tenant is ever over its share. Picking that tenant scans the active tenants
+//! (O(tenants) a step; a tenant's own pins are ordered).
 
 use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::queue::{IndexedHeap, Time};
+
+/// The prefix of a program id namespaced by its tenant: `"\0t:<32 lowercase hex>:<id>"`.
+pub const TENANT_PREFIX: &str = "\0t:";
+/// Hex digits of a tenant key.
+pub const TENANT_KEY_CHARS: usize = 32;
+
+/// The tenant key of a namespaced program id, `""` (the shared tenant) for any other id.
+pub fn tenant_of(program_id: &str) -> &str {
+    let start = TENANT_PREFIX.len();
+    let end = start + TENANT_KEY_CHARS;
+    let b = program_id.as_bytes();
+    if program_id.starts_with(TENANT_PREFIX)
+        && b.len() > end
+        && b[end] == b':'
+        && b[start..end]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+    {
+        return &program_id[start..end];
+    }
+    ""
+}
+
+/// An active tenant: its pinned blocks, its pins by FCFS position and its live requests.
+#[derive(Debug, Clone, Default)]
+struct Tenant {
+    blocks: i64,
+    live: u64,
+    /// `(order, slot)` of its pinned programs; the latest last.
+    pins: BTreeSet<(u64, usize)>,
+}
+
+impl Tenant {
+    /// Its latest pinned program's slot, None if none is younger than `keep_until`.
+    fn latest(&self, keep_until: Option<u64>) -> Option<usize> {
+        let &(order, slot) = self.pins.last()?;
+        match keep_until {
+            Some(k) if order <= k => None,
+            _ => Some(slot),
+        }
+    }
+}
 
 /// `blocks` KV blocks of `program_id` kept in memory until `deadline_s`.
 #[derive(Debug, Clone, PartialEq)]
@@ -32,9 +83,43 @@ pub struct PinTable {
     /// By FCFS position (program order), latest on top.
     by_arrival: IndexedHeap<Reverse<u64>>,
     blocks: i64,
+    /// The active tenants, by key.
+    tenants: HashMap<Box<str>, Tenant>,
 }
 
 impl PinTable {
+    fn tenant(&mut self, program_id: &str) -> &mut Tenant {
+        let key = tenant_of(program_id);
+        if !self.tenants.contains_key(key) {
+            self.tenants.insert(Box::from(key), Tenant::default());
+        }
+        self.tenants.get_mut(key).expect("just inserted")
+    }
+
+    fn settle(&mut self, program_id: &str) {
+        let key = tenant_of(program_id);
+        if let Some(t) = self.tenants.get(key) {
+            if t.live == 0 && t.pins.is_empty() {
+                self.tenants.remove(key); // inactive: bounded by pins and live requests
+            }
+        }
+    }
+
+    /// The program's tenant has `delta` more live requests.
+    pub fn live(&mut self, program_id: &str, delta: i64) {
+        let t = self.tenant(program_id);
+        t.live = t
+            .live
+            .checked_add_signed(delta)
+            .expect("live requests are counted");
+        self.settle(program_id);
+    }
+
+    /// Tenants with a pin or a live request.
+    pub fn active_tenants(&self) -> usize {
+        self.tenants.len()
+    }
+
     /// Pins held.
     pub fn len(&self) -> usize {
         self.by_deadline.len()
@@ -67,6 +152,7 @@ impl PinTable {
         if slot >= self.pins.len() {
             self.pins.resize(slot + 1, None);
         }
+        let old_order = self.by_arrival.key(slot).map(|r| r.0);
         let (blocks, deadline_s) = match &self.pins[slot] {
             Some(old) => {
                 self.blocks -= old.blocks;
@@ -74,6 +160,13 @@ impl PinTable {
             }
             None => (blocks, deadline_s),
         };
+        let added = blocks - self.pins[slot].as_ref().map_or(0, |old| old.blocks);
+        let tenant = self.tenant(program_id);
+        tenant.blocks += added;
+        if let Some(o) = old_order {
+            tenant.pins.remove(&(o, slot));
+        }
+        tenant.pins.insert((order, slot));
         let pin = Pin {
             program_id: program_id.clone(),
             blocks,
@@ -91,8 +184,16 @@ impl PinTable {
     pub fn remove(&mut self, slot: usize) -> Option<Pin> {
         let pin = self.pins.get_mut(slot)?.take()?;
         self.by_deadline.remove(slot);
-        self.by_arrival.remove(slot);
+        let order = self
+            .by_arrival
+            .remove(slot)
+            .expect("a pin is in both heaps")
+            .0;
         self.blocks -= pin.blocks;
+        let tenant = self.tenant(&pin.program_id);
+        tenant.blocks -= pin.blocks;
+        tenant.pins.remove(&(order, slot));
+        self.settle(&pin.program_id);
         Some(pin)
     }
 
@@ -126,43 +227,86 @@ impl PinTable {
         out
     }
 
-    /// Removes pins, latest-arrived program first, until `blocks_needed` blocks are released
-    /// or no pin is left.
-    pub fn reclaim(&mut self, blocks_needed: i64) -> Vec<Pin> {
-        self.reclaim_slots(blocks_needed)
-            .into_iter()
-            .map(|(_, pin)| pin)
-            .collect()
+    /// The latest eligible pin (slot) of the tenant furthest over its share of `budget`,
+    /// None if no tenant over its share has one younger than `keep_until`.
+    fn furthest_over(&self, budget: i64, keep_until: Option<u64>) -> Option<usize> {
+        let n = self.tenants.len() as i64;
+        let mut over: Vec<(i64, &str, &Tenant)> = self
+            .tenants
+            .iter()
+            .filter(|(_, t)| t.blocks.saturating_mul(n) > budget)
+            .map(|(k, t)| (t.blocks, &**k, t))
+            .collect();
+        over.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+        over.iter().find_map(|(_, _, t)| t.latest(keep_until))
     }
 
-    /// [`reclaim`](Self::reclaim), with the program slots.
-    pub fn reclaim_slots(&mut self, blocks_needed: i64) -> Vec<(usize, Pin)> {
-        self.reclaim_slots_after(blocks_needed, None)
-    }
-
-    /// [`reclaim_slots`](Self::reclaim_slots), keeping the pins of programs whose FCFS
-    /// position is at most `keep_until` (that program's own included).
+    /// Removes pins until `blocks_needed` blocks are released or no pin is left: the latest
+    /// pin of the tenant furthest over its share of `budget` while one is, then latest-arrived
+    /// program first — keeping the pins of programs whose FCFS position is at most
+    /// `keep_until` (that program's own included). Returns them with their slots.
     pub fn reclaim_slots_after(
         &mut self,
         blocks_needed: i64,
+        budget: i64,
         keep_until: Option<u64>,
     ) -> Vec<(usize, Pin)> {
         let mut out = Vec::new();
         let mut released = 0;
         while released < blocks_needed {
-            let Some((slot, &Reverse(order))) = self.by_arrival.peek() else {
-                break;
-            };
-            if let Some(last_kept) = keep_until {
-                if order <= last_kept {
-                    break; // every pin left is of a program no younger than `keep_until`
+            let slot = match self.furthest_over(budget, keep_until) {
+                Some(slot) => slot,
+                None => {
+                    let Some((slot, &Reverse(order))) = self.by_arrival.peek() else {
+                        break;
+                    };
+                    if keep_until.is_some_and(|last_kept| order <= last_kept) {
+                        break; // every pin left is of a program no younger than `keep_until`
+                    }
+                    slot
                 }
-            }
+            };
             let pin = self.remove(slot).expect("a heap entry has a pin");
             released += pin.blocks;
             out.push((slot, pin));
         }
         out
+    }
+
+    /// The slots of the pins to release so that `program_id` may pin `blocks` more blocks
+    /// within `budget`: none when they fit the free budget (work-conserving); else, when its
+    /// tenant stays within its share, the latest pins of the tenants furthest over theirs
+    /// until they fit; None (no pin) when they cannot.
+    pub fn make_room(&self, program_id: &str, blocks: i64, budget: i64) -> Option<Vec<usize>> {
+        if self.blocks + blocks <= budget {
+            return Some(Vec::new());
+        }
+        let key = tenant_of(program_id);
+        let own = self.tenants.get(key);
+        let n = (self.tenants.len() + usize::from(own.is_none())) as i64;
+        if (own.map_or(0, |t| t.blocks) + blocks).saturating_mul(n) > budget {
+            return None; // at or beyond its share: it takes nobody's pin
+        }
+        let mut left: Vec<(i64, &str, _)> = self
+            .tenants
+            .iter()
+            .filter(|(k, _)| &***k != key)
+            .map(|(k, t)| (t.blocks, &**k, t.pins.iter().rev()))
+            .collect();
+        let mut free = budget - self.blocks;
+        let mut out = Vec::new();
+        while free < blocks {
+            let victim = left
+                .iter_mut()
+                .filter(|v| v.0.saturating_mul(n) > budget)
+                .max_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))?;
+            let &(_, slot) = victim.2.next().expect("over its share: it holds a pin");
+            let pin_blocks = self.pins[slot].as_ref().expect("a tenant's pin").blocks;
+            victim.0 -= pin_blocks;
+            free += pin_blocks;
+            out.push(slot);
+        }
+        Some(out)
     }
 
     /// Every pin, by `(deadline_s, program_id)`.

@@ -252,3 +252,42 @@ fn a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival() {
     // its gap is still a sample of the tool's duration
     assert_eq!(pol.tool_count(Some("t")), 2);
 }
+
+#[test]
+fn the_tenant_is_read_from_a_namespaced_id_only() {
+    let key = "0123456789abcdef0123456789abcdef";
+    assert_eq!(pins::tenant_of(&format!("\0t:{key}:p")), key);
+    assert_eq!(pins::tenant_of("p"), "");
+    assert_eq!(pins::tenant_of(&format!("\0t:{key}")), "");
+    assert_eq!(
+        pins::tenant_of(&format!("\0t:{}:p", key.to_uppercase())),
+        ""
+    );
+    assert_eq!(pins::tenant_of(&format!("\0t:{}:p", &key[1..])), "");
+}
+
+#[test]
+fn a_tenant_under_its_share_displaces_the_latest_pins_of_the_one_over_it() {
+    let (mut s, mut pol) = setup();
+    let a = |i: usize| format!("\0t:{}:p{i}", "a".repeat(32));
+    let b = format!("\0t:{}:p", "b".repeat(32));
+    let mut turn = |s: &mut ProgramScheduler, pid: &str, rid: &str, blocks: i64| {
+        s.arrive(&mut pol, rid, pid, 0.0, blocks).unwrap();
+        s.pop(&mut pol, 0.0).unwrap();
+        s.finish(&mut pol, rid, 0.0, blocks, pinning("bash"))
+            .unwrap()
+    };
+    for i in 0..10 {
+        assert!(turn(&mut s, &a(i), &format!("a{i}"), 10).pin.is_some());
+    }
+    assert!(turn(&mut s, &a(10), "a10", 10).pin.is_none()); // full, work-conserving only
+    let fin = turn(&mut s, &b, "b", 15);
+    assert!(fin.pin.is_some());
+    let released: Vec<_> = fin
+        .released
+        .iter()
+        .map(|p| p.program_id.to_string())
+        .collect();
+    assert_eq!(released, [a(9), a(8)]);
+    assert_eq!(s.pinned_blocks(), 95);
+}
