@@ -77,3 +77,26 @@ def test_within_a_tenant_only_a_continuation_takes_the_pin(policy_env) -> None:
     hit, s = owner_return_after(run_stranger("salt-a"))
     assert hit == TURN1 + OUT1
     assert s.ttl.metrics.pin_claims_refused == 1
+
+
+def test_a_flooding_tenant_gives_its_share_back(policy_env) -> None:
+    """Tenant A's pins fill the pin budget; tenant B's turn then takes its share back from A
+    (A's latest pin is released in the tree, B's locked): the tree's protected tokens are
+    exactly the pins the library holds."""
+    s = make_scheduler(KV, "ttlpolicy", FakeClock())
+    budget = s.ttl.pin_budget_tokens
+    a = 0
+    while s.cache.protected_size() + 60 <= budget:  # A's turns, pinned while they fit
+        req = s.submit(tokens(20_000 + a * 100, 56), program=f"a{a}", tool="bash",
+                       cache_salt="salt-a")  # fmt: skip
+        assert s.schedule() == [req]
+        s.finish(req, tokens(20_060 + a * 100, 4))
+        a += 1
+    assert a >= 2 and s.ttl.programs.pin_count == a
+    req = s.submit(tokens(40_000, 56), program="b", tool="bash", cache_salt="salt-b")
+    assert s.schedule() == [req]
+    s.finish(req, tokens(40_060, 4))
+    held = s.ttl.pins.held_tokens()
+    assert s.cache.protected_size() == held <= budget
+    assert s.ttl.programs.pin_count == a  # B pinned, one of A's released
+    assert s.ttl.metrics.reclaims >= 1

@@ -337,6 +337,9 @@ class ProgramTracker:
             prefix_tokens=path_tokens,
             offloaded_tokens=offloaded,
         )
+        for gone in result.released:  # another tenant over its share gave budget back
+            if self.pins.release(gone.program_id):
+                self.metrics.pin_gone(gone.program_id, "reclaimed")
         if result.ended is not None:
             self._ended(result.ended, key)
         else:

@@ -455,6 +455,9 @@ class TTLScheduler(Scheduler):
             prefix_tokens=prefix_tokens,
             offloaded_tokens=offloaded,
         )
+        for gone in finished.released:  # another tenant over its share gave budget back
+            if self._release_pin(gone.program_id):
+                self.ttl_metrics.pin_gone(gone.program_id, "reclaimed")
         self.ttl_metrics.offloaded_tokens_at_finish += offloaded
         if self.eviction is not None and finished.ended is None:
             self.eviction.note(pid, blocks)
