@@ -17,11 +17,11 @@ PROMPT, OUT = 300, 20
 
 
 @pytest.fixture
-def s(policy_env):  # type: ignore[no-untyped-def]
+def s(policy_env):
     return make_scheduler(KV, "ttlpolicy", FakeClock())
 
 
-def test_a_lone_program_in_flight_does_not_hold_a_newcomer_back(s) -> None:  # type: ignore[no-untyped-def]
+def test_a_lone_program_in_flight_does_not_hold_a_newcomer_back(s) -> None:
     a = s.submit(tokens(10_000, PROMPT), program="a", tool="bash")
     assert s.schedule() == [a]
     b = s.submit(tokens(30_000, 40), program="b", last_turn=True)
@@ -30,7 +30,7 @@ def test_a_lone_program_in_flight_does_not_hold_a_newcomer_back(s) -> None:  # t
     s.finish(a, tokens(10_000 + PROMPT, OUT))
 
 
-def test_an_anonymous_request_is_never_held_back(s) -> None:  # type: ignore[no-untyped-def]
+def test_an_anonymous_request_is_never_held_back(s) -> None:
     a = s.submit(tokens(10_000, PROMPT), program="a", tool="bash")
     assert s.schedule() == [a]
     s.finish(a, tokens(10_000 + PROMPT, OUT))  # away on bash: its context is kept for it
@@ -42,7 +42,7 @@ def test_an_anonymous_request_is_never_held_back(s) -> None:  # type: ignore[no-
     s.finish(anon, tokens(31_000, 4))
 
 
-def test_a_request_beyond_the_librarys_program_table_is_served(s) -> None:  # type: ignore[no-untyped-def]
+def test_a_request_beyond_the_librarys_program_table_is_served(s) -> None:
     admission = s.ttl.admission
     for i in range(MAX_PROGRAMS):  # live programs (never idle: none is forgotten)
         admission.arrive(f"x{i}", 0.0, 0)
