@@ -13,7 +13,8 @@ import pytest
 from trace_files import DATA
 from ttlpolicy.cli import main as cli_main
 from ttlpolicy.sim import Engine, programs_from_records, roofline
-from ttlpolicy.sim.call import Call
+from ttlpolicy.sim.call import Call, ProgramRun
+from ttlpolicy.sim.metrics import Metrics
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.program_ids import ProgramIds
 from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyPlugin, with_ids
@@ -25,7 +26,7 @@ PROGRAMS = programs_from_records(
 )
 
 
-def run(policy: str) -> tuple[TTLPolicyPlugin, object]:
+def run(policy: str) -> tuple[TTLPolicyPlugin, Metrics]:
     # two programs in flight on a small KV memory: pins matter, the queue forms
     hw = roofline("llama-3.1-8b", "h100-80g")
     plugin = make_policy(policy)
@@ -85,8 +86,6 @@ def test_hashes_rebuild_each_turns_shared_prefix() -> None:
     """A call's hashes share exactly its turn's reusable blocks with its previous call's."""
     ids = ProgramIds("inferred", 64)
     prog = PROGRAMS[0]
-    from ttlpolicy.sim.call import ProgramRun
-
     run_ = ProgramRun(prog, 0.0)
     prev: list[int] = []
     for i, turn in enumerate(prog.turns):
