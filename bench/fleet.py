@@ -33,6 +33,7 @@ import numpy as np
 import sim_sweep  # bench/, beside this script: loads the sessions
 from agent_sweep import OPTIONS
 from bounds import fold_of
+from ttlpolicy.cli._args import add_ids_argument
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import MODELS
@@ -61,7 +62,9 @@ def main() -> int:
         "get as many programs each as 8 instances get of one copy (32 instances: --copies 4)",
     )
     ap.add_argument("--json", default=None)
+    add_ids_argument(ap)
     args = ap.parse_args()
+    args.policies = sim_sweep.policies_with_ids(args.policies, args.ids)
     programs = sim_sweep.load_sessions(args.trace, OPTIONS)
     if programs is None:
         return 2

@@ -1,7 +1,7 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
 "Simulator: closed loop").  Deterministic: rerun to reproduce the tables.
 
-    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--json out]
+    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--ids explicit] [--json out]
 
 ``--trace`` defaults to ``claude-code/`` under ``TTLPOLICY_TRACES`` (default ``../shared/traces``
 beside the repository).
@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 
 from trace_paths import missing_message, traces_dir
+from ttlpolicy.cli._args import add_ids_argument
 from ttlpolicy.sim import programs_from_trace, roofline, simulate
+from ttlpolicy.sim.policies.ttlpolicy_plugin import with_ids
 from ttlpolicy.sim.report import format_table
 
 POLICIES = "vllm,vllm-offload,infercept,autellix,fixed-ttl=5,continuum,ttlpolicy,ttlpolicy-offload"
@@ -45,6 +47,11 @@ def load_sessions(trace_arg: str | None, options: dict | None = None):
     return programs
 
 
+def policies_with_ids(policies: str, ids: str) -> str:
+    """The comma-separated ``policies`` with ``--ids`` applied to the ttlpolicy ones."""
+    return ",".join(with_ids(p, ids) for p in policies.split(","))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=None, help="session folder (default: see above)")
@@ -52,7 +59,9 @@ def main() -> int:
     ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
+    add_ids_argument(ap)
     args = ap.parse_args()
+    args.policies = policies_with_ids(args.policies, args.ids)
     programs = load_sessions(args.trace)
     if programs is None:
         return 2

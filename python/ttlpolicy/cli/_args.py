@@ -110,3 +110,18 @@ def writable_file(text: str) -> str:
     os.close(fd)
     os.unlink(probe)
     return text
+
+
+def add_ids_argument(parser: argparse.ArgumentParser) -> None:
+    """``--ids explicit|inferred|none``: which program ids the ttlpolicy policies see (issue
+    45; ``sim/policies/program_ids.py``); the other policies are unchanged.  Shared by
+    ``ttlpolicy compare`` and the simulator's benchmarks (bench/sim_sweep.py, bounds.py,
+    fleet.py), which apply it with ``sim.policies.ttlpolicy_plugin.with_ids``."""
+    parser.add_argument(
+        "--ids",
+        choices=("explicit", "inferred", "none"),
+        default="explicit",
+        help="program ids the ttlpolicy policies see: the trace's (explicit), linked from each "
+        "call's prompt block hashes by ttlpolicy.ProgramLinker (inferred: the policy is named "
+        "ttlpolicy:inferred-ids), or none (each call its own program: ttlpolicy:no-ids)",
+    )

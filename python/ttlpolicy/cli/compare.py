@@ -43,7 +43,7 @@ from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
-from ._args import finite_float, float_in, int_in, writable_file
+from ._args import add_ids_argument, finite_float, float_in, int_in, writable_file
 from ._plot import pyplot
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
@@ -217,6 +217,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",
     )
+    add_ids_argument(parser)
 
 
 def figure(results: list[dict], load_name: str, title: str) -> Any:
@@ -275,19 +276,19 @@ LEGEND = (
 TIE_SHARE = 0.002
 
 
-def verdict(results: list[dict], load_name: str) -> str | None:
-    """The tables in one line, from their figures: ``ttlpolicy``'s mean completion time
+def verdict(results: list[dict], load_name: str, ours: str = "ttlpolicy") -> str | None:
+    """The tables in one line, from their figures: ``ours``'s mean completion time
     against stock vLLM's (``vllm``) at each load; None unless both ran (on one engine)."""
     jct = {
         (r["policy"], r["load"]): r["summary"]["jct_mean_s"] for r in results if "router" not in r
     }
     loads = sorted({load for _, load in jct})
-    if not loads or any(("ttlpolicy", x) not in jct or ("vllm", x) not in jct for x in loads):
+    if not loads or any((ours, x) not in jct or ("vllm", x) not in jct for x in loads):
         return None
     unit = "programs in flight" if load_name.startswith("concurrency") else "programs/s"
     ties, gaps = [], []
     for load in loads:
-        ratio = jct["vllm", load] / jct["ttlpolicy", load]
+        ratio = jct["vllm", load] / jct[ours, load]
         if abs(ratio - 1) <= TIE_SHARE:
             ties.append(f"{load:g}")
             continue
@@ -301,7 +302,7 @@ def verdict(results: list[dict], load_name: str) -> str | None:
     if gaps:
         gaps[0] = gaps[0].replace(" at ", " than stock vLLM at ", 1)
         parts.append(", ".join(gaps) + ("" if ties else f" {unit}"))
-    return "verdict: on mean completion time, ttlpolicy finished the programs " + "; ".join(parts)
+    return f"verdict: on mean completion time, {ours} finished the programs " + "; ".join(parts)
 
 
 def _hardware(args: argparse.Namespace) -> Hardware:
@@ -324,6 +325,9 @@ def run(args: argparse.Namespace) -> int:
     if not policies:
         raise ValueError("--policies is empty")
     from ttlpolicy.sim import make_policy
+    from ttlpolicy.sim.policies.ttlpolicy_plugin import with_ids
+
+    policies = [with_ids(p, args.ids) for p in policies]
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
@@ -417,7 +421,7 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(rows))
     print(f"\n(simulated in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     print(f"\n{LEGEND}")
-    line = verdict(results, load_name)
+    line = verdict(results, load_name, ours=with_ids("ttlpolicy", args.ids))
     if line:
         print(line)
     if args.json:
@@ -429,6 +433,8 @@ def run(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "instances": args.instances,
         }
+        if args.ids != "explicit":  # (the default's files stay as they were)
+            meta["ids"] = args.ids
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:

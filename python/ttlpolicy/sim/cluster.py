@@ -229,9 +229,12 @@ class TTLPolicyRouter(Router):
     def finished(self, instance: int, run: ProgramRun) -> None:
         policy = self.cluster.engines[instance].policy
         if isinstance(policy, TTLPolicyPlugin):
-            pin = policy.sched.pin(run.program.program_id)
+            # (the router routes by the trace's program; the engine's policy may see another
+            # id for it: ``TTLPolicyPlugin.ids``)
+            pid = run.program.program_id
+            pin = policy.sched.pin(policy.policy_program(pid))
             if pin is not None:
-                self.router.pinned(self._ids[instance], pin.program_id, pin.deadline_s, pin.blocks)
+                self.router.pinned(self._ids[instance], pid, pin.deadline_s, pin.blocks)
 
     def ended(self, program_id: str) -> None:
         self.router.end_program(program_id)

@@ -50,6 +50,10 @@ NAMES = (
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",
+    # program ids the policy sees, for clients that send none (issue 45; +-joinable): linked
+    # from the prompt's block hashes (``ProgramLinker``), or none (each call its own program)
+    "ttlpolicy:inferred-ids",
+    "ttlpolicy:no-ids",
     # bounds that read the trace's future (never a default): each program on an engine of
     # its own; exact pins, Belady eviction, admission by real footprint (a strong heuristic)
     "alone",

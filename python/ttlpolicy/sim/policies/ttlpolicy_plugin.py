@@ -26,6 +26,7 @@ from ttlpolicy.prefill_sample import step_prefill_sample
 from ..call import Call
 from ..interface import EngineView, PolicyHooks, Unpin, Verdict
 from .base import step_shortfall
+from .program_ids import MODES, ProgramIds
 
 
 class TTLPolicyPlugin(PolicyHooks):
@@ -56,7 +57,13 @@ class TTLPolicyPlugin(PolicyHooks):
         classic: bool = False,
         adapter: bool = True,
         attained_order: bool = True,
+        ids: str = "explicit",
     ) -> None:
+        if ids not in MODES:
+            raise ValueError(f"ids must be one of {', '.join(MODES)}, got {ids[:64]!r}")
+        #: which program ids the policy sees (``program_ids``): the trace's, none, or linked
+        self.ids = ids
+        self._ids: ProgramIds | None = None
         if not 0.0 <= pin_budget_fraction <= 1.0:
             raise ValueError(f"pin_budget_fraction must be in [0, 1], got {pin_budget_fraction!r}")
         self.config = config
@@ -99,6 +106,8 @@ class TTLPolicyPlugin(PolicyHooks):
         # next_shrink_s says until when a refusal stands).
         self._gate = self.admission if cfg.admission else None
         self._block_tokens = view.config.block_tokens
+        if self.ids != "explicit":
+            self._ids = ProgramIds(self.ids, self._block_tokens)
 
     def _default_config(self, view: EngineView) -> tp.PolicyConfig:
         # (the engine chunks prefills at its token budget, as vLLM does: a lost prefix is
@@ -122,7 +131,20 @@ class TTLPolicyPlugin(PolicyHooks):
         if blocks > self._total:
             blocks = self._total
         self._refused_rid = None  # (admission's state changed: ask again)
-        return self.life.arrive(rid, call.program_id, now, blocks) is not None
+        pid = call.program_id if self._ids is None else self._ids.arrive(call, now)
+        return self.life.arrive(rid, pid, now, blocks) is not None
+
+    def _program(self, call: Call) -> str:
+        """The program the policy sees for ``call`` (``ids``)."""
+        return call.program_id if self._ids is None else self._ids.of_call(call)
+
+    def _engine_programs(self, programs: list[str]) -> list[str]:
+        ids = self._ids
+        return programs if ids is None else [ids.to_engine(p) for p in programs]
+
+    def policy_program(self, engine_program: str) -> str:
+        """The policy's program for the engine's ``engine_program`` (its latest call's)."""
+        return engine_program if self._ids is None else self._ids.to_policy(engine_program)
 
     def requeue(self, call: Call, now: float) -> None:
         self.sched.preempt(str(call.call_id), now)
@@ -137,7 +159,7 @@ class TTLPolicyPlugin(PolicyHooks):
             now = self.view.now
             if rid == self._refused_rid and now < self._refused_until_s:
                 return None  # refused, and nothing that could change that has happened
-            if not self.life.may_run(call.program_id, now):
+            if not self.life.may_run(self._program(call), now):
                 # the head waits for admission (FCFS: nobody younger may pass)
                 self._refused_rid = rid
                 self._refused_until_s = gate.next_shrink_s(now)
@@ -186,6 +208,10 @@ class TTLPolicyPlugin(PolicyHooks):
         del self._calls[rid]
         tokens = chain_blocks * self._block_tokens
         miss_s = self.miss_cost_s(tokens)
+        ids = self._ids
+        if ids is not None:
+            ids.finished(call, now, last_turn)
+            last_turn = last_turn or ids.mode == "none"  # (a one-call program: no pin)
         done = self.life.finish(
             rid,
             now,
@@ -211,13 +237,16 @@ class TTLPolicyPlugin(PolicyHooks):
         return self.view.prefill_s(tokens)  # recomputing them
 
     def expire(self, now: float) -> list[str]:
-        return [pin.program_id for pin in self.life.expire(now)]
+        return self._engine_programs([pin.program_id for pin in self.life.expire(now)])
 
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         # ``fcfs_reclaim``: a waiting call takes only younger programs' pins (the library's
         # rule for ``for_program``); otherwise any pin, latest-arrived program first.
-        pid = for_program if self.fcfs_reclaim else None
-        return [pin.program_id for pin in self.sched.reclaim(blocks_needed, now, pid)]
+        pid = None
+        if self.fcfs_reclaim and for_program is not None:
+            pid = self.policy_program(for_program)
+        pins = self.sched.reclaim(blocks_needed, now, pid)
+        return self._engine_programs([pin.program_id for pin in pins])
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         """Before each step, as ``TTLScheduler`` before vLLM schedules: what the running
@@ -233,7 +262,7 @@ class TTLPolicyPlugin(PolicyHooks):
 
         def release(program_id: str, request_id: str | None) -> int:
             before = view.free_blocks_for(program)
-            unpin(program_id)
+            unpin(program_id if self._ids is None else self._ids.to_engine(program_id))
             return view.free_blocks_for(program) - before
 
         keep = None if head is None else str(head.call_id)
@@ -253,6 +282,11 @@ class TTLPolicyPlugin(PolicyHooks):
         pass  # the scheduler forgets a program when its last call finishes (``last_turn``)
 
     def program_left(self, program_id: str) -> bool:
+        if self._ids is not None:
+            pid = self._ids.ended(program_id)
+            if pid is None:
+                return False
+            program_id = pid
         # Its program ends here, in both parts (a program-level order and load control that
         # disagree on it would deadlock: one ranks it by its first arrival, the other anew):
         # else load control counts it in the working set until it returns, maybe never.
@@ -271,7 +305,8 @@ class TTLPolicyPlugin(PolicyHooks):
         if self.admission is None or not self.ttl_policy.config.evict_by_next_use:
             return None
         ac, view = self.admission, self.view
-        return lambda programs: ac.eviction_order(programs, view.now)
+        order = lambda programs: ac.eviction_order(programs, view.now)  # noqa: E731
+        return order if self._ids is None else self._ids.order(order)
 
     def eviction_order_change_s(
         self, programs: list[str], from_s: float, until_s: float
@@ -279,6 +314,8 @@ class TTLPolicyPlugin(PolicyHooks):
         """With ``eviction_order``: the first instant in
         ``(from_s, until_s]`` at which that order of ``programs`` changes, else ``inf``."""
         assert self.admission is not None  # (asked only when eviction_order gave an order)
+        if self._ids is not None:
+            programs = list(dict.fromkeys(self._ids.to_policy(p) for p in programs))
         return self.admission.next_order_change_s(programs, from_s, until_s)
 
 
@@ -326,6 +363,21 @@ MECHANISMS = ("admission", "evict", "pins", "order")
 EXACT = "exact"
 #: The adapter's pricing, the default; the word is kept for commands written before it was.
 ADAPTER = "adapter"
+#: Variant words for the program ids the policy sees (``program_ids``; default: the trace's)
+IDS_WORDS = {"inferred-ids": "inferred", "no-ids": "none"}
+
+
+def with_ids(policy: str, ids: str) -> str:
+    """The policy name ``policy`` with program ids ``ids`` (``--ids``): a ttlpolicy policy
+    gains the variant word (``ttlpolicy:inferred-ids``); others, and ``explicit``, unchanged."""
+    if ids not in MODES:
+        raise ValueError(f"ids must be one of {', '.join(MODES)}, got {ids[:64]!r}")
+    name, slash, config = policy.partition("/")  # (bench/bounds.py's config fields)
+    base, _, variant = name.partition(":")
+    if ids == "explicit" or base not in ("ttlpolicy", "ttlpolicy-offload"):
+        return policy
+    word = next(w for w, mode in IDS_WORDS.items() if mode == ids)
+    return f"{base}:{variant + '+' if variant else ''}{word}{slash}{config}"
 
 
 def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
@@ -333,15 +385,20 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
     model before load control (no admission, LRU eviction, pins by the cost model);
     ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
-    with the simulator's exact prefill time instead of the adapter's fitted price."""
+    with the simulator's exact prefill time instead of the adapter's fitted price;
+    ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``)."""
     cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
     adapter = EXACT not in words
-    off = words - {EXACT, ADAPTER}  # (ADAPTER: the default)
+    id_words = words & IDS_WORDS.keys()
+    if len(id_words) > 1:
+        raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(id_words))} are two ids")
+    ids = IDS_WORDS[id_words.pop()] if id_words else "explicit"
+    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys()  # (ADAPTER: the default)
     if off == {"classic"}:
-        plugin = cls(classic=True, adapter=adapter)
+        plugin = cls(classic=True, adapter=adapter, ids=ids)
     else:
         unknown = off - set(MECHANISMS)
         if unknown:
@@ -355,6 +412,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
             pin_budget_fraction=0.0 if "pins" in off else 0.5,
             adapter=adapter,
             attained_order="order" not in off,
+            ids=ids,
         )
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
