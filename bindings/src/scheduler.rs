@@ -317,7 +317,10 @@ impl Fields for PyFinished {
 #[pymethods]
 impl PyFinished {
     #[new]
-    #[pyo3(signature = (decision, pin, ended, released = Vec::new()))]
+    #[pyo3(
+        signature = (decision, pin, ended, released = Vec::new()),
+        text_signature = "(decision, pin, ended, released=())"
+    )]
     fn new(
         decision: Option<PyRef<'_, PyPinDecision>>,
         pin: Option<PyRef<'_, PyPin>>,
