@@ -51,7 +51,7 @@ import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import sim_sweep
 from trace_paths import traces_dir
 from ttlpolicy import PolicyConfig
-from ttlpolicy.cli._args import add_ids_argument
+from ttlpolicy.cli import add_ids_argument
 from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS

@@ -33,7 +33,7 @@ import numpy as np
 import sim_sweep  # bench/, beside this script: loads the sessions
 from agent_sweep import OPTIONS
 from bounds import fold_of
-from ttlpolicy.cli._args import add_ids_argument
+from ttlpolicy.cli import add_ids_argument
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import MODELS

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from trace_paths import missing_message, traces_dir
-from ttlpolicy.cli._args import add_ids_argument
+from ttlpolicy.cli import add_ids_argument
 from ttlpolicy.sim import programs_from_trace, roofline, simulate
 from ttlpolicy.sim.policies.ttlpolicy_plugin import with_ids
 from ttlpolicy.sim.report import format_table

@@ -121,10 +121,11 @@ impl ProgramLifecycle {
             Some(admission) => Some(admission.check_arrive(program_id, now, blocks_needed)?),
             None => None,
         };
-        // a program the scheduler queues as new (idle past max_ttl_s) is new to load control
-        // too: one FCFS place in both, or an admitted program could wait behind a head load
+        // a program the scheduler queues as new (idle past max_ttl_s, program order) is new to
+        // load control too: one FCFS place in both, or an admitted program could wait behind a head load
         // control refuses, and nothing would run
-        let renews = checked.is_some() && parts.scheduler.renews(parts.policy, program_id, now);
+        let renews =
+            checked.is_some() && parts.scheduler.restarts_fcfs(parts.policy, program_id, now);
         let pin =
             parts
                 .scheduler

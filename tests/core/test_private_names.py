@@ -49,7 +49,7 @@ ALLOWED: dict[tuple[str, str], str] = {
             "_arrive_checked",
             "_check_finish",
             "_finish_checked",
-            "_renews",
+            "_restarts_fcfs",
         )
     },
     ("bench", "_native"): "the benches time the native module itself, whatever the backend",

@@ -17,7 +17,9 @@ import importlib
 import os
 import sys
 
-from ._args import HelpFormatter
+from ._args import HelpFormatter, add_ids_argument
+
+__all__ = ["add_ids_argument", "build_parser", "main"]  # (the benches share --ids)
 
 #: sub-command name → module under ttlpolicy.cli exposing add_arguments(parser) and run(args)
 COMMANDS = {

@@ -99,10 +99,10 @@ class ProgramLifecycle:
                 pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
             else:  # load control's refusal must come before the scheduler's change
                 checked = admission._check_arrive(program_id, now, blocks_needed)
-                # a program the scheduler queues as new (idle past max_ttl_s) is new to load
-                # control too: one FCFS place in both, or an admitted program could wait
-                # behind a head load control refuses, and nothing would run
-                renews = self.scheduler._renews(checked[0], checked[1])
+                # a program the scheduler queues as new (idle past max_ttl_s, program order)
+                # is new to load control too: one FCFS place in both, or an admitted program
+                # could wait behind a head load control refuses, and nothing would run
+                renews = self.scheduler._restarts_fcfs(checked[0], checked[1])
                 pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
                 if renews:
                     with contextlib.suppress(KeyError):  # (load control may have dropped it)

@@ -307,6 +307,12 @@ class ProgramScheduler:
             and t - prog.idle_since_s > self.policy.config.max_ttl_s
         )
 
+    def _restarts_fcfs(self, pid: str, t: float) -> bool:
+        """Whether ``pid`` arriving at ``t`` takes a new program's FCFS place: it ``_renews``
+        and the queue is in program order (by attained service a returning call's rank does
+        not use its program's arrival).  Load control must then start it anew too."""
+        return not self._by_attained and self._renews(pid, t)
+
     def _arrive(self, rid: str, pid: str, t: float) -> Pin | None:
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:

@@ -511,6 +511,13 @@ impl ProgramScheduler {
         })
     }
 
+    /// Whether `program_id` arriving at `t` takes a new program's FCFS place: it `renews` and
+    /// the queue is in program order (by attained service a returning call's rank does not use
+    /// its program's arrival). Load control must then start it anew too.
+    pub(crate) fn restarts_fcfs(&self, policy: &TTLPolicy, program_id: &str, t: f64) -> bool {
+        self.serve_order == ServeOrder::Program && self.renews(policy, program_id, t)
+    }
+
     fn arrive_checked(
         &mut self,
         policy: &mut TTLPolicy,
