@@ -36,7 +36,7 @@ import torch
 if torch.version.cuda is None:
     # A CPU-only torch: PyPI's torchvision is a CUDA build whose C ops fail to register, and
     # sglang imports torchvision.transforms unconditionally.  Declaring the two op schemas its
-    # Python side looks up lets the pure-Python parts import (shared/notes/sglang-on-cpu.md).
+    # Python side looks up lets the pure-Python parts import (docs/sglang.md, "On a CPU").
     _tv = torch.library.Library("torchvision", "FRAGMENT")
     _tv.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     _tv.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")

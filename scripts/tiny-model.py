@@ -4,7 +4,7 @@ tokenizer trained on a few sentences into FOLDER, made locally (no model hub): a
 vLLM and SGLang serve on a CPU in seconds, for the quickstarts in docs/vllm.md and
 docs/sglang.md.  Its answers are random tokens; it is there to exercise the engine, not to talk.
 
-    python scripts/tiny-model.py /tmp/tiny-llama     # needs torch, transformers, tokenizers
+    python scripts/tiny-model.py build/tiny-llama     # needs torch, transformers, tokenizers
 
 Run it with the engine's venv (they ship all three)."""
 

@@ -5,7 +5,7 @@ Step 1 (the install) is how this venv was built (scripts/vllm-env.sh); tests/doc
 its lines name the same pin and lock file.
 
 Two substitutions only, so that tests can run side by side: the model folder
-(``/tmp/tiny-llama``) goes under the test's temporary folder and port 8000 becomes a free
+(``build/tiny-llama``, git-ignored) goes under the test's temporary folder and port 8000 a free
 port.  The guide's claim about stock vLLM is run too: the same server command without its
 ``--scheduler-cls`` line."""
 
@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.engine]
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDE = ROOT / "docs" / "vllm.md"
-GUIDE_MODEL = "/tmp/tiny-llama"
+GUIDE_MODEL = "build/tiny-llama"
 GUIDE_PORT = "8000"
 STEP_TIMEOUT_S = 300.0
 
