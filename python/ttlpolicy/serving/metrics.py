@@ -63,6 +63,10 @@ class AdapterMetrics:
     programs_ended: int = 0  # programs ended: last turn, abort, end of program
     admission_refusals: int = 0  # programs held back by load control, once per wait
     pin_claims_refused: int = 0  # requests naming a pinned program without continuing it
+    calls_linked: int = 0  # calls without an id linked to a program from their prompt
+    calls_forked: int = 0  # ... linked as a fork of a program with a call running
+    calls_new_program: int = 0  # ... that started a new program (nothing matched)
+    contexts_superseded: int = 0  # pins released: the program's call did not continue them
     pinned_programs_now: int = 0  # gauge: programs holding a pin
     working_set_blocks_now: int = 0  # gauge: load control's working set
     pin_budget_blocks: int = 0  # the engine's pin budget (constant)

@@ -95,6 +95,27 @@ METRICS: dict[str, MetricSpec] = {
         "Requests that named a pinned program without continuing its context (served as"
         " anonymous; the pin kept).",
     ),
+    "calls_linked": MetricSpec(
+        P + "calls_linked",
+        "counter",
+        "Calls that named no program, linked to one from their prompt (program inference).",
+    ),
+    "calls_forked": MetricSpec(
+        P + "calls_forked",
+        "counter",
+        "Calls that named no program, linked as a fork of a program with a call running.",
+    ),
+    "calls_new_program": MetricSpec(
+        P + "calls_new_program",
+        "counter",
+        "Calls that named no program and matched none: each started a new program.",
+    ),
+    "contexts_superseded": MetricSpec(
+        P + "contexts_superseded",
+        "counter",
+        "Pins released at once because their program's new call did not continue them"
+        " (compaction, an edited history, a retry from an earlier point).",
+    ),
     "programs_ended": MetricSpec(
         P + "programs_ended", "counter", "Programs ended (last turn, abort, end of program)."
     ),
