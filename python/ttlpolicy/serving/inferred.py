@@ -33,6 +33,7 @@ __all__ = [
     "LINK_COUNTERS",
     "NO_TENANT",
     "ChainedHashes",
+    "HashView",
     "InferredPrograms",
     "count_link",
 ]
@@ -52,7 +53,29 @@ def count_link(metrics: Any, kind: str) -> None:
     setattr(metrics, name, getattr(metrics, name) + 1)
 
 
-class ChainedHashes(Sequence[int]):
+class HashView(Sequence[int]):
+    """64-bit hashes made on access from what an engine holds (``item``), as the linker
+    reads them: by index (negative from the end) or slice."""
+
+    def item(self, k: int) -> int:
+        """The hash at ``0 <= k < len(self)``."""
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        n = len(self)
+        if isinstance(i, slice):
+            return [self.item(k) for k in range(*i.indices(n))]
+        k = i + n if i < 0 else i
+        if not 0 <= k < n:
+            raise IndexError(f"hash {i} out of range ({n} hashes)")
+        return self.item(k)
+
+
+class ChainedHashes(HashView):
     """The chained 64-bit hashes of ``data``'s whole ``chunk_bytes``-byte chunks (a partial
     last chunk is not hashed, as engines hash only full blocks), computed on access."""
 
@@ -67,26 +90,14 @@ class ChainedHashes(Sequence[int]):
     def __len__(self) -> int:
         return self._len
 
-    def _digest(self, i: int) -> bytes:
+    def item(self, k: int) -> int:
         digests, chunk = self._digests, self._chunk
-        while len(digests) <= i:
-            k = len(digests)
+        while len(digests) <= k:  # the chain up to ``k``, once
+            j = len(digests)
             h = hashlib.blake2b(digests[-1] if digests else b"", digest_size=_DIGEST_BYTES)
-            h.update(self._data[k * chunk : (k + 1) * chunk])
+            h.update(self._data[j * chunk : (j + 1) * chunk])
             digests.append(h.digest())
-        return digests[i]
-
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[int]: ...
-    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(self._len))]
-        k = i + self._len if i < 0 else i
-        if not 0 <= k < self._len:
-            raise IndexError(f"chunk {i} out of range ({self._len} chunks)")
-        return int.from_bytes(self._digest(k), "little")
+        return int.from_bytes(digests[k], "little")
 
 
 class InferredPrograms:

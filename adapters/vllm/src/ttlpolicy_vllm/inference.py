@@ -10,14 +10,13 @@ vLLM's block hashes (the first 8 bytes of each, read lazily: the linker probes a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import overload
 
-from ttlpolicy.serving.inferred import NO_TENANT, InferredPrograms
+from ttlpolicy.serving.inferred import NO_TENANT, HashView, InferredPrograms
 
 __all__ = ["NO_TENANT", "BlockHashes", "InferredPrograms"]
 
 
-class BlockHashes(Sequence[int]):
+class BlockHashes(HashView):
     """vLLM's block hashes (bytes) as the 64-bit ints the linker reads, converted on access."""
 
     def __init__(self, hashes: Sequence[bytes]) -> None:
@@ -26,11 +25,5 @@ class BlockHashes(Sequence[int]):
     def __len__(self) -> int:
         return len(self._hashes)
 
-    @overload
-    def __getitem__(self, i: int) -> int: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[int]: ...
-    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
-        if isinstance(i, slice):
-            return [int.from_bytes(bytes(h)[:8], "little") for h in self._hashes[i]]
-        return int.from_bytes(bytes(self._hashes[i])[:8], "little")
+    def item(self, k: int) -> int:
+        return int.from_bytes(bytes(self._hashes[k])[:8], "little")
