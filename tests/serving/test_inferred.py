@@ -1,4 +1,4 @@
-"""``ttlpolicy.serving.inferred``: the chained hashes the adapters make where an engine gives
+"""``ttlpolicy.serving.inferred``: the prefix hashes the adapters make where an engine gives
 none, and ``InferredPrograms``, which every place a request enters links through."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from ttlpolicy.ids import program_key, tenant_key
 from ttlpolicy.serving import AdapterMetrics
 from ttlpolicy.serving.inferred import (
+    CHECKPOINT_CHUNKS,
     LINKED_PREFIX,
-    ChainedHashes,
     InferredPrograms,
+    PrefixHashes,
     count_link,
 )
 
@@ -23,39 +24,46 @@ CHUNK = 4
 
 @given(st.binary(max_size=64), st.binary(max_size=64))
 def test_a_prefix_hashes_to_the_first_items(head: bytes, tail: bytes) -> None:
-    whole, part = ChainedHashes(head + tail, CHUNK), ChainedHashes(head, CHUNK)
+    whole, part = PrefixHashes(head + tail, CHUNK), PrefixHashes(head, CHUNK)
     assert len(part) == len(head) // CHUNK and len(whole) == len(head + tail) // CHUNK
     assert list(whole)[: len(part)] == list(part)
 
 
 @given(st.binary(min_size=2 * CHUNK, max_size=64), st.binary(min_size=CHUNK, max_size=CHUNK))
 def test_an_item_names_its_whole_prefix(data: bytes, other: bytes) -> None:
-    """Changing the first chunk changes every item (chained), whatever comes after."""
+    """Changing the first chunk changes every item (each names its whole prefix)."""
     changed = other + data[CHUNK:]
     if changed[:CHUNK] != data[:CHUNK]:
-        a, b = ChainedHashes(data, CHUNK), ChainedHashes(changed, CHUNK)
+        a, b = PrefixHashes(data, CHUNK), PrefixHashes(changed, CHUNK)
         assert all(x != y for x, y in zip(a, b, strict=True))
 
 
-def test_items_are_the_chained_digest_and_read_in_any_order() -> None:
-    data = bytes(range(12))
-    h = ChainedHashes(data, CHUNK)
-    d0 = hashlib.blake2b(data[0:4], digest_size=8).digest()
-    d1 = hashlib.blake2b(d0 + data[4:8], digest_size=8).digest()
-    assert h[1] == int.from_bytes(d1, "little")  # read first: the chain is computed up to it
-    assert h[0] == int.from_bytes(d0, "little") and h[-3] == h[0]
-    assert h[0:2] == [h[0], h[1]] and len(h) == 3
+def digest(data: bytes) -> int:
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+@pytest.mark.parametrize("chunks", [3, CHECKPOINT_CHUNKS, 2 * CHECKPOINT_CHUNKS + 5])
+def test_items_are_the_prefix_digests_read_in_any_order(chunks: int) -> None:
+    """Across the kept hash states too (``CHECKPOINT_CHUNKS``), read deepest first or not."""
+    data = bytes(i % 251 for i in range(chunks * CHUNK + 1))
+    for order in (range(chunks), reversed(range(chunks))):
+        h = PrefixHashes(data, CHUNK)
+        assert len(h) == chunks
+        for k in order:
+            assert h[k] == digest(data[: (k + 1) * CHUNK]), k
+    h = PrefixHashes(data, CHUNK)
+    assert h[-chunks] == h[0] and h[0:2] == [h[0], h[1]]
     with pytest.raises(IndexError):
-        h[3]
+        h[chunks]
     with pytest.raises(ValueError, match="chunk_bytes"):
-        ChainedHashes(data, 0)
+        PrefixHashes(data, 0)
 
 
 def test_links_turns_ends_and_counts() -> None:
     metrics = AdapterMetrics()
     inferred = InferredPrograms(lambda kind: count_link(metrics, kind))
-    turn1 = ChainedHashes(bytes(range(64)), CHUNK)
-    turn2 = ChainedHashes(bytes(range(64)) + b"answer and tool result...", CHUNK)
+    turn1 = PrefixHashes(bytes(range(64)), CHUNK)
+    turn2 = PrefixHashes(bytes(range(64)) + b"answer and tool result...", CHUNK)
     tenant = tenant_key("salt-a")
     first = inferred.arrive("r1", tenant, turn1, 1.0)
     assert first.program_id.startswith(program_key(tenant, LINKED_PREFIX))
@@ -82,9 +90,9 @@ def test_links_turns_ends_and_counts() -> None:
 def test_routed_records_the_prompt_as_the_turn_end() -> None:
     """A router sees no finish: the call's next call, extending its prompt, links to it."""
     inferred = InferredPrograms()
-    call1 = ChainedHashes(bytes(range(64)), CHUNK)
-    call2 = ChainedHashes(bytes(range(64)) + bytes(32), CHUNK)
+    call1 = PrefixHashes(bytes(range(64)), CHUNK)
+    call2 = PrefixHashes(bytes(range(64)) + bytes(32), CHUNK)
     first = inferred.routed(None, call1, 1.0)
     assert inferred.routed(None, call2, 2.0) == first
     assert inferred.routed(None, call2, 3.0) == first  # not a fork: nothing runs at a router
-    assert inferred.routed(None, ChainedHashes(bytes(64), CHUNK), 4.0) != first
+    assert inferred.routed(None, PrefixHashes(bytes(64), CHUNK), 4.0) != first

@@ -4,18 +4,21 @@ does the same way.
 
 Most agent clients send no program id, yet each call's prompt extends its previous call's.
 ``ttlpolicy.ProgramLinker`` (the rule, in the library) says which recent turn end a request's
-chained prompt hashes continue; ``InferredPrograms`` only hands it the hashes, names the
-program it answers ``"\\x00linked:<key>"`` within the request's tenant — a control character
-no client id may hold, so no client can name an inferred program — and counts the answer
-(``LINK_COUNTERS``: the metrics ``calls_linked``, ``calls_forked``, ``calls_new_program``).
-State: the live requests' links (bounded by the engine's own live requests) and the linker's
-bounded turn ends.
+prompt block hashes (each naming the whole prefix up to its block) continue;
+``InferredPrograms`` only hands it the hashes, names the program it answers
+``"\\x00linked:<key>"`` within the request's tenant — a control character no client id may
+hold, so no client can name an inferred program — and counts the answer (``LINK_COUNTERS``: the
+metrics ``calls_linked``, ``calls_forked``, ``calls_new_program``). State: the live requests'
+links (bounded by the engine's own live requests) and the linker's bounded turn ends.
 
 Where an engine gives no chained block hashes (SGLang hashes pages only for its storage
-tier; the Ray router sees text, not tokens), ``ChainedHashes`` makes them: the prompt's bytes
-(token ids as int64, or UTF-8 text) in whole chunks, item ``i`` a 64-bit BLAKE2b of item
-``i - 1``'s digest and chunk ``i`` — so it identifies the whole prefix up to chunk ``i``, as
-the linker reads hashes — computed on first access (the linker reads a few).
+tier; the Ray router sees text, not tokens), ``PrefixHashes`` makes hashes that serve the same:
+the prompt's bytes (token ids as int64, or UTF-8 text) in whole chunks, item ``i`` the 64-bit
+BLAKE2b of the bytes up to the end of chunk ``i`` — so it identifies the whole prefix up to
+chunk ``i``, as the linker reads hashes.  Items are made on access (the linker reads a few):
+the hash state is kept every ``CHECKPOINT_CHUNKS`` chunks, so the bytes up to the deepest item
+read are hashed once (in C, in large pieces), and an item costs at most
+``CHECKPOINT_CHUNKS`` chunks more.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ import ttlpolicy
 from ..ids import ProgramInfo, program_key
 
 __all__ = [
+    "CHECKPOINT_CHUNKS",
     "LINKED_PREFIX",
     "LINK_COUNTERS",
     "NO_TENANT",
-    "ChainedHashes",
     "HashView",
     "InferredPrograms",
+    "PrefixHashes",
     "count_link",
 ]
 
@@ -45,6 +49,8 @@ LINKED_PREFIX = "\x00linked:"
 #: The ``AdapterMetrics`` field (and Prometheus counter) each ``Link.kind`` moves.
 LINK_COUNTERS = {"continue": "calls_linked", "fork": "calls_forked", "new": "calls_new_program"}
 _DIGEST_BYTES = 8
+#: Chunks between two kept hash states of a ``PrefixHashes``.
+CHECKPOINT_CHUNKS = 64
 
 
 def count_link(metrics: Any, kind: str) -> None:
@@ -75,9 +81,9 @@ class HashView(Sequence[int]):
         return self.item(k)
 
 
-class ChainedHashes(HashView):
-    """The chained 64-bit hashes of ``data``'s whole ``chunk_bytes``-byte chunks (a partial
-    last chunk is not hashed, as engines hash only full blocks), computed on access."""
+class PrefixHashes(HashView):
+    """The 64-bit hashes of ``data``'s prefixes that end at a whole ``chunk_bytes``-byte chunk
+    (a partial last chunk is not hashed, as engines hash only full blocks), made on access."""
 
     def __init__(self, data: bytes, chunk_bytes: int) -> None:
         if chunk_bytes < 1:
@@ -85,19 +91,22 @@ class ChainedHashes(HashView):
         self._data = memoryview(data)
         self._chunk = chunk_bytes
         self._len = len(data) // chunk_bytes
-        self._digests: list[bytes] = []
+        # the hash state after m * CHECKPOINT_CHUNKS chunks, for each m reached so far
+        self._states = [hashlib.blake2b(digest_size=_DIGEST_BYTES)]
 
     def __len__(self) -> int:
         return self._len
 
     def item(self, k: int) -> int:
-        digests, chunk = self._digests, self._chunk
-        while len(digests) <= k:  # the chain up to ``k``, once
-            j = len(digests)
-            h = hashlib.blake2b(digests[-1] if digests else b"", digest_size=_DIGEST_BYTES)
-            h.update(self._data[j * chunk : (j + 1) * chunk])
-            digests.append(h.digest())
-        return int.from_bytes(digests[k], "little")
+        states, span = self._states, CHECKPOINT_CHUNKS * self._chunk
+        m = k // CHECKPOINT_CHUNKS
+        while len(states) <= m:  # the states up to ``k``'s, once
+            h = states[-1].copy()
+            h.update(self._data[(len(states) - 1) * span : len(states) * span])
+            states.append(h)
+        h = states[m].copy()
+        h.update(self._data[m * span : (k + 1) * self._chunk])
+        return int.from_bytes(h.digest(), "little")
 
 
 class InferredPrograms:

@@ -2,15 +2,16 @@
 (``TTLPOLICY_INFER_PROGRAMS=1``, or the router's ``infer_programs``).
 
 The router sees the request body, not tokens.  Ray Serve's prefix-aware router
-(``PrefixCacheAffinityRouter``) reduces a prompt or a chat's messages to one string (their
-text contents, concatenated) and matches it character by character in a prefix tree per
-replica; the linker (``ttlpolicy.ProgramLinker``) reads chained block hashes instead, so
-``prompt_hashes`` hashes the same kind of string in whole chunks of ``TEXT_CHUNK_BYTES``
-(``ttlpolicy.serving.inferred.ChainedHashes``).  Each message contributes its role and its
-text, each closed by a separator no text holds, so an agent's next call — its history with
-the answer and the tool results appended — begins with every chunk of the previous call's
-string.  A prompt of token ids is hashed as the ids (int64).  At most ``MAX_HASHED_BYTES``
-are hashed (the rest of a longer prompt is not read: the cost per call stays bounded).
+(``PrefixCacheAffinityRouter``) reduces a prompt or a chat's messages to one string (their text
+contents, concatenated) and matches it character by character in a prefix tree per replica; the
+linker (``ttlpolicy.ProgramLinker``) reads block hashes that each name the whole prefix up to
+their block instead, so ``prompt_hashes`` hashes the same kind of string's prefixes at whole
+chunks of ``TEXT_CHUNK_BYTES`` (``ttlpolicy.serving.inferred.PrefixHashes``).  Each message
+contributes its role and its text, each closed by a control character, so an agent's next
+call — its history with the answer and the tool results appended — begins with every chunk of
+the previous call's string.  A prompt of token ids is hashed as the ids (int64).  At most
+``MAX_HASHED_BYTES`` are hashed (the rest of a longer prompt is not read: the cost per call
+stays bounded).
 
 A router sees no call finish: ``InferredPrograms.routed`` records each call's prompt as its
 program's turn end at once, so the program's next call links to it and goes to its home.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from ttlpolicy.serving.inferred import ChainedHashes
+from ttlpolicy.serving.inferred import PrefixHashes
 
 from .identity import _field, request_body
 
@@ -70,7 +71,7 @@ def prompt_bytes(body: Any) -> bytes:
     return data[:MAX_HASHED_BYTES]
 
 
-def prompt_hashes(pending: Any) -> ChainedHashes:
-    """The chained hashes of the prompt of ``pending`` (a ``PendingRequest``: its body's
+def prompt_hashes(pending: Any) -> PrefixHashes:
+    """The prefix hashes of the prompt of ``pending`` (a ``PendingRequest``: its body's
     ``prompt_bytes``) in whole chunks of ``TEXT_CHUNK_BYTES``."""
-    return ChainedHashes(prompt_bytes(request_body(pending)), TEXT_CHUNK_BYTES)
+    return PrefixHashes(prompt_bytes(request_body(pending)), TEXT_CHUNK_BYTES)
