@@ -180,3 +180,28 @@ def test_the_session_names_the_program_in_the_tree(infer_env) -> None:
     # (SGLang matches all but a prompt's last token)
     assert back == TURN1 + OUT - 1 and stats["pinned_prefix_hits"] == 1  # only the owner's
     assert other == 0  # (cache_salt keeps the tenants' prefixes apart in the tree too)
+
+
+def test_parallel_calls_from_one_context_fork_and_an_abort_ends_its_link(infer_env) -> None:
+    """Two calls continuing one turn at once (a sub-agent beside its parent): the first
+    continues the program, the second is a fork, a program of its own that takes no pin.
+    An aborted call records no turn end: the next call from the same context links to the
+    turn before it."""
+    clock = FakeClock()
+    s = make_scheduler(KV, "ttlpolicy", clock)
+    prompt, out = tokens(10_000, TURN1), tokens(11_000, OUT)
+    turn(s, prompt, out, cache_salt="salt-a")
+    clock.advance(1.0)
+    parent = s.submit(prompt + out + tokens(12_000, TOOL), cache_salt="salt-a")
+    child = s.submit(prompt + out + tokens(13_000, TOOL), cache_salt="salt-a")
+    assert s.schedule() == [parent, child]
+    stats = s.cache.ttl_stats()
+    assert (stats["calls_linked"], stats["calls_forked"]) == (1, 1)
+    s.abort_running(child)
+    s.finish(parent, tokens(14_000, OUT))
+    assert s.cache.ttl_stats()["pinned_prefix_hits"] == 1  # the parent's: the fork took none
+    assert not s.ttl.inferred.tracks(parent.rid) and not s.ttl.inferred.tracks(child.rid)
+    clock.advance(1.0)
+    turn(s, prompt + out + tokens(12_000, TOOL) + tokens(14_000, OUT), tokens(15_000, OUT),
+         cache_salt="salt-a")  # fmt: skip
+    assert s.cache.ttl_stats()["calls_linked"] == 2
