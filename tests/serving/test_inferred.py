@@ -96,3 +96,11 @@ def test_routed_records_the_prompt_as_the_turn_end() -> None:
     assert inferred.routed(None, call2, 2.0) == first
     assert inferred.routed(None, call2, 3.0) == first  # not a fork: nothing runs at a router
     assert inferred.routed(None, PrefixHashes(bytes(64), CHUNK), 4.0) != first
+
+
+def test_the_prefix_names_the_programs_and_no_client_can() -> None:
+    inferred = InferredPrograms(prefix="\x00routed:")
+    info = inferred.routed(None, PrefixHashes(bytes(64), CHUNK), 1.0)
+    assert info.program_id.startswith("\x00routed:")
+    with pytest.raises(ValueError, match="prefix"):
+        InferredPrograms(prefix="routed:")

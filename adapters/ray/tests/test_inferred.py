@@ -148,3 +148,19 @@ def test_prompt_bytes_extend_from_call_to_call() -> None:
     assert prompt_bytes({"prompt": [1, 2]}) == (1).to_bytes(8, "little") + (2).to_bytes(8, "little")
     assert prompt_bytes({"prompt": [1 << 70]}) == b""
     assert prompt_bytes({"messages": "not a list"}) == b""
+
+
+def test_an_engines_inferred_program_is_not_the_routers() -> None:
+    """A replica's engine infers programs too, under keys its own linker makes: its pin of
+    ``\\x00linked:1`` is not the router's first inferred program, and is ignored."""
+    router = make_router(infer=True)
+    a, b = Replica("a"), Replica("b")
+    for r in (a, b):
+        r.report(**HELD)
+    home = route(router, [a, b], chat(0, 0))
+    other = b if home == "a" else a
+    home_replica = a if home == "a" else b
+    home_replica.report(**HELD)
+    other.report(pins=[("\x00linked:1", 30.0, 25)], **{**HELD, "free_blocks": 975})
+    assert route(router, [a, b], chat(0, 1)) == home
+    assert router.counters["pins"] == 0 and router.counters["pins_ignored"] == 1

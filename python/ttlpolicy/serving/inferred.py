@@ -44,7 +44,7 @@ __all__ = [
 
 #: The linker's tenant for requests of no tenant (tenant keys are 32 hex digits).
 NO_TENANT = "-"
-#: Prefix of an inferred program's id (before the tenant's namespace).
+#: Prefix of an engine's inferred program's id (before the tenant's namespace).
 LINKED_PREFIX = "\x00linked:"
 #: The ``AdapterMetrics`` field (and Prometheus counter) each ``Link.kind`` moves.
 LINK_COUNTERS = {"continue": "calls_linked", "fork": "calls_forked", "new": "calls_new_program"}
@@ -111,12 +111,18 @@ class PrefixHashes(HashView):
 
 class InferredPrograms:
     """Links requests without an id to programs, and tells the linker their turn ends.
-    ``on_link`` is told each link's kind (an adapter counts it: ``count_link``)."""
+    ``on_link`` is told each link's kind (an adapter counts it: ``count_link``); ``prefix``
+    starts the programs' names (a router names its own apart from its engines')."""
 
-    def __init__(self, on_link: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, on_link: Callable[[str], None] | None = None, prefix: str = LINKED_PREFIX
+    ) -> None:
+        if not prefix.startswith("\x00"):
+            raise ValueError(f"prefix must start with NUL (no client id can), got {prefix!r}")
         self.linker = ttlpolicy.ProgramLinker()
         self._live: dict[str, tuple[str, Any]] = {}  # request id -> (linker tenant, key)
         self._on_link = on_link
+        self._prefix = prefix
 
     def _link(self, tenant: str | None, hashes: Sequence[int], now: float) -> tuple[str, Any]:
         t = tenant if tenant is not None else NO_TENANT
@@ -132,14 +138,14 @@ class InferredPrograms:
         hashes are ``hashes``; it runs until ``finished`` or ``aborted``."""
         t, key = self._link(tenant, hashes, now)
         self._live[request_id] = (t, key)
-        return ProgramInfo(program_key(tenant, f"{LINKED_PREFIX}{key}"), False, None)
+        return ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
 
     def routed(self, tenant: str | None, hashes: Sequence[int], now: float) -> ProgramInfo:
         """``arrive`` for a caller that sees no finish (a router): the prompt is recorded
         as its turn end at once, so the program's next call, extending it, links to it."""
         t, key = self._link(tenant, hashes, now)
         self.linker.finished(t, key, hashes, now)
-        return ProgramInfo(program_key(tenant, f"{LINKED_PREFIX}{key}"), False, None)
+        return ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
 
     def finished(
         self, request_id: str, hashes: Sequence[int], prompt_blocks: int, now: float

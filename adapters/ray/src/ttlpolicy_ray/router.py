@@ -62,7 +62,7 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 import ttlpolicy
-from ttlpolicy.serving.inferred import LINK_COUNTERS, InferredPrograms
+from ttlpolicy.serving.inferred import LINK_COUNTERS, LINKED_PREFIX, InferredPrograms
 from ttlpolicy.serving.knobs import INFER_PROGRAMS, env_bool
 
 from . import _registry
@@ -96,6 +96,9 @@ MAX_REPORT_EVICTED = DEFAULT_MAX_EVICTED
 MAX_GONE_REPLICAS = 4096
 #: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
 ANONYMOUS = "\x00anonymous:"
+#: Prefix of the router's inferred programs (``infer_programs``): apart from the engines'
+#: (``LINKED_PREFIX``), whose keys their own linkers make and mean nothing here.
+ROUTED_PREFIX = "\x00routed:"
 
 
 def live_routers() -> list[TTLPolicyRouter]:
@@ -126,7 +129,9 @@ class TTLPolicyRouter(RequestRouter):
         self._tenancy = Tenancy(tenant_field)  # (checks the name)
         if infer_programs is None:
             infer_programs = env_bool(INFER_PROGRAMS, False)
-        self.inferred = InferredPrograms(self._count_link) if infer_programs else None
+        self.inferred = (
+            InferredPrograms(self._count_link, ROUTED_PREFIX) if infer_programs else None
+        )
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
         self._gone: OrderedDict[str, None] = OrderedDict()
@@ -284,11 +289,19 @@ class TTLPolicyRouter(RequestRouter):
 
     def _entries(self, entries: Any, cap: int, kind: str, size: int) -> list[Any]:
         """The first ``cap`` entries of a report's list ``kind`` of ``size``-lists (the rest
-        counted as over the cap; a malformed entry counted as ignored)."""
+        counted as over the cap; a malformed entry counted as ignored, and so is one of a
+        program its engine inferred: the engine's linker made its key, which names no
+        program here)."""
         if not isinstance(entries, list):
             return []
         self.counters[f"{kind}_over_cap"] += max(0, len(entries) - cap)
-        read = [e for e in entries[:cap] if isinstance(e, list | tuple) and len(e) == size]
+        read = [
+            e
+            for e in entries[:cap]
+            if isinstance(e, list | tuple)
+            and len(e) == size
+            and not (isinstance(e[0], str) and LINKED_PREFIX in e[0])
+        ]
         self.counters[f"{kind}_ignored"] += min(cap, len(entries)) - len(read)
         return read
 
