@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from test_router import DEPLOYMENT, Replica
 from ttlpolicy_ray.inference import TEXT_CHUNK_BYTES, prompt_bytes
 from ttlpolicy_ray.router import TTLPolicyRouter
 
+from ttlpolicy.agent_headers import from_fields
 from ttlpolicy.ids import program_key, tenant_key
 
 #: Replicas whose reports say most returning calls find their context (the router then
@@ -35,15 +37,22 @@ def make_router(infer: bool) -> TTLPolicyRouter:
 
 
 def route(
-    router: TTLPolicyRouter, replicas: list[Replica], body: Any, headers: dict | None = None
+    router: TTLPolicyRouter,
+    replicas: list[Replica],
+    body: Any,
+    headers: dict | None = None,
+    session: str = "",
 ) -> str:
-    """The replica Ray tries first for ``body`` (with Ray Serve LLM's ``RawRequestInfo``)."""
+    """The replica Ray tries first for ``body`` (with Ray Serve LLM's ``RawRequestInfo``, and
+    Ray's session id)."""
 
     async def go() -> str:
         args: list[Any] = [body]
         if headers is not None:
             args.append(RawRequestInfo(headers=headers))
-        metadata = RequestMetadata(request_id="r", internal_request_id=f"i{time.monotonic_ns()}")
+        metadata = RequestMetadata(
+            request_id="r", internal_request_id=f"i{time.monotonic_ns()}", session_id=session
+        )
         pending = PendingRequest(args=args, kwargs={}, metadata=metadata)
         ranks = await router.choose_replicas(replicas, pending)  # type: ignore[arg-type]
         return ranks[0][0].replica_id.unique_id
@@ -164,3 +173,45 @@ def test_an_engines_inferred_program_is_not_the_routers() -> None:
     other.report(pins=[("\x00linked:1", 30.0, 25)], **{**HELD, "free_blocks": 975})
     assert route(router, [a, b], chat(0, 1)) == home
     assert router.counters["pins"] == 0 and router.counters["pins_ignored"] == 1
+
+
+CLAUDE = {"X-Claude-Code-Session-Id": "s1"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "session", "carried"),
+    [
+        (CLAUDE, "", {"ttlpolicy_session": "s1"}),
+        ({**CLAUDE, "x-claude-code-agent-id": "x"}, "", {"ttlpolicy_session": "s1",
+                                                         "ttlpolicy_agent": "x"}),
+        (None, "ray-session", {"ttlpolicy_session": "ray-session"}),  # Ray's x-session-id
+        (None, "y" * 200, None),  # a program id the engine's session field would refuse
+        (None, "", None),  # no session: nothing to carry (inferred at the router)
+    ],
+)  # fmt: skip
+def test_the_session_is_carried_to_the_engine(headers, session, carried) -> None:
+    """Headers reach the router, not the engine: the router carries the session into the
+    body's ``vllm_xargs``, where the vLLM adapter reads the same program from it."""
+    router = make_router(infer=True)
+    a, b = Replica("a"), Replica("b")
+    for r in (a, b):
+        r.report(**HELD)
+    for body in ({"prompt": "x" * 400, "vllm_xargs": None}, SimpleNamespace(prompt="x" * 400)):
+        route(router, [a, b], body, headers=headers, session=session)
+        xargs = body["vllm_xargs"] if isinstance(body, dict) else getattr(body, "vllm_xargs", None)
+        assert xargs == carried
+        if carried is not None:
+            read = from_fields(xargs)
+            assert read is not None and router.program_router.home(read.program_id) is not None
+
+
+@pytest.mark.parametrize(
+    "xargs", [{"program_id": "p"}, {"ttlpolicy_session": "own"}, {"ttlpolicy_agent": "a"}]
+)
+def test_fields_the_client_set_are_never_overwritten(xargs) -> None:
+    router = make_router(infer=False)
+    a = Replica("a")
+    a.report(**HELD)
+    body = {"prompt": "x" * 400, "vllm_xargs": dict(xargs)}
+    route(router, [a], body, headers=CLAUDE)
+    assert body["vllm_xargs"] == xargs and router.counters["sessions_carried"] == 0

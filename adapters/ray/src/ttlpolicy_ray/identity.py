@@ -35,7 +35,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ttlpolicy.agent_headers import AgentSession, agent_session
+from ttlpolicy.agent_headers import (
+    AGENT_FIELD,
+    SESSION_FIELD,
+    AgentSession,
+    agent_session,
+    from_fields,
+)
 from ttlpolicy.ids import (
     MAX_PROGRAM_ID_CHARS,
     MAX_TENANT_FIELD_CHARS,
@@ -51,6 +57,7 @@ __all__ = [
     "MAX_PROGRAM_ID_CHARS",
     "MAX_TENANT_FIELD_CHARS",
     "Tenancy",
+    "carry_session",
     "client_session",
     "program_key",
     "program_of",
@@ -102,6 +109,40 @@ def program_of(pending: Any) -> ProgramInfo | None:
         session = client_session(pending)
         named = None if session is None else session.program_id
     return program_info(named, xargs.get("last_turn", False))
+
+
+def carry_session(pending: Any, program_id: str) -> bool:
+    """Carry the session that named ``pending``'s program ``program_id`` at the router (Ray's
+    ``x-session-id``, or an agent client's headers) into its body's ``vllm_xargs`` fields
+    ``ttlpolicy_session``/``ttlpolicy_agent``, which the vLLM adapter reads after
+    ``program_id`` (as its HTTP middleware carries them): headers reach the router, not the
+    engine, so the engine then names (and pins) the same program.  Nothing is changed when
+    the body names its program or session itself, has no ``vllm_xargs`` to set, or the
+    engine would read another program from the fields (``from_fields``: it refuses a session
+    id over ``MAX_SESSION_ID_CHARS``); returns whether it carried."""
+    body = request_body(pending)
+    xargs = _field(body, "vllm_xargs")
+    if body is None or not isinstance(xargs, dict | None):
+        return False
+    if xargs and any(name in xargs for name in ("program_id", SESSION_FIELD, AGENT_FIELD)):
+        return False
+    session = client_session(pending)
+    if session is None or session.program_id != program_id:
+        session = AgentSession(program_id)  # (Ray's session id)
+    fields = {SESSION_FIELD: session.session_id}
+    if session.agent_id is not None:
+        fields[AGENT_FIELD] = session.agent_id
+    read = from_fields(fields)
+    if read is None or read.program_id != program_id:
+        return False
+    try:
+        if isinstance(body, dict):
+            body["vllm_xargs"] = {**(xargs or {}), **fields}
+        else:
+            body.vllm_xargs = {**(xargs or {}), **fields}
+    except (AttributeError, TypeError, ValueError):  # a frozen or validating model
+        return False
+    return True
 
 
 def tenant_of_request(pending: Any, tenancy: Tenancy) -> str | None:

@@ -35,7 +35,9 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   ``now``, and not for a program the router homes at another replica).
 * A call: ``program_of`` (identity.py) names the program, ``tenant_of`` its tenant (from the
   request's ``cache_salt``, or the ``vllm_xargs`` field ``tenant_field`` names),
-  ``program_key`` the router's key of the pair; ``blocks_needed`` is its prompt and output
+  ``program_key`` the router's key of the pair (a session from Ray's ``x-session-id`` or a
+  client's headers is carried into the body for the engine: ``carry_session``);
+  ``blocks_needed`` is its prompt and output
   cap in the router's block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.
   The chosen replica is Ray's first rank, the others its second (Ray moves on when the first
   is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
@@ -66,7 +68,14 @@ from ttlpolicy.serving.inferred import LINK_COUNTERS, LINKED_PREFIX, InferredPro
 from ttlpolicy.serving.knobs import INFER_PROGRAMS, env_bool
 
 from . import _registry
-from .identity import Tenancy, program_key, program_of, request_tokens, tenant_of_request
+from .identity import (
+    Tenancy,
+    carry_session,
+    program_key,
+    program_of,
+    request_tokens,
+    tenant_of_request,
+)
 from .inference import prompt_hashes
 from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_KEY, REPORT_VERSION
 
@@ -167,6 +176,8 @@ class TTLPolicyRouter(RequestRouter):
             "evicted_over_cap": 0,  # evictions past MAX_REPORT_EVICTED in one report
             "drained": 0,  # replicas removed (gone or dead)
             "instances_refused": 0,  # replicas not registered: max_instances live already
+            # calls whose session (a header) was carried into vllm_xargs for the engine
+            "sessions_carried": 0,
             # calls without an id, with infer_programs: linked to a program from their
             # prompt, linked as a fork (never at a router: it sees no call run), or new
             **dict.fromkeys(LINK_COUNTERS.values(), 0),
@@ -334,6 +345,8 @@ class TTLPolicyRouter(RequestRouter):
             pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
         else:
             pid = program_key(tenant, info.program_id)
+            if carry_session(pending_request, info.program_id):
+                self.counters["sessions_carried"] += 1
         prompt, out = request_tokens(pending_request)
         blocks = -(-(prompt + out) // DEFAULT_BLOCK_SIZE)
         router = self.program_router
