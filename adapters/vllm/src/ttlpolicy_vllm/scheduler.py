@@ -60,13 +60,14 @@ from typing import Any
 import ttlpolicy
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
+from ttlpolicy.serving.inferred import count_link
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key, tenant_of
-from .inference import InferredPrograms
+from .inference import BlockHashes, InferredPrograms
 from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
 from .recording import call_log_or_none
@@ -127,7 +128,11 @@ class TTLScheduler(Scheduler):
         cfg = knobs.policy
         self.tenancy = knobs.tenancy
         # requests that name no program: told from their prompts, when asked
-        self.inferred = InferredPrograms() if knobs.infer_programs else None
+        self.inferred = (
+            InferredPrograms(lambda kind: count_link(self.ttl_metrics, kind))
+            if knobs.infer_programs
+            else None
+        )
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
@@ -195,7 +200,8 @@ class TTLScheduler(Scheduler):
         info = program_of(request, self.tenancy) if rid not in self.requests else None
         if info is None and self.inferred is not None and rid not in self.requests:
             tenant = tenant_of(request, self.tenancy)
-            info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
+            hashes = BlockHashes(request.block_hashes)
+            info = self.inferred.arrive(rid, tenant, hashes, self.clock())
         if info is not None and not self.pins.continues(info.program_id, request.block_hashes):
             # it names a pinned program but does not continue the pinned context: it takes
             # neither the pin nor the program's place (served as anonymous, the pin kept)
@@ -407,7 +413,8 @@ class TTLScheduler(Scheduler):
             stopped = request.status in _STOPPED and not delay_free_blocks
             if stopped:
                 prompt_blocks = request.num_prompt_tokens // self.block_size
-                self.inferred.finished(rid, request.block_hashes, prompt_blocks, self.clock())
+                hashes = BlockHashes(request.block_hashes)
+                self.inferred.finished(rid, hashes, prompt_blocks, self.clock())
             else:
                 self.inferred.aborted(rid, self.clock())
         state = self.waiting.state(rid)
