@@ -58,6 +58,7 @@ from collections import OrderedDict
 from typing import Any
 
 import ttlpolicy
+from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
@@ -196,11 +197,8 @@ class TTLScheduler(Scheduler):
         if info is None and self.inferred is not None and rid not in self.requests:
             tenant = tenant_of(request, self.tenancy)
             info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
-        if info is not None and not self.pins.continues(info.program_id, request.block_hashes):
-            # it names a pinned program but does not continue the pinned context: it takes
-            # neither the pin nor the program's place (served as anonymous, the pin kept)
-            self.ttl_metrics.pin_claims_refused += 1
-            info = None
+        if info is not None:
+            self._claim_pin(info.program_id, request.block_hashes)
         if info is not None:
             self._programs_of[rid] = info
         # (a program back, a tool gap recorded: the eviction order may change; asked again)
@@ -218,6 +216,16 @@ class TTLScheduler(Scheduler):
             handed = self.life.held(key) is not None or self.programs.pin(pid) is not None
             self.ttl_metrics.arrived(pid, key, self.clock(), handed)
         self.ttl_metrics.adapter_s += (t1 - t0) + (time.perf_counter() - t2)
+
+    def _claim_pin(self, program_id: str, block_hashes: Any) -> None:
+        """A call of ``program_id`` (its tenant's own: ``program_key``) that does not continue
+        the program's pinned context supersedes it: the pin's blocks are released now, and
+        the call is served as the program's next (``ttlpolicy.pin_claims``).  The pin in the
+        library's table goes to the call at its arrival as any pin does."""
+        holds = self.pins.blocks_of(program_id) > 0
+        continues = holds and self.pins.continues(program_id, block_hashes)
+        if claim_pin(holds, continues) is PinClaim.SUPERSEDE and self._release_pin(program_id):
+            self.ttl_metrics.contexts_superseded += 1
 
     # -- each step --------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
