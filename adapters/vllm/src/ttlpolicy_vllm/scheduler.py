@@ -10,7 +10,9 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   orders it, and every arrival is reported through ``ttlpolicy.ProgramLifecycle``.  A request
   of a program holding a pin consumes the pin there; the adapter keeps the blocks referenced
   until the request is admitted (the lifecycle's hold, so they cannot be evicted in between)
-  and then lets the request's own references take over.
+  and then lets the request's own references take over — unless the request does not
+  continue the pinned context (``ttlpolicy.pin_claims``: a superseded context): then the
+  blocks are released at its arrival.
 * ``schedule`` — first expire pins past their deadline, then measure how many blocks the
   running requests' next step and the waiting head lack, and release what
   ``ProgramLifecycle.give_way`` says gives way (pins; held chains when nothing runs); both
