@@ -53,9 +53,9 @@ is ``new``: it cannot be told from a new program.  The old program gets no furth
 the caller learns nothing at once: its pin lapses at its TTL and its turn ends age out
 (``max_age_s``).  (A call that names its program supersedes the pin at once,
 ``ttlpolicy.pin_claims``.  Releasing on an unambiguous partial match instead was measured,
-not adopted yet: docs/investigations/supersede.md.)  Identical first turns: a prompt that only one program recorded links to
-it (it cannot be told from that program's retry); once two programs recorded a prefix, it
-never links again.
+not adopted yet: docs/investigations/supersede.md.)  Identical first turns: a prompt that
+only one program recorded links to it (it cannot be told from that program's retry); once
+two programs recorded a prefix, it never links again.
 
 **Explicit ids** take precedence (the caller decides): ``link(tenant, hashes, now,
 program=name)`` does not search; it marks ``name`` running (``continue`` when known, else
