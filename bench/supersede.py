@@ -123,9 +123,8 @@ def main() -> int:
     programs = sim_sweep.load_sessions(args.trace, agent_sweep.OPTIONS)
     if programs is None:
         return 2
-    trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"
-    fold = split_folds(programs, args.folds, trace)[args.fold]
-    b = 64  # (the simulator's block, the traces')
+    folds = split_folds(programs, args.folds, Path(args.trace or traces_dir() / "claude-code"))
+    fold, b = folds[args.fold], 64  # (64: the simulator's block, the traces')
     groups = {
         "fold": [p.program_id for p in fold],
         "rewrite": [p.program_id for p in fold if rewrites(p, b)],
