@@ -14,7 +14,9 @@ context the rule would have released (a release that costs a hit).
 
 Matching is by full prompt, not the linker's probes: for each call, the session (of its file)
 whose latest finished prompt shares the longest prefix with it; ambiguous when another session
-shares as long a prefix (the linker never links a point two programs recorded).
+shares as long a prefix.  This is the rule's best case: the linker records sparse grid
+points, so a block every session shares is often recorded by one program only, and the
+linker's own answer misattributes far more (docs/investigations/supersede.md).
 
     python bench/supersede_linkage.py [--common none|tools|8|32]
 
