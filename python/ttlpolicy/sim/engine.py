@@ -36,8 +36,8 @@ from typing import cast
 from .call import Call, ProgramRun
 from .hardware import Hardware, RunTimes, native_steps
 from .interface import EngineConfig, Policy, PolicyHooks, StepPlan, Verdict
-from .kv_cache import KVCache
 from .metrics import Metrics
+from .pin_ledger import PinLedgerKV
 from .workload import ConcurrencyArrivals, Program
 
 
@@ -129,7 +129,9 @@ class Engine:
         self.config = config or EngineConfig()
         b = self.config.block_tokens
         use_cpu = policy.uses_cpu_tier if cpu_tier is None else cpu_tier
-        self.kv = KVCache(hw.kv_capacity_blocks(b), hw.cpu_capacity_blocks(b) if use_cpu else 0)
+        self.kv = PinLedgerKV(
+            hw.kv_capacity_blocks(b), hw.cpu_capacity_blocks(b) if use_cpu else 0, self._clock
+        )
         self.now = 0.0
         self.running: list[Call] = []
         self.metrics = Metrics()
@@ -149,6 +151,9 @@ class Engine:
         stepped = policy.stepped
         noop = getattr(stepped, "__func__", None) is PolicyHooks.stepped
         self._stepped = None if noop else stepped
+
+    def _clock(self) -> float:
+        return self.now
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -231,6 +236,9 @@ class Engine:
                 f"{self.policy.waiting()} waiting calls"
             )
         self.metrics.makespan_s = self.now
+        self.kv.close_all()
+        self.metrics.pinned_in_vain_block_s = self.kv.in_vain_block_s
+        self.metrics.in_vain_by_program = dict(self.kv.in_vain_by_program)
         self.metrics.evicted_blocks = self.kv.evicted_blocks
         self.metrics.offloaded_blocks = self.kv.offloaded_blocks
         return self.metrics

@@ -28,6 +28,10 @@ class Metrics:
     output_tokens: int = 0
     preemptions: int = 0
     pinned_block_s: float = 0.0
+    # of which the blocks no call read: pins released before their program's next call, and
+    # the blocks beyond what that call's prompt found (``pin_ledger``); per program too
+    pinned_in_vain_block_s: float = 0.0
+    in_vain_by_program: dict[str, float] = field(default_factory=dict)
     evicted_blocks: int = 0
     offloaded_blocks: int = 0
     makespan_s: float = 0.0
@@ -80,10 +84,13 @@ class Metrics:
             "output_tokens",
             "preemptions",
             "pinned_block_s",
+            "pinned_in_vain_block_s",
             "evicted_blocks",
             "offloaded_blocks",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for program, block_s in other.in_vain_by_program.items():
+            self.in_vain_by_program[program] = self.in_vain_by_program.get(program, 0.0) + block_s
         self.makespan_s = max(self.makespan_s, other.makespan_s)
 
     def completion_times_s(self) -> np.ndarray:
@@ -129,6 +136,7 @@ class Metrics:
             "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
             "recomputed_tokens": float(self.recomputed_tokens),
             "pinned_block_s": self.pinned_block_s,
+            "pinned_in_vain_block_s": self.pinned_in_vain_block_s,
             "preemptions": float(self.preemptions),
             "makespan_s": self.makespan_s,
         }

@@ -44,6 +44,10 @@ class ProgramIds:
         self._of_call: dict[str, str] = {}  # request id -> its policy program
         self._engine: dict[str, str] = {}  # policy program -> engine program of its latest call
         self._policy: dict[str, str] = {}  # engine program -> policy program of its latest call
+        #: the latest call's link (``arrive``), and the engine program of its policy program's
+        #: call before it (whose chain a pin of that program holds), or None
+        self.last_link: tp.Link | None = None
+        self.previous_engine: str | None = None
 
     def hashes(self, call: Call) -> list[int]:
         """The call's prompt block hashes (full blocks), rebuilt from its turn's reuse."""
@@ -65,6 +69,8 @@ class ProgramIds:
             link = self.linker.link(TENANT, self.hashes(call), now)
             self.links[link.kind] += 1
             pid = f"linked:{link.program}"
+            self.last_link = link
+        self.previous_engine = self._engine.get(pid)
         self._of_call[rid] = pid
         self._engine[pid] = call.program_id
         self._policy[call.program_id] = pid
