@@ -51,6 +51,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import ttlpolicy
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
+from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
@@ -181,17 +182,23 @@ class ProgramTracker:
     def _program_id(self, key: str, info: ProgramInfo | None) -> str:
         return info.program_id if info is not None else request_key(ANONYMOUS + key)
 
+    def _claim_pin(self, program_id: str, prompt_ids: Any) -> None:
+        """A call of ``program_id`` (its tenant's own) that does not continue the program's
+        pinned context supersedes it: the pin's locks are released now and the call is served
+        as the program's next (``ttlpolicy.pin_claims``)."""
+        holds = program_id in self.pins.programs()
+        continues = holds and self.pins.continues(program_id, prompt_ids)
+        if claim_pin(holds, continues) is PinClaim.SUPERSEDE and self.pins.release(program_id):
+            self.metrics.contexts_superseded += 1
+
     def _arrive(self, key: str, req: Any, now: float) -> float:
         info = program_of(req, self.tenancy)
         if info is None and self.inferred is not None:
             tenant = tenant_of(req, self.tenancy)
             hashes = token_hashes(req.origin_input_ids)
             info = self.inferred.arrive(key, tenant, hashes, now)
-        if info is not None and not self.pins.continues(info.program_id, req.origin_input_ids):
-            # it names a pinned program but does not continue the pinned context: it takes
-            # neither the pin nor the program's place (served as anonymous, the pin kept)
-            self.metrics.pin_claims_refused += 1
-            info = None
+        if info is not None:
+            self._claim_pin(info.program_id, req.origin_input_ids)
         program_id = self._program_id(key, info)
         blocks = self._blocks(len(req.origin_input_ids) + len(req.output_ids))
         pin = self.life.arrive(key, program_id, now, blocks)
