@@ -18,9 +18,10 @@ import pytest
 
 import ttlpolicy
 from conftest import NATIVE, REFERENCE
+from parity import SHARED
 
 #: The public names served by both backends (``PolicyConfig`` and ``backend`` are shared).
-PUBLIC = sorted(set(ttlpolicy.__all__) - {"backend", "PolicyConfig"})
+PUBLIC = sorted(set(ttlpolicy.__all__) - SHARED)
 
 
 def shown(f: Callable[..., Any]) -> list[tuple[str, str, str]]:
