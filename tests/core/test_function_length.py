@@ -22,8 +22,6 @@ MAX_LINES = 80
 OVER = {
     "python/ttlpolicy/cli/compare.py:add_arguments",  # (compare: being reworked elsewhere)
     "python/ttlpolicy/cli/compare.py:run",
-    "python/ttlpolicy/sim/engine.py:_admit",  # (sim: being reworked elsewhere)
-    "python/ttlpolicy/sim/engine.py:_plan",
     "rust/src/linker.rs:finished",
     "rust/src/linker.rs:link",
     "rust/src/router.rs:route",
