@@ -22,7 +22,6 @@ MAX_LINES = 80
 OVER = {
     "rust/src/linker.rs:finished",
     "rust/src/linker.rs:link",
-    "rust/src/router.rs:route",
 }
 
 
