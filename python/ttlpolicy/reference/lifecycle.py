@@ -37,8 +37,9 @@ chain yields and the first error is raised after the last release.  Held chains 
 a time, each leaving the table just before its ``release``: the first error stops there and
 is raised, the chains not reached still held.
 
-The engine keeps translating: its requests to ids, its blocks to counts, references to
-holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
+The engine contract (what an engine calls, and when) is declared as an abstract class,
+``ttlpolicy.contract.LifecycleInterface``.  The engine keeps translating: its requests to
+ids, its blocks to counts, references to holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
 (the queue's order, ``may_run``, the eviction order).
 """
 
