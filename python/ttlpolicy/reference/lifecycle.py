@@ -39,8 +39,9 @@ is raised, the chains not reached still held.
 
 The engine contract (what an engine calls, and when) is declared as an abstract class,
 ``ttlpolicy.contract.LifecycleInterface``.  The engine keeps translating: its requests to
-ids, its blocks to counts, references to holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
-(the queue's order, ``may_run``, the eviction order).
+ids, its blocks to counts, references to holds.  ``scheduler`` and ``admission`` stay
+readable for what is the engine's own to ask (the queue's order, ``may_run``, the eviction
+order).
 """
 
 from __future__ import annotations
