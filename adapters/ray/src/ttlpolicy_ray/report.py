@@ -32,6 +32,9 @@ router that predates them ignores them; a report without them gets the router's 
 and the router ignores a report of another version whole, so bumping it would only blind
 a router to replicas upgraded before it (or after it) during a rolling update.
 
+``ReplicaReport`` declares the entry's fields once, for ``routing_stats``, which writes it,
+and the router, which reads it.
+
 Two sources of the figures, both thin readers (no rule of the model is restated here):
 ``lifecycle_stats`` reads a ``ttlpolicy.ProgramScheduler`` (the pin table every adapter's
 ``ProgramLifecycle`` holds) plus the engine's own figures (return queue and evictions
