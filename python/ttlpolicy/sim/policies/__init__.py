@@ -47,6 +47,10 @@ NAMES = (
     "ttlpolicy:classic",  # the model before load control
     # ttlpolicy-offload serving returning calls in program order, not by attained service
     "ttlpolicy-offload:order",
+    # ttlpolicy-offload parking chains in the CPU tier during tool calls, copied back ahead
+    # of the predicted return (issue 46; +-joinable)
+    "ttlpolicy-offload:park",
+    "ttlpolicy-offload:park-hold",
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",

@@ -17,6 +17,7 @@ fidelity — the TTL policy as the adapter runs it").
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -363,6 +364,11 @@ MECHANISMS = ("admission", "evict", "pins", "order")
 EXACT = "exact"
 #: The adapter's pricing, the default; the word is kept for commands written before it was.
 ADAPTER = "adapter"
+#: A variant word of ``ttlpolicy-offload``: park chains in the CPU tier during tool calls and
+#: copy them back ahead of the predicted return (``ttlpolicy_park``)
+PARK = "park"
+#: ``park`` holding a chain copied back pinned on the GPU till the plan's end
+PARK_HOLD = "park-hold"
 #: Variant words for the program ids the policy sees (``program_ids``; default: the trace's)
 IDS_WORDS = {"inferred-ids": "inferred", "no-ids": "none"}
 
@@ -389,6 +395,8 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``)."""
     cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
+    if words & {PARK, PARK_HOLD}:
+        cls = _park_class(base, variant, PARK_HOLD in words)
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
     adapter = EXACT not in words
@@ -396,7 +404,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if len(id_words) > 1:
         raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(id_words))} are two ids")
     ids = IDS_WORDS[id_words.pop()] if id_words else "explicit"
-    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys()  # (ADAPTER: the default)
+    off = words - {EXACT, ADAPTER, PARK, PARK_HOLD} - IDS_WORDS.keys()  # (ADAPTER: the default)
     if off == {"classic"}:
         plugin = cls(classic=True, adapter=adapter, ids=ids)
     else:
@@ -417,3 +425,12 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
     return plugin
+
+
+def _park_class(base: str, variant: str, hold: bool) -> Callable[..., TTLPolicyPlugin]:
+    """The class of a ``park`` variant: it needs the CPU tier (``ttlpolicy-offload``)."""
+    if base != "ttlpolicy-offload":
+        raise ValueError(f"{base}:{variant[:64]}: '{PARK}' needs the CPU tier (ttlpolicy-offload)")
+    from .ttlpolicy_park import TTLPolicyPark  # (it builds on this module)
+
+    return functools.partial(TTLPolicyPark, hold=hold)
