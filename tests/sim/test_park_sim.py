@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, roofline
+from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, Verdict, roofline
 from ttlpolicy.sim.hardware import Hardware
+from ttlpolicy.sim.kv_cache import KVCache
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.ttlpolicy_park import TTLPolicyPark
 
@@ -24,9 +25,7 @@ def hw_with(blocks: int, cpu_blocks: int) -> Hardware:
 
 def agent(gap_s: float) -> Program:
     """Two calls of 100 blocks, the second extending the first, ``gap_s`` apart (a tool)."""
-    return Program(
-        "A", (Turn(100 * 64, 8, 0, 0.0, "bash"), Turn(101 * 64, 8, 100, gap_s, None))
-    )
+    return Program("A", (Turn(100 * 64, 8, 0, 0.0, "bash"), Turn(101 * 64, 8, 100, gap_s, None)))
 
 
 def crowd() -> Program:
@@ -95,3 +94,24 @@ def test_hold_keeps_the_chain_pinned_till_the_window_ends() -> None:
 def test_park_needs_the_cpu_tier() -> None:
     with pytest.raises(ValueError, match="park"):
         make_policy("ttlpolicy:park")
+
+
+def test_the_oracle_bound_times_the_copy_by_the_real_gap() -> None:
+    # no history at all: the bound reads the call's own next gap from the trace
+    policy, _, m = run("ttlpolicy-offload:park-oracle+admission", history_s=None)
+    assert isinstance(policy, TTLPolicyPark) and policy.oracle
+    assert (policy.parked, policy.prefetched) == (1, 1)
+    assert (m.long_returns, m.long_returns_on_gpu) == (1, 1)
+
+
+def test_keep_pins_a_free_chain_where_it_is() -> None:
+    kv = KVCache(100, 100)
+    kv.take("A", 40)
+    kv.release("A", 40, 30, Verdict.FREE)
+    assert kv.keep("A") == 30
+    assert (kv.used, kv.pinned, kv.cached, kv.chain_blocks("A")) == (30, 30, 0, 30)
+    assert kv.keep("A") == 0 and kv.keep("nobody") == 0  # pinned already; no chain
+    kv.check()
+    kv.unpin("A")
+    assert (kv.used, kv.pinned, kv.cached) == (0, 0, 30)
+    kv.check()

@@ -51,6 +51,8 @@ NAMES = (
     # of the predicted return (issue 46; +-joinable)
     "ttlpolicy-offload:park",
     "ttlpolicy-offload:park-hold",
+    # the park rule timed by each call's real next gap: a bound that reads the future
+    "ttlpolicy-offload:park-oracle",
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",

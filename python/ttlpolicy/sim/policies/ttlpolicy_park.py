@@ -22,13 +22,16 @@ records them (the tool's gap, from the call's end to the next call's issue): the
 from __future__ import annotations
 
 import ttlpolicy as tp
-from ttlpolicy.park import TARGET, plan_park
+from ttlpolicy.park import TARGET, ParkPlan, plan_park
 
 from ..call import Call
 from ..interface import EngineView, Load, Unpin, Verdict
 from .base import PinTable, step_shortfall
 from .ttlpolicy_plugin import TTLPolicyOffload
 from .uploads import UploadPlan, earliest
+
+#: the oracle bound keeps a chain copied back pinned this long past the return it knows
+ORACLE_SLACK_S = 1e-3
 
 
 class TTLPolicyPark(TTLPolicyOffload):
@@ -37,7 +40,12 @@ class TTLPolicyPark(TTLPolicyOffload):
     prefetches = True
 
     def __init__(
-        self, *args: object, target: float = TARGET, hold: bool = False, **kwargs: object
+        self,
+        *args: object,
+        target: float = TARGET,
+        hold: bool = False,
+        oracle: bool = False,
+        **kwargs: object,
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.target = target
@@ -46,6 +54,8 @@ class TTLPolicyPark(TTLPolicyOffload):
         #: gives it)
         self.hold = hold
         self.prefetch_keeps_cached = hold
+        #: plan from the call's real next gap (a bound that reads the future)
+        self.oracle = oracle
         self.upload_plan = UploadPlan()
         self.loaded = PinTable()  # chains copied back: program → (pin end, blocks)
         self.parked = 0  # calls whose chain was parked (counters for bench/rivals.py --why)
@@ -67,12 +77,27 @@ class TTLPolicyPark(TTLPolicyOffload):
         verdict = super().finished(call, now, chain_blocks, last_turn)
         if last_turn or not chain_blocks:
             return verdict
-        plan = plan_park(self._samples(call.turn.tool), self._reload_s(chain_blocks), self.target)
+        reload_s = self._reload_s(chain_blocks)
+        if self.oracle:
+            plan = self._oracle_plan(call, reload_s)
+        else:
+            plan = plan_park(self._samples(call.turn.tool), reload_s, self.target)
         if plan is None:
             return verdict
         self.parked += 1
-        self.upload_plan.plan(call.program_id, now + plan.upload_s, chain_blocks, now + plan.until_s)
+        self.upload_plan.plan(
+            call.program_id, now + plan.upload_s, chain_blocks, now + plan.until_s
+        )
         return Verdict.FREE
+
+    @staticmethod
+    def _oracle_plan(call: Call, reload_s: float) -> ParkPlan | None:
+        """A bound, not a rule: the call's own next gap, read from the trace (the future),
+        the copy back timed to end as the program returns."""
+        gap_s = call.prog.program.turns[call.turn_index + 1].think_s
+        if gap_s < 2.0 * reload_s:
+            return None
+        return ParkPlan(gap_s - reload_s, gap_s, gap_s + ORACLE_SLACK_S, 1.0)
 
     def _samples(self, tool: str | None) -> list[float]:
         """The durations the policy would decide from: the tool's, else all tools'."""
@@ -115,7 +140,8 @@ class TTLPolicyPark(TTLPolicyOffload):
 
     def next_deadline(self) -> float | None:
         return earliest(
-            super().next_deadline(), earliest(self.upload_plan.next_s(), self.loaded.next_deadline())
+            super().next_deadline(),
+            earliest(self.upload_plan.next_s(), self.loaded.next_deadline()),
         )
 
     def expire(self, now: float) -> list[str]:

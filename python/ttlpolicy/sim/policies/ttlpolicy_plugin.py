@@ -369,6 +369,9 @@ ADAPTER = "adapter"
 PARK = "park"
 #: ``park`` holding a chain copied back pinned on the GPU till the plan's end
 PARK_HOLD = "park-hold"
+#: ``park`` timed by the call's real next gap: a bound that reads the future
+PARK_ORACLE = "park-oracle"
+PARK_WORDS = {PARK, PARK_HOLD, PARK_ORACLE}
 #: Variant words for the program ids the policy sees (``program_ids``; default: the trace's)
 IDS_WORDS = {"inferred-ids": "inferred", "no-ids": "none"}
 
@@ -393,10 +396,12 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
     with the simulator's exact prefill time instead of the adapter's fitted price;
     ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``)."""
-    cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
+    cls: Callable[..., TTLPolicyPlugin] = (
+        TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
+    )
     words = {v.strip() for v in variant.split("+") if v.strip()}
-    if words & {PARK, PARK_HOLD}:
-        cls = _park_class(base, variant, PARK_HOLD in words)
+    if words & PARK_WORDS:
+        cls = _park_class(base, variant, words)
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
     adapter = EXACT not in words
@@ -404,7 +409,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if len(id_words) > 1:
         raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(id_words))} are two ids")
     ids = IDS_WORDS[id_words.pop()] if id_words else "explicit"
-    off = words - {EXACT, ADAPTER, PARK, PARK_HOLD} - IDS_WORDS.keys()  # (ADAPTER: the default)
+    off = words - {EXACT, ADAPTER} - PARK_WORDS - IDS_WORDS.keys()  # (ADAPTER: the default)
     if off == {"classic"}:
         plugin = cls(classic=True, adapter=adapter, ids=ids)
     else:
@@ -427,10 +432,11 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     return plugin
 
 
-def _park_class(base: str, variant: str, hold: bool) -> Callable[..., TTLPolicyPlugin]:
+def _park_class(base: str, variant: str, words: set[str]) -> Callable[..., TTLPolicyPlugin]:
     """The class of a ``park`` variant: it needs the CPU tier (``ttlpolicy-offload``)."""
     if base != "ttlpolicy-offload":
         raise ValueError(f"{base}:{variant[:64]}: '{PARK}' needs the CPU tier (ttlpolicy-offload)")
     from .ttlpolicy_park import TTLPolicyPark  # (it builds on this module)
 
-    return functools.partial(TTLPolicyPark, hold=hold)
+    hold, oracle = PARK_HOLD in words, PARK_ORACLE in words
+    return functools.partial(TTLPolicyPark, hold=hold, oracle=oracle)
