@@ -98,9 +98,10 @@ def make_policy(name: str) -> Policy:
         return SIMPLE[name]()
     base, _, variant = name.partition(":")
     if base in ("ttlpolicy", "ttlpolicy-offload"):
+        from .ttlpolicy_park import is_park, make_park
         from .ttlpolicy_plugin import make_ttlpolicy
 
-        return make_ttlpolicy(base, variant)
+        return make_park(base, variant) if is_park(variant) else make_ttlpolicy(base, variant)
     if base == "clairvoyant":
         return make_clairvoyant(variant)
     if name in CACHETTL_NAMES:

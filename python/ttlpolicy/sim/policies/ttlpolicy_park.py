@@ -21,14 +21,23 @@ records them (the tool's gap, from the call's end to the next call's issue): the
 
 from __future__ import annotations
 
+from typing import Any
+
 import ttlpolicy as tp
 from ttlpolicy.park import TARGET, ParkPlan, plan_park
 
 from ..call import Call
 from ..interface import EngineView, Load, Unpin, Verdict
 from .base import PinTable, step_shortfall
-from .ttlpolicy_plugin import TTLPolicyOffload
+from .ttlpolicy_plugin import TTLPolicyOffload, TTLPolicyPlugin, make_ttlpolicy
 from .uploads import UploadPlan, earliest
+
+#: Variant words of ``ttlpolicy-offload`` (``+``-joinable with its others): park chains in the
+#: CPU tier during tool calls, copied back ahead of the predicted return; the same holding a
+#: chain copied back pinned till the plan's end; the copy timed by the call's real next gap
+#: (a bound that reads the future)
+PARK, PARK_HOLD, PARK_ORACLE = "park", "park-hold", "park-oracle"
+PARK_WORDS = frozenset((PARK, PARK_HOLD, PARK_ORACLE))
 
 #: the oracle bound keeps a chain copied back pinned this long past the return it knows
 ORACLE_SLACK_S = 1e-3
@@ -173,3 +182,25 @@ class TTLPolicyPark(TTLPolicyOffload):
         self.upload_plan.cancel(program_id)
         loaded = self.loaded.take(program_id)
         return super().program_left(program_id) or loaded
+
+
+def is_park(variant: str) -> bool:
+    """Whether a ttlpolicy variant (``a+b``) names a park word."""
+    return any(w.strip() in PARK_WORDS for w in variant.split("+"))
+
+
+def make_park(base: str, variant: str) -> TTLPolicyPlugin:
+    """``ttlpolicy-offload:park`` (with ``park-hold``, ``park-oracle`` and the mechanism
+    words of ``make_ttlpolicy``); parking needs the CPU tier."""
+    if base != "ttlpolicy-offload":
+        raise ValueError(f"{base}:{variant[:64]}: '{PARK}' needs the CPU tier (ttlpolicy-offload)")
+    words = {w.strip() for w in variant.split("+") if w.strip()}
+    rest = "+".join(sorted(words - PARK_WORDS))
+    hold, oracle = PARK_HOLD in words, PARK_ORACLE in words
+
+    def build(*args: Any, **kwargs: Any) -> TTLPolicyPlugin:
+        return TTLPolicyPark(*args, hold=hold, oracle=oracle, **kwargs)
+
+    plugin = make_ttlpolicy(base, rest, build)
+    plugin.name = f"{base}:{'+'.join(sorted(words))}"
+    return plugin

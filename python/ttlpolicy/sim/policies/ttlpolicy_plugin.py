@@ -17,7 +17,6 @@ fidelity — the TTL policy as the adapter runs it").
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -364,14 +363,6 @@ MECHANISMS = ("admission", "evict", "pins", "order")
 EXACT = "exact"
 #: The adapter's pricing, the default; the word is kept for commands written before it was.
 ADAPTER = "adapter"
-#: A variant word of ``ttlpolicy-offload``: park chains in the CPU tier during tool calls and
-#: copy them back ahead of the predicted return (``ttlpolicy_park``)
-PARK = "park"
-#: ``park`` holding a chain copied back pinned on the GPU till the plan's end
-PARK_HOLD = "park-hold"
-#: ``park`` timed by the call's real next gap: a bound that reads the future
-PARK_ORACLE = "park-oracle"
-PARK_WORDS = {PARK, PARK_HOLD, PARK_ORACLE}
 #: Variant words for the program ids the policy sees (``program_ids``; default: the trace's)
 IDS_WORDS = {"inferred-ids": "inferred", "no-ids": "none"}
 
@@ -389,19 +380,19 @@ def with_ids(policy: str, ids: str) -> str:
     return f"{base}:{variant + '+' if variant else ''}{word}{slash}{config}"
 
 
-def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
+def make_ttlpolicy(
+    base: str, variant: str = "", cls: Callable[..., TTLPolicyPlugin] | None = None
+) -> TTLPolicyPlugin:
     """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
     model before load control (no admission, LRU eviction, pins by the cost model);
     ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
     with the simulator's exact prefill time instead of the adapter's fitted price;
-    ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``)."""
-    cls: Callable[..., TTLPolicyPlugin] = (
-        TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
-    )
+    ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``);
+    ``cls`` builds it instead of the base's class (``ttlpolicy_park.make_park``)."""
+    if cls is None:
+        cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
-    if words & PARK_WORDS:
-        cls = _park_class(base, variant, words)
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
     adapter = EXACT not in words
@@ -409,7 +400,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if len(id_words) > 1:
         raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(id_words))} are two ids")
     ids = IDS_WORDS[id_words.pop()] if id_words else "explicit"
-    off = words - {EXACT, ADAPTER} - PARK_WORDS - IDS_WORDS.keys()  # (ADAPTER: the default)
+    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys()  # (ADAPTER: the default)
     if off == {"classic"}:
         plugin = cls(classic=True, adapter=adapter, ids=ids)
     else:
@@ -430,13 +421,3 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
     return plugin
-
-
-def _park_class(base: str, variant: str, words: set[str]) -> Callable[..., TTLPolicyPlugin]:
-    """The class of a ``park`` variant: it needs the CPU tier (``ttlpolicy-offload``)."""
-    if base != "ttlpolicy-offload":
-        raise ValueError(f"{base}:{variant[:64]}: '{PARK}' needs the CPU tier (ttlpolicy-offload)")
-    from .ttlpolicy_park import TTLPolicyPark  # (it builds on this module)
-
-    hold, oracle = PARK_HOLD in words, PARK_ORACLE in words
-    return functools.partial(TTLPolicyPark, hold=hold, oracle=oracle)
