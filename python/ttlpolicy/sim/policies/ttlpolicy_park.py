@@ -9,10 +9,15 @@ durations); this module only executes it, as an engine with a prefetch hook woul
   budget and load control see the program as kept); when the rule gives a plan, the chain is
   not pinned in GPU memory but joins the free queue — evicted to the CPU tier as memory is
   needed, the eviction order farthest return first — and its copy back is planned;
-* at ``upload_s`` after the call's end the chain's CPU part is copied back and the whole
-  chain pinned (``Policy.prefetch``); the pin ends at ``until_s``, when the program returns,
-  or when memory runs short (after the lifecycle's own pins);
-* a chain still on the GPU at ``upload_s`` with nothing in the tier is pinned where it is.
+* at ``upload_s`` after the call's end the chain's CPU part is copied back
+  (``Policy.prefetch``) into the room the eviction order gives it (unused blocks and the
+  free chains it gives up first), the whole chain pinned while the copy runs; then the
+  eviction order keeps it or not, as any free chain;
+* ``park-hold``: copied back whatever it evicts, and pinned till ``until_s`` (a chain still
+  on the GPU then is pinned where it is); ``park-oracle``: the copy timed by the call's real
+  next gap, a bound that reads the future;
+* a pin of a copied chain ends at its end, when the program returns, or when memory runs
+  short (after the lifecycle's own pins).
 
 The tool durations the rule reads are recorded here, at each return, as the lifecycle
 records them (the tool's gap, from the call's end to the next call's issue): the native
