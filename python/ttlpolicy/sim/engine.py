@@ -373,19 +373,41 @@ class Engine:
         before the copy ends, waits for it as for a reload."""
         kv, b = self.kv, self.config.block_tokens
 
+        keeps = self.policy.prefetch_keeps_cached
+
         def load(program: str) -> int:
             blocks = kv.prefetch(program)
             if blocks:
                 kv.loading[program] = now + self.hw.transfer_s(blocks * b)
+            elif keeps:  # nothing to copy: the chain is pinned where it is, if it is free
+                return kv.keep(program)
             return blocks
 
         self.policy.prefetch(now, load)
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
+        if index:
+            self._count_long_return(call)
         policy = self.policy
         if policy.arrive(call, self.now) and not policy.holds_handed_pins:
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
+
+    def _count_long_return(self, call: Call) -> None:
+        """A returning call whose tool ran longer than reloading its reusable prefix from
+        the CPU tier would take (a prefetch could have had it back in time): counted, and
+        whether that prefix is on the GPU now, its arrival, fully copied (issue 46)."""
+        b = self.config.block_tokens
+        max_hit = (call.prompt - 1) // b  # (as admission counts a hit)
+        need = call.turn.reusable_blocks
+        if max_hit < need:
+            need = max_hit
+        if need <= 0 or cast(float, call.gap_s) <= self.hw.transfer_s(need * b):
+            return
+        kv = self.kv
+        loaded_s = kv.loading.get(call.program_id) if kv.loading else None
+        on_gpu = kv.chain_blocks(call.program_id) >= need
+        self.metrics.long_return(on_gpu and (loaded_s is None or loaded_s <= self.now))
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:

@@ -271,6 +271,18 @@ class KVCache:
         self.prefetched_blocks += blocks
         return blocks
 
+    def keep(self, program: str) -> int:
+        """Pins the program's free chain where it is, on the GPU (a prefetch that finds
+        nothing to copy: ``Policy.prefetch_keeps_cached``); the blocks pinned (0: no free
+        chain, nothing changed)."""
+        blocks = self._free.pop(program, 0)
+        if blocks:
+            self.cached -= blocks
+            self.used += blocks
+            self.pinned += blocks
+            self._pins[program] = blocks
+        return blocks
+
     def unpin(self, program: str) -> None:
         """A pin ended: its chain joins the LRU free queue (still reusable until evicted)."""
         blocks = self._pins.pop(program, None)

@@ -494,15 +494,19 @@ def with_ids(policy: str, ids: str) -> str:
     return f"{base}:{variant + '+' if variant else ''}{word}{slash}{config}"
 
 
-def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
+def make_ttlpolicy(
+    base: str, variant: str = "", cls: Callable[..., TTLPolicyPlugin] | None = None
+) -> TTLPolicyPlugin:
     """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
     model before load control (no admission, LRU eviction, pins by the cost model);
     ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
     with the simulator's exact prefill time instead of the adapter's fitted price;
     ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``);
-    ``refuse-claims`` / ``take-claims`` what a call not continuing its pin does (``PIN_CLAIMS``)."""
-    cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
+    ``refuse-claims`` / ``take-claims`` what a call not continuing its pin does (``PIN_CLAIMS``);
+    ``cls`` builds it instead of the base's class (``ttlpolicy_park.make_park``)."""
+    if cls is None:
+        cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
