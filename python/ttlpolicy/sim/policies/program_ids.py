@@ -9,7 +9,9 @@
 The simulator's turns carry how many leading blocks they share with the previous turn's
 prompt (``Turn.reusable_blocks``, from the trace's hash ids), not the ids: a call's hashes are
 rebuilt from them — its previous turn's first ``reusable_blocks`` hashes, then fresh ones — the
-same chained prefix structure within a program.  The engine's KV cache keeps chains by the
+same chained prefix structure within a program.  A program's common prefix (its
+``Program.common_blocks``, ``workload``) is the same hashes in every program, as the linker
+would see real sessions' shared tool definitions and system prompt.  The engine's KV cache keeps chains by the
 trace's program (the cache hashes content, not ids): ids the plug-in returns to the engine
 (pins expired, reclaimed, given way) are mapped back to the program of their latest call.
 """
@@ -26,6 +28,8 @@ from ..call import Call
 MODES = ("explicit", "inferred", "none")
 #: the one tenant of the simulated engine
 TENANT = "sim"
+#: the common prefix's block i hashes to COMMON_HASH + i (fresh hashes count up from 1)
+COMMON_HASH = 1 << 48
 
 
 class ProgramIds:
@@ -49,6 +53,9 @@ class ProgramIds:
         """The call's prompt block hashes (full blocks), rebuilt from its turn's reuse."""
         full = call.turn.input_tokens // self.block_tokens
         prev = self._prompt.get(call.program_id, []) if call.turn_index else []
+        if not prev:
+            common = min(call.prog.program.common_blocks, full)
+            prev = list(range(COMMON_HASH, COMMON_HASH + common))
         keep = min(call.turn.reusable_blocks, len(prev), full)
         fresh = range(self._next_hash, self._next_hash + full - keep)
         self._next_hash += full - keep
