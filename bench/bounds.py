@@ -6,7 +6,8 @@ ratios against Continuum and CacheTTL, and where the remaining gap to ``clairvoy
     python bench/bounds.py [--folds 4] [--seeds 0,1,2,3] [--only-folds 0,2] \\
         [--points 'llama-3.1-8b@h100-80g=0.004,0.005;llama-3.1-70b@h100-80g=0.003,0.004'] \\
         [--policies vllm,continuum,cachettl,ttlpolicy,alone,clairvoyant] [--programs N] \\
-        [--ours ttlpolicy,ttlpolicy/expected_working_set=true] [--ids explicit] [--common-prefix] [--json F]
+        [--ours ttlpolicy,ttlpolicy/expected_working_set=true] [--ids explicit] \\
+        [--common-prefix] [--json F]
 
 **Variants** (for tuning, issue 34 part 4): a policy ``ttlpolicy/FIELD=VALUE/...`` is the
 simulator's ``ttlpolicy`` (any variant, e.g. ``ttlpolicy:pins/...``) with those

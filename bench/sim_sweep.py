@@ -31,9 +31,7 @@ SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
-def load_sessions(
-    trace_arg: str | None, options: dict | None = None, common_prefix: bool = False
-):
+def load_sessions(trace_arg: str | None, options: dict | None = None, common_prefix: bool = False):
     """The agentic sessions (``--trace``, else ``claude-code/`` under ``TTLPOLICY_TRACES``),
     loaded with a line on stderr; None, after saying why, when the folder is missing.
     ``common_prefix``: with the prefix every session shares (``--common-prefix``)."""

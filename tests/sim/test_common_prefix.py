@@ -75,7 +75,9 @@ def test_a_hold_keeps_only_its_depth_of_a_longer_common_chain() -> None:
 def program(name: str, common: int, turns: int = 2) -> Program:
     # a 20-block first prompt, the next turn extending it; ``common`` blocks come first
     first = Turn(20 * 64, 64, common, 0.0, "tool_use")
-    later = [Turn((22 + 3 * i) * 64, 64, 21 + 3 * (i - 1), 1.0, "tool_use") for i in range(1, turns)]
+    later = [
+        Turn((22 + 3 * i) * 64, 64, 21 + 3 * (i - 1), 1.0, "tool_use") for i in range(1, turns)
+    ]
     return Program(name, (first, *later), common_blocks=common)
 
 
@@ -124,7 +126,8 @@ def test_books_balance_under_any_sequence(data: st.DataObject) -> None:
 def test_common_prefix_tokens_reads_each_files_header() -> None:
     expected = {}
     for f in SESSIONS.glob("*.json.gz"):
-        head = json.loads(gzip.open(f).read())
+        with gzip.open(f) as fh:
+            head = json.load(fh)
         expected[head["id"]] = head["tool_tokens"] + head["system_tokens"]
     assert expected and common_prefix_tokens(SESSIONS) == expected
 

@@ -43,7 +43,14 @@ from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
-from ._args import add_common_prefix_argument, add_ids_argument, finite_float, float_in, int_in, writable_file
+from ._args import (
+    add_common_prefix_argument,
+    add_ids_argument,
+    finite_float,
+    float_in,
+    int_in,
+    writable_file,
+)
 from ._plot import pyplot
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"

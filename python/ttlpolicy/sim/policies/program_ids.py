@@ -11,9 +11,19 @@ prompt (``Turn.reusable_blocks``, from the trace's hash ids), not the ids: a cal
 rebuilt from them — its previous turn's first ``reusable_blocks`` hashes, then fresh ones — the
 same chained prefix structure within a program.  A program's common prefix (its
 ``Program.common_blocks``, ``workload``) is the same hashes in every program, as the linker
-would see real sessions' shared tool definitions and system prompt.  The engine's KV cache keeps chains by the
-trace's program (the cache hashes content, not ids): ids the plug-in returns to the engine
-(pins expired, reclaimed, given way) are mapped back to the program of their latest call.
+would see real sessions' shared tool definitions and system prompt.  The engine's KV cache
+keeps chains by the trace's program (the cache hashes content, not ids): ids the plug-in
+returns to the engine (pins expired, reclaimed, given way) are mapped back to the program of
+their latest call.
+
+**Superseded programs.** The simulator tells every mode when a program has ended (its trace
+program's last turn).  A linked program can end another way: its trace program's next call
+links elsewhere (a compaction or rewritten history is ``new``: with the common prefix, 97 of
+the sessions' 125 such calls keep nothing but it, so no content rule can link them), and
+the old linked program gets no call again.  ``arrive`` lists it in ``superseded`` (unless a
+call of another trace program was linked to it since): the same knowledge of an end, told
+when the simulator has it, which the plug-in may act on as at a last turn
+(docs/investigations/common-prefix.md).
 """
 
 from __future__ import annotations
@@ -48,6 +58,9 @@ class ProgramIds:
         self._of_call: dict[str, str] = {}  # request id -> its policy program
         self._engine: dict[str, str] = {}  # policy program -> engine program of its latest call
         self._policy: dict[str, str] = {}  # engine program -> policy program of its latest call
+        #: policy programs ended by their trace program's next call linking elsewhere (module
+        #: doc), oldest first, until ``take_superseded``
+        self.superseded: list[str] = []
 
     def hashes(self, call: Call) -> list[int]:
         """The call's prompt block hashes (full blocks), rebuilt from its turn's reuse."""
@@ -72,10 +85,19 @@ class ProgramIds:
             link = self.linker.link(TENANT, self.hashes(call), now)
             self.links[link.kind] += 1
             pid = f"linked:{link.program}"
+            old = self._policy.get(call.program_id) if call.turn_index else None
+            # (its latest call was this trace program's: no other continues it)
+            if old is not None and old != pid and self._engine.get(old) == call.program_id:
+                self.superseded.append(old)
         self._of_call[rid] = pid
         self._engine[pid] = call.program_id
         self._policy[call.program_id] = pid
         return pid
+
+    def take_superseded(self) -> list[str]:
+        """The programs ``superseded`` lists, emptied."""
+        out, self.superseded = self.superseded, []
+        return out
 
     def of_call(self, call: Call) -> str:
         return self._of_call[str(call.call_id)]
