@@ -9,9 +9,11 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim_hardware import hw_blocks
 from trace_files import DATA
 from ttlpolicy.cli import main as cli_main
 from ttlpolicy.sim import Engine, programs_from_records, roofline
@@ -21,7 +23,7 @@ from ttlpolicy.sim.kv_cache import KVCache
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.program_ids import COMMON_HASH, ProgramIds
 from ttlpolicy.sim.workload import ConcurrencyArrivals, Program, Turn, common_prefix_tokens
-from ttlpolicy.traces import read_trace
+from ttlpolicy.traces import read_trace, sample_dir
 
 SESSIONS = DATA / "sessions"
 
@@ -168,3 +170,41 @@ def test_compare_takes_the_option(tmp_path: Path) -> None:
     assert hits["common"] > hits["plain"]  # the sample sessions' first calls hit the prefix
     assert out["common"]["meta"]["common_prefix"] is True
     assert "common_prefix" not in out["plain"]["meta"]
+
+
+@pytest.mark.parametrize(
+    "policy", ["vllm", "vllm-offload", "ttlpolicy", "ttlpolicy-offload", "ttlpolicy:inferred-ids"]
+)
+def test_engine_books_balance_with_the_common_prefix(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the package's 16 sample sessions, cut short, on a memory that holds a few contexts:
+    # pins, evictions (a policy's order too), reloads and preemptions meet the common chain
+    tokens = common_prefix_tokens(sample_dir())
+    records = list(read_trace(sample_dir()))
+    programs = [
+        Program(p.program_id, p.turns[:6], common_blocks=p.common_blocks)
+        for p in programs_from_records(records, max_context=24_000, common_tokens=tokens)
+    ]
+    checked = 0
+
+    def checking(name: str) -> None:
+        method = getattr(KVCache, name)
+
+        def run(self: KVCache, *args: object) -> object:
+            nonlocal checked
+            out = method(self, *args)
+            self.check()
+            checked += 1
+            return out
+
+        monkeypatch.setattr(KVCache, name, run)
+
+    for name in ("take", "grow", "release", "unpin", "prefetch", "drop"):
+        checking(name)
+    engine = Engine(hw_blocks(900, 64, cpu_blocks=2000), make_policy(policy))
+    engine.use_concurrency(ConcurrencyArrivals(programs, 4, 0))
+    m = engine.run()
+    assert m.calls_done == sum(len(p.turns) for p in programs)
+    assert checked > 0 and m.evicted_blocks > 0  # (memory was short: the books were tried)
+    assert engine.kv.common_blocks > 0
