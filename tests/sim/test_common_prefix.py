@@ -208,3 +208,22 @@ def test_engine_books_balance_with_the_common_prefix(
     assert m.calls_done == sum(len(p.turns) for p in programs)
     assert checked > 0 and m.evicted_blocks > 0  # (memory was short: the books were tried)
     assert engine.kv.common_blocks > 0
+
+
+def test_a_compaction_supersedes_its_linked_program() -> None:
+    # x's second call keeps only the common prefix (a compaction): the linker cannot tell it
+    # from a new session, so it starts a new program; the old one is listed as superseded
+    first = Turn(30 * 64, 64, 12, 0.0, "tool_use")
+    compacted = Turn(20 * 64, 64, 12, 1.0, "tool_use")
+    extended = Turn(24 * 64, 64, 20, 1.0, "tool_use")
+    x = ProgramRun(Program("x", (first, compacted, extended), common_blocks=12), 0.0)
+    ids = ProgramIds("inferred", 64)
+    calls = [Call(i, x, i, float(i)) for i in range(3)]
+    before = ids.arrive(calls[0], 0.0)
+    ids.finished(calls[0], 0.5, False)
+    after = ids.arrive(calls[1], 1.0)
+    assert after != before and ids.links["new"] == 2
+    assert ids.take_superseded() == [before] and ids.superseded == []
+    ids.finished(calls[1], 1.5, False)
+    assert ids.arrive(calls[2], 2.0) == after  # it extends the compacted prompt: continues
+    assert ids.superseded == []
