@@ -43,7 +43,14 @@ from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
-from ._args import add_ids_argument, finite_float, float_in, int_in, writable_file
+from ._args import (
+    add_common_prefix_argument,
+    add_ids_argument,
+    finite_float,
+    float_in,
+    int_in,
+    writable_file,
+)
 from ._plot import pyplot
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
@@ -233,6 +240,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",
     )
     add_ids_argument(parser)
+    add_common_prefix_argument(parser)
 
 
 def figure(results: list[dict], load_name: str, title: str) -> Any:
@@ -500,6 +508,8 @@ def _report(
         }
         if args.ids != "explicit":  # (the default's files stay as they were)
             meta["ids"] = args.ids
+        if args.common_prefix:
+            meta["common_prefix"] = True
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
@@ -540,6 +550,7 @@ def load_trace_programs(args: argparse.Namespace, trace: str) -> list:
         "think_scale": args.think_scale,
         "think_cap_s": args.think_cap if args.think_cap >= 0 else None,
         "human_turns": args.human_turns,
+        "common_prefix": args.common_prefix,
     }
     t0 = time.perf_counter()
     print(f"loading {trace} (parsed once, then from the trace cache)", file=sys.stderr, flush=True)

@@ -389,6 +389,8 @@ class Engine:
         call = Call(next(self._ids), run, index, self.now)
         if index:
             self._count_long_return(call)
+        if run.program.common_blocks:  # (the common prefix its prompt begins with: kv_cache)
+            self.kv.share(call.program_id, run.program.common_blocks)
         policy = self.policy
         if policy.arrive(call, self.now) and not policy.holds_handed_pins:
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
