@@ -90,11 +90,11 @@ class ProgramIds:
             self.links[link.kind] += 1
             pid = f"linked:{link.program}"
             self.last_link = link
-        self.previous_engine = self._engine.get(pid)
             old = self._policy.get(call.program_id) if call.turn_index else None
             # (its latest call was this trace program's: no other continues it)
             if old is not None and old != pid and self._engine.get(old) == call.program_id:
                 self.superseded.append(old)
+        self.previous_engine = self._engine.get(pid)
         self._of_call[rid] = pid
         self._engine[pid] = call.program_id
         self._policy[call.program_id] = pid
