@@ -12,6 +12,7 @@ mod prefix_tree;
 mod router;
 mod scheduler;
 mod step_time;
+mod tenants;
 mod value;
 
 #[pymodule]
