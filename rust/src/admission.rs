@@ -8,6 +8,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 
+use crate::config::PolicyConfig;
 use crate::error::{Error, PyStr, Result};
 use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
@@ -158,6 +159,17 @@ impl Member<'_> {
         }
         (first <= until_s).then_some(first)
     }
+}
+
+/// How long a program away, judged by `samples`, may stay expected back (the reference's
+/// `away_limit_s`, whose doc says why): `max_ttl_s`, and on the prior (no duration
+/// recorded) at most `prior_mean_s · (1 + ln(window))`.
+fn away_limit_s(cfg: &PolicyConfig, samples: &[f64]) -> f64 {
+    if !samples.is_empty() {
+        return cfg.max_ttl_s;
+    }
+    let give_up_s = cfg.prior_mean_s * (1.0 + (cfg.window as f64).ln());
+    cfg.max_ttl_s.min(give_up_s)
 }
 
 /// How a program stands at `t` (the reference's `_standing`): its class and, away, the
@@ -533,7 +545,8 @@ impl AdmissionControl {
 
     fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
         let cfg = policy.config();
-        let (class, median) = standing(prog, Self::samples_of(policy, prog), cfg.max_ttl_s, t);
+        let samples = Self::samples_of(policy, prog);
+        let (class, median) = standing(prog, samples, away_limit_s(cfg, samples), t);
         match (class, prog.away_since_s) {
             (Class::Away, Some(since)) => median - (t - since),
             (Class::Prior, _) => cfg.prior_mean_s * std::f64::consts::LN_2,
@@ -561,9 +574,9 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let max_ttl_s = policy.config().max_ttl_s;
-        let leave = first_instant(since, max_ttl_s, true);
         let samples = Self::samples(policy, tool);
+        let max_ttl_s = away_limit_s(policy.config(), samples);
+        let leave = first_instant(since, max_ttl_s, true);
         let n = samples.len();
         let elapsed = t - since;
         // Away past samples[j - 1] (j durations passed), the next use is the median of the
@@ -640,12 +653,12 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let max_ttl_s = policy.config().max_ttl_s;
+        let samples = Self::samples(policy, tool);
+        let max_ttl_s = away_limit_s(policy.config(), samples);
         if after_s - since > max_ttl_s {
             return f64::INFINITY;
         }
         let leave = first_instant(since, max_ttl_s, true);
-        let samples = Self::samples(policy, tool);
         if samples.is_empty() {
             return leave; // the prior's share is constant until then
         }
@@ -742,7 +755,7 @@ impl AdmissionControl {
             return 0; // not expected back
         };
         let elapsed = t - since;
-        if elapsed > cfg.max_ttl_s {
+        if elapsed > away_limit_s(cfg, samples) {
             return 0;
         }
         if samples.is_empty() {
@@ -943,17 +956,17 @@ impl AdmissionControl {
         program_ids: &'a [S],
         known: &[usize],
     ) -> Vec<(usize, Member<'a>)> {
-        let max_ttl_s = policy.config().max_ttl_s;
         known
             .iter()
             .map(|&i| {
                 let id = program_ids[i].as_ref();
                 let prog = &self.programs[id];
+                let samples = Self::samples_of(policy, prog);
                 let member = Member {
                     prog,
                     id,
-                    samples: Self::samples_of(policy, prog),
-                    max_ttl_s,
+                    samples,
+                    max_ttl_s: away_limit_s(policy.config(), samples),
                 };
                 (i, member)
             })

@@ -23,9 +23,12 @@ Rules (the same in both backends):
   it holds ``min_tool_samples``, else the global window, else an exponential prior of mean
   ``prior_mean_s`` (memoryless: ``μ·ln 2``).  A program whose last call ended without a tool
   (the turn ended; it waits on a human or on nothing), whose gap has outlasted every
-  recorded duration, or who has been away longer than ``max_ttl_s`` (no pin lasts longer:
-  the policy never holds a context for such a gap, and a client that died during a tool
-  call leaves the working set after at most that long, even on the memoryless prior), is
+  recorded duration — on the prior, ``prior_mean_s · (1 + ln(window))``, about the longest
+  of ``window`` durations drawn from it (``away_limit_s``; before it, a program on the
+  memoryless prior stayed expected back ``max_ttl_s``, and 300 such programs that never
+  returned held every newcomer that long) — or who has been away longer than ``max_ttl_s``
+  (no pin lasts longer: the policy never holds a context for such a gap, and a client that
+  died during a tool call leaves the working set after at most that long), is
   not expected back: ``inf``.
 * **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
   next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
@@ -71,8 +74,9 @@ Rules (the same in both backends):
   Neither can become true without an event (``arrive``, ``finish``, ``end``), so
   ``next_shrink_s`` still names every instant a refusal may end.  On the agentic sessions
   neither fires (``bench/RESULTS.md``, "Load control under many programs").  Not bounded by
-  them: programs *away* whose clients vanished (expected back on the prior, say) hold the
-  head until they have been away ``max_ttl_s``, as before.
+  them: programs *away* whose clients vanished hold the head until they have outlasted
+  their durations — past the last recorded one, or on the prior (none recorded)
+  ``prior_mean_s · (1 + ln(window))`` (79 s by default) — and at most ``max_ttl_s``.
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -102,8 +106,9 @@ admission is admitted after finitely many program ends, or after at most
 ``MAX_TURNS_AHEAD`` turns of one program that does not end (bounded wait), and programs
 start in arrival order.  A program that never ends (its
 client vanished during a tool call) still stops blocking anyone once it has been away longer
-than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
-admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
+than its durations (above) and at most ``max_ttl_s``: it leaves the working set (the
+engine's idle memory is then used), so admission waits at most that long on programs that
+do not come back.  Admission does
 *not* admit the head merely because the engine is idle while admitted programs are away on
 short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
 JCT at contended load, ``bench/RESULTS.md``).
@@ -344,6 +349,11 @@ class AdmissionControl:
         """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
         return away_samples(self.policy, tool)
 
+    def _away_limit_s(self, samples: list[float]) -> float:
+        """How long a program away, judged by ``samples``, may stay expected back: see
+        ``away_limit_s``."""
+        return away_limit_s(self.policy.config, samples)
+
     def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
         """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
         away with no duration recorded, ``_AWAY``) and, away, the median of its tool's
@@ -352,9 +362,11 @@ class AdmissionControl:
         if prog.live > 0:
             return (_LIVE, 0.0)
         since = prog.away_since_s
-        if prog.tool is None or since is None or t - since > self.policy.config.max_ttl_s:
+        if prog.tool is None or since is None:
             return (_GONE, 0.0)
         samples = self._samples(prog.tool)
+        if t - since > self._away_limit_s(samples):
+            return (_GONE, 0.0)
         n = len(samples)
         if n == 0:
             return (_PRIOR, 0.0)
@@ -388,9 +400,9 @@ class AdmissionControl:
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
-        leave = _first_instant(since, max_ttl_s, beyond=True)
         samples = self._samples(prog.tool)
+        max_ttl_s = self._away_limit_s(samples)
+        leave = _first_instant(since, max_ttl_s, beyond=True)
         n = len(samples)
         k = bisect.bisect_right(samples, t - since)
         while k < n:
@@ -447,11 +459,11 @@ class AdmissionControl:
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
+        samples = self._samples(prog.tool)
+        max_ttl_s = self._away_limit_s(samples)
         if after_s - since > max_ttl_s:
             return math.inf
         leave = _first_instant(since, max_ttl_s, beyond=True)
-        samples = self._samples(prog.tool)
         if not samples:
             return leave  # the prior's share is constant until then
         k = bisect.bisect_right(samples, after_s - since)
@@ -623,17 +635,19 @@ class AdmissionControl:
         known = [p for p in ids if p in progs]  # unknown programs go first, in a fixed order
         if len(known) < 2 or until <= t:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
         jumps: set[float] = set()
         for p in known:
             prog = progs[p]
             since = prog.away_since_s
-            if prog.live > 0 or prog.tool is None or since is None or t - since > max_ttl_s:
+            if prog.live > 0 or prog.tool is None or since is None:
                 continue  # a constant next use: 0, or inf from now on
+            samples = self._samples(prog.tool)  # none: the prior's constant
+            max_ttl_s = self._away_limit_s(samples)
+            if t - since > max_ttl_s:
+                continue  # inf from now on
             leave = _first_instant(since, max_ttl_s, beyond=True)
             if leave <= until:
                 jumps.add(leave)
-            samples = self._samples(prog.tool)  # none: the prior's constant
             k = bisect.bisect_right(samples, t - since)
             while k < len(samples):
                 d = samples[k]
@@ -670,6 +684,18 @@ class AdmissionControl:
     def waiting_count(self) -> int:
         """Programs known and not yet admitted."""
         return len(self._programs) - len(self._admitted)
+
+
+def away_limit_s(config: Any, samples: list[float]) -> float:
+    """How long a program away may stay expected back (module doc, "Next use"):
+    ``max_ttl_s``; on the prior (no duration recorded) at most ``prior_mean_s · (1 +
+    ln(window))`` as well — the longest of ``window`` draws of the prior is about that (its
+    expectation, ``prior_mean_s · H(window)``, is at most it), so a program away longer has
+    outlasted the durations the prior stands for, as one past its last recorded duration."""
+    if samples:
+        return config.max_ttl_s
+    give_up_s = config.prior_mean_s * (1.0 + math.log(config.window))
+    return min(config.max_ttl_s, give_up_s)
 
 
 def away_samples(policy: Any, tool: Any) -> list[float]:
