@@ -492,7 +492,11 @@ class PrefixTree:
 @final
 class AdmissionControl:
     def __new__(
-        cls, policy: TTLPolicy, total_blocks: SupportsIndex, max_idle_programs: SupportsIndex = ...
+        cls,
+        policy: TTLPolicy,
+        total_blocks: SupportsIndex,
+        max_idle_programs: SupportsIndex = ...,
+        tenant_weights: dict[str, SupportsIndex] | None = None,
     ) -> AdmissionControl: ...
     @property
     def policy(self) -> TTLPolicy: ...

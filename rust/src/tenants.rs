@@ -122,3 +122,38 @@ pub fn over_share(blocks: i64, weight: i64, budget: i64, total_weight: i64) -> b
 pub fn cmp_usage(a: (i64, i64), b: (i64, i64)) -> std::cmp::Ordering {
     (i128::from(a.0) * i128::from(b.1)).cmp(&(i128::from(b.0) * i128::from(a.1)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn weights_default_to_one_and_are_checked() {
+        let w = TenantWeights::new(&[(A, 3)]).unwrap();
+        assert_eq!((w.weight(A), w.weight("")), (3, 1));
+        let bad = |entries: &[(&str, i64)]| TenantWeights::new(entries).unwrap_err().to_string();
+        assert!(bad(&[(A, 0)]).contains("a weight in [1, 1000]"));
+        assert!(bad(&[(A, MAX_TENANT_WEIGHT + 1)]).ends_with("got 1001"));
+        assert!(bad(&[(&A.to_uppercase(), 2)]).contains("keyed by tenant keys"));
+        let many: Vec<(String, i64)> = (0..=MAX_WEIGHTED_TENANTS)
+            .map(|i| (format!("{i:032x}"), 1))
+            .collect();
+        assert!(TenantWeights::new(&many).is_err());
+    }
+
+    #[test]
+    fn shares_compare_exactly() {
+        // 90 blocks of 90 among weights 2 (of 3): the share is 60
+        assert!(!over_share(60, 2, 90, 3));
+        assert!(over_share(61, 2, 90, 3));
+        assert!(!over_share(
+            i64::MAX,
+            MAX_TENANT_WEIGHT,
+            i64::MAX,
+            MAX_TENANT_WEIGHT
+        ));
+        assert_eq!(cmp_usage((30, 1), (60, 3)), std::cmp::Ordering::Greater);
+    }
+}

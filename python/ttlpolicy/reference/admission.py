@@ -77,6 +77,22 @@ Rules (the same in both backends):
   them: programs *away* whose clients vanished hold the head until they have outlasted
   their durations — past the last recorded one, or on the prior (none recorded)
   ``prior_mean_s · (1 + ln(window))`` (79 s by default) — and at most ``max_ttl_s``.
+* **Tenant shares** (why one tenant's programs cannot hold another's back): a program's
+  tenant is read from its id (``tenants.tenant_of``); the tenants with a known program are
+  active and share ``total_blocks`` by weight (``tenant_weights``, 1 each by default: a
+  tenant's share is ``total_blocks · weight / W``).  A program refused by the rules above, or
+  waiting behind another tenant's older program, is admitted all the same when it is its
+  own tenant's oldest waiting program and its expected footprint (its own, or its tenant's
+  admitted mean when larger) fits its tenant's share beside its tenant's working set.  So a
+  tenant's new program waits only on its own tenant's programs (the bound: at once, when
+  its tenant's working set leaves room in its share — it waits on another tenant only when
+  its footprint alone exceeds its share), whatever other tenants keep in flight or away;
+  programs start in arrival order within a tenant, not across tenants.  The working set
+  may then exceed ``total_blocks``: the excess is another tenant's, over its share, whose
+  contexts the engine evicts first by next use as ever.  With one active tenant the rule
+  is the one above (its share is everything), so nothing changes for one tenant.  An
+  engine that asks ``may_run`` only of its queue's first request must ask it of each
+  tenant's first request too for the bound to hold.
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -95,23 +111,24 @@ Rules (the same in both backends):
   programs are expected back, which move only when a next use jumps: with no event the
   order changes only then (``next_order_change_s``).
 
-Invariant (why it cannot livelock or starve): admitted programs are never blocked by
-admission, so they run to their end — and every admitted program arrived strictly before any
-refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
-program's request ahead of an admitted program's; while the oldest waiting program is
-refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so the
-admitted set only shrinks; when it is empty the oldest waiting program is admitted whatever
-its size (it fits: no request exceeds ``total_blocks``).  So the oldest program waiting for
-admission is admitted after finitely many program ends, or after at most
+Invariant (why it cannot livelock or starve; with several tenants, within each tenant —
+tenant shares admit a tenant's oldest program past other tenants' older ones, and a tenant's
+programs then start in arrival order while it fits its share): admitted programs are never
+blocked by admission, so they run to their end — and every admitted program arrived strictly
+before any refused one (cohorts are admitted whole), so a program-FCFS queue never puts a
+refused program's request ahead of an admitted program's; while the oldest waiting program
+is refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so
+the admitted set only shrinks; when it is empty the oldest waiting program is admitted
+whatever its size (it fits: no request exceeds ``total_blocks``).  So the oldest program
+waiting for admission is admitted after finitely many program ends, or after at most
 ``MAX_TURNS_AHEAD`` turns of one program that does not end (bounded wait), and programs
-start in arrival order.  A program that never ends (its
-client vanished during a tool call) still stops blocking anyone once it has been away longer
-than its durations (above) and at most ``max_ttl_s``: it leaves the working set (the
-engine's idle memory is then used), so admission waits at most that long on programs that
-do not come back.  Admission does
-*not* admit the head merely because the engine is idle while admitted programs are away on
-short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
-JCT at contended load, ``bench/RESULTS.md``).
+start in arrival order.  A program that never ends (its client vanished during a tool call)
+still stops blocking anyone once it has been away longer than its durations (above) and at
+most ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
+admission waits at most that long on programs that do not come back.  Admission does *not*
+admit the head merely because the engine is idle while admitted programs are away on short
+tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean JCT at
+contended load, ``bench/RESULTS.md``).
 
 Bounded state, as in ``ProgramScheduler``: a program with no live request is kept (its next
 request is its return, not a new arrival); at most ``max_idle_programs`` such idle programs
@@ -141,6 +158,7 @@ from .scheduler import (
     check_id,
     check_ids,
 )
+from .tenants import check_tenant_weights, tenant_of
 
 __all__ = ["MAX_PROGRAMS", "MAX_TURNS_AHEAD", "AdmissionControl"]
 
@@ -176,14 +194,16 @@ class _Program:
         "blocks",
         "live",
         "rebuild_s",
+        "tenant",
         "tool",
         "turns_ahead",
         "turns_epoch",
     )
 
-    def __init__(self, arrival_s: float, blocks: int) -> None:
+    def __init__(self, arrival_s: float, blocks: int, tenant: str) -> None:
         self.arrival_s = arrival_s
         self.blocks = blocks
+        self.tenant = tenant
         self.rebuild_s = 0.0
         self.admitted = False
         self.live = 0  # waiting and running requests
@@ -194,13 +214,30 @@ class _Program:
         self.turns_epoch = 0
 
 
+class _Tenant:
+    """A tenant of known programs: how many (it is active while it has any), its weight, and
+    its programs not yet admitted, (arrival, id), oldest first (stale entries skipped
+    lazily, as in ``AdmissionControl._pending``)."""
+
+    __slots__ = ("pending", "programs", "weight")
+
+    def __init__(self, weight: int) -> None:
+        self.programs = 0
+        self.weight = weight
+        self.pending: list[tuple[float, str]] = []
+
+
 @synchronized
 class AdmissionControl:
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""
 
     def __init__(
-        self, policy: Any, total_blocks: Any, max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS
+        self,
+        policy: Any,
+        total_blocks: Any,
+        max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+        tenant_weights: Any = None,
     ) -> None:
         if tool_history(policy) is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
@@ -209,6 +246,9 @@ class AdmissionControl:
         self.max_idle_programs = int_in(
             "max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS
         )
+        self._weights = check_tenant_weights(tenant_weights)
+        self._tenants: dict[str, _Tenant] = {}  # the active ones: with a known program
+        self._tenants_weight = 0  # their summed weight
         self.dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
         self._programs: dict[str, _Program] = {}
@@ -244,8 +284,14 @@ class AdmissionControl:
         """``arrive`` with what ``_check_arrive`` returned (nothing changed in between)."""
         prog = self._programs.get(pid)
         if prog is None:
-            prog = self._programs[pid] = _Program(t, blocks)
+            prog = self._programs[pid] = _Program(t, blocks, tenant_of(pid))
             heapq.heappush(self._pending, (t, pid))
+            tenant = self._tenants.get(prog.tenant)
+            if tenant is None:
+                tenant = self._tenants[prog.tenant] = _Tenant(self._weights.get(prog.tenant, 1))
+                self._tenants_weight += tenant.weight
+            tenant.programs += 1
+            heapq.heappush(tenant.pending, (t, pid))
         self._idle.pop(pid, None)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
@@ -342,7 +388,12 @@ class AdmissionControl:
         if prog.admitted:
             self._admitted.discard(pid)
         self._idle.pop(pid, None)
-        del self._programs[pid]  # its _pending entry, if any, is skipped lazily
+        del self._programs[pid]  # its _pending entries, if any, are skipped lazily
+        tenant = self._tenants[prog.tenant]
+        tenant.programs -= 1
+        if tenant.programs == 0:
+            del self._tenants[prog.tenant]
+            self._tenants_weight -= tenant.weight
 
     # -- the rules ------------------------------------------------------------------------
     def _samples(self, tool: str) -> list[float]:
@@ -474,8 +525,10 @@ class AdmissionControl:
 
     def _expected_shrink_s(self, t: float) -> float:
         """``next_shrink_s`` under the expected working set (module doc)."""
-        room = self._room_blocks(t)
         members = [self._programs[p] for p in self._admitted]
+        if len(self._tenants) > 1:  # any member's fall may make room in its tenant's share
+            return min((self._fall_s(prog, t) for prog in members), default=math.inf)
+        room = self._room_blocks(t)
         at = t
         for _ in range(SHRINK_LOOKS):
             at = min((self._fall_s(prog, at) for prog in members), default=math.inf)
@@ -505,26 +558,31 @@ class AdmissionControl:
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]
 
-    def _load(self, t: float) -> tuple[int, int]:
-        """(working set, summed footprint) of the admitted programs, in one pass."""
+    def _load(self, t: float, tenant: str | None = None) -> tuple[int, int, int]:
+        """(working set, summed footprint, count) of the admitted programs (of ``tenant``
+        only, when given), in one pass."""
         expected = self.policy.config.expected_working_set
-        working = total = 0
+        working = total = count = 0
         for pid in self._admitted:
             prog = self._programs[pid]
+            if tenant is not None and prog.tenant != tenant:
+                continue
+            count += 1
             total += prog.blocks
             horizon_s = self._horizon_s(prog)
             if expected:
                 working += self._expected_blocks(prog, t, horizon_s)
             elif self._next_use(prog, t) <= horizon_s:
                 working += prog.blocks
-        return working, total
+        return working, total, count
 
     def working_set_blocks(self, now: Any) -> int:
         """The working set at ``now`` (see the module doc)."""
         return self._working_set(self._check_now(now))
 
-    def _head(self) -> str | None:
-        pending = self._pending
+    def _head(self, pending: list[tuple[float, str]] | None = None) -> str | None:
+        """The oldest program not yet admitted (of ``pending``: a tenant's; default all)."""
+        pending = self._pending if pending is None else pending
         while pending:
             arrival, pid = pending[0]
             prog = self._programs.get(pid)
@@ -549,15 +607,22 @@ class AdmissionControl:
             return True
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
-            return False  # an older program waits for admission (equal arrivals: any of them)
+            # an older program waits for admission (equal arrivals: any of them); it holds
+            # back no other tenant's program within that tenant's share
+            if not self._within_share(prog, t):
+                return False
+            self._admit(pid, prog)
+            return True
         n = len(self._admitted)
         if n and not self._cohort_admitted(prog.arrival_s):
             # Expected footprint: its own, or the admitted programs' mean when larger (not
             # beside a lone program in flight: bounded wait, module doc).
-            working, total = self._load(t)
+            working, total, _ = self._load(t)
             mean = 0 if self._alone_in_flight() else total // n
-            if working + max(prog.blocks, mean) > self.total_blocks and not (
-                self._head_due and self._refused == (prog.arrival_s, pid)
+            if (
+                working + max(prog.blocks, mean) > self.total_blocks
+                and not (self._head_due and self._refused == (prog.arrival_s, pid))
+                and not self._within_share(prog, t)
             ):
                 if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
                     self._refused = (prog.arrival_s, pid)
@@ -566,6 +631,20 @@ class AdmissionControl:
                 return False
         self._admit(pid, prog)
         return True
+
+    def _within_share(self, prog: _Program, t: float) -> bool:
+        """Is the program its tenant's oldest waiting one (equal arrivals: any), fitting its
+        tenant's share of ``total_blocks`` beside its tenant's working set (module doc,
+        "Tenant shares")?  False with one active tenant: the rule above is then the same."""
+        if len(self._tenants) < 2:
+            return False
+        tenant = self._tenants[prog.tenant]
+        head = self._head(tenant.pending)
+        if head is None or self._programs[head].arrival_s < prog.arrival_s:
+            return False
+        working, total, count = self._load(t, prog.tenant)
+        need = working + max(prog.blocks, total // count if count else 0)
+        return need * self._tenants_weight <= self.total_blocks * tenant.weight
 
     def _alone_in_flight(self) -> bool:
         """Is one program admitted, with a live request (bounded wait, module doc)?"""

@@ -89,7 +89,9 @@ class ProgramTracker:
         )
         # Load control: which programs may start (None: off, every program may).
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if knobs.policy.admission
             else None
         )

@@ -139,7 +139,9 @@ class TTLScheduler(Scheduler):
             tenant_weights=knobs.tenant_weights,  # TTLPOLICY_TENANT_WEIGHTS
         )
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if cfg.admission or cfg.evict_by_next_use
             else None
         )
