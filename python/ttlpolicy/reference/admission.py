@@ -558,7 +558,12 @@ class AdmissionControl:
     def _working_set(self, t: float) -> int:
         return self._load(t)[0]
 
-    def _load(self, t: float, tenant: str | None = None) -> tuple[int, int, int]:
+    def _load(self, t: float) -> tuple[int, int]:
+        """(working set, summed footprint) of the admitted programs, in one pass."""
+        working, total, _ = self._load_of(t, None)
+        return working, total
+
+    def _load_of(self, t: float, tenant: str | None) -> tuple[int, int, int]:
         """(working set, summed footprint, count) of the admitted programs (of ``tenant``
         only, when given), in one pass."""
         expected = self.policy.config.expected_working_set
@@ -617,7 +622,7 @@ class AdmissionControl:
         if n and not self._cohort_admitted(prog.arrival_s):
             # Expected footprint: its own, or the admitted programs' mean when larger (not
             # beside a lone program in flight: bounded wait, module doc).
-            working, total, _ = self._load(t)
+            working, total = self._load(t)
             mean = 0 if self._alone_in_flight() else total // n
             if (
                 working + max(prog.blocks, mean) > self.total_blocks
@@ -642,7 +647,7 @@ class AdmissionControl:
         head = self._head(tenant.pending)
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
             return False
-        working, total, count = self._load(t, prog.tenant)
+        working, total, count = self._load_of(t, prog.tenant)
         need = working + max(prog.blocks, total // count if count else 0)
         return need * self._tenants_weight <= self.total_blocks * tenant.weight
 
