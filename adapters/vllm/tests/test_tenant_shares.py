@@ -15,33 +15,17 @@ docs/investigations/tenant-shares.md.)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from test_engine import NUM_BLOCKS, TURN1_OUT, TURN1_PROMPT, Prompts, context_of
+from test_engine import TURN1_OUT, TURN1_PROMPT, Prompts, context_of
+from test_tenancy import engine, ttl  # the same engine and checks between tests
 
-from conftest import ttl_engine
-from vllm_engine import BLOCK, TEST_POLICY, Engine
+from vllm_engine import BLOCK, Engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
+__all__ = ["engine", "ttl"]  # fixtures
 
 FLOOD_PROGRAMS = 9  # 2 blocks each: the whole budget of 18
 FILLER_TOKENS = 150  # each filler holds 5 blocks: what the pins leave free, no reclaim
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model) -> Iterator[Engine]:
-    yield from ttl_engine(tiny_model, TEST_POLICY, "0.75", NUM_BLOCKS)
-
-
-@pytest.fixture
-def ttl(engine: Engine) -> Iterator[Engine]:
-    yield engine
-    engine.run()
-    assert engine.clock is not None
-    engine.clock.advance(1000.0)
-    engine.turn([5] * 8, 1)  # a step expires the pins: the next test starts with none
-    assert engine.scheduler.pins.held_blocks() == 0
 
 
 def victim_return_after_flood(engine: Engine, seed: int, tenants: bool) -> tuple[int, int]:
