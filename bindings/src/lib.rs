@@ -13,6 +13,7 @@ mod router;
 mod scheduler;
 mod step_time;
 mod turn_end;
+mod tenants;
 mod value;
 
 #[pymodule]

@@ -15,10 +15,12 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyString, PyTuple, PyType};
 use ttlpolicy_core::scheduler::{
     check_id, Ended, Finished, Pin, ProgramScheduler, RequestState, DEFAULT_MAX_IDLE_PROGRAMS,
 };
+use ttlpolicy_core::tenants::TenantWeights;
 
 use crate::convert::{call1, call2, core_err, type_name, Arg, Args, Fault};
 use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
 use crate::turn_end::{FinishCall, TurnFields};
+use crate::tenants::tenant_weights_arg;
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -330,21 +332,23 @@ impl PyProgramScheduler {
     #[new]
     #[pyo3(signature = (
         policy, total_blocks, pin_budget_blocks,
-        max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
+        max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS), tenant_weights = None,
     ))]
     #[pyo3(text_signature = "(policy, total_blocks, pin_budget_blocks, \
-        max_idle_programs=65536)")]
+        max_idle_programs=65536, tenant_weights=None)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
         pin_budget_blocks: Arg<i64>,
         max_idle_programs: Arg<i64>,
+        tenant_weights: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let policy = policy_arg(policy)?;
         let mut args = Args::new();
         let total = args.take("total_blocks", total_blocks);
         let budget = args.take("pin_budget_blocks", pin_budget_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
+        let weights = tenant_weights_arg(&mut args, tenant_weights)?;
         // The pin handover and the serving order are part of the policy's model: read from
         // its config, as the reference does.
         let (handover, order) = {
@@ -353,9 +357,10 @@ impl PyProgramScheduler {
             (config.pin_handover, config.serve_order)
         };
         let inner = args
-            .finish(ProgramScheduler::with_max_idle_programs(
-                total, budget, max_idle,
-            ))?
+            .finish(
+                ProgramScheduler::with_max_idle_programs(total, budget, max_idle)
+                    .and_then(|s| Ok(s.with_tenant_weights(TenantWeights::new(&weights)?))),
+            )?
             .with_pin_handover(handover)
             .with_serve_order(order);
         Ok(PyProgramScheduler {

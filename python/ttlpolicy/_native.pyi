@@ -322,13 +322,16 @@ class ProgramScheduler:
     over the given ``TTLPolicy`` (used, not copied; any other object is refused with
     TypeError).  At most
     ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
-    longest forgotten first (counted in ``dropped_idle_programs``)."""
+    longest forgotten first (counted in ``dropped_idle_programs``).  ``tenant_weights``: the
+    tenants' weights in their shares of the pin budget, by tenant key (``ids.tenant_key``;
+    default: equal)."""
     def __new__(
         cls,
         policy: TTLPolicy,
         total_blocks: SupportsIndex,
         pin_budget_blocks: SupportsIndex,
         max_idle_programs: SupportsIndex = ...,
+        tenant_weights: dict[str, SupportsIndex] | None = None,
     ) -> ProgramScheduler: ...
     @property
     def policy(self) -> TTLPolicy: ...
@@ -488,7 +491,11 @@ class PrefixTree:
 @final
 class AdmissionControl:
     def __new__(
-        cls, policy: TTLPolicy, total_blocks: SupportsIndex, max_idle_programs: SupportsIndex = ...
+        cls,
+        policy: TTLPolicy,
+        total_blocks: SupportsIndex,
+        max_idle_programs: SupportsIndex = ...,
+        tenant_weights: dict[str, SupportsIndex] | None = None,
     ) -> AdmissionControl: ...
     @property
     def policy(self) -> TTLPolicy: ...

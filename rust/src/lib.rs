@@ -46,6 +46,7 @@ pub mod router;
 pub mod scheduler;
 pub mod solver;
 pub mod step_time;
+pub mod tenants;
 pub mod validate;
 
 pub use error::{Error, Result};

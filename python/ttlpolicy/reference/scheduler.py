@@ -95,6 +95,7 @@ from ._sync import synchronized
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
+from .tenants import check_tenant_weights
 
 __all__ = ["Ended", "Finished", "Pin", "ProgramScheduler", "TurnEnd"]
 
@@ -274,6 +275,7 @@ class ProgramScheduler:
         total_blocks: Any,
         pin_budget_blocks: Any,
         max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+        tenant_weights: Any = None,
     ) -> None:
         # A TTLPolicy of this backend, not any object with a `decide`: the native scheduler
         # drives its own policy's core directly, and both backends refuse alike.
@@ -288,7 +290,7 @@ class ProgramScheduler:
         self.dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
         self._queue = WaitingQueue()
-        self._pins = PinTable()
+        self._pins = PinTable(check_tenant_weights(tenant_weights))  # (tenants.py)
         self._programs: dict[str, _Program] = {}
         self._programs_seen = 0  # programs created so far: the next one's FCFS position
         self._requests: dict[str, _Request] = {}

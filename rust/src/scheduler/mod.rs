@@ -35,6 +35,7 @@ use std::sync::Arc;
 use crate::config::{PinHandover, ServeOrder};
 use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
+use crate::tenants::TenantWeights;
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
 use pins::PinTable;
@@ -355,6 +356,13 @@ impl ProgramScheduler {
             serve_order: ServeOrder::Program,
             expirable: IndexedHeap::default(),
         })
+    }
+
+    /// The same scheduler with its tenants' shares of the pin budget weighted by `weights`
+    /// (default: equal). Set it before use.
+    pub fn with_tenant_weights(mut self, weights: TenantWeights) -> ProgramScheduler {
+        self.pins = PinTable::with_weights(weights);
+        self
     }
 
     /// The same scheduler with its pins passing to the program's next request at `handover`

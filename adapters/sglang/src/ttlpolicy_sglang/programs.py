@@ -86,11 +86,16 @@ class ProgramTracker:
         self.total_blocks = max(1, int(total_tokens) // self.page_size)
         self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
-            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+            self.policy,
+            total_blocks=self.total_blocks,
+            pin_budget_blocks=self.pin_budget_blocks,
+            tenant_weights=knobs.tenant_weights,  # TTLPOLICY_TENANT_WEIGHTS
         )
         # Load control: which programs may start (None: off, every program may).
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if knobs.policy.admission
             else None
         )

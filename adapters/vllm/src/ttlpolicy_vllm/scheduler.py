@@ -141,10 +141,15 @@ class TTLScheduler(Scheduler):
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
         self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
-            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+            self.policy,
+            total_blocks=self.total_blocks,
+            pin_budget_blocks=self.pin_budget_blocks,
+            tenant_weights=knobs.tenant_weights,  # TTLPOLICY_TENANT_WEIGHTS
         )
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if cfg.admission or cfg.evict_by_next_use
             else None
         )
