@@ -12,8 +12,8 @@ mod prefix_tree;
 mod router;
 mod scheduler;
 mod step_time;
-mod turn_end;
 mod tenants;
+mod turn_end;
 mod value;
 
 #[pymodule]

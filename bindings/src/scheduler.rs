@@ -19,8 +19,8 @@ use ttlpolicy_core::tenants::TenantWeights;
 
 use crate::convert::{call1, call2, core_err, type_name, Arg, Args, Fault};
 use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
-use crate::turn_end::{FinishCall, TurnFields};
 use crate::tenants::tenant_weights_arg;
+use crate::turn_end::{FinishCall, TurnFields};
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
