@@ -4,7 +4,8 @@ SGLang's launcher, engine and each scheduler process call ``load_plugins()``, wh
 ``sglang.srt.plugins`` entry point (``SGLANG_PLUGINS`` filters them by name): ``register``
 registers the ``ttlpolicy`` radix-cache backend, the waiting-queue ordering hook and the
 load-control hook on the prefill admission.  All are inert unless the server is started with
-the backend selected.
+the backend selected.  With ``TTLPOLICY_RECORD`` set, a hook on the tree's release records
+the calls served, with or without the backend (``recording``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from sglang.srt.mem_cache.registry import (
 )
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ttlpolicy.serving.knobs import record_from_env
+
 from .cache import TTLRadixCache
 from .ordering import ADMISSION_TARGET, TARGET, admit_by_program, calc_priority_by_program
+from .recording import RECORD_TARGET, record_on_release
 
 BACKEND = "ttlpolicy"
 logger = logging.getLogger("sglang.ttlpolicy")
@@ -44,3 +48,5 @@ def register() -> None:
         register_radix_cache_backend(BACKEND, build_cache)
         HookRegistry.register(TARGET, calc_priority_by_program, HookType.AROUND)
         HookRegistry.register(ADMISSION_TARGET, admit_by_program, HookType.AROUND)
+        if record_from_env() is not None:  # (a bad value stops the start)
+            HookRegistry.register(RECORD_TARGET, record_on_release, HookType.AROUND)
