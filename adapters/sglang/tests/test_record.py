@@ -25,10 +25,16 @@ from typing import Any
 
 import pytest
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
-from ttlpolicy_sglang.recording import TokenBlocks, call_log_of, record_on_release
+from ttlpolicy_sglang.identity import ProgramInfo
+from ttlpolicy_sglang.recording import (
+    INFERRED_PROGRAM_ATTR,
+    TokenBlocks,
+    call_log_of,
+    record_on_release,
+)
 
 from conftest import FakeClock, MiniScheduler, make_scheduler
-from ttlpolicy.cli import main as cli_main
+from engine_fixtures import recorded_sessions, simulated_summary
 from ttlpolicy.traces import read_trace
 
 PROGRAMS, TURNS = 4, 3
@@ -105,10 +111,7 @@ def test_compare_on_the_recording_gives_back_the_live_run(
 ) -> None:
     folder, live = recorded
     assert live["hit_tokens"] > 0  # (the check below is about something)
-    out = tmp_path / "compare.json"
-    argv = ["compare", "--trace", str(folder), "--policies", "vllm", "--concurrency", "4"]
-    assert cli_main([*argv, "--json", str(out)]) == 0
-    summary = json.loads(out.read_text())["results"][0]["summary"]
+    summary = simulated_summary(folder, tmp_path)
     for key, value in live.items():
         assert summary[key] == pytest.approx(value, rel=0.02), key
 
@@ -117,11 +120,8 @@ def test_the_recording_holds_programs_gaps_and_no_content(
     recorded: tuple[Path, dict[str, int]],
 ) -> None:
     folder, live = recorded
-    records = list(read_trace(folder))
-    assert len(records) == live["calls"]
-    sessions: dict[str, list[Any]] = {}
-    for r in records:
-        sessions.setdefault(r.session_id, []).append(r)
+    sessions = recorded_sessions(folder)
+    assert sum(len(s) for s in sessions.values()) == live["calls"]
     named = [s for s in sessions.values() if len(s) > 1]
     assert len(named) == PROGRAMS and all(len(s) == TURNS for s in named)
     assert len(sessions) == PROGRAMS + TURNS  # each anonymous call its own program
@@ -158,6 +158,24 @@ def test_ttl_backend_records_too(tmp_path: Path, policy_env: pytest.MonkeyPatch)
     assert (first.cached_tokens, second.cached_tokens) == (0, 192 + OUTPUT)
     assert records[1].hash_ids[:3] == records[0].hash_ids
     assert records[1].think_time_s == pytest.approx(1.0, abs=0.5)
+
+
+def test_an_inferred_program_is_recorded_as_its_program(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request that names no program but that the adapter linked to one (the tracker sets
+    ``INFERRED_PROGRAM_ATTR``) is recorded as that program's call; one without is its own."""
+    s, _ = recording_scheduler(monkeypatch, tmp_path, None)
+    linked = ProgramInfo("\x00linked:1", False, None)
+    for i in range(3):
+        req = s.submit(list(range(100 * i, 100 * i + 130)), max_new_tokens=2)
+        if i < 2:
+            setattr(req, INFERRED_PROGRAM_ATTR, linked)
+        assert s.schedule() == [req]
+        s.finish(req, [1, 2])
+    call_log_of(s.cache).close()  # type: ignore[union-attr]
+    sessions = [len(calls) for calls in recorded_sessions(tmp_path).values()]
+    assert sorted(sessions) == [1, 2]
 
 
 def test_unset_knob_records_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

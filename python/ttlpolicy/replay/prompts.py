@@ -106,24 +106,7 @@ def prompt_words(
 
 
 def prompt_text(
-    salt: str,
-    hash_ids: Sequence[int],
-    input_tokens: int,
-    block_tokens: int,
-    call_key: str,
-    *,
-    common_blocks: int = 0,
-    common_salt: str = "",
+    salt: str, hash_ids: Sequence[int], input_tokens: int, block_tokens: int, call_key: str
 ) -> str:
-    """``prompt_words`` joined: the prompt sent to the server."""
-    return "".join(
-        prompt_words(
-            salt,
-            hash_ids,
-            input_tokens,
-            block_tokens,
-            call_key,
-            common_blocks=common_blocks,
-            common_salt=common_salt,
-        )
-    )
+    """``prompt_words`` joined: the prompt sent to the server (no warm prefix)."""
+    return "".join(prompt_words(salt, hash_ids, input_tokens, block_tokens, call_key))

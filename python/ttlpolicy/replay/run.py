@@ -19,7 +19,7 @@ from typing import Any
 
 from .client import CallError, Client
 from .programs import ReplayProgram
-from .prompts import prompt_text
+from .prompts import prompt_words
 
 #: Hard cap on programs in flight (threads).
 MAX_INFLIGHT = 1024
@@ -124,19 +124,24 @@ class Replay:
     def _now(self) -> float:
         return time.perf_counter() - self._t0
 
+    def _prompt(
+        self, copy: str, hash_ids: Sequence[int], tokens: int, block_tokens: int, key: str,
+        common_blocks: int,
+    ) -> str:  # fmt: skip
+        """A prompt's text: a copy's own (``copy``), its warm prefix every copy's."""
+        words = prompt_words(
+            self.opt.salt + copy, hash_ids, tokens, block_tokens, key,
+            common_blocks=common_blocks, common_salt=self.opt.salt,
+        )  # fmt: skip
+        return "".join(words)
+
     def _body(self, p: ReplayProgram, i: int, copy: str) -> dict[str, Any]:
         c = p.calls[i]
         key = f"{copy}{p.program_id}\0{i}"
         body: dict[str, Any] = {
             "model": self.opt.model,
-            "prompt": prompt_text(
-                self.opt.salt + copy,
-                c.hash_ids,
-                c.input_tokens,
-                p.block_tokens,
-                key,
-                common_blocks=c.common_blocks,
-                common_salt=self.opt.salt,
+            "prompt": self._prompt(
+                copy, c.hash_ids, c.input_tokens, p.block_tokens, key, c.common_blocks
             ),
             "max_tokens": max(1, c.output_tokens),
             "temperature": 0.0,
@@ -223,10 +228,7 @@ class Replay:
         ids = range(blocks)
         body = {
             "model": self.opt.model,
-            "prompt": prompt_text(
-                self.opt.salt, ids, n, block_tokens, "", common_blocks=blocks,
-                common_salt=self.opt.salt,
-            ),
+            "prompt": self._prompt("", ids, n, block_tokens, "", blocks),
             "max_tokens": 1,
             "temperature": 0.0,
         }  # fmt: skip

@@ -8,7 +8,8 @@ the rotation).  Because the hook is on SGLang's own tree, it records stock SGLan
 (``TTLRadixCache`` calls it through ``super()``) alike.  Aborted and retracted releases are
 not recorded (the simulator has no aborts; a retracted request is released again at its end).
 
-Per call: the program and tool as ``identity.program_of`` reads them, the tenant, the arrival
+Per call: the program and tool as ``identity.program_of`` reads them (else the program the
+adapter inferred, ``INFERRED_PROGRAM_ATTR``), the tenant, the arrival
 (when the scheduler received the request: ``time_stats.scheduler_recv_time``) and finish, the
 prompt and output tokens, SGLang's own ``cached_tokens`` (what it reports in ``usage``), and
 the prompt's blocks.  SGLang keys its tree by tokens, not block hashes, so the prompt's blocks
@@ -39,6 +40,9 @@ from .identity import program_of
 RECORD_TARGET = "sglang.srt.mem_cache.unified_radix_cache.UnifiedRadixCache.on_release"
 #: The tree cache's attribute holding its ``CallLog`` (made at its first release).
 CALL_LOG_ATTR = "ttl_call_log"
+#: A request's attribute naming the program the adapter inferred for it (a ``ProgramInfo``,
+#: ``TTLPOLICY_INFER_PROGRAMS=1``), recorded when the request names none.
+INFERRED_PROGRAM_ATTR = "ttl_inferred_program"
 _BLOCK_DIGEST_BYTES = 16
 
 
@@ -88,15 +92,14 @@ class CallLog:
             settings, engine_block_tokens=RECORD_BLOCK_TOKENS, clock=lambda: self.clock()
         )
         self.tenancy = tenancy
-        self.busy_s = 0.0  # time spent on the scheduler's thread, s
 
     def released(self, req: Any) -> None:
-        t0 = time.perf_counter()
         if req.finished() and not isinstance(req.finished_reason, FINISH_ABORT):
-            info = program_of(req, self.tenancy)
+            info = program_of(req, self.tenancy) or getattr(req, INFERRED_PROGRAM_ATTR, None)
             params = getattr(req.sampling_params, "custom_params", None)
             now = self.clock()
-            waited_s = t0 - req.time_stats.scheduler_recv_time  # (perf_counter's clock)
+            # (SGLang stamps the arrival on perf_counter's clock)
+            waited_s = time.perf_counter() - req.time_stats.scheduler_recv_time
             self.recorder.call(
                 program_id=None if info is None else info.program_id,
                 tenant=self.tenancy.tenant(
@@ -111,7 +114,6 @@ class CallLog:
                 tool=None if info is None else info.tool,
                 last_turn=info is not None and info.last_turn,
             )
-        self.busy_s += time.perf_counter() - t0
 
     def close(self) -> None:
         self.recorder.close()
