@@ -49,3 +49,17 @@ def recorded_sessions(folder: Path) -> dict[str, list[Any]]:
     for r in read_trace(folder):
         sessions.setdefault(r.session_id, []).append(r)
     return sessions
+
+
+def recorded_programs(
+    folder: Path, *, calls: int, programs: int, turns: int, anonymous: int
+) -> list[list[Any]]:
+    """The named programs of a recording folder (each a list of its calls), checked against
+    what the test served: ``calls`` calls, ``programs`` named programs of ``turns`` calls each,
+    and ``anonymous`` one-call programs."""
+    sessions = recorded_sessions(folder)
+    assert sum(len(s) for s in sessions.values()) == calls
+    named = [s for s in sessions.values() if len(s) > 1]
+    assert len(named) == programs and all(len(s) == turns for s in named)
+    assert len(sessions) == programs + anonymous  # each anonymous call its own program
+    return named

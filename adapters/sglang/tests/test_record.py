@@ -34,7 +34,7 @@ from ttlpolicy_sglang.recording import (
 )
 
 from conftest import FakeClock, MiniScheduler, make_scheduler
-from engine_fixtures import recorded_sessions, simulated_summary
+from engine_fixtures import recorded_programs, recorded_sessions, simulated_summary
 from ttlpolicy.traces import read_trace
 
 PROGRAMS, TURNS = 4, 3
@@ -120,11 +120,9 @@ def test_the_recording_holds_programs_gaps_and_no_content(
     recorded: tuple[Path, dict[str, int]],
 ) -> None:
     folder, live = recorded
-    sessions = recorded_sessions(folder)
-    assert sum(len(s) for s in sessions.values()) == live["calls"]
-    named = [s for s in sessions.values() if len(s) > 1]
-    assert len(named) == PROGRAMS and all(len(s) == TURNS for s in named)
-    assert len(sessions) == PROGRAMS + TURNS  # each anonymous call its own program
+    named = recorded_programs(
+        folder, calls=live["calls"], programs=PROGRAMS, turns=TURNS, anonymous=TURNS
+    )
     for s in named:
         # the clock moved only between rounds: each turn waited one tool gap (the arrival is
         # taken from SGLang's perf_counter stamp: the test's own run time is in it)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from engine_fixtures import recorded_sessions, simulated_summary
+from engine_fixtures import recorded_programs, simulated_summary
 from ttlpolicy.traces import read_trace
 from vllm_engine import Engine, make_engine
 
@@ -91,11 +91,9 @@ def test_the_recording_holds_programs_gaps_and_no_content(
     recorded: tuple[Path, dict[str, int], list[float]],
 ) -> None:
     folder, live, _ = recorded
-    sessions = recorded_sessions(folder)
-    assert sum(len(s) for s in sessions.values()) == live["calls"]
-    named = [s for s in sessions.values() if len(s) > 1]
-    assert len(named) == PROGRAMS and all(len(s) == TURNS for s in named)
-    assert len(sessions) == PROGRAMS + TURNS  # each anonymous call its own program
+    named = recorded_programs(
+        folder, calls=live["calls"], programs=PROGRAMS, turns=TURNS, anonymous=TURNS
+    )
     for s in named:
         # the engine's clock moved only between rounds: each turn waited one tool gap
         assert [r.think_time_s for r in s[1:]] == [TOOL_GAP_S] * (TURNS - 1)
