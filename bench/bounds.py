@@ -6,7 +6,8 @@ ratios against Continuum and CacheTTL, and where the remaining gap to ``clairvoy
     python bench/bounds.py [--folds 4] [--seeds 0,1,2,3] [--only-folds 0,2] \\
         [--points 'llama-3.1-8b@h100-80g=0.004,0.005;llama-3.1-70b@h100-80g=0.003,0.004'] \\
         [--policies vllm,continuum,cachettl,ttlpolicy,alone,clairvoyant] [--programs N] \\
-        [--ours ttlpolicy,ttlpolicy/expected_working_set=true] [--ids explicit] [--json F]
+        [--ours ttlpolicy,ttlpolicy/expected_working_set=true] [--ids explicit] \\
+        [--common-prefix] [--json F]
 
 **Variants** (for tuning, issue 34 part 4): a policy ``ttlpolicy/FIELD=VALUE/...`` is the
 simulator's ``ttlpolicy`` (any variant, e.g. ``ttlpolicy:pins/...``) with those
@@ -51,7 +52,7 @@ import agent_sweep  # bench/, beside this script: the sessions' options, subsets
 import sim_sweep
 from trace_paths import traces_dir
 from ttlpolicy import PolicyConfig
-from ttlpolicy.cli import add_ids_argument
+from ttlpolicy.cli import add_common_prefix_argument, add_ids_argument
 from ttlpolicy.sim import make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS
@@ -261,11 +262,12 @@ def main() -> int:
     )
     ap.add_argument("--json", default=None)
     add_ids_argument(ap)
+    add_common_prefix_argument(ap)
     args = ap.parse_args()
     args.policies = sim_sweep.policies_with_ids(args.policies, args.ids)
     if args.ours:
         args.ours = sim_sweep.policies_with_ids(args.ours, args.ids)
-    programs = sim_sweep.load_sessions(args.trace, agent_sweep.OPTIONS)
+    programs = sim_sweep.load_sessions(args.trace, agent_sweep.OPTIONS, args.common_prefix)
     if programs is None:
         return 2
     trace = Path(args.trace) if args.trace else traces_dir() / "claude-code"

@@ -7,7 +7,7 @@ single-instance gain a router keeps.
     python bench/fleet.py [--instances 8] [--rates 0.002,0.004,0.008,0.016] \
         [--setups llama-3.1-8b@h100-80g,llama-3.1-70b@h100-80g] [--policies vllm,ttlpolicy] \
         [--routers round-robin,least-loaded,session-hash,prefix,ttlpolicy] [--seeds 0] \
-        [--folds 4] [--copies 1] [--json F]
+        [--folds 4] [--copies 1] [--ids explicit] [--common-prefix] [--json F]
 
 ``--rates`` are per instance (programs/s): the cluster gets ``instances`` × that.  The traces
 are found as bench/sim_sweep.py says (``TTLPOLICY_TRACES``, default ``../shared/traces``).
@@ -33,7 +33,7 @@ import numpy as np
 import sim_sweep  # bench/, beside this script: loads the sessions
 from agent_sweep import OPTIONS
 from bounds import fold_of
-from ttlpolicy.cli import add_ids_argument
+from ttlpolicy.cli import add_common_prefix_argument, add_ids_argument
 from ttlpolicy.sim import roofline, simulate
 from ttlpolicy.sim.cluster import ROUTERS
 from ttlpolicy.sim.hardware import MODELS
@@ -63,9 +63,10 @@ def main() -> int:
     )
     ap.add_argument("--json", default=None)
     add_ids_argument(ap)
+    add_common_prefix_argument(ap)
     args = ap.parse_args()
     args.policies = sim_sweep.policies_with_ids(args.policies, args.ids)
-    programs = sim_sweep.load_sessions(args.trace, OPTIONS)
+    programs = sim_sweep.load_sessions(args.trace, OPTIONS, args.common_prefix)
     if programs is None:
         return 2
     n = args.instances
@@ -76,7 +77,7 @@ def main() -> int:
     fold = {p.program_id: fold_of(p.program_id, args.folds) for p in programs}
     if args.copies > 1:  # a copy keeps its session's fold; programs share no blocks
         programs = [
-            Program(f"{p.program_id}#{k}", p.turns, p.issue_s)
+            Program(f"{p.program_id}#{k}", p.turns, p.issue_s, p.common_blocks)
             for k in range(args.copies)
             for p in programs
         ]

@@ -52,6 +52,11 @@ def run_figures(m, programs: list[str]) -> dict[str, float]:
         "ttft_p95_s": float(np.percentile(m.ttfts_s, 95)),
         "throughput_tok_s": summary["throughput_tok_s"],
         "hit_rate": summary["hit_rate"],
+        # the prefetch target's measures (issue 46 part 3): returns whose tool outlasted a
+        # reload, the share of them that found their prefix on the GPU; pinned GPU block-s
+        "long_returns": summary["long_returns"],
+        "long_returns_on_gpu": summary["long_returns_on_gpu"],
+        "pinned_block_s": summary["pinned_block_s"],
     }
 
 
@@ -87,7 +92,7 @@ def why(hw, policy, m, cpu_peak: float) -> dict[str, float]:
         "recomputed_tokens_per_program": m.recomputed_tokens / programs,
         "preemptions": float(m.preemptions),
     }
-    for counter in ("offloads", "uploads", "prefetched", "demotions"):
+    for counter in ("offloads", "uploads", "prefetched", "demotions", "parked"):
         if hasattr(policy, counter):
             out[counter] = float(getattr(policy, counter))
     return out

@@ -1,7 +1,8 @@
 """Load sweep of every simulated policy on the agentic dev sessions (bench/RESULTS.md,
 "Simulator: closed loop").  Deterministic: rerun to reproduce the tables.
 
-    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--ids explicit] [--json out]
+    python bench/sim_sweep.py [--trace DIR] [--loads 2,4,8] [--ids explicit] [--common-prefix]
+        [--json out]
 
 ``--trace`` defaults to ``claude-code/`` under ``TTLPOLICY_TRACES`` (default ``../shared/traces``
 beside the repository).
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from trace_paths import missing_message, traces_dir
-from ttlpolicy.cli import add_ids_argument
+from ttlpolicy.cli import add_common_prefix_argument, add_ids_argument
 from ttlpolicy.sim import programs_from_trace, roofline, simulate
 from ttlpolicy.sim.policies.ttlpolicy_plugin import with_ids
 from ttlpolicy.sim.report import format_table
@@ -30,15 +31,19 @@ SETUPS = (("llama-3.1-8b", "h100-80g"), ("llama-3.1-70b", "h100-80g"))
 OPTIONS = {"max_context": 120_000, "think_cap_s": 300.0}
 
 
-def load_sessions(trace_arg: str | None, options: dict | None = None):
+def load_sessions(trace_arg: str | None, options: dict | None = None, common_prefix: bool = False):
     """The agentic sessions (``--trace``, else ``claude-code/`` under ``TTLPOLICY_TRACES``),
-    loaded with a line on stderr; None, after saying why, when the folder is missing."""
+    loaded with a line on stderr; None, after saying why, when the folder is missing.
+    ``common_prefix``: with the prefix every session shares (``--common-prefix``)."""
     trace = Path(trace_arg) if trace_arg else traces_dir() / "claude-code"
     if not trace.exists():
         print(missing_message(trace), file=sys.stderr)
         return None
     t0 = time.perf_counter()
-    programs = programs_from_trace(str(trace), **(OPTIONS if options is None else options))
+    options = dict(OPTIONS if options is None else options)
+    if common_prefix:
+        options["common_prefix"] = True
+    programs = programs_from_trace(str(trace), **options)
     print(
         f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls "
         f"(loaded in {time.perf_counter() - t0:.0f} s)",
@@ -60,9 +65,10 @@ def main() -> int:
     ap.add_argument("--setups", default=",".join(f"{m}@{g}" for m, g in SETUPS))
     ap.add_argument("--json", default=None)
     add_ids_argument(ap)
+    add_common_prefix_argument(ap)
     args = ap.parse_args()
     args.policies = policies_with_ids(args.policies, args.ids)
-    programs = load_sessions(args.trace)
+    programs = load_sessions(args.trace, common_prefix=args.common_prefix)
     if programs is None:
         return 2
     results = []

@@ -8,10 +8,11 @@ after its turn (a tool call), for the whole run; the flood tenant finishes one n
 program every 0.01 s, ``--flood`` programs in all, none returning (each pin sits until its
 TTL: alone, 5,000 blocks a second would be pinned).  Every turn finishes
 with that miss cost.  A return is a hit when its arrival takes its program's pin.  Every run
-lasts ``max(--flood, 20000)`` steps of 0.01 s; "alone_on_share" is the victim alone with half
-the budget (its share beside the flood).
+lasts ``max(--flood, 20000)`` steps of 0.01 s; "alone_on_share" is the victim alone with its
+share of the budget beside the flood: half, or ``W / (W + 1)`` with ``--victim-weight W``
+(the scheduler's ``tenant_weights``; the flood weighs 1).
 
-Run: ``python bench/tenant_shares.py [--backend rust|python] [--flood 20000]``
+Run: ``python bench/tenant_shares.py [--backend rust|python] [--flood 20000] [--victim-weight 2]``
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ def victim_hit_rate(
     gap_s: float = 1.0,
     step_s: float = 0.01,
     steps: int = 20_000,
+    victim_weight: int = 1,
 ) -> float:
-    """The victim tenant's hits per return over ``max(flood, steps)`` steps of ``step_s``."""
+    """The victim tenant's hits per return over ``max(flood, steps)`` steps of ``step_s``;
+    the victim's share weighs ``victim_weight`` against the flood's 1."""
     policy = backend.TTLPolicy(ttlpolicy.PolicyConfig())
-    s = backend.ProgramScheduler(policy, 10 * budget, budget)
     flood_tenant = tenant_key("flood") if tenants else None
     victim_tenant = tenant_key("victim") if tenants else None
+    weights = {victim_tenant: victim_weight} if victim_tenant is not None else None
+    s = backend.ProgramScheduler(policy, 10 * budget, budget, tenant_weights=weights)
     programs = [program_key(victim_tenant, f"v{i}") for i in range(victims)]
     due = [i * gap_s / victims for i in range(victims)]  # staggered
     turns = [0] * victims
@@ -82,6 +86,7 @@ def main() -> None:
     ap.add_argument("--flood", type=int, default=20_000)
     ap.add_argument("--budget", type=int, default=1000)
     ap.add_argument("--victims", type=int, default=10)
+    ap.add_argument("--victim-weight", type=int, default=1, help="the flood weighs 1")
     args = ap.parse_args()
     backend: Any = ttlpolicy
     if args.backend == "python":
@@ -89,14 +94,17 @@ def main() -> None:
             TTLPolicy=ref_policy.TTLPolicy, ProgramScheduler=ref_scheduler.ProgramScheduler
         )
     common = {"budget": args.budget, "victims": args.victims, "steps": args.flood}
+    weight = args.victim_weight
+    share = args.budget * weight // (weight + 1)
     out = {
         "alone": victim_hit_rate(backend, 0, **common),
         # what the issue's target compares with: alone on its share (two active tenants)
-        "alone_on_share": victim_hit_rate(backend, 0, **{**common, "budget": args.budget // 2}),
-        "flood_with_tenants": victim_hit_rate(backend, args.flood, **common),
+        "alone_on_share": victim_hit_rate(backend, 0, **{**common, "budget": share}),
+        "flood_with_tenants": victim_hit_rate(backend, args.flood, victim_weight=weight, **common),
         "flood_one_pool": victim_hit_rate(backend, args.flood, tenants=False, **common),
     }
-    print(json.dumps({"backend": args.backend, "flood": args.flood, **common, **out}))
+    print(json.dumps({"backend": args.backend, "flood": args.flood, "victim_weight": weight,
+                      **common, **out}))  # fmt: skip
 
 
 if __name__ == "__main__":

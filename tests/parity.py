@@ -28,6 +28,10 @@ NATIVE_TABLES = {
     "POLICY_CONFIG_PUBLISHED",
 }
 
+#: Public names one class serves on both backends (not a twin per backend): the backend's
+#: name, the config and a turn's end (the native binding reads their fields).
+SHARED = frozenset({"backend", "PolicyConfig", "TurnEnd"})
+
 #: Fields of each result type, in the reference's dataclass order.
 RESULT_FIELDS = {
     "PinDecision": ("ttl_s", "benefit_s", "cost_per_s", "p_return", "source"),

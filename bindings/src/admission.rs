@@ -7,10 +7,12 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use ttlpolicy_core::admission::AdmissionControl;
 use ttlpolicy_core::scheduler::DEFAULT_MAX_IDLE_PROGRAMS;
+use ttlpolicy_core::tenants::TenantWeights;
 
 use crate::convert::{call1, call2, tool_now, Arg, Args};
 use crate::policy::{policy_arg, PyTTLPolicy};
 use crate::scheduler::{id_str, items, Flag};
+use crate::tenants::tenant_weights_arg;
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAdmissionControl>()
@@ -28,18 +30,25 @@ impl PyAdmissionControl {
     #[new]
     #[pyo3(signature = (
         policy, total_blocks, max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
+        tenant_weights = None,
     ))]
-    #[pyo3(text_signature = "(policy, total_blocks, max_idle_programs=65536)")]
+    #[pyo3(text_signature = "(policy, total_blocks, max_idle_programs=65536, \
+        tenant_weights=None)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
         max_idle_programs: Arg<i64>,
+        tenant_weights: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let policy = policy_arg(policy)?;
         let mut args = Args::new();
         let total = args.take("total_blocks", total_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
-        let inner = args.finish(AdmissionControl::with_max_idle_programs(total, max_idle))?;
+        let weights = tenant_weights_arg(&mut args, tenant_weights)?;
+        let inner = args.finish(
+            AdmissionControl::with_max_idle_programs(total, max_idle)
+                .and_then(|a| Ok(a.with_tenant_weights(TenantWeights::new(&weights)?))),
+        )?;
         Ok(PyAdmissionControl {
             inner,
             policy: policy.unbind(),

@@ -12,6 +12,8 @@ mod prefix_tree;
 mod router;
 mod scheduler;
 mod step_time;
+mod turn_end;
+mod tenants;
 mod value;
 
 #[pymodule]

@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyInt};
+use pyo3::types::{PyBool, PyDict, PyInt};
 use ttlpolicy_core::lifecycle::{Parts, ProgramLifecycle};
 use ttlpolicy_core::policy::MAX_BLOCKS;
 use ttlpolicy_core::validate::int_in;
@@ -18,8 +18,9 @@ use ttlpolicy_core::Error;
 use crate::admission::PyAdmissionControl;
 use crate::convert::{call1, call2, core_err, type_name, Arg, Args};
 use crate::scheduler::{
-    id_str, pin_obj, pins_list, FinishCall, Flag, PyEnded, PyFinished, PyPin, PyProgramScheduler,
+    id_str, pin_obj, pins_list, Flag, PyEnded, PyFinished, PyPin, PyProgramScheduler,
 };
+use crate::turn_end::{FinishCall, TurnFields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyProgramLifecycle>()
@@ -151,39 +152,18 @@ impl PyProgramLifecycle {
         Ok(pid.map(|p| p.to_string()))
     }
 
-    #[pyo3(signature = (
-        request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
-        prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
-    ))]
-    #[pyo3(
-        text_signature = "($self, /, request_id, now, blocks_held, tool=None, \
-        last_turn=False, cache_miss_cost_s=None, prefix_tokens=0, offloaded_tokens=0, \
-        mean_active_blocks=None)"
-    )]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (request_id, now, blocks_held, turn = None, **fields))]
+    #[pyo3(text_signature = "($self, /, request_id, now, blocks_held, turn=None, **fields)")]
     fn finish(
         slf: &Bound<'_, Self>,
         request_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
         blocks_held: Arg<i64>,
-        tool: Option<&Bound<'_, PyAny>>,
-        last_turn: Flag,
-        cache_miss_cost_s: Option<Arg<f64>>,
-        prefix_tokens: Arg<i64>,
-        offloaded_tokens: Arg<i64>,
-        mean_active_blocks: Option<Arg<f64>>,
+        turn: Option<&Bound<'_, PyAny>>,
+        fields: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyFinished> {
-        let call = FinishCall::convert(
-            request_id,
-            now,
-            blocks_held,
-            tool,
-            last_turn,
-            cache_miss_cost_s,
-            prefix_tokens,
-            offloaded_tokens,
-            mean_active_blocks,
-        )?;
+        let turn = TurnFields::read(slf.py(), turn, fields)?;
+        let call = FinishCall::convert(request_id, now, blocks_held, &turn)?;
         Self::with_parts(slf, |life, parts| {
             let r = life.finish(parts, call.rid, call.now, call.blocks, call.core());
             call.done(r)

@@ -7,19 +7,20 @@
 //! method converts its arguments before borrowing anything (re-entrant arguments work, each
 //! call is atomic for other threads).
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyString, PyTuple, PyType};
 use ttlpolicy_core::scheduler::{
-    check_id, Ended, FinishArgs, Finished, Pin, ProgramScheduler, RequestState,
-    DEFAULT_MAX_IDLE_PROGRAMS,
+    check_id, Ended, Finished, Pin, ProgramScheduler, RequestState, DEFAULT_MAX_IDLE_PROGRAMS,
 };
+use ttlpolicy_core::tenants::TenantWeights;
 
-use crate::convert::{call1, call2, core_err, tool_now, type_name, Arg, Args, Fault};
+use crate::convert::{call1, call2, core_err, type_name, Arg, Args, Fault};
 use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
+use crate::turn_end::{FinishCall, TurnFields};
+use crate::tenants::tenant_weights_arg;
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -82,73 +83,6 @@ impl Flag {
     pub(crate) fn get(self, field: &str) -> PyResult<bool> {
         self.0
             .map_err(|got| PyTypeError::new_err(format!("{field} must be a bool, got {got}")))
-    }
-}
-
-/// `finish`'s arguments (the scheduler's and the lifecycle's), converted in the reference's
-/// order: the types it checks first are refused at once, the others' faults are kept until
-/// the core has checked the values ([`Args`]).
-pub(crate) struct FinishCall<'a> {
-    pub(crate) rid: &'a str,
-    pub(crate) now: f64,
-    pub(crate) blocks: i64,
-    tool: Option<Cow<'a, str>>,
-    last_turn: bool,
-    cache_miss_cost_s: Option<f64>,
-    prefix_tokens: i64,
-    offloaded_tokens: i64,
-    mean_active_blocks: Option<f64>,
-    args: Args,
-}
-
-impl<'a> FinishCall<'a> {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn convert(
-        request_id: &'a Bound<'_, PyAny>,
-        now: Arg<f64>,
-        blocks_held: Arg<i64>,
-        tool: Option<&'a Bound<'_, PyAny>>,
-        last_turn: Flag,
-        cache_miss_cost_s: Option<Arg<f64>>,
-        prefix_tokens: Arg<i64>,
-        offloaded_tokens: Arg<i64>,
-        mean_active_blocks: Option<Arg<f64>>,
-    ) -> PyResult<Self> {
-        let tool = tool_now(tool)?;
-        let last_turn = last_turn.get("last_turn")?;
-        let rid = id_str("request_id", request_id)?;
-        let mut args = Args::new();
-        Ok(FinishCall {
-            rid,
-            now: args.take("now", now),
-            blocks: args.take("blocks_held", blocks_held),
-            tool,
-            last_turn,
-            cache_miss_cost_s: args.take_opt("cache_miss_cost_s", cache_miss_cost_s),
-            prefix_tokens: args.take("prefix_tokens", prefix_tokens),
-            offloaded_tokens: args.take("offloaded_tokens", offloaded_tokens),
-            mean_active_blocks: args.take_opt("mean_active_blocks", mean_active_blocks),
-            args,
-        })
-    }
-
-    /// The core's optional arguments.
-    pub(crate) fn core(&self) -> FinishArgs<'_> {
-        FinishArgs {
-            tool: self.tool.as_deref(),
-            last_turn: self.last_turn,
-            cache_miss_cost_s: self.cache_miss_cost_s,
-            prefix_tokens: self.prefix_tokens,
-            offloaded_tokens: self.offloaded_tokens,
-            mean_active_blocks: self.mean_active_blocks,
-        }
-    }
-
-    /// The core's answer as the reference's (see [`Args::finish`]).
-    pub(crate) fn done(self, r: ttlpolicy_core::Result<Finished>) -> PyResult<PyFinished> {
-        Ok(PyFinished {
-            inner: self.args.finish(r)?,
-        })
     }
 }
 
@@ -301,6 +235,12 @@ pub struct PyFinished {
     inner: Finished,
 }
 
+impl From<Finished> for PyFinished {
+    fn from(inner: Finished) -> Self {
+        PyFinished { inner }
+    }
+}
+
 impl Fields for PyFinished {
     const NAMES: &'static [&'static str] = &["decision", "pin", "ended", "released"];
     fn fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
@@ -392,21 +332,23 @@ impl PyProgramScheduler {
     #[new]
     #[pyo3(signature = (
         policy, total_blocks, pin_budget_blocks,
-        max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS),
+        max_idle_programs = Arg::Ok(DEFAULT_MAX_IDLE_PROGRAMS), tenant_weights = None,
     ))]
     #[pyo3(text_signature = "(policy, total_blocks, pin_budget_blocks, \
-        max_idle_programs=65536)")]
+        max_idle_programs=65536, tenant_weights=None)")]
     fn new(
         policy: &Bound<'_, PyAny>,
         total_blocks: Arg<i64>,
         pin_budget_blocks: Arg<i64>,
         max_idle_programs: Arg<i64>,
+        tenant_weights: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let policy = policy_arg(policy)?;
         let mut args = Args::new();
         let total = args.take("total_blocks", total_blocks);
         let budget = args.take("pin_budget_blocks", pin_budget_blocks);
         let max_idle = args.take("max_idle_programs", max_idle_programs);
+        let weights = tenant_weights_arg(&mut args, tenant_weights)?;
         // The pin handover and the serving order are part of the policy's model: read from
         // its config, as the reference does.
         let (handover, order) = {
@@ -415,9 +357,10 @@ impl PyProgramScheduler {
             (config.pin_handover, config.serve_order)
         };
         let inner = args
-            .finish(ProgramScheduler::with_max_idle_programs(
-                total, budget, max_idle,
-            ))?
+            .finish(
+                ProgramScheduler::with_max_idle_programs(total, budget, max_idle)
+                    .and_then(|s| Ok(s.with_tenant_weights(TenantWeights::new(&weights)?))),
+            )?
             .with_pin_handover(handover)
             .with_serve_order(order);
         Ok(PyProgramScheduler {
@@ -548,40 +491,19 @@ impl PyProgramScheduler {
 
     // -- finishing and pins -----------------------------------------------------------------
 
-    #[pyo3(signature = (
-        request_id, now, blocks_held, tool = None, last_turn = Flag(Ok(false)), cache_miss_cost_s = None,
-        prefix_tokens = Arg::Ok(0), offloaded_tokens = Arg::Ok(0), mean_active_blocks = None
-    ))]
-    #[pyo3(
-        text_signature = "($self, /, request_id, now, blocks_held, tool=None, \
-        last_turn=False, cache_miss_cost_s=None, prefix_tokens=0, offloaded_tokens=0, \
-        mean_active_blocks=None)"
-    )]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (request_id, now, blocks_held, turn = None, **fields))]
+    #[pyo3(text_signature = "($self, /, request_id, now, blocks_held, turn=None, **fields)")]
     fn finish(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
         request_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
         blocks_held: Arg<i64>,
-        tool: Option<&Bound<'_, PyAny>>,
-        last_turn: Flag,
-        cache_miss_cost_s: Option<Arg<f64>>,
-        prefix_tokens: Arg<i64>,
-        offloaded_tokens: Arg<i64>,
-        mean_active_blocks: Option<Arg<f64>>,
+        turn: Option<&Bound<'_, PyAny>>,
+        fields: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyFinished> {
-        let call = FinishCall::convert(
-            request_id,
-            now,
-            blocks_held,
-            tool,
-            last_turn,
-            cache_miss_cost_s,
-            prefix_tokens,
-            offloaded_tokens,
-            mean_active_blocks,
-        )?;
+        let turn = TurnFields::read(py, turn, fields)?;
+        let call = FinishCall::convert(request_id, now, blocks_held, &turn)?;
         let this = &mut *slf.borrow_mut();
         let mut policy = this.policy.borrow_mut(py);
         let r = (this.inner).finish(

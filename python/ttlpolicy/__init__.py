@@ -76,6 +76,10 @@ else:
     ProgramLinker = _ref_linker.ProgramLinker
     Link = _ref_linker.Link
 
+#: What an engine tells ``finish`` about a turn's end: one class for both backends (the native
+#: binding reads its fields), like ``PolicyConfig``.
+TurnEnd = _ref_scheduler.TurnEnd
+
 __all__ = [
     "AdmissionControl",
     "CacheMissModel",
@@ -95,6 +99,7 @@ __all__ = [
     "ProgramScheduler",
     "TTLPolicy",
     "ToolHistory",
+    "TurnEnd",
     "backend",
     "solve_ttl",
 ]

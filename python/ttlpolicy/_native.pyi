@@ -19,9 +19,10 @@ values, and the parity test holds the two alike.  Sections are per topic; append
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import SupportsFloat, SupportsIndex, final
+from typing import SupportsFloat, SupportsIndex, Unpack, final
 
 from ttlpolicy.config import PolicyConfig
+from ttlpolicy.reference.scheduler import TurnEnd, TurnEndFields
 
 __all__ = [
     "POLICY_CONFIG_DEFAULTS",
@@ -71,7 +72,8 @@ outside a checkout's layout), checked at import by ``_backend.py``."""
 
 def set_config_class(cls: type[PolicyConfig]) -> None:
     """Called once by ``ttlpolicy`` on import: the class ``TTLPolicy`` checks configs against
-    and builds its default config from (this module imports nothing from the package)."""
+    and builds its default config from (this module imports nothing from the package when it
+    loads; ``finish`` imports ``TurnEnd`` when first given one)."""
 
 # ---------------------------------------------------------------------------------------------
 # Decision core: solver, tool history, estimators, policy
@@ -320,13 +322,16 @@ class ProgramScheduler:
     over the given ``TTLPolicy`` (used, not copied; any other object is refused with
     TypeError).  At most
     ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
-    longest forgotten first (counted in ``dropped_idle_programs``)."""
+    longest forgotten first (counted in ``dropped_idle_programs``).  ``tenant_weights``: the
+    tenants' weights in their shares of the pin budget, by tenant key (``ids.tenant_key``;
+    default: equal)."""
     def __new__(
         cls,
         policy: TTLPolicy,
         total_blocks: SupportsIndex,
         pin_budget_blocks: SupportsIndex,
         max_idle_programs: SupportsIndex = ...,
+        tenant_weights: dict[str, SupportsIndex] | None = None,
     ) -> ProgramScheduler: ...
     @property
     def policy(self) -> TTLPolicy: ...
@@ -357,15 +362,12 @@ class ProgramScheduler:
         request_id: str,
         now: SupportsFloat,
         blocks_held: SupportsIndex,
-        tool: str | None = None,
-        last_turn: bool = ...,
-        cache_miss_cost_s: SupportsFloat | None = None,
-        prefix_tokens: SupportsIndex = ...,
-        offloaded_tokens: SupportsIndex = ...,
-        mean_active_blocks: SupportsFloat | None = None,
+        turn: TurnEnd | None = None,
+        **fields: Unpack[TurnEndFields],
     ) -> Finished:
-        """Ask the policy (unless last turn) and pin ``blocks_held`` until ``now + ttl_s``
-        when ``ttl_s > 0`` and the pin budget has room; a last turn ends the program."""
+        """Ask the policy (unless ``turn`` is the last) and pin ``blocks_held`` until
+        ``now + ttl_s`` when ``ttl_s > 0`` and the pin budget has room; a last turn ends the
+        program.  ``turn``: a ``TurnEnd``, or its fields as keywords."""
     def expire(self, now: SupportsFloat) -> list[Pin]:
         """Pins with ``deadline_s <= now``, removed, by (deadline, program id); with
         ``pin_handover == "schedule"``: ``deadline_s < now`` and no request of theirs waiting."""
@@ -489,7 +491,11 @@ class PrefixTree:
 @final
 class AdmissionControl:
     def __new__(
-        cls, policy: TTLPolicy, total_blocks: SupportsIndex, max_idle_programs: SupportsIndex = ...
+        cls,
+        policy: TTLPolicy,
+        total_blocks: SupportsIndex,
+        max_idle_programs: SupportsIndex = ...,
+        tenant_weights: dict[str, SupportsIndex] | None = None,
     ) -> AdmissionControl: ...
     @property
     def policy(self) -> TTLPolicy: ...
@@ -564,12 +570,8 @@ class ProgramLifecycle:
         request_id: str,
         now: SupportsFloat,
         blocks_held: SupportsIndex,
-        tool: str | None = None,
-        last_turn: bool = ...,
-        cache_miss_cost_s: SupportsFloat | None = None,
-        prefix_tokens: SupportsIndex = ...,
-        offloaded_tokens: SupportsIndex = ...,
-        mean_active_blocks: SupportsFloat | None = None,
+        turn: TurnEnd | None = None,
+        **fields: Unpack[TurnEndFields],
     ) -> Finished: ...
     def abort(self, request_id: str) -> Ended: ...
     def end_program(self, program_id: str) -> Ended: ...

@@ -8,10 +8,12 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 
+use crate::config::PolicyConfig;
 use crate::error::{Error, PyStr, Result};
 use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
+use crate::tenants::{tenant_of, TenantWeights};
 use crate::validate::{finite, int_in, non_negative, tool_key};
 
 /// Live programs tracked at once (each is forgotten when it ends).
@@ -160,6 +162,17 @@ impl Member<'_> {
     }
 }
 
+/// How long a program away, judged by `samples`, may stay expected back (the reference's
+/// `away_limit_s`, whose doc says why): `max_ttl_s`, and on the prior (no duration
+/// recorded) at most `prior_mean_s · (1 + ln(window))`.
+fn away_limit_s(cfg: &PolicyConfig, samples: &[f64]) -> f64 {
+    if !samples.is_empty() {
+        return cfg.max_ttl_s;
+    }
+    let give_up_s = cfg.prior_mean_s * (1.0 + (cfg.window as f64).ln());
+    cfg.max_ttl_s.min(give_up_s)
+}
+
 /// How a program stands at `t` (the reference's `_standing`): its class and, away, the
 /// median of its tool's durations (`samples`) longer than its time away (nearest rank); else
 /// 0. Both its next use and its place in the eviction order follow from these.
@@ -204,6 +217,8 @@ fn first_pass(u: &Member<'_>, p: &Member<'_>, t: f64, until_s: f64) -> Option<f6
 struct Program {
     arrival_s: f64,
     blocks: i64,
+    /// Its tenant's key (`tenant_of` its id).
+    tenant: Box<str>,
     rebuild_s: f64,
     admitted: bool,
     live: u64,
@@ -241,6 +256,8 @@ struct Load {
     working: i64,
     /// Their summed footprint.
     total: i64,
+    /// How many.
+    count: i64,
     /// Whether one arrived at the instant asked about.
     cohort: bool,
 }
@@ -265,6 +282,16 @@ impl Ord for Pending {
     }
 }
 
+/// A tenant of known programs (the reference's `_Tenant`): how many (it is active while it
+/// has any), its weight, and its programs not yet admitted, oldest first (stale entries
+/// skipped lazily).
+#[derive(Debug, Clone)]
+struct TenantQueue {
+    programs: usize,
+    weight: i64,
+    pending: BinaryHeap<Reverse<Pending>>,
+}
+
 /// Working-set admission and next-use eviction order. See the module doc.
 #[derive(Debug, Clone)]
 pub struct AdmissionControl {
@@ -284,6 +311,10 @@ pub struct AdmissionControl {
     refused: Option<(f64, String)>,
     refusal_epoch: u64,
     head_due: bool,
+    weights: TenantWeights,
+    /// The active tenants (with a known program), by key, and their summed weight.
+    tenants: IdMap<String, TenantQueue>,
+    tenants_weight: i64,
 }
 
 impl AdmissionControl {
@@ -312,7 +343,17 @@ impl AdmissionControl {
             refused: None,
             refusal_epoch: 0,
             head_due: false,
+            weights: TenantWeights::default(),
+            tenants: IdMap::default(),
+            tenants_weight: 0,
         })
+    }
+
+    /// The same controller with its tenants' shares of `total_blocks` weighted by `weights`
+    /// (default: equal). Set it before use.
+    pub fn with_tenant_weights(mut self, weights: TenantWeights) -> Self {
+        self.weights = weights;
+        self
     }
 
     /// The cap on idle programs kept.
@@ -414,6 +455,7 @@ impl AdmissionControl {
                 Program {
                     arrival_s: t,
                     blocks,
+                    tenant: Box::from(tenant_of(program_id)),
                     rebuild_s: 0.0,
                     admitted: false,
                     live: 0,
@@ -425,6 +467,22 @@ impl AdmissionControl {
                 },
             );
             self.pending
+                .push(Reverse(Pending(t, program_id.to_owned())));
+            let key = tenant_of(program_id);
+            if !self.tenants.contains_key(key) {
+                let weight = self.weights.weight(key);
+                self.tenants_weight += weight;
+                let queue = TenantQueue {
+                    programs: 0,
+                    weight,
+                    pending: BinaryHeap::new(),
+                };
+                self.tenants.insert(key.to_owned(), queue);
+            }
+            let queue = self.tenants.get_mut(key).expect("inserted above");
+            queue.programs += 1;
+            queue
+                .pending
                 .push(Reverse(Pending(t, program_id.to_owned())));
         }
         let prog = self.programs.get_mut(program_id).expect("inserted above");
@@ -507,6 +565,15 @@ impl AdmissionControl {
             if let Some(seq) = prog.idle_seq {
                 self.idle.remove(&seq);
             }
+            let queue = self
+                .tenants
+                .get_mut(&*prog.tenant)
+                .expect("a known program's tenant is active");
+            queue.programs -= 1;
+            if queue.programs == 0 {
+                self.tenants_weight -= queue.weight;
+                self.tenants.remove(&*prog.tenant);
+            }
         }
     }
 
@@ -533,7 +600,8 @@ impl AdmissionControl {
 
     fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
         let cfg = policy.config();
-        let (class, median) = standing(prog, Self::samples_of(policy, prog), cfg.max_ttl_s, t);
+        let samples = Self::samples_of(policy, prog);
+        let (class, median) = standing(prog, samples, away_limit_s(cfg, samples), t);
         match (class, prog.away_since_s) {
             (Class::Away, Some(since)) => median - (t - since),
             (Class::Prior, _) => cfg.prior_mean_s * std::f64::consts::LN_2,
@@ -561,9 +629,9 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let max_ttl_s = policy.config().max_ttl_s;
-        let leave = first_instant(since, max_ttl_s, true);
         let samples = Self::samples(policy, tool);
+        let max_ttl_s = away_limit_s(policy.config(), samples);
+        let leave = first_instant(since, max_ttl_s, true);
         let n = samples.len();
         let elapsed = t - since;
         // Away past samples[j - 1] (j durations passed), the next use is the median of the
@@ -640,12 +708,12 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let max_ttl_s = policy.config().max_ttl_s;
+        let samples = Self::samples(policy, tool);
+        let max_ttl_s = away_limit_s(policy.config(), samples);
         if after_s - since > max_ttl_s {
             return f64::INFINITY;
         }
         let leave = first_instant(since, max_ttl_s, true);
-        let samples = Self::samples(policy, tool);
         if samples.is_empty() {
             return leave; // the prior's share is constant until then
         }
@@ -661,6 +729,14 @@ impl AdmissionControl {
     /// whole only when those shares leave room. A share only grows between its own falls,
     /// so while they leave no room the whole does not either: the same answer.
     fn expected_shrink_s(&self, policy: &TTLPolicy, t: f64) -> f64 {
+        if self.tenants.len() > 1 {
+            // any member's fall may make room in its tenant's share
+            return self
+                .admitted
+                .iter()
+                .map(|id| Self::fall_s(&self.programs[id.as_str()], policy, t))
+                .fold(f64::INFINITY, f64::min);
+        }
         let room = self.room_blocks(policy, t);
         let members: Vec<(&Program, f64)> = self
             .admitted
@@ -742,7 +818,7 @@ impl AdmissionControl {
             return 0; // not expected back
         };
         let elapsed = t - since;
-        if elapsed > cfg.max_ttl_s {
+        if elapsed > away_limit_s(cfg, samples) {
             return 0;
         }
         if samples.is_empty() {
@@ -763,18 +839,29 @@ impl AdmissionControl {
     }
 
     fn working_set(&self, policy: &TTLPolicy, t: f64) -> i64 {
-        self.load_beside(policy, t, f64::NAN).working
+        self.load_beside(policy, t, f64::NAN, None).working
     }
 
     /// The admitted programs' load, and whether one arrived at `arrival_s` (its cohort is
     /// admitted): may_run's one pass over the members.
-    fn load_beside(&self, policy: &TTLPolicy, t: f64, arrival_s: f64) -> Load {
+    /// Of `tenant`'s members only, when given.
+    fn load_beside(
+        &self,
+        policy: &TTLPolicy,
+        t: f64,
+        arrival_s: f64,
+        tenant: Option<&str>,
+    ) -> Load {
         let expected = policy.config().expected_working_set;
-        let (mut working, mut total, mut cohort) = (0i64, 0i64, false);
+        let (mut working, mut total, mut count, mut cohort) = (0i64, 0i64, 0i64, false);
         // members away on one tool read one window: looked up once per run of that tool
         let mut window: Option<(&str, &[f64])> = None;
         for id in &self.admitted {
             let p = &self.programs[id.as_str()];
+            if tenant.is_some_and(|k| *p.tenant != *k) {
+                continue;
+            }
+            count += 1;
             total += p.blocks;
             cohort |= p.arrival_s == arrival_s;
             let horizon_s = self.horizon_s(p, policy);
@@ -798,6 +885,7 @@ impl AdmissionControl {
         Load {
             working,
             total,
+            count,
             cohort,
         }
     }
@@ -810,14 +898,50 @@ impl AdmissionControl {
 
     /// The oldest program not yet admitted (dropping stale heap entries).
     fn head(&mut self) -> Option<f64> {
-        while let Some(Reverse(Pending(arrival, pid))) = self.pending.peek() {
-            // stale: admitted since, ended, or ended and back as a new program
-            if matches!(self.programs.get(pid), Some(p) if !p.admitted && p.arrival_s == *arrival) {
+        Self::head_of(&self.programs, &mut self.pending)
+    }
+
+    /// The arrival of the oldest program of `pending` not yet admitted (dropping stale
+    /// entries: admitted since, ended, or ended and back as a new program).
+    fn head_of(
+        programs: &IdMap<String, Program>,
+        pending: &mut BinaryHeap<Reverse<Pending>>,
+    ) -> Option<f64> {
+        while let Some(Reverse(Pending(arrival, pid))) = pending.peek() {
+            if matches!(programs.get(pid), Some(p) if !p.admitted && p.arrival_s == *arrival) {
                 return Some(*arrival);
             }
-            self.pending.pop();
+            pending.pop();
         }
         None
+    }
+
+    /// Is the program its tenant's oldest waiting one, fitting its tenant's share beside its
+    /// tenant's working set (the reference's `_within_share`)? False with one active tenant.
+    fn within_share(&mut self, policy: &TTLPolicy, t: f64, program_id: &str) -> bool {
+        if self.tenants.len() < 2 {
+            return false;
+        }
+        let prog = &self.programs[program_id];
+        let (arrival, blocks, key) = (prog.arrival_s, prog.blocks, prog.tenant.clone());
+        let queue = self
+            .tenants
+            .get_mut(&*key)
+            .expect("a known program's tenant");
+        match Self::head_of(&self.programs, &mut queue.pending) {
+            Some(oldest) if oldest >= arrival => {}
+            _ => return false,
+        }
+        let weight = queue.weight;
+        let load = self.load_beside(policy, t, f64::NAN, Some(&key));
+        let mean = if load.count > 0 {
+            load.total / load.count
+        } else {
+            0
+        };
+        let need = load.working + blocks.max(mean);
+        i128::from(need) * i128::from(self.tenants_weight)
+            <= i128::from(self.total_blocks) * i128::from(weight)
     }
 
     /// May a request of the program be scheduled now? Admits the oldest waiting program
@@ -835,11 +959,19 @@ impl AdmissionControl {
         }
         match self.head() {
             Some(oldest) if oldest >= arrival => {}
-            _ => return Ok(false), // an older program waits for admission
+            _ => {
+                // an older program waits for admission; it holds back no other tenant's
+                // program within that tenant's share
+                if !self.within_share(policy, t, program_id) {
+                    return Ok(false);
+                }
+                self.admit_known(program_id);
+                return Ok(true);
+            }
         }
         let n = self.admitted.len();
         if n > 0 {
-            let load = self.load_beside(policy, t, arrival);
+            let load = self.load_beside(policy, t, arrival, None);
             // one program admitted, in flight: the mean is a guess from one (bounded wait)
             let alone_in_flight =
                 n == 1 && self.admitted.iter().all(|id| self.programs[id].live > 0);
@@ -851,10 +983,10 @@ impl AdmissionControl {
             };
             let expected = blocks.max(mean);
             let this_head = |r: &Option<(f64, String)>| matches!(r, Some((a, id)) if *a == arrival && id == program_id);
-            if !load.cohort
+            let refused = !load.cohort
                 && load.working + expected > self.total_blocks
-                && !(self.head_due && this_head(&self.refused))
-            {
+                && !(self.head_due && this_head(&self.refused));
+            if refused && !self.within_share(policy, t, program_id) {
                 if !this_head(&self.refused) {
                     // a new wait: count turns anew
                     self.refused = Some((arrival, program_id.to_owned()));
@@ -943,17 +1075,17 @@ impl AdmissionControl {
         program_ids: &'a [S],
         known: &[usize],
     ) -> Vec<(usize, Member<'a>)> {
-        let max_ttl_s = policy.config().max_ttl_s;
         known
             .iter()
             .map(|&i| {
                 let id = program_ids[i].as_ref();
                 let prog = &self.programs[id];
+                let samples = Self::samples_of(policy, prog);
                 let member = Member {
                     prog,
                     id,
-                    samples: Self::samples_of(policy, prog),
-                    max_ttl_s,
+                    samples,
+                    max_ttl_s: away_limit_s(policy.config(), samples),
                 };
                 (i, member)
             })

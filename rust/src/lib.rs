@@ -6,7 +6,7 @@
 //!
 //! ```
 //! use ttlpolicy_core::policy::{PolicyConfig, TTLPolicy};
-//! use ttlpolicy_core::scheduler::{FinishArgs, ProgramScheduler};
+//! use ttlpolicy_core::scheduler::{ProgramScheduler, TurnEnd};
 //!
 //! // A policy with default settings, and a scheduler of 1000 KV blocks, 100 of them pinnable.
 //! let mut policy = TTLPolicy::new(PolicyConfig::default())?;
@@ -15,7 +15,7 @@
 //! // Program "A" sends a request, which runs and ends with a call to the tool "bash".
 //! sched.arrive(&mut policy, "a1", "A", 0.0, 10)?;
 //! assert_eq!(sched.pop(&mut policy, 0.0)?.as_deref(), Some("a1"));
-//! let args = FinishArgs { tool: Some("bash"), cache_miss_cost_s: Some(100.0), ..FinishArgs::default() };
+//! let args = TurnEnd { tool: Some("bash"), cache_miss_cost_s: Some(100.0), ..TurnEnd::default() };
 //! let finished = sched.finish(&mut policy, "a1", 1.0, 40, args)?;
 //!
 //! // Rebuilding the cache would cost 100 s: the policy pins the 40 blocks for a while.
@@ -46,6 +46,7 @@ pub mod router;
 pub mod scheduler;
 pub mod solver;
 pub mod step_time;
+pub mod tenants;
 pub mod validate;
 
 pub use error::{Error, Result};

@@ -30,7 +30,7 @@
 //! ```
 //! use ttlpolicy_core::lifecycle::{Parts, ProgramLifecycle};
 //! use ttlpolicy_core::policy::{PolicyConfig, TTLPolicy};
-//! use ttlpolicy_core::scheduler::{FinishArgs, ProgramScheduler};
+//! use ttlpolicy_core::scheduler::{ProgramScheduler, TurnEnd};
 //!
 //! let mut policy = TTLPolicy::new(PolicyConfig::default())?;
 //! let mut scheduler = ProgramScheduler::new(1000, 100)?;
@@ -40,7 +40,7 @@
 //! // Program "A" runs a call that ends with a tool call: its 40 blocks are pinned.
 //! life.arrive(&mut parts, "a1", "A", 0.0, 10)?;
 //! assert_eq!(parts.scheduler.pop(parts.policy, 0.0)?.as_deref(), Some("a1"));
-//! let args = FinishArgs { tool: Some("bash"), cache_miss_cost_s: Some(100.0), ..FinishArgs::default() };
+//! let args = TurnEnd { tool: Some("bash"), cache_miss_cost_s: Some(100.0), ..TurnEnd::default() };
 //! assert!(life.finish(&mut parts, "a1", 1.0, 40, args)?.pin.is_some());
 //!
 //! // Its next call consumes the pin: the engine holds those blocks for it until admitted.
@@ -66,7 +66,7 @@ use crate::admission::AdmissionControl;
 use crate::error::{Error, Result};
 use crate::id_hash::IdMap;
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
-use crate::scheduler::{check_id, Ended, FinishArgs, Finished, Pin, ProgramScheduler};
+use crate::scheduler::{check_id, Ended, Finished, Pin, ProgramScheduler, TurnEnd};
 use crate::validate::{finite, int_in};
 
 /// The library state a [`ProgramLifecycle`] joins, borrowed for a call: one policy, the
@@ -160,7 +160,7 @@ impl ProgramLifecycle {
         request_id: &str,
         now: f64,
         blocks_held: i64,
-        args: FinishArgs<'_>,
+        args: TurnEnd<'_>,
     ) -> Result<Finished> {
         let plan =
             parts
@@ -397,11 +397,11 @@ mod tests {
         }
     }
 
-    fn pinned_args() -> FinishArgs<'static> {
-        FinishArgs {
+    fn pinned_args() -> TurnEnd<'static> {
+        TurnEnd {
             tool: Some("bash"),
             cache_miss_cost_s: Some(100.0),
-            ..FinishArgs::default()
+            ..TurnEnd::default()
         }
     }
 
@@ -563,9 +563,9 @@ mod tests {
         // a last turn ends it in both
         life.arrive(&mut parts, "C1", "C", 8.0, 10).unwrap();
         parts.scheduler.pop(parts.policy, 8.0).unwrap();
-        let last = FinishArgs {
+        let last = TurnEnd {
             last_turn: true,
-            ..FinishArgs::default()
+            ..TurnEnd::default()
         };
         assert!(life
             .finish(&mut parts, "C1", 9.0, 10, last)

@@ -137,6 +137,84 @@ pub struct ProgramRouter {
     now: f64,
 }
 
+/// One `route` call's checked arguments and what it weighs for each instance.
+struct Ask {
+    t: f64,
+    prefix: i64,
+    /// Blocks the call needs where nothing of its program is kept.
+    need_all: i64,
+    /// Blocks it needs at its home while its pin lives there.
+    kept_need: i64,
+    /// Blocks its home's working set grows by (its program's last call counted there).
+    home_grow: i64,
+    home: Option<usize>,
+    live_pin: bool,
+    wait_memory_s: f64,
+    /// What leaving the program's context costs (its miss, and its wait for memory).
+    loss: f64,
+}
+
+impl Ask {
+    /// The call's context is kept at instance `i`: its home, with a live pin.
+    fn kept(&self, i: usize) -> bool {
+        self.home == Some(i) && self.live_pin
+    }
+
+    /// (blocks needed, working-set growth) at instance `i`: one place for both the cost and
+    /// the commit.
+    fn need_grow(&self, i: usize) -> (i64, i64) {
+        let need = if self.kept(i) {
+            self.kept_need
+        } else {
+            self.need_all
+        };
+        let grow = if self.home == Some(i) {
+            self.home_grow
+        } else {
+            self.need_all
+        };
+        (need, grow)
+    }
+
+    /// (expected seconds before the call runs and what leaving its context costs, room
+    /// left in the working set) at instance `i`.
+    fn cost(&self, policy: &TTLPolicy, i: usize, inst: &Instance) -> Result<(f64, i64)> {
+        let s = &inst.state;
+        let at_home = self.home == Some(i);
+        let (need, grow) = self.need_grow(i);
+        // a return at its home waits behind the return queue; a new program, the whole
+        let (ahead, ahead_tokens) = if at_home {
+            inst.returns
+        } else {
+            (s.queue_len, s.queued_tokens)
+        };
+        let mut queue_s = 0.0;
+        if ahead > 0 {
+            queue_s = ahead as f64 * policy.miss_cost_s(ahead_tokens / ahead, 0)?;
+        }
+        // (load control never holds back a program it admitted: at its home only memory)
+        let fits =
+            need <= s.free_blocks && (at_home || s.working_set_blocks + grow <= s.total_blocks);
+        let mut cost = if fits {
+            queue_s
+        } else {
+            queue_s + self.wait_memory_s
+        };
+        if self.home.is_some() {
+            if !at_home {
+                cost += self.loss;
+            } else if !self.live_pin {
+                cost += (1.0 - s.cached_fraction) * self.loss;
+            }
+        }
+        if cost.is_nan() {
+            // (0 · inf): never the best by scan order
+            cost = f64::INFINITY;
+        }
+        Ok((cost, s.total_blocks - s.working_set_blocks - grow))
+    }
+}
+
 impl ProgramRouter {
     /// A router of at most `max_instances` instances and `max_programs` programs.
     pub fn new(max_instances: i64, max_programs: i64) -> Result<Self> {
@@ -388,6 +466,44 @@ impl ProgramRouter {
         blocks_needed: i64,
         prefix_tokens: i64,
     ) -> Result<&str> {
+        let ask = self.ask(policy, program_id, now, blocks_needed, prefix_tokens)?;
+        // The best (cost, not home, −room, index) so far.
+        let mut best: Option<(f64, bool, i64, usize)> = None;
+        for (i, inst) in self.instances.iter().enumerate() {
+            if !inst.reported {
+                continue;
+            }
+            let (cost, room) = ask.cost(policy, i, inst)?;
+            let key = (cost, ask.home != Some(i), -room, i);
+            let better = match best {
+                None => true,
+                Some(b) => key.0 < b.0 || (key.0 == b.0 && (key.1, key.2, key.3) < (b.1, b.2, b.3)),
+            };
+            if better {
+                best = Some(key);
+            }
+        }
+        let Some((_, _, _, chosen)) = best else {
+            return Err(Error::invalid(
+                "routable instances",
+                0,
+                ">= 1 (registered, reported, not drained)",
+            ));
+        };
+        self.now = ask.t;
+        self.commit(program_id, chosen, &ask);
+        Ok(&self.instances[chosen].id)
+    }
+
+    /// `route`'s arguments checked, and what it weighs for every instance.
+    fn ask(
+        &self,
+        policy: &TTLPolicy,
+        program_id: &str,
+        now: f64,
+        blocks_needed: i64,
+        prefix_tokens: i64,
+    ) -> Result<Ask> {
         check_id("program_id", program_id)?;
         let t = finite("now", now)?;
         if t < self.now {
@@ -410,96 +526,43 @@ impl ProgramRouter {
             ),
             None => (None, false, 0, 0),
         };
-        let kept_need = (need_all - pin_blocks).max(0);
-        let home_grow = (need_all - last_blocks).max(0);
-        // The best (cost, not home, −room, index) so far.
-        let mut best: Option<(f64, bool, i64, usize)> = None;
-        for (i, inst) in self.instances.iter().enumerate() {
-            if !inst.reported {
-                continue;
-            }
-            let s = &inst.state;
-            let at_home = home == Some(i);
-            let need = if at_home && live_pin {
-                kept_need
-            } else {
-                need_all
-            };
-            let grow = if at_home { home_grow } else { need_all };
-            // a return at its home waits behind the return queue; a new program, the whole
-            let (ahead, ahead_tokens) = if at_home {
-                inst.returns
-            } else {
-                (s.queue_len, s.queued_tokens)
-            };
-            let mut queue_s = 0.0;
-            if ahead > 0 {
-                queue_s = ahead as f64 * policy.miss_cost_s(ahead_tokens / ahead, 0)?;
-            }
-            // (load control never holds back a program it admitted: at its home only memory)
-            let fits =
-                need <= s.free_blocks && (at_home || s.working_set_blocks + grow <= s.total_blocks);
-            let mut cost = if fits {
-                queue_s
-            } else {
-                queue_s + wait_memory_s
-            };
-            if home.is_some() {
-                if !at_home {
-                    cost += loss;
-                } else if !live_pin {
-                    cost += (1.0 - s.cached_fraction) * loss;
-                }
-            }
-            if cost.is_nan() {
-                // (0 · inf): never the best by scan order
-                cost = f64::INFINITY;
-            }
-            let room = s.total_blocks - s.working_set_blocks - grow;
-            let key = (cost, !at_home, -room, i);
-            let better = match best {
-                None => true,
-                Some(b) => key.0 < b.0 || (key.0 == b.0 && (key.1, key.2, key.3) < (b.1, b.2, b.3)),
-            };
-            if better {
-                best = Some(key);
-            }
-        }
-        let Some((_, _, _, chosen)) = best else {
-            return Err(Error::invalid(
-                "routable instances",
-                0,
-                ">= 1 (registered, reported, not drained)",
-            ));
-        };
-        self.now = t;
-        let kept = home == Some(chosen) && live_pin;
-        let need = if kept { kept_need } else { need_all };
-        let grow = if home == Some(chosen) {
-            home_grow
-        } else {
-            need_all
-        };
+        Ok(Ask {
+            t,
+            prefix,
+            need_all,
+            kept_need: (need_all - pin_blocks).max(0),
+            home_grow: (need_all - last_blocks).max(0),
+            home,
+            live_pin,
+            wait_memory_s,
+            loss,
+        })
+    }
+
+    /// The call goes to instance `chosen`: its queue, free blocks and working set as the
+    /// router now expects them, and the program homed there.
+    fn commit(&mut self, program_id: &str, chosen: usize, ask: &Ask) {
+        let (need, grow) = ask.need_grow(chosen);
+        let kept = ask.kept(chosen);
         let inst = &mut self.instances[chosen];
-        if home == Some(chosen) {
+        if ask.home == Some(chosen) {
             inst.returns.0 += 1;
             if !kept {
-                inst.returns.1 = (inst.returns.1 + prefix).min(MAX_BLOCKS);
+                inst.returns.1 = (inst.returns.1 + ask.prefix).min(MAX_BLOCKS);
             }
         }
         let s = &mut inst.state;
         s.queue_len += 1;
         if !kept {
-            s.queued_tokens = (s.queued_tokens + prefix).min(MAX_BLOCKS);
+            s.queued_tokens = (s.queued_tokens + ask.prefix).min(MAX_BLOCKS);
         }
         s.free_blocks = (s.free_blocks - need).max(0);
         s.working_set_blocks = (s.working_set_blocks + grow).min(MAX_BLOCKS);
         let prog = self.touch(program_id, chosen);
         prog.home = chosen;
-        prog.blocks = need_all;
+        prog.blocks = ask.need_all;
         prog.pin_deadline_s = None;
         prog.pin_blocks = 0;
-        Ok(&self.instances[chosen].id)
     }
 
     // -- views -------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 import ttlpolicy as tp
+from parity import SHARED
 
-PUBLIC_CLASSES = [n for n in tp.__all__ if n not in ("backend", "PolicyConfig")]
+PUBLIC_CLASSES = [n for n in tp.__all__ if n not in SHARED]
 
 
 def test_public_names_come_from_the_active_backend() -> None:

@@ -68,11 +68,6 @@ PENDING = {
     "bench/fidelity_logic.py: _eviction_stale",  # ttlpolicy_vllm.scheduler
     "bench/fidelity_logic.py: _order_free_blocks",  # ttlpolicy_vllm.scheduler
     "bench/vllm_offload_replay.py: _t0",  # ttlpolicy_vllm's replay client
-    # sim.engine now has them public (prepare, next_event_s, advance, step)
-    "python/ttlpolicy/sim/cluster.py: _next_event_s",
-    "python/ttlpolicy/sim/cluster.py: _prepare",
-    "python/ttlpolicy/sim/cluster.py: _advance",
-    "python/ttlpolicy/sim/cluster.py: _step",
 }
 
 

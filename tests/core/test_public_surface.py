@@ -21,11 +21,19 @@ import numpy as np
 import pytest
 
 import ttlpolicy
-from parity import NATIVE_TABLES, PINNING_MISS_COST_S, assert_same, close, outcome, plain
+from parity import (
+    NATIVE_TABLES,
+    PINNING_MISS_COST_S,
+    SHARED,
+    assert_same,
+    close,
+    outcome,
+    plain,
+)
 from ttlpolicy import PolicyConfig
 
 #: The public names both backends serve (``ttlpolicy.__all__`` less the shared ones).
-PUBLIC = sorted(set(ttlpolicy.__all__) - {"backend", "PolicyConfig"})
+PUBLIC = sorted(set(ttlpolicy.__all__) - SHARED)
 #: What the native module has besides: the hook the package calls at import, and the core's
 #: tables (read by the parity tests below).
 NATIVE_ONLY = set(NATIVE_TABLES)

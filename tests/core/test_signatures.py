@@ -6,21 +6,30 @@ this test holds each to the reference, which states the rule.
 
 The one difference allowed: a native method's ``self`` is positional-only (pyo3's ``$self``),
 the reference's positional-or-keyword; nobody passes ``self`` by keyword.
+
+And the native module's own surface, where the reference has no twin: no default of any
+native callable shows as ``...``, every class and function has a docstring, and the
+hand-written stub declares exactly the built module's names and each class's members
+(``tests/core/test_stub.py`` holds the stub to the reference, statically).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import ttlpolicy
 from conftest import NATIVE, REFERENCE
+from parity import SHARED
 
 #: The public names served by both backends (``PolicyConfig`` and ``backend`` are shared).
-PUBLIC = sorted(set(ttlpolicy.__all__) - {"backend", "PolicyConfig"})
+PUBLIC = sorted(set(ttlpolicy.__all__) - SHARED)
 
 
 def shown(f: Callable[..., Any]) -> list[tuple[str, str, str]]:
@@ -84,3 +93,100 @@ def test_the_check_sees_a_default_it_cannot_print() -> None:
         True,
     ]
     assert len(CALLABLES) > len(PUBLIC)  # the methods are in
+
+
+# -- the native module's own surface: docstrings, defaults, and the stub's names -------------
+
+STUB = Path(ttlpolicy.__file__).with_name("_native.pyi")
+
+
+def native_public() -> dict[str, Any]:
+    """The native module's public names (and ``__version__``), with their objects."""
+    module = importlib.import_module("ttlpolicy._native")  # (whichever backend serves)
+    return {n: getattr(module, n) for n in dir(module) if not n.startswith("_")} | {
+        "__version__": module.__version__
+    }
+
+
+def stub_top_level() -> tuple[set[str], set[str], dict[str, set[str]]]:
+    """The stub's ``__all__``, its top-level names (classes, functions, annotated
+    constants) and each class's public members (methods, properties, ``__new__``)."""
+    tree = ast.parse(STUB.read_text(encoding="utf-8"))
+    declared: set[str] = set()
+    members: dict[str, set[str]] = {}
+    listed: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef):
+            declared.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            members[node.name] = {
+                m.name
+                for m in node.body
+                if isinstance(m, ast.FunctionDef) and not m.name.startswith("_")
+            }
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            listed = set(ast.literal_eval(node.value))
+    return listed, declared, members
+
+
+def native_callables() -> list[str]:
+    """Dotted names of the native module's functions, classes and their public methods."""
+    if NATIVE is None:
+        return []
+    out = []
+    for name, obj in sorted(native_public().items()):
+        if not callable(obj):
+            continue
+        out.append(name)
+        if isinstance(obj, type):
+            out += [
+                f"{name}.{m}"
+                for m in sorted(vars(obj))
+                if not m.startswith("_") and callable(getattr(obj, m))
+            ]
+    return out
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native module not built")
+def test_the_stub_declares_exactly_the_native_names() -> None:
+    """Every public name of the built module is in the stub (its ``__all__`` and a
+    declaration) and nothing else is; every class's public members likewise.  (stubtest
+    checks the same and more in ``scripts/check.sh``; this runs with the tests.)"""
+    listed, declared, members = stub_top_level()
+    public = native_public()
+    assert listed == set(public)
+    assert declared == set(public)
+    for name, obj in public.items():
+        if isinstance(obj, type):
+            runtime = {m for m in vars(obj) if not m.startswith("_")}
+            assert members[name] == runtime, name
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native module not built")
+def test_every_native_class_and_function_has_a_docstring() -> None:
+    public = native_public()
+    undocumented = [n for n, obj in public.items() if callable(obj) and not (obj.__doc__ or "")]
+    assert undocumented == []
+    assert {"ProgramScheduler", "solve_ttl", "set_config_class"} <= set(public)
+
+
+@pytest.mark.skipif(NATIVE is None, reason="native module not built")
+@pytest.mark.parametrize("dotted", native_callables())
+def test_no_native_default_shows_as_ellipsis(dotted: str) -> None:
+    """pyo3 shows a default it cannot print as ``...``: each native callable states its
+    defaults in a ``text_signature`` instead — the native-only ones (the step timer, the
+    import hook) too, which the comparison with the reference above does not reach.  A
+    class without a Python constructor has no signature, and so nothing to show."""
+    obj = resolve(importlib.import_module("ttlpolicy._native"), dotted)
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except ValueError:
+        assert isinstance(obj, type), dotted
+        with pytest.raises(TypeError, match="No constructor"):
+            obj()
+        return
+    assert [p.name for p in params if p.default is Ellipsis] == [], dotted

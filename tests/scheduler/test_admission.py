@@ -474,3 +474,37 @@ def test_admit_admits_whatever_the_working_set(impl):
         ac.admit("nobody", 1.0)
     with pytest.raises(ValueError, match="now"):
         ac.admit("anon", 0.5)  # time never goes back
+
+
+def test_many_programs_gone_on_the_prior_hold_a_newcomer_less_than_max_ttl(impl):
+    """Issue 44: 300 one-block programs arrive together (a cohort: all admitted), finish one
+    turn holding 2 blocks on a tool and never return; nobody has returned, so they are judged
+    by the prior.  Their summed horizon n · rebuild_s covers the prior's next use, so they
+    fill the working set (600 of 200 blocks) and a newcomer waits.  It waited until they had
+    been away max_ttl_s (300 s); now until they have outlasted what the prior stands for,
+    prior_mean_s · (1 + ln window) (79.3 s), and not a step longer."""
+    cfg = {"admission": True}
+    ac, _ = make(impl, total_blocks=200, **cfg)
+    for i in range(300):
+        ac.arrive(f"p{i}", 0.0, 1)
+    assert all(ac.may_run(f"p{i}", 0.0) for i in range(300))
+    for i in range(300):
+        ac.finish(f"p{i}", 1.0, 2, tool="bash", rebuild_s=0.05)
+    ac.arrive("new", 2.0, 1)
+    assert not ac.may_run("new", 2.0)
+    config = PolicyConfig(**{**MEDIAN_RULE, **cfg})
+    gone_s = 1.0 + config.prior_mean_s * (1.0 + math.log(config.window))
+    assert gone_s < 1.0 + config.max_ttl_s - 200.0
+    t = 2.0
+    while not ac.may_run("new", t):
+        t = ac.next_shrink_s(t)
+        assert t <= math.nextafter(gone_s, math.inf)
+    assert t == math.nextafter(gone_s, math.inf)
+
+
+def test_the_prior_gives_up_no_later_than_max_ttl(impl):
+    ac, _ = make(impl, prior_mean_s=100.0, max_ttl_s=300.0)  # 100 · (1 + ln 1024) > 300
+    ac.arrive("p", 0.0, 10)
+    ac.finish("p", 1.0, 10, tool="bash")
+    assert ac.next_use_s("p", 301.0) == pytest.approx(100.0 * math.log(2.0))
+    assert ac.next_use_s("p", 301.5) == math.inf

@@ -13,9 +13,16 @@ from hypothesis import strategies as st
 from conftest import REFERENCE, both_backends
 from parity import close as same
 from ttlpolicy import PolicyConfig
+from ttlpolicy.ids import program_key, tenant_key
 from ttlpolicy.reference.admission import MAX_TURNS_AHEAD
 
 PROGRAMS = ["A", "B", "C", "D", "E"]
+#: programs of three tenants (two namespaced, one shared), for the tenant shares
+TENANT_A, TENANT_B = tenant_key("a"), tenant_key("b")
+assert TENANT_A is not None and TENANT_B is not None
+TENANT_PROGRAMS = [program_key(TENANT_A, "A"), program_key(TENANT_A, "B"),
+                   program_key(TENANT_B, "A"), program_key(TENANT_B, "C"), "E"]  # fmt: skip
+WEIGHTS = [None, {TENANT_A: 3}, {TENANT_A: 1, TENANT_B: 2}]
 TOOLS = [None, "bash", "grep", "é" * 200]
 CONFIG = PolicyConfig(
     min_tool_samples=2,
@@ -43,23 +50,28 @@ RULES = [
     ),
 ]
 
-ops = st.one_of(
-    st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),
-    st.tuples(st.just("arrive"), st.sampled_from(PROGRAMS), st.integers(-1, 70)),
-    st.tuples(
-        st.just("finish"),
-        st.sampled_from(PROGRAMS),
-        st.integers(0, 70),
-        st.sampled_from(TOOLS),
-        st.sampled_from([0.0, 1.0, 30.0, -1.0]),
-        st.sampled_from([False, False, True]),
-    ),
-    st.tuples(st.just("may_run"), st.sampled_from(PROGRAMS)),
-    st.tuples(st.just("admit"), st.sampled_from(PROGRAMS)),
-    st.tuples(st.just("end"), st.sampled_from(PROGRAMS)),
-    st.tuples(st.just("order"), st.lists(st.sampled_from([*PROGRAMS, "Z"]), max_size=6)),
-    st.tuples(st.just("gap"), st.sampled_from(TOOLS), st.sampled_from([0.5, 2.0, 9.0, 60.0])),
-)
+
+def ops_over(programs: list[str]) -> st.SearchStrategy:
+    return st.one_of(
+        st.tuples(st.just("tick"), st.sampled_from([0.0, 0.5, 3.0, 40.0, -1.0])),
+        st.tuples(st.just("arrive"), st.sampled_from(programs), st.integers(-1, 70)),
+        st.tuples(
+            st.just("finish"),
+            st.sampled_from(programs),
+            st.integers(0, 70),
+            st.sampled_from(TOOLS),
+            st.sampled_from([0.0, 1.0, 30.0, -1.0]),
+            st.sampled_from([False, False, True]),
+        ),
+        st.tuples(st.just("may_run"), st.sampled_from(programs)),
+        st.tuples(st.just("admit"), st.sampled_from(programs)),
+        st.tuples(st.just("end"), st.sampled_from(programs)),
+        st.tuples(st.just("order"), st.lists(st.sampled_from([*programs, "Z"]), max_size=6)),
+        st.tuples(st.just("gap"), st.sampled_from(TOOLS), st.sampled_from([0.5, 2.0, 9.0, 60.0])),
+    )
+
+
+ops = ops_over(PROGRAMS)
 
 
 def apply(ac, policy, now, op):
@@ -89,9 +101,9 @@ def outcome(ac, policy, now, op):
         return ("error", type(e).__name__)
 
 
-def views(ac, latest):
+def views(ac, latest, programs=PROGRAMS):
     """Every view at ``latest``, the latest time seen (no view moves the clock)."""
-    per_program = tuple((ac.knows(p), ac.admitted(p), ac.next_use_s(p, latest)) for p in PROGRAMS)
+    per_program = tuple((ac.knows(p), ac.admitted(p), ac.next_use_s(p, latest)) for p in programs)
     return (ac.admitted_count, ac.waiting_count, ac.program_count, per_program,
             ac.working_set_blocks(latest), ac.next_shrink_s(latest),
             ac.dropped_idle_programs)  # fmt: skip
@@ -104,10 +116,27 @@ def views(ac, latest):
     st.lists(ops, min_size=5, max_size=80), st.sampled_from([0, 2, 1 << 16]), st.sampled_from(RULES)
 )
 def test_backends_agree_on_any_sequence(backends, seq, max_idle, config):
+    run_both(backends, seq, config, max_idle=max_idle)
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(ops_over(TENANT_PROGRAMS), min_size=5, max_size=80),
+    st.sampled_from(RULES),
+    st.sampled_from(WEIGHTS),
+)
+def test_backends_agree_with_tenant_shares(backends, seq, config, weights):
+    run_both(backends, seq, config, weights=weights, programs=TENANT_PROGRAMS)
+
+
+def run_both(backends, seq, config, max_idle=1 << 16, weights=None, programs=PROGRAMS):
+    """Runs ``seq`` on both backends: every result and every view the same."""
     states = []
     for b in backends:
         policy = b.TTLPolicy(config)
-        states.append((b.AdmissionControl(policy, 100, max_idle), policy))
+        states.append((b.AdmissionControl(policy, 100, max_idle, tenant_weights=weights), policy))
     now = latest = 0.0
     for op in seq:
         if op[0] == "tick":
@@ -116,7 +145,7 @@ def test_backends_agree_on_any_sequence(backends, seq, max_idle, config):
             continue
         results = [outcome(ac, p, now, op) for ac, p in states]
         assert same(results[0], results[1]), (op, results)
-        v = [views(ac, latest) for ac, _ in states]
+        v = [views(ac, latest, programs) for ac, _ in states]
         assert same(v[0], v[1]), (op, v)
 
 

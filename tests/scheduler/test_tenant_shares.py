@@ -10,6 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -39,8 +40,10 @@ def pid(tenant: str | None, i: int) -> str:
 class Turns:
     """Finishes whole turns (arrive, run, finish) of programs on one scheduler."""
 
-    def __init__(self, impl: Any, budget: int) -> None:
-        self.s = impl.ProgramScheduler(impl.TTLPolicy(PolicyConfig()), 10 * budget, budget)
+    def __init__(self, impl: Any, budget: int, weights: dict[str, int] | None = None) -> None:
+        self.s = impl.ProgramScheduler(
+            impl.TTLPolicy(PolicyConfig()), 10 * budget, budget, tenant_weights=weights
+        )
         self.seq = 0
 
     def turn(self, program: str, blocks: int = 10, now: float = 0.0) -> Any:
@@ -129,6 +132,97 @@ def test_three_tenants_share_by_thirds(impl):
     assert t.s.pinned_blocks <= 90
 
 
+# -- weights -----------------------------------------------------------------------------------
+def blocks_of(s: Any, tenant: str) -> int:
+    return sum(p.blocks for p in s.pins() if tenant_of(p.program_id) == tenant)
+
+
+@pytest.mark.parametrize(("weights", "kept"), [(None, (50, 40)), ({A: 2}, (60, 30))])
+def test_a_weighted_tenant_keeps_its_larger_share(impl, weights, kept):
+    """Budget 90; A pins all of it alone, then B pins turn after turn: B takes A's pins until
+    A is down to its share — 45 blocks with equal weights (50: pins of 10), 60 when A
+    weighs 2 (B's share 30) — and gets no pin beyond its own."""
+    t = Turns(impl, 90, weights)
+    for i in range(9):
+        assert t.turn(pid(A, i)).pinned
+    for i in range(6):
+        t.turn(pid(B, i))
+    assert (blocks_of(t.s, A), blocks_of(t.s, B)) == kept
+
+
+@pytest.mark.parametrize(("weights", "first"), [(None, A), ({A: 3}, B)])
+def test_reclaim_takes_from_the_tenant_furthest_over_its_weighted_share(impl, weights, first):
+    """A holds 60 blocks, B 30 of 90.  Equal weights: A is over its share (45) and goes first;
+    A weighing 3: A's share is 67.5, B's 22.5 — B is the one over it."""
+    t = Turns(impl, 90, weights)
+    for i in range(6):
+        t.turn(pid(A, i))
+    for i in range(3):
+        t.turn(pid(B, i))
+    assert owners(t.s.reclaim(10, 0.0)) == [first]
+
+
+BAD_WEIGHTS = [
+    "A=2",
+    [(A, 2)],
+    {5: 1},
+    {A: 1.5},
+    {A: "2"},
+    {A: 0},
+    {A: -3},
+    {A: 1001},
+    {A: 2**70},
+    {"tenantA": 2},
+    {A.upper(): 2},
+    {A: 2, "x" * 200: 2},
+    {A: 2, B: 0, C: 1.5},  # types first: the float, not B's 0
+    {f"{i:032x}": 1 for i in range(1025)},
+]
+
+
+def built(backends: Any, total_blocks: int, weights: Any) -> list[Any]:
+    """What constructing a scheduler with ``tenant_weights=weights`` gives on each backend."""
+    return [
+        outcome(
+            partial(
+                b.ProgramScheduler,
+                b.TTLPolicy(PolicyConfig()),
+                total_blocks,
+                10,
+                tenant_weights=weights,
+            )
+        )
+        for b in backends
+    ]
+
+
+@pytest.mark.parametrize("weights", BAD_WEIGHTS, ids=range(len(BAD_WEIGHTS)))
+def test_bad_weights_are_refused_alike_naming_the_field_and_value(backends, weights):
+    results = built(backends, 100, weights)
+    assert_same(results[0], results[1])
+    kind, (error, message) = results[0]
+    assert kind == "raised" and error in (TypeError, ValueError)
+    assert message.startswith("tenant_weights must be")
+
+
+def test_an_earlier_bad_argument_is_reported_first(backends):
+    results = built(backends, 0, "bad")
+    assert_same(results[0], results[1])
+    assert results[0][1][1].startswith("total_blocks")
+
+
+def test_weights_of_inactive_tenants_change_nothing(impl):
+    """A table naming tenants that never come: the shares of those active are as without."""
+    absent = {key(f"absent{i}"): 1000 for i in range(5)}
+    runs = []
+    for weights in (None, absent):
+        t = Turns(impl, 90, weights)
+        for i in range(9):
+            t.turn(pid(A, i))
+        runs.append([p.program_id for p in t.turn(pid(B, 0), blocks=30).released])
+    assert runs[0] == runs[1] and runs[0]
+
+
 # -- properties --------------------------------------------------------------------------------
 PROGRAMS = [pid(tn, i) for tn in (None, A, B) for i in range(3)] + [
     "\x00t:" + C.upper() + ":p",  # not a namespace: the shared tenant
@@ -162,10 +256,18 @@ def apply(s: Any, now: float, op: tuple, step: int) -> Any:
     return s.end_program(op[1])
 
 
-@given(st.lists(ops, min_size=5, max_size=60), st.sampled_from(["default", "published"]))
-def test_backends_agree_with_tenants(backends, seq, model):
+WEIGHTS = [None, {A: 2}, {A: 1, B: 3, C: 5}, {B: 1000}]
+
+
+@given(
+    st.lists(ops, min_size=5, max_size=60),
+    st.sampled_from(["default", "published"]),
+    st.sampled_from(WEIGHTS),
+)
+def test_backends_agree_with_tenants(backends, seq, model, weights):
     config = PolicyConfig() if model == "default" else PolicyConfig.published()
-    states = [b.ProgramScheduler(b.TTLPolicy(config), 400, 60) for b in backends]
+    states = [b.ProgramScheduler(b.TTLPolicy(config), 400, 60, tenant_weights=weights)
+              for b in backends]  # fmt: skip
     now = 0.0
     for step, op in enumerate(seq):
         if op[0] == "tick":
@@ -175,13 +277,14 @@ def test_backends_agree_with_tenants(backends, seq, model):
         assert_same(snapshot(states[0]), snapshot(states[1]), f"views after {op}")
 
 
-@given(st.lists(ops, min_size=5, max_size=60), st.booleans())
-def test_shares_invariants(impl, seq, one_tenant):
+@given(st.lists(ops, min_size=5, max_size=60), st.booleans(), st.sampled_from(WEIGHTS))
+def test_shares_invariants(impl, seq, one_tenant, weights):
     """The budget holds; a pin that fits the free budget is granted and displaces nobody; a
     finish displaces only other tenants' pins, and only to pin; with one tenant (all ids
-    shared, or all of one tenant) nothing is ever displaced — the scheduler before shares."""
+    shared, or all of one tenant) nothing is ever displaced — the scheduler before shares,
+    whatever the weights."""
     budget = 60
-    s = impl.ProgramScheduler(impl.TTLPolicy(PolicyConfig()), 400, budget)
+    s = impl.ProgramScheduler(impl.TTLPolicy(PolicyConfig()), 400, budget, tenant_weights=weights)
     now = 0.0
     for step, op in enumerate(seq):
         if one_tenant and op[0] in ("turn", "arrive", "end") and tenant_of(op[1]) != A:

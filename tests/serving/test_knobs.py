@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from ttlpolicy.ids import Tenancy, tenant_key
 from ttlpolicy.serving import EngineKnobs, env_float
+from ttlpolicy.serving.knobs import TENANT_WEIGHTS
 
 KNOBS = (
     "TTLPOLICY_PIN_BUDGET_FRACTION",
     "TTLPOLICY_LOG_INTERVAL_S",
     "TTLPOLICY_POLICY",
     "TTLPOLICY_METRICS",
+    "TTLPOLICY_TENANT_WEIGHTS",
 )
 
 
@@ -80,3 +83,40 @@ def test_a_bad_metrics_knob_names_itself(monkeypatch: pytest.MonkeyPatch, raw: s
     monkeypatch.setenv("TTLPOLICY_METRICS", raw)
     with pytest.raises(ValueError, match=f"TTLPOLICY_METRICS must be 0 or 1, got '{raw}'"):
         EngineKnobs.from_env()
+
+
+# -- tenant weights ----------------------------------------------------------------------------
+def test_tenant_weights_name_raw_tenants_hashed_as_requests_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert EngineKnobs.from_env().tenant_weights is None  # unset: equal shares
+    monkeypatch.setenv(TENANT_WEIGHTS, " tenantA=2, team=b=1 ,salt 7=1000")
+    weights = EngineKnobs.from_env().tenant_weights
+    assert weights == {tenant_key("tenantA"): 2, tenant_key("team=b"): 1,
+                       tenant_key("salt 7"): 1000}  # fmt: skip
+    # the key a request with that cache_salt (or trusted field) gets
+    assert Tenancy().tenant("tenantA", {}) in weights
+    assert Tenancy("x-tenant").tenant(None, {"x-tenant": "team=b"}) in weights
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("tenantA", "'tenantA'"),
+        ("tenantA=0", "'tenantA=0'"),
+        ("tenantA=1001", "'tenantA=1001'"),
+        ("tenantA=1.5", "'tenantA=1.5'"),
+        ("tenantA=²", "'tenantA=²'"),
+        ("=2", "'=2'"),
+        ("a=1,,b=2", "''"),
+        ("a=1,a=2", "'a=2' (named twice)"),
+        (",".join(f"t{i}=1" for i in range(1025)), "at most 1024 tenants, got 1025"),
+    ],
+)
+def test_bad_tenant_weights_fail_the_start_naming_the_knob_and_item(
+    monkeypatch: pytest.MonkeyPatch, raw: str, shown: str
+) -> None:
+    monkeypatch.setenv(TENANT_WEIGHTS, raw)
+    with pytest.raises(ValueError, match=TENANT_WEIGHTS) as e:
+        EngineKnobs.from_env()
+    assert shown in str(e.value)

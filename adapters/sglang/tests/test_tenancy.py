@@ -4,7 +4,8 @@ The tenant is the request's ``cache_salt`` (what a gateway sets per tenant).  A 
 naming the owner's program id — from another tenant, or without a salt — takes no pin and
 ends nothing; the owner's return finds its whole first turn cached although two other
 requests needed the memory during its tool call.  Within a tenant, a request naming a pinned
-program takes the pin only if its prompt continues the pinned context.
+program takes the pin if its prompt continues the pinned context, and otherwise supersedes it
+(the pin released at once, the request served as the program's).
 """
 
 from __future__ import annotations
@@ -73,10 +74,22 @@ def test_another_tenants_abort_ends_nothing(policy_env) -> None:
     assert hit == TURN1 + OUT1
 
 
-def test_within_a_tenant_only_a_continuation_takes_the_pin(policy_env) -> None:
+def test_within_a_tenant_a_call_not_continuing_supersedes_the_pin(policy_env) -> None:
+    """Issue 45 part 3 (was: served as anonymous, the pin kept to its TTL): the program's own
+    call with an unrelated prompt — a compaction — releases the pin's locks at once and is
+    served as the program's next call; the old context, no longer locked, is evicted by the
+    fillers, so a return to it finds less than all of it."""
     hit, s = owner_return_after(run_stranger("salt-a"))
+    assert hit < TURN1 + OUT1
+    # the compaction superseded the owner's pin, the return to the old context the new one
+    assert s.ttl.metrics.contexts_superseded == 2
+    assert s.ttl.metrics.pin_claims_refused == 0
+
+
+def test_a_continuing_call_takes_the_pin_and_supersedes_nothing(policy_env) -> None:
+    hit, s = owner_return_after(lambda s: None)
     assert hit == TURN1 + OUT1
-    assert s.ttl.metrics.pin_claims_refused == 1
+    assert s.ttl.metrics.contexts_superseded == 0
 
 
 def test_a_flooding_tenant_gives_its_share_back(policy_env) -> None:

@@ -5,7 +5,8 @@ The scenarios of a hostile client (issue 44) with the tenant taken from the requ
 with ``last_turn``, or aborting — moves, ends and aborts nothing of it, and the owner's return
 finds its whole context cached as it would without the stranger (two filler requests during
 the tool call need the memory, so a pin that was taken or released is evicted).  Within a
-tenant, a request naming a pinned program takes the pin only if it continues the context.
+tenant, a request naming a pinned program takes the pin if it continues the context, and
+otherwise supersedes it: the pin is released at once, the request served as the program's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from test_engine import FILLER, NUM_BLOCKS, TURN1_OUT, TURN1_PROMPT, Prompts, context_of
 
 from conftest import ttl_engine
+from ttlpolicy.ids import program_key, tenant_key
 from vllm_engine import BLOCK, TEST_POLICY, Engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -98,15 +100,33 @@ def test_another_tenants_abort_ends_nothing(ttl) -> None:
     assert hit == whole
 
 
-def test_within_a_tenant_only_a_continuation_takes_the_pin(ttl) -> None:
-    refused = ttl.scheduler.ttl_stats()["pin_claims_refused"]
+def test_within_a_tenant_a_call_not_continuing_supersedes_the_pin(ttl) -> None:
+    """Issue 45 part 3 (was: served as anonymous, the pin kept to its TTL): the program's own
+    call with an unrelated prompt — a compaction — releases the pin at once and is served as
+    the program's next call, whose own context is pinned in turn; the old context, no longer
+    pinned, is evicted by the fillers, so a call back to it finds less than all of it."""
+    stats = ttl.scheduler.ttl_stats
+    superseded, refused = stats()["contexts_superseded"], stats()["pin_claims_refused"]
+    key = program_key(tenant_key("salt-a"), "p15")
 
-    def same_tenant_unrelated(e: Engine, p: Prompts, program: str) -> None:
-        before = e.scheduler.pins.held_blocks()
-        out = e.turn(p(40), 4, program_id=program, cache_salt="salt-a")
+    def same_tenant_compaction(e: Engine, p: Prompts, program: str) -> None:
+        assert e.scheduler.pins.blocks_of(key) == 7
+        out = e.turn(p(70), 4, program_id=program, tool="bash", cache_salt="salt-a")
         assert out.num_cached_tokens == 0
-        assert e.scheduler.pins.held_blocks() == before  # served as anonymous: pin kept
+        assert stats()["contexts_superseded"] == superseded + 1  # released at its arrival
+        # served as the program: its new context (73 tokens computed: 2 blocks) is its pin now
+        assert e.scheduler.pins.blocks_of(key) == 2
+        assert e.scheduler.pins.held_blocks() == 2
 
-    hit, whole = owner_return_after(ttl, 15, same_tenant_unrelated)
+    hit, whole = owner_return_after(ttl, 15, same_tenant_compaction)
+    assert hit < whole  # the old context lost its pin: the fillers evicted some of it
+    # (the return to the old context does not continue the new one: superseded in turn)
+    assert stats()["contexts_superseded"] == superseded + 2
+    assert stats()["pin_claims_refused"] == refused
+
+
+def test_a_continuing_call_takes_the_pin_and_supersedes_nothing(ttl) -> None:
+    superseded = ttl.scheduler.ttl_stats()["contexts_superseded"]
+    hit, whole = owner_return_after(ttl, 16, lambda e, p, program: None)
     assert hit == whole
-    assert ttl.scheduler.ttl_stats()["pin_claims_refused"] == refused + 1
+    assert ttl.scheduler.ttl_stats()["contexts_superseded"] == superseded

@@ -17,9 +17,10 @@ import importlib
 import os
 import sys
 
-from ._args import HelpFormatter, add_ids_argument
+from ._args import HelpFormatter, add_common_prefix_argument, add_ids_argument
 
-__all__ = ["add_ids_argument", "build_parser", "main"]  # (the benches share --ids)
+# (the benches share --ids and --common-prefix)
+__all__ = ["add_common_prefix_argument", "add_ids_argument", "build_parser", "main"]
 
 #: sub-command name → module under ttlpolicy.cli exposing add_arguments(parser) and run(args)
 COMMANDS = {

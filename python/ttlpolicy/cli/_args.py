@@ -125,3 +125,19 @@ def add_ids_argument(parser: argparse.ArgumentParser) -> None:
         "call's prompt block hashes by ttlpolicy.ProgramLinker (inferred: the policy is named "
         "ttlpolicy:inferred-ids), or none (each call its own program: ttlpolicy:no-ids)",
     )
+
+
+def add_common_prefix_argument(parser: argparse.ArgumentParser) -> None:
+    """``--common-prefix``: the sessions share the prefix real Claude Code sessions share (tool
+    definitions and system prompt: each file's ``tool_tokens + system_tokens``), which the
+    traces' per-file hash ids hide (issue 45; ``sim/workload.py``, ``sim/kv_cache.py``).
+    Shared by ``ttlpolicy compare`` and bench/sim_sweep.py, bounds.py, fleet.py, which pass it
+    to ``programs_from_trace(common_prefix=...)``."""
+    parser.add_argument(
+        "--common-prefix",
+        action="store_true",
+        help="agentic traces: every session's first (tool_tokens + system_tokens) tokens, from "
+        "its file's header, are one prefix common to all sessions, stored once in the KV cache "
+        "and seen by the inferred ids' linker (default: each session's blocks its own, as the "
+        "traces' per-file hash ids say)",
+    )

@@ -43,7 +43,14 @@ from ttlpolicy.sim.run import simulate_cluster
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import TraceRecord, has_programs, read_trace, resolve_trace, sample_dir
 
-from ._args import add_ids_argument, finite_float, float_in, int_in, writable_file
+from ._args import (
+    add_common_prefix_argument,
+    add_ids_argument,
+    finite_float,
+    float_in,
+    int_in,
+    writable_file,
+)
 from ._plot import pyplot
 
 DEFAULT_POLICIES = "vllm,vllm-offload,infercept,autellix,continuum,ttlpolicy,ttlpolicy-offload"
@@ -57,6 +64,13 @@ MAX_INSTANCES = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser)
+    add_load_arguments(parser)
+    add_run_arguments(parser)
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The programs, the policies, the model and GPU."""
     parser.add_argument(
         "--trace",
         metavar="PATH",
@@ -108,6 +122,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(GPUS),
         help="simulated GPU (default h100-80g; b200 with --workload)",
     )
+
+
+def add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    """How many programs run at once, and what each program's calls are."""
     load = parser.add_mutually_exclusive_group()
     load.add_argument(
         "--rate",
@@ -168,6 +186,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="keep",
         help="keep or drop the gaps before human (non-tool) turns",
     )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The engine's CPU tier and efficiency, the seed, a fleet, the outputs, program ids."""
     parser.add_argument(
         "--cpu-tier-gb",
         metavar="GB",
@@ -218,6 +240,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write a completion-time-vs-load plot here (PNG; needs matplotlib)",
     )
     add_ids_argument(parser)
+    add_common_prefix_argument(parser)
 
 
 def figure(results: list[dict], load_name: str, title: str) -> Any:
@@ -320,6 +343,33 @@ def _hardware(args: argparse.Namespace) -> Hardware:
 
 
 def run(args: argparse.Namespace) -> int:
+    policies = _policies(args)
+    routers = _routers(args)
+    if args.plot:
+        pyplot()  # and on a missing matplotlib
+    if not args.workload:
+        trace = args.trace or str(sample_dir())
+        if not has_programs(trace):
+            _refuse_session_flags(args, trace)
+            return run_open_loop(args, trace, policies)
+    trace, programs, hw, config, cpu_tier = _workload(args)
+    load_name, loads = _loads(args, len(programs))
+    print(
+        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
+        f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
+        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens"
+        + (f", CPU tier {hw.cpu_tier_bytes / 1e9:g} GB" if cpu_tier else ""),
+        file=sys.stderr,
+    )
+    cluster: list[str | None] = list(routers) if routers else [None]
+    runs = [(r, p) for r in cluster for p in policies]
+    results = _simulate_loads(args, hw, programs, runs, loads, load_name, (config, cpu_tier))
+    _report(args, results, load_name, trace, programs, hw)
+    return 0
+
+
+def _policies(args: argparse.Namespace) -> list[str]:
+    """The policies asked for, each checked (a bad name fails before any work)."""
     default = PAPER_POLICIES if args.workload else DEFAULT_POLICIES
     policies = [p.strip() for p in (args.policies or default).split(",") if p.strip()]
     if not policies:
@@ -331,45 +381,48 @@ def run(args: argparse.Namespace) -> int:
 
     for p in policies:
         make_policy(p)  # fail on a bad name before any work
-    routers = _routers(args)
-    if args.plot:
-        pyplot()  # and on a missing matplotlib
-    config, cpu_tier = None, None
-    if args.workload:
-        if args.trace:
-            raise ValueError("give --trace or --workload, not both")
-        if args.hardware:
-            raise ValueError("give --hardware or --workload, not both (it has its own hardware)")
-        if args.rate is None and args.concurrency is None:
-            args.rate = PAPER_RATE_PER_S[args.workload]
-        trace = f"{args.workload} (generated, seed {args.seed})"
-        programs = paper_programs(
-            args.workload, args.programs, args.seed, turn_scale=args.turn_scale
-        )
-        hw = paper_hardware(
-            args.model, args.gpu or "b200", offload=args.offload, efficiency=args.efficiency
-        )
-        config, cpu_tier = PAPER_ENGINE, args.offload or None
-    else:
+    return policies
+
+
+def _refuse_session_flags(args: argparse.Namespace, trace: str) -> None:
+    """Open loop: these flags would be silently ignored, so refuse them."""
+    ignored = {
+        "--concurrency": args.concurrency is not None,
+        "--sweep": args.sweep,
+        "--plot": args.plot is not None,
+        "--instances": args.instances is not None,
+        "--router": args.router is not None,
+    }
+    for flag, given in ignored.items():
+        if given:
+            raise ValueError(
+                f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
+                "replayed open loop at its recorded times (--rate scales them)"
+            )
+
+
+def _workload(args: argparse.Namespace) -> tuple[str, list, Hardware, Any, Any]:
+    """(trace name, programs, hardware, engine config, CPU tier): a paper workload
+    generated, or the agentic sessions of a trace."""
+    if not args.workload:
         trace = args.trace or str(sample_dir())
-        if not has_programs(trace):
-            # Open loop: these flags would be silently ignored, so refuse them.
-            ignored = {
-                "--concurrency": args.concurrency is not None,
-                "--sweep": args.sweep,
-                "--plot": args.plot is not None,
-                "--instances": args.instances is not None,
-                "--router": args.router is not None,
-            }
-            for flag, given in ignored.items():
-                if given:
-                    raise ValueError(
-                        f"{flag} applies to agentic sessions; {trace!r} is a request trace, "
-                        "replayed open loop at its recorded times (--rate scales them)"
-                    )
-            return run_open_loop(args, trace, policies)
-        programs = load_trace_programs(args, trace)
-        hw = _hardware(args)
+        return trace, load_trace_programs(args, trace), _hardware(args), None, None
+    if args.trace:
+        raise ValueError("give --trace or --workload, not both")
+    if args.hardware:
+        raise ValueError("give --hardware or --workload, not both (it has its own hardware)")
+    if args.rate is None and args.concurrency is None:
+        args.rate = PAPER_RATE_PER_S[args.workload]
+    trace = f"{args.workload} (generated, seed {args.seed})"
+    programs = paper_programs(args.workload, args.programs, args.seed, turn_scale=args.turn_scale)
+    hw = paper_hardware(
+        args.model, args.gpu or "b200", offload=args.offload, efficiency=args.efficiency
+    )
+    return trace, programs, hw, PAPER_ENGINE, args.offload or None
+
+
+def _loads(args: argparse.Namespace, n_programs: int) -> tuple[str, list]:
+    """The load's name and the loads run (a sweep's, or one)."""
     if args.rate is not None:
         load_name, base = "rate (programs/s)", args.rate
     else:
@@ -381,23 +434,29 @@ def run(args: argparse.Namespace) -> int:
     loads = asked
     if args.rate is None:
         # More programs in flight than the trace has would only repeat the last point.
-        loads = sorted({min(max(1, round(x)), len(programs)) for x in asked})
-        if max(asked) > len(programs):
-            print(f"(concurrency capped at the trace's {len(programs)} programs)", file=sys.stderr)
-    print(
-        f"{len(programs)} programs, {sum(len(p.turns) for p in programs)} calls from {trace}; "
-        f"{hw.model.name} on {hw.model.tp}× {hw.gpu.name}, "
-        f"{hw.kv_capacity_blocks(64)} KV blocks of 64 tokens"
-        + (f", CPU tier {hw.cpu_tier_bytes / 1e9:g} GB" if cpu_tier else ""),
-        file=sys.stderr,
-    )
-    bar = Progress(len(programs) * len(policies) * len(loads) * len(routers or [None]))
+        loads = sorted({min(max(1, round(x)), n_programs) for x in asked})
+        if max(asked) > n_programs:
+            print(f"(concurrency capped at the trace's {n_programs} programs)", file=sys.stderr)
+    return load_name, loads
+
+
+def _simulate_loads(
+    args: argparse.Namespace,
+    hw: Hardware,
+    programs: list,
+    runs: list[tuple[str | None, str]],
+    loads: list,
+    load_name: str,
+    engine: tuple[Any, Any],
+) -> list[dict[str, Any]]:
+    """Each (router, policy) of ``runs`` at each load, a table per load printed; the
+    results (``engine``: the engine config and CPU tier)."""
+    config, cpu_tier = engine
+    bar = Progress(len(programs) * len(loads) * len(runs))
     results = []
     t0 = time.perf_counter()
     for load in loads:
         rows = []
-        cluster: list[str | None] = list(routers) if routers else [None]
-        runs = [(r, p) for r in cluster for p in policies]
         for router, pol in runs:
             kw: dict[str, Any] = (
                 {"rate_per_s": load} if args.rate is not None else {"concurrency": int(load)}
@@ -420,6 +479,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"\n{load_name} = {load:g}")
         print(format_table(rows))
     print(f"\n(simulated in {time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    return results
+
+
+def _report(
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    load_name: str,
+    trace: str,
+    programs: list,
+    hw: Hardware,
+) -> None:
+    """The legend and verdict, then the JSON and the plot asked for."""
+    from ttlpolicy.sim.policies.ttlpolicy_plugin import with_ids
+
     print(f"\n{LEGEND}")
     line = verdict(results, load_name, ours=with_ids("ttlpolicy", args.ids))
     if line:
@@ -435,6 +508,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if args.ids != "explicit":  # (the default's files stay as they were)
             meta["ids"] = args.ids
+        if args.common_prefix:
+            meta["common_prefix"] = True
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"meta": meta, "results": results}, f, indent=1)
     if args.plot:
@@ -448,7 +523,6 @@ def run(args: argparse.Namespace) -> int:
             "(curves drawn on top of each other: policies that tie)"
         )
         plot(results, args.plot, load_name, title)
-    return 0
 
 
 def reading(trace: str) -> Iterator[TraceRecord]:
@@ -476,6 +550,7 @@ def load_trace_programs(args: argparse.Namespace, trace: str) -> list:
         "think_scale": args.think_scale,
         "think_cap_s": args.think_cap if args.think_cap >= 0 else None,
         "human_turns": args.human_turns,
+        "common_prefix": args.common_prefix,
     }
     t0 = time.perf_counter()
     print(f"loading {trace} (parsed once, then from the trace cache)", file=sys.stderr, flush=True)

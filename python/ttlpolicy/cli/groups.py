@@ -95,6 +95,7 @@ class Outcome:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The trace, the tiers and the tree; then ``add_cost_arguments``."""
     parser.add_argument(
         "--trace",
         metavar="PATH",
@@ -130,6 +131,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3600.0,
         help="longest TTL considered, s",
     )
+    add_cost_arguments(parser)
+
+
+def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
+    """What a hit is worth and a block costs; what is read and shown."""
     parser.add_argument(
         "--bytes-per-token",
         metavar="BYTES",
@@ -318,10 +324,40 @@ def group_name(key: Sequence[int], scopes: HashScopes) -> str:
     return text if len(text) <= 24 else text[:21] + "..."
 
 
+@dataclass
+class Study:
+    """What ``run`` replayed, for its report: the trace, its requests and block size, the
+    prices, the learned groups, and each replay's outcome (per tier: the price of a
+    block-hour, the group TTLs, the ROI global TTL's outcome and the group TTLs')."""
+
+    trace: str
+    requests: list[Request]
+    block_tokens: int
+    scopes: HashScopes
+    block_gib: float
+    benefit: float
+    tiers: dict[str, float]
+    capacity: int
+    distinct: int
+    groups: list[Any]
+    lru: Outcome
+    sweep: list[Outcome]
+    per_tier: dict[str, tuple[float, dict, Outcome, Outcome]]
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    study = replay_all(args)
+    report_groups(study, args, out)
+    report_tiers(study, out)
+    return 0
+
+
+def replay_all(args: argparse.Namespace) -> Study:
+    """Every replay ``run`` reports: learning (unbounded), LRU, the global TTL sweep, and per
+    tier the ROI global TTL and the group TTLs."""
     import ttlpolicy as tp
 
-    out = out or sys.stdout
     prices = load_prices(args.prices)  # a bad table is refused before any replay
     tiers = parse_tiers(args.tier, prices)  # numbers were checked by their argparse types
     gpu_usd_per_h = args.gpu_usd_per_hour
@@ -377,8 +413,20 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         grouped = outcome(f"group TTLs [{name}]", "by-group", with_group_ttls)
         per_tier[name] = (price_block_h, ttls, roi, grouped)
     progress.close()
+    return Study(
+        trace, requests, block_tokens, scopes, block_gib, benefit, tiers, capacity, distinct,
+        groups, lru, sweep, per_tier,
+    )  # fmt: skip
 
-    # ---- report --------------------------------------------------------------------------
+
+def report_groups(study: Study, args: argparse.Namespace, out: TextIO) -> None:
+    """The trace, the prices, and the largest groups with their TTL on each tier."""
+    import ttlpolicy as tp
+
+    s = study
+    trace, requests, block_tokens, scopes = s.trace, s.requests, s.block_tokens, s.scopes
+    block_gib, benefit, tiers, capacity = s.block_gib, s.benefit, s.tiers, s.capacity
+    distinct, groups, lru, per_tier = s.distinct, s.groups, s.lru, s.per_tier
     p = lambda *a: print(*a, file=out)  # noqa: E731
     span_s = requests[-1].arrival_s - requests[0].arrival_s
     p(f"trace: {trace}")
@@ -408,6 +456,13 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         med = statistics.median(g.reuse_s) if g.reuse_s else float("nan")
         row = f"{group_name(g.key, scopes):<26}{g.blocks:>8}{g.accesses:>9}{g.hits:>9}{med:>16.1f}"
         p(row + "".join(f"{ttl_text(per_tier[k][1][tuple(g.key)]):>14}" for k in tiers))
+
+
+def report_tiers(study: Study, out: TextIO) -> None:
+    """Per tier, the four ways to run it; then the global TTL sweep."""
+    p = lambda *a: print(*a, file=out)  # noqa: E731
+    benefit, lru, sweep = study.benefit, study.lru, study.sweep
+    per_tier = study.per_tier
     for name, (price_block_h, _, roi, grouped) in per_tier.items():
         best = max(sweep, key=lambda o: o.value(benefit, price_block_h))
         p("")
@@ -435,4 +490,3 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     p("")
     p("global TTL sweep (capacity as above): TTL s, hit rate, block-hours")
     p("  " + "; ".join(f"{o.ttl}: {o.hit_rate:.4f}, {o.block_hours:.1f}" for o in sweep))
-    return 0

@@ -55,6 +55,13 @@ MAX_CONTEXT_TOKENS = 10_000_000
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_workload_arguments(parser)
+    add_request_arguments(parser)
+    add_run_arguments(parser)
+
+
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The servers, the trace and the load."""
     parser.add_argument(
         "--endpoint",
         metavar="URL",
@@ -133,6 +140,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="keep",
         help="keep a program's human turns, or end it at its first",
     )
+
+
+def add_request_arguments(parser: argparse.ArgumentParser) -> None:
+    """What each request carries and how long it may take."""
     parser.add_argument(
         "--max-context",
         metavar="TOKENS",
@@ -178,6 +189,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10,
         help="stop the run after this many failed calls",
     )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """When a run stops, how many programs it keeps in flight, capacity search, output."""
     parser.add_argument(
         "--duration",
         metavar="S",
@@ -335,6 +350,33 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--capacity needs --ttft-bound")
     if args.capacity and (args.ab or args.rate is not None):
         raise ValueError("--capacity measures one server in closed loops: no --ab or --rate")
+    model, clients, w, meta = _prepare(args)
+    if args.capacity:
+        return _capacity(args, w, clients[0], model, meta)
+    names = ["A", "B"][: len(clients)]
+    replays = [Replay(c, _options(args, model, args.salt, args.duration)) for c in clients]
+    bars = [_ProgressLine(n, len(w.programs)) for n in names]
+    for r, bar in zip(replays, bars, strict=True):
+        r.progress = bar
+    warm = [_warm_up(r, w) for r in replays]
+    results: list[tuple[RunResult, str, float]] = []
+    if args.ab and args.ab_order == "concurrent":
+        results = _concurrent(args, w, replays)
+    else:
+        for r in replays:
+            results.append(_play(args, w, r))
+            if results[-1][0].stopped == "interrupted":
+                break  # Ctrl-C: B is not started
+    for b in bars:
+        b.close()
+    return _report(args, names, results, len(replays), meta, warm)
+
+
+def _prepare(
+    args: argparse.Namespace,
+) -> tuple[str, list[Client], Workload, dict[str, Any]]:
+    """The servers asked for their model, the workload read from the trace: (model, a
+    client per server, workload, the run's description for the JSON)."""
     trace = args.trace or str(sample_dir())
     urls = [args.endpoint] + ([args.ab] if args.ab else [])
     clients = [Client(u, timeout_s=args.timeout) for u in urls]
@@ -373,24 +415,19 @@ def run(args: argparse.Namespace) -> int:
         "warm_prefix": args.warm_prefix,
         "warm_prefix_tokens": w.warm_blocks * w.programs[0].block_tokens,
     }
-    if args.capacity:
-        return _capacity(args, w, clients[0], model, meta)
-    names = ["A", "B"][: len(clients)]
-    replays = [Replay(c, _options(args, model, args.salt, args.duration)) for c in clients]
-    bars = [_ProgressLine(n, len(w.programs)) for n in names]
-    for r, bar in zip(replays, bars, strict=True):
-        r.progress = bar
-    warm = [_warm_up(r, w) for r in replays]
-    results: list[tuple[RunResult, str, float]] = []
-    if args.ab and args.ab_order == "concurrent":
-        results = _concurrent(args, w, replays)
-    else:
-        for r in replays:
-            results.append(_play(args, w, r))
-            if results[-1][0].stopped == "interrupted":
-                break  # Ctrl-C: B is not started
-    for b in bars:
-        b.close()
+    return model, clients, w, meta
+
+
+def _report(
+    args: argparse.Namespace,
+    names: list[str],
+    results: list[tuple[RunResult, str, float]],
+    n_replays: int,
+    meta: dict[str, Any],
+    warm: list[dict[str, Any] | None],
+) -> int:
+    """The table (and B / A), warnings, the JSON (``warm``: each server's warm-up); the exit
+    code (130: interrupted, 1: stopped by errors)."""
     rows: list[tuple[str, dict[str, Any]]] = []
     out: list[dict[str, Any]] = []
     for name, (res, load_name, load) in zip(names, results, strict=False):
@@ -430,8 +467,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(json_safe(doc), f, indent=1)
-    stops = [s["stopped"] for _, s in rows] + ([None] if len(rows) < len(replays) else [])
-    if "interrupted" in stops or len(rows) < len(replays):
+    stops = [s["stopped"] for _, s in rows] + ([None] if len(rows) < n_replays else [])
+    if "interrupted" in stops or len(rows) < n_replays:
         return 130
     return 1 if "errors" in stops else 0
 

@@ -23,9 +23,12 @@ Rules (the same in both backends):
   it holds ``min_tool_samples``, else the global window, else an exponential prior of mean
   ``prior_mean_s`` (memoryless: ``μ·ln 2``).  A program whose last call ended without a tool
   (the turn ended; it waits on a human or on nothing), whose gap has outlasted every
-  recorded duration, or who has been away longer than ``max_ttl_s`` (no pin lasts longer:
-  the policy never holds a context for such a gap, and a client that died during a tool
-  call leaves the working set after at most that long, even on the memoryless prior), is
+  recorded duration — on the prior, ``prior_mean_s · (1 + ln(window))``, about the longest
+  of ``window`` durations drawn from it (``away_limit_s``; before it, a program on the
+  memoryless prior stayed expected back ``max_ttl_s``, and 300 such programs that never
+  returned held every newcomer that long) — or who has been away longer than ``max_ttl_s``
+  (no pin lasts longer: the policy never holds a context for such a gap, and a client that
+  died during a tool call leaves the working set after at most that long), is
   not expected back: ``inf``.
 * **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
   next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
@@ -71,8 +74,25 @@ Rules (the same in both backends):
   Neither can become true without an event (``arrive``, ``finish``, ``end``), so
   ``next_shrink_s`` still names every instant a refusal may end.  On the agentic sessions
   neither fires (``bench/RESULTS.md``, "Load control under many programs").  Not bounded by
-  them: programs *away* whose clients vanished (expected back on the prior, say) hold the
-  head until they have been away ``max_ttl_s``, as before.
+  them: programs *away* whose clients vanished hold the head until they have outlasted
+  their durations — past the last recorded one, or on the prior (none recorded)
+  ``prior_mean_s · (1 + ln(window))`` (79 s by default) — and at most ``max_ttl_s``.
+* **Tenant shares** (why one tenant's programs cannot hold another's back): a program's
+  tenant is read from its id (``tenants.tenant_of``); the tenants with a known program are
+  active and share ``total_blocks`` by weight (``tenant_weights``, 1 each by default: a
+  tenant's share is ``total_blocks · weight / W``).  A program refused by the rules above, or
+  waiting behind another tenant's older program, is admitted all the same when it is its
+  own tenant's oldest waiting program and its expected footprint (its own, or its tenant's
+  admitted mean when larger) fits its tenant's share beside its tenant's working set.  So a
+  tenant's new program waits only on its own tenant's programs (the bound: at once, when
+  its tenant's working set leaves room in its share — it waits on another tenant only when
+  its footprint alone exceeds its share), whatever other tenants keep in flight or away;
+  programs start in arrival order within a tenant, not across tenants.  The working set
+  may then exceed ``total_blocks``: the excess is another tenant's, over its share, whose
+  contexts the engine evicts first by next use as ever.  With one active tenant the rule
+  is the one above (its share is everything), so nothing changes for one tenant.  An
+  engine that asks ``may_run`` only of its queue's first request must ask it of each
+  tenant's first request too for the bound to hold.
 * **When to ask again** (``next_shrink_s``): with no event, the working set shrinks only
   when a member's next use jumps past ``n · rebuild_s`` — its time away reaches a recorded
   duration (the median of the longer ones is then further off), passes the last one, or
@@ -91,22 +111,24 @@ Rules (the same in both backends):
   programs are expected back, which move only when a next use jumps: with no event the
   order changes only then (``next_order_change_s``).
 
-Invariant (why it cannot livelock or starve): admitted programs are never blocked by
-admission, so they run to their end — and every admitted program arrived strictly before any
-refused one (cohorts are admitted whole), so a program-FCFS queue never puts a refused
-program's request ahead of an admitted program's; while the oldest waiting program is
-refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so the
-admitted set only shrinks; when it is empty the oldest waiting program is admitted whatever
-its size (it fits: no request exceeds ``total_blocks``).  So the oldest program waiting for
-admission is admitted after finitely many program ends, or after at most
+Invariant (why it cannot livelock or starve; with several tenants, within each tenant —
+tenant shares admit a tenant's oldest program past other tenants' older ones, and a tenant's
+programs then start in arrival order while it fits its share): admitted programs are never
+blocked by admission, so they run to their end — and every admitted program arrived strictly
+before any refused one (cohorts are admitted whole), so a program-FCFS queue never puts a
+refused program's request ahead of an admitted program's; while the oldest waiting program
+is refused, nobody else is admitted (but by ``admit``: an engine's anonymous requests), so
+the admitted set only shrinks; when it is empty the oldest waiting program is admitted
+whatever its size (it fits: no request exceeds ``total_blocks``).  So the oldest program
+waiting for admission is admitted after finitely many program ends, or after at most
 ``MAX_TURNS_AHEAD`` turns of one program that does not end (bounded wait), and programs
-start in arrival order.  A program that never ends (its
-client vanished during a tool call) still stops blocking anyone once it has been away longer
-than ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
-admission waits at most ``max_ttl_s`` on programs that do not come back.  Admission does
-*not* admit the head merely because the engine is idle while admitted programs are away on
-short tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean
-JCT at contended load, ``bench/RESULTS.md``).
+start in arrival order.  A program that never ends (its client vanished during a tool call)
+still stops blocking anyone once it has been away longer than its durations (above) and at
+most ``max_ttl_s``: it leaves the working set (the engine's idle memory is then used), so
+admission waits at most that long on programs that do not come back.  Admission does *not*
+admit the head merely because the engine is idle while admitted programs are away on short
+tools: waiting for them is the point (measured: admitting then costs 11–15 % of mean JCT at
+contended load, ``bench/RESULTS.md``).
 
 Bounded state, as in ``ProgramScheduler``: a program with no live request is kept (its next
 request is its return, not a new arrival); at most ``max_idle_programs`` such idle programs
@@ -136,6 +158,7 @@ from .scheduler import (
     check_id,
     check_ids,
 )
+from .tenants import check_tenant_weights, tenant_of
 
 __all__ = ["MAX_PROGRAMS", "MAX_TURNS_AHEAD", "AdmissionControl"]
 
@@ -171,14 +194,16 @@ class _Program:
         "blocks",
         "live",
         "rebuild_s",
+        "tenant",
         "tool",
         "turns_ahead",
         "turns_epoch",
     )
 
-    def __init__(self, arrival_s: float, blocks: int) -> None:
+    def __init__(self, arrival_s: float, blocks: int, tenant: str) -> None:
         self.arrival_s = arrival_s
         self.blocks = blocks
+        self.tenant = tenant
         self.rebuild_s = 0.0
         self.admitted = False
         self.live = 0  # waiting and running requests
@@ -189,13 +214,30 @@ class _Program:
         self.turns_epoch = 0
 
 
+class _Tenant:
+    """A tenant of known programs: how many (it is active while it has any), its weight, and
+    its programs not yet admitted, (arrival, id), oldest first (stale entries skipped
+    lazily, as in ``AdmissionControl._pending``)."""
+
+    __slots__ = ("pending", "programs", "weight")
+
+    def __init__(self, weight: int) -> None:
+        self.programs = 0
+        self.weight = weight
+        self.pending: list[tuple[float, str]] = []
+
+
 @synchronized
 class AdmissionControl:
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""
 
     def __init__(
-        self, policy: Any, total_blocks: Any, max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS
+        self,
+        policy: Any,
+        total_blocks: Any,
+        max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+        tenant_weights: Any = None,
     ) -> None:
         if tool_history(policy) is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
@@ -204,6 +246,9 @@ class AdmissionControl:
         self.max_idle_programs = int_in(
             "max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS
         )
+        self._weights = check_tenant_weights(tenant_weights)
+        self._tenants: dict[str, _Tenant] = {}  # the active ones: with a known program
+        self._tenants_weight = 0  # their summed weight
         self.dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
         self._programs: dict[str, _Program] = {}
@@ -239,8 +284,14 @@ class AdmissionControl:
         """``arrive`` with what ``_check_arrive`` returned (nothing changed in between)."""
         prog = self._programs.get(pid)
         if prog is None:
-            prog = self._programs[pid] = _Program(t, blocks)
+            prog = self._programs[pid] = _Program(t, blocks, tenant_of(pid))
             heapq.heappush(self._pending, (t, pid))
+            tenant = self._tenants.get(prog.tenant)
+            if tenant is None:
+                tenant = self._tenants[prog.tenant] = _Tenant(self._weights.get(prog.tenant, 1))
+                self._tenants_weight += tenant.weight
+            tenant.programs += 1
+            heapq.heappush(tenant.pending, (t, pid))
         self._idle.pop(pid, None)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
@@ -337,12 +388,22 @@ class AdmissionControl:
         if prog.admitted:
             self._admitted.discard(pid)
         self._idle.pop(pid, None)
-        del self._programs[pid]  # its _pending entry, if any, is skipped lazily
+        del self._programs[pid]  # its _pending entries, if any, are skipped lazily
+        tenant = self._tenants[prog.tenant]
+        tenant.programs -= 1
+        if tenant.programs == 0:
+            del self._tenants[prog.tenant]
+            self._tenants_weight -= tenant.weight
 
     # -- the rules ------------------------------------------------------------------------
     def _samples(self, tool: str) -> list[float]:
         """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
         return away_samples(self.policy, tool)
+
+    def _away_limit_s(self, samples: list[float]) -> float:
+        """How long a program away, judged by ``samples``, may stay expected back: see
+        ``away_limit_s``."""
+        return away_limit_s(self.policy.config, samples)
 
     def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
         """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
@@ -352,9 +413,11 @@ class AdmissionControl:
         if prog.live > 0:
             return (_LIVE, 0.0)
         since = prog.away_since_s
-        if prog.tool is None or since is None or t - since > self.policy.config.max_ttl_s:
+        if prog.tool is None or since is None:
             return (_GONE, 0.0)
         samples = self._samples(prog.tool)
+        if t - since > self._away_limit_s(samples):
+            return (_GONE, 0.0)
         n = len(samples)
         if n == 0:
             return (_PRIOR, 0.0)
@@ -388,9 +451,9 @@ class AdmissionControl:
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
-        leave = _first_instant(since, max_ttl_s, beyond=True)
         samples = self._samples(prog.tool)
+        max_ttl_s = self._away_limit_s(samples)
+        leave = _first_instant(since, max_ttl_s, beyond=True)
         n = len(samples)
         k = bisect.bisect_right(samples, t - since)
         while k < n:
@@ -447,11 +510,11 @@ class AdmissionControl:
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
+        samples = self._samples(prog.tool)
+        max_ttl_s = self._away_limit_s(samples)
         if after_s - since > max_ttl_s:
             return math.inf
         leave = _first_instant(since, max_ttl_s, beyond=True)
-        samples = self._samples(prog.tool)
         if not samples:
             return leave  # the prior's share is constant until then
         k = bisect.bisect_right(samples, after_s - since)
@@ -462,8 +525,10 @@ class AdmissionControl:
 
     def _expected_shrink_s(self, t: float) -> float:
         """``next_shrink_s`` under the expected working set (module doc)."""
-        room = self._room_blocks(t)
         members = [self._programs[p] for p in self._admitted]
+        if len(self._tenants) > 1:  # any member's fall may make room in its tenant's share
+            return min((self._fall_s(prog, t) for prog in members), default=math.inf)
+        room = self._room_blocks(t)
         at = t
         for _ in range(SHRINK_LOOKS):
             at = min((self._fall_s(prog, at) for prog in members), default=math.inf)
@@ -495,24 +560,34 @@ class AdmissionControl:
 
     def _load(self, t: float) -> tuple[int, int]:
         """(working set, summed footprint) of the admitted programs, in one pass."""
+        working, total, _ = self._load_of(t, None)
+        return working, total
+
+    def _load_of(self, t: float, tenant: str | None) -> tuple[int, int, int]:
+        """(working set, summed footprint, count) of the admitted programs (of ``tenant``
+        only, when given), in one pass."""
         expected = self.policy.config.expected_working_set
-        working = total = 0
+        working = total = count = 0
         for pid in self._admitted:
             prog = self._programs[pid]
+            if tenant is not None and prog.tenant != tenant:
+                continue
+            count += 1
             total += prog.blocks
             horizon_s = self._horizon_s(prog)
             if expected:
                 working += self._expected_blocks(prog, t, horizon_s)
             elif self._next_use(prog, t) <= horizon_s:
                 working += prog.blocks
-        return working, total
+        return working, total, count
 
     def working_set_blocks(self, now: Any) -> int:
         """The working set at ``now`` (see the module doc)."""
         return self._working_set(self._check_now(now))
 
-    def _head(self) -> str | None:
-        pending = self._pending
+    def _head(self, pending: list[tuple[float, str]] | None = None) -> str | None:
+        """The oldest program not yet admitted (of ``pending``: a tenant's; default all)."""
+        pending = self._pending if pending is None else pending
         while pending:
             arrival, pid = pending[0]
             prog = self._programs.get(pid)
@@ -537,15 +612,22 @@ class AdmissionControl:
             return True
         head = self._head()
         if head is None or self._programs[head].arrival_s < prog.arrival_s:
-            return False  # an older program waits for admission (equal arrivals: any of them)
+            # an older program waits for admission (equal arrivals: any of them); it holds
+            # back no other tenant's program within that tenant's share
+            if not self._within_share(prog, t):
+                return False
+            self._admit(pid, prog)
+            return True
         n = len(self._admitted)
         if n and not self._cohort_admitted(prog.arrival_s):
             # Expected footprint: its own, or the admitted programs' mean when larger (not
             # beside a lone program in flight: bounded wait, module doc).
             working, total = self._load(t)
             mean = 0 if self._alone_in_flight() else total // n
-            if working + max(prog.blocks, mean) > self.total_blocks and not (
-                self._head_due and self._refused == (prog.arrival_s, pid)
+            if (
+                working + max(prog.blocks, mean) > self.total_blocks
+                and not (self._head_due and self._refused == (prog.arrival_s, pid))
+                and not self._within_share(prog, t)
             ):
                 if self._refused != (prog.arrival_s, pid):  # a new wait: count turns anew
                     self._refused = (prog.arrival_s, pid)
@@ -554,6 +636,20 @@ class AdmissionControl:
                 return False
         self._admit(pid, prog)
         return True
+
+    def _within_share(self, prog: _Program, t: float) -> bool:
+        """Is the program its tenant's oldest waiting one (equal arrivals: any), fitting its
+        tenant's share of ``total_blocks`` beside its tenant's working set (module doc,
+        "Tenant shares")?  False with one active tenant: the rule above is then the same."""
+        if len(self._tenants) < 2:
+            return False
+        tenant = self._tenants[prog.tenant]
+        head = self._head(tenant.pending)
+        if head is None or self._programs[head].arrival_s < prog.arrival_s:
+            return False
+        working, total, count = self._load_of(t, prog.tenant)
+        need = working + max(prog.blocks, total // count if count else 0)
+        return need * self._tenants_weight <= self.total_blocks * tenant.weight
 
     def _alone_in_flight(self) -> bool:
         """Is one program admitted, with a live request (bounded wait, module doc)?"""
@@ -623,17 +719,19 @@ class AdmissionControl:
         known = [p for p in ids if p in progs]  # unknown programs go first, in a fixed order
         if len(known) < 2 or until <= t:
             return math.inf
-        max_ttl_s = self.policy.config.max_ttl_s
         jumps: set[float] = set()
         for p in known:
             prog = progs[p]
             since = prog.away_since_s
-            if prog.live > 0 or prog.tool is None or since is None or t - since > max_ttl_s:
+            if prog.live > 0 or prog.tool is None or since is None:
                 continue  # a constant next use: 0, or inf from now on
+            samples = self._samples(prog.tool)  # none: the prior's constant
+            max_ttl_s = self._away_limit_s(samples)
+            if t - since > max_ttl_s:
+                continue  # inf from now on
             leave = _first_instant(since, max_ttl_s, beyond=True)
             if leave <= until:
                 jumps.add(leave)
-            samples = self._samples(prog.tool)  # none: the prior's constant
             k = bisect.bisect_right(samples, t - since)
             while k < len(samples):
                 d = samples[k]
@@ -670,6 +768,18 @@ class AdmissionControl:
     def waiting_count(self) -> int:
         """Programs known and not yet admitted."""
         return len(self._programs) - len(self._admitted)
+
+
+def away_limit_s(config: Any, samples: list[float]) -> float:
+    """How long a program away may stay expected back (module doc, "Next use"):
+    ``max_ttl_s``; on the prior (no duration recorded) at most ``prior_mean_s · (1 +
+    ln(window))`` as well — the longest of ``window`` draws of the prior is about that (its
+    expectation, ``prior_mean_s · H(window)``, is at most it), so a program away longer has
+    outlasted the durations the prior stands for, as one past its last recorded duration."""
+    if samples:
+        return config.max_ttl_s
+    give_up_s = config.prior_mean_s * (1.0 + math.log(config.window))
+    return min(config.max_ttl_s, give_up_s)
 
 
 def away_samples(policy: Any, tool: Any) -> list[float]:

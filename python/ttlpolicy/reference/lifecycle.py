@@ -37,9 +37,11 @@ chain yields and the first error is raised after the last release.  Held chains 
 a time, each leaving the table just before its ``release``: the first error stops there and
 is raised, the chains not reached still held.
 
-The engine keeps translating: its requests to ids, its blocks to counts, references to
-holds.  ``scheduler`` and ``admission`` stay readable for what is the engine's own to ask
-(the queue's order, ``may_run``, the eviction order).
+The engine contract (what an engine calls, and when) is declared as an abstract class,
+``ttlpolicy.contract.LifecycleInterface``.  The engine keeps translating: its requests to
+ids, its blocks to counts, references to holds.  ``scheduler`` and ``admission`` stay
+readable for what is the engine's own to ask (the queue's order, ``may_run``, the eviction
+order).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from .._validate import finite, int_in
 from ._sync import lock_of, synchronized
 from .admission import AdmissionControl
 from .policy import MAX_BLOCKS
-from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id
+from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id, turn_end
 
 __all__ = ["ProgramLifecycle"]
 
@@ -120,35 +122,19 @@ class ProgramLifecycle:
         return self._held.pop(rid, None)
 
     def finish(
-        self,
-        request_id: Any,
-        now: Any,
-        blocks_held: Any,
-        tool: Any = None,
-        last_turn: Any = False,
-        cache_miss_cost_s: Any = None,
-        prefix_tokens: Any = 0,
-        offloaded_tokens: Any = 0,
-        mean_active_blocks: Any = None,
+        self, request_id: Any, now: Any, blocks_held: Any, turn: Any = None, **fields: Any
     ) -> Finished:
-        """A running request ended (``ProgramScheduler.finish``; load control is told the
-        same, with ``cache_miss_cost_s`` as what rebuilding the context costs).  What either
-        would refuse is refused before either changes: the scheduler's checks first."""
+        """A running request ended (``ProgramScheduler.finish``, the same ``turn`` or its
+        fields as keywords; load control is told the same, with ``cache_miss_cost_s`` as what
+        rebuilding the context costs).  What either would refuse is refused before either
+        changes: the scheduler's checks first."""
+        end = turn_end(turn, fields)
         scheduler, admission = self.scheduler, self.admission
         pid = self._program_of.get(request_id) if isinstance(request_id, str) else None
-        rebuild_s = 0.0 if cache_miss_cost_s is None else cache_miss_cost_s
+        rebuild_s = 0.0 if end.cache_miss_cost_s is None else end.cache_miss_cost_s
+        tool, last_turn = end.tool, end.last_turn
         with self._parts_locked():
-            plan = scheduler._check_finish(
-                request_id,
-                now,
-                blocks_held,
-                tool,
-                last_turn,
-                cache_miss_cost_s,
-                prefix_tokens,
-                offloaded_tokens,
-                mean_active_blocks,
-            )
+            plan = scheduler._check_finish(request_id, now, blocks_held, end)
             tell = admission is not None and pid is not None
             if tell:
                 admission._check_finish(pid, now, blocks_held, tool, rebuild_s, last_turn)

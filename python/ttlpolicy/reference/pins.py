@@ -8,51 +8,47 @@ one program) merges into it: blocks add up, the later deadline wins.  Two orders
   position (the order it was first seen, which follows arrival) descending.
 
 Tenants share the pin budget (docs/design.md, "Scheduling"): a program's tenant is read from
-its id (``tenant_of``).  The *active* tenants — those with a pin or a live request — each have
-an equal share, ``budget / active``.  A tenant is over its share when its pinned blocks exceed
-it (compared as ``blocks * active > budget``, exactly).  ``make_room`` says which pins a
-finishing program may displace, ``reclaim`` takes from the tenant furthest over its share
-first; "furthest" is most pinned blocks (equal shares), ties to the greatest tenant key.  With
-one tenant no tenant is ever over its share and both are as before tenants.
+its id (``tenants.tenant_of``).  The *active* tenants — those with a pin or a live request —
+share it in proportion to their weights (``tenants``: 1 each unless ``tenant_weights`` says
+otherwise): a tenant's share is ``budget · weight / W``, ``W`` the active tenants' summed
+weight, and it is over its share when ``blocks · W > budget · weight`` (exactly, in
+integers).  ``make_room`` says which pins a finishing program may displace, ``reclaim`` takes
+from the tenant furthest over its share first; "furthest" is most pinned blocks per unit of
+weight (``blocks / weight``; with equal weights: most pinned blocks), ties to the greatest
+tenant key.  With one tenant no tenant is ever over its share and both are as before tenants.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
-#: The prefix of a program id namespaced by its tenant (``ids.program_key``):
-#: ``"\x00t:<TENANT_KEY_CHARS lowercase hex digits>:<client id>"``.
-TENANT_PREFIX = "\x00t:"
-TENANT_KEY_CHARS = 32
-_HEX = frozenset("0123456789abcdef")
+from .tenants import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
 
-
-def tenant_of(program_id: str) -> str:
-    """The tenant key of a namespaced program id, "" (the shared tenant) for any other id."""
-    start = len(TENANT_PREFIX)
-    end = start + TENANT_KEY_CHARS
-    key = program_id[start:end]
-    if (
-        program_id.startswith(TENANT_PREFIX)
-        and program_id[end : end + 1] == ":"
-        and len(key) == TENANT_KEY_CHARS
-        and _HEX.issuperset(key)
-    ):
-        return key
-    return ""
+__all__ = ["TENANT_KEY_CHARS", "TENANT_PREFIX", "Pin", "PinTable", "tenant_of"]
 
 
 class _Tenant:
-    """A tenant's pinned ``blocks``, its pinned programs' FCFS positions (``orders``) and its
-    ``live`` requests; it is active while it has a pin or a live request."""
+    """A tenant's pinned ``blocks``, its pinned programs' FCFS positions (``orders``), its
+    ``live`` requests and its ``weight``; it is active while it has a pin or a live request."""
 
-    __slots__ = ("blocks", "live", "orders")
+    __slots__ = ("blocks", "live", "orders", "weight")
 
-    def __init__(self) -> None:
+    def __init__(self, weight: int) -> None:
         self.blocks = 0
         self.live = 0
         self.orders: dict[str, int] = {}
+        self.weight = weight
+
+    def over(self, budget: int, total_weight: int) -> bool:
+        """Is it over its share of ``budget`` among tenants weighing ``total_weight``?"""
+        return self.blocks * total_weight > budget * self.weight
+
+    def usage(self) -> Fraction:
+        """Pinned blocks per unit of weight: the furthest over its share has the most."""
+        return Fraction(self.blocks, self.weight)
 
     def latest(self, keep_until: int | None) -> str | None:
         """Its latest-arrived pinned program, None if none is younger than ``keep_until``."""
@@ -72,7 +68,11 @@ class Pin:
 
 
 class PinTable:
-    def __init__(self) -> None:
+    """``weights``: a checked ``tenant_weights`` table (``tenants.check_tenant_weights``)."""
+
+    def __init__(self, weights: Mapping[str, int] | None = None) -> None:
+        self._weights = dict(weights or {})
+        self._weight = 0  # the active tenants' summed weight
         self._pins: dict[str, Pin] = {}
         self._order: dict[str, int] = {}  # each pinned program's FCFS position, for reclaim
         # (deadline_s, program_id); an entry is live iff it matches the current pin.
@@ -84,12 +84,18 @@ class PinTable:
         key = tenant_of(program_id)
         tenant = self._tenants.get(key)
         if tenant is None:
-            tenant = self._tenants[key] = _Tenant()
+            tenant = self._tenants[key] = _Tenant(self.weight_of(key))
+            self._weight += tenant.weight
         return key, tenant
+
+    def weight_of(self, key: str) -> int:
+        """The weight of the tenant ``key`` (1 unless the table names it)."""
+        return self._weights.get(key, 1)
 
     def _settle(self, key: str, tenant: _Tenant) -> None:
         if tenant.live == 0 and not tenant.orders:
             del self._tenants[key]  # inactive: bounded by pins and live requests
+            self._weight -= tenant.weight
 
     def live(self, program_id: str, delta: int) -> None:
         """The program's tenant has ``delta`` more live requests."""
@@ -180,8 +186,8 @@ class PinTable:
     def _furthest_over(self, budget: int, keep_until: int | None) -> str | None:
         """The latest eligible pin of the tenant furthest over its share, None if no tenant
         over its share has one younger than ``keep_until``."""
-        n = len(self._tenants)
-        over = sorted(((t.blocks, k) for k, t in self._tenants.items() if t.blocks * n > budget),
+        w = self._weight
+        over = sorted(((t.usage(), k) for k, t in self._tenants.items() if t.over(budget, w)),
                       reverse=True)  # fmt: skip
         for _, key in over:
             pid = self._tenants[key].latest(keep_until)
@@ -218,15 +224,17 @@ class PinTable:
             return []
         key = tenant_of(program_id)
         own = self._tenants.get(key)
-        n = len(self._tenants) + (own is None)
-        if ((own.blocks if own is not None else 0) + blocks) * n > budget:
+        weight = self.weight_of(key)
+        w = self._weight + (weight if own is None else 0)
+        if ((own.blocks if own is not None else 0) + blocks) * w > budget * weight:
             return None  # at or beyond its share: it takes nobody's pin
         left = {k: t.blocks for k, t in self._tenants.items() if k != key}
         queues = {k: sorted(self._tenants[k].orders, key=self._order.__getitem__) for k in left}
         free = budget - self.blocks
         out: list[str] = []
         while free < blocks:
-            over = [(b, k) for k, b in left.items() if b * n > budget]
+            over = [(Fraction(b, self._tenants[k].weight), k) for k, b in left.items()
+                    if b * w > budget * self._tenants[k].weight]  # fmt: skip
             if not over:
                 return None
             _, victim = max(over)

@@ -322,16 +322,21 @@ class ProgramRouter:
         prog = self._programs.get(pid)
         home = prog.home if prog is not None else -1
         live_pin = prog is not None and prog.pin_deadline_s is not None and t < prog.pin_deadline_s
+
+        def need_grow(i: int) -> tuple[int, int]:
+            """(blocks needed, working-set growth) at instance ``i``: for its cost and, once
+            chosen, its commit."""
+            if i != home:
+                return need_all, need_all
+            assert prog is not None
+            need = max(0, need_all - prog.pin_blocks) if live_pin else need_all
+            return need, max(0, need_all - prog.blocks)
+
         best: tuple[float, int, int, int] | None = None
         for i, inst in enumerate(self._instances):
             if not inst.reported:
                 continue
-            need = grow = need_all
-            if i == home:
-                assert prog is not None
-                grow = max(0, need_all - prog.blocks)
-                if live_pin:
-                    need = max(0, need_all - prog.pin_blocks)
+            need, grow = need_grow(i)
             if i == home:  # a return here: behind the return queue only
                 ahead, ahead_tokens = inst.return_queue_len, inst.return_queued_tokens
             else:  # a new program here: behind the whole queue
@@ -361,12 +366,7 @@ class ProgramRouter:
         chosen = best[3]
         inst = self._instances[chosen]
         kept = chosen == home and live_pin
-        need = grow = need_all
-        if chosen == home:
-            assert prog is not None
-            grow = max(0, need_all - prog.blocks)
-            if kept:
-                need = max(0, need_all - prog.pin_blocks)
+        need, grow = need_grow(chosen)
         inst.queue_len += 1
         if not kept:
             inst.queued_tokens = min(MAX_BLOCKS, inst.queued_tokens + prefix)

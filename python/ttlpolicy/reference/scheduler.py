@@ -82,20 +82,22 @@ Choices (the same in both backends):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, SupportsFloat, SupportsIndex, TypedDict
 
 from .._validate import finite, int_in, non_negative, positive, tool_key
 from ._sync import synchronized
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
+from .tenants import check_tenant_weights
 
-__all__ = ["Ended", "Finished", "Pin", "ProgramScheduler"]
+__all__ = ["Ended", "Finished", "Pin", "ProgramScheduler", "TurnEnd"]
 
 MAX_ID_BYTES = 1024
 MEAN_ACTIVE_WINDOW = 256
@@ -131,6 +133,66 @@ class Finished:
     @property
     def pinned(self) -> bool:
         return self.pin is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnd:
+    """What an engine tells ``finish`` about a turn's end, besides which request ended, when,
+    and how many blocks it holds.  One object on its way from the engine to the core: the
+    scheduler's and the lifecycle's ``finish`` (both backends) take it whole, or its fields
+    as keywords.  A field added here is added to the core's ``TurnEnd``
+    (rust/src/scheduler/mod.rs) and the binding's ``TURN_END`` (bindings/src/turn_end.rs):
+    three files (docs/design.md, "A turn's end").
+
+    Not checked when built: ``finish`` checks each field as it checks every untrusted
+    argument — ``tool``'s and ``last_turn``'s types before anything else, the values after
+    the request id, ``now`` and ``blocks_held``, in field order."""
+
+    #: The tool the request called (None: unknown or none); untrusted, cut to its cap.
+    tool: str | None = None
+    #: The program's last turn: it ends the program (no pin, η observed).
+    last_turn: bool = False
+    #: Seconds a miss of this context would cost, if the engine knows (else the model's).
+    cache_miss_cost_s: SupportsFloat | None = None
+    #: Tokens of the request's prefix (for the model's miss cost).
+    prefix_tokens: SupportsIndex = 0
+    #: Of those, tokens an offload tier holds (a cheaper miss).
+    offloaded_tokens: SupportsIndex = 0
+    #: M̄ of the cost model, if the engine knows (else the tracked one).
+    mean_active_blocks: SupportsFloat | None = None
+
+
+class TurnEndFields(TypedDict, total=False):
+    """``TurnEnd``'s fields as ``finish``'s keywords, for type checkers (the same names and
+    types: tests/scheduler/test_turn_end.py)."""
+
+    tool: str | None
+    last_turn: bool
+    cache_miss_cost_s: SupportsFloat | None
+    prefix_tokens: SupportsIndex
+    offloaded_tokens: SupportsIndex
+    mean_active_blocks: SupportsFloat | None
+
+
+TURN_END_FIELDS = tuple(f.name for f in dataclasses.fields(TurnEnd))
+
+
+def turn_end(turn: Any, keywords: dict[str, Any]) -> TurnEnd:
+    """``finish``'s ``turn``, or its keywords as one: refused (``TypeError``) a ``turn`` that
+    is not a ``TurnEnd``, both forms at once, a keyword that names no field."""
+    if turn is None:
+        for name in keywords:
+            if name not in TURN_END_FIELDS:
+                raise TypeError(f"finish() got an unexpected keyword argument {name!r}")
+        return TurnEnd(**keywords)
+    if not isinstance(turn, TurnEnd):
+        raise TypeError(f"turn must be a TurnEnd or None, got {type(turn).__name__}")
+    if keywords:
+        raise TypeError(
+            f"finish() takes a TurnEnd or its fields as keywords, not both, got turn and "
+            f"{next(iter(keywords))!r}"
+        )
+    return turn
 
 
 def check_id(field: str, value: Any) -> str:
@@ -213,6 +275,7 @@ class ProgramScheduler:
         total_blocks: Any,
         pin_budget_blocks: Any,
         max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
+        tenant_weights: Any = None,
     ) -> None:
         # A TTLPolicy of this backend, not any object with a `decide`: the native scheduler
         # drives its own policy's core directly, and both backends refuse alike.
@@ -227,7 +290,7 @@ class ProgramScheduler:
         self.dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
         self._queue = WaitingQueue()
-        self._pins = PinTable()
+        self._pins = PinTable(check_tenant_weights(tenant_weights))  # (tenants.py)
         self._programs: dict[str, _Program] = {}
         self._programs_seen = 0  # programs created so far: the next one's FCFS position
         self._requests: dict[str, _Request] = {}
@@ -394,67 +457,41 @@ class ProgramScheduler:
 
     # -- finishing and pins -----------------------------------------------------------------
     def finish(
-        self,
-        request_id: Any,
-        now: Any,
-        blocks_held: Any,
-        tool: Any = None,
-        last_turn: Any = False,
-        cache_miss_cost_s: Any = None,
-        prefix_tokens: Any = 0,
-        offloaded_tokens: Any = 0,
-        mean_active_blocks: Any = None,
+        self, request_id: Any, now: Any, blocks_held: Any, turn: Any = None, **fields: Any
     ) -> Finished:
-        """A running request ended, holding ``blocks_held`` blocks, with a call to ``tool``
-        (None: unknown or no tool).  Unless it was the program's last turn, the policy
-        decides a TTL and the blocks are pinned until ``now + ttl_s`` when ``ttl_s > 0`` and
-        the pin budget has room.  A last turn ends the program (see ``end_program``)."""
-        return self._finish_checked(
-            self._check_finish(
-                request_id,
-                now,
-                blocks_held,
-                tool,
-                last_turn,
-                cache_miss_cost_s,
-                prefix_tokens,
-                offloaded_tokens,
-                mean_active_blocks,
-            )
-        )
+        """A running request ended, holding ``blocks_held`` blocks; ``turn`` (a ``TurnEnd``,
+        or its fields as keywords) says with a call to which tool, whether it was the
+        program's last turn and what a miss would cost.  Unless it was the last turn, the
+        policy decides a TTL and the blocks are pinned until ``now + ttl_s`` when
+        ``ttl_s > 0`` and the pin budget has room.  A last turn ends the program (see
+        ``end_program``)."""
+        end = turn_end(turn, fields)
+        return self._finish_checked(self._check_finish(request_id, now, blocks_held, end))
 
     def _check_finish(
-        self,
-        request_id: Any,
-        now: Any,
-        blocks_held: Any,
-        tool: Any = None,
-        last_turn: Any = False,
-        cache_miss_cost_s: Any = None,
-        prefix_tokens: Any = 0,
-        offloaded_tokens: Any = 0,
-        mean_active_blocks: Any = None,
+        self, request_id: Any, now: Any, blocks_held: Any, turn: TurnEnd
     ) -> _FinishPlan:
         """Raises what ``finish`` would, changing nothing (``ProgramLifecycle`` asks load
         control too before either part commits); else what ``_finish_checked`` commits."""
         # The types of tool and last_turn first: the native binding must refuse them before
         # it hands anything to the core (no value of theirs is sure to fail there).
-        key = tool_key(tool)
-        last = check_bool("last_turn", last_turn)
+        key = tool_key(turn.tool)
+        last = check_bool("last_turn", turn.last_turn)
         self._running(request_id)
         t = self._check_now(now)
         blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        cache_miss_cost_s = turn.cache_miss_cost_s
         if cache_miss_cost_s is not None:
             non_negative("cache_miss_cost_s", cache_miss_cost_s)
-        int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
-        int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
+        int_in("prefix_tokens", turn.prefix_tokens, 0, MAX_BLOCKS)
+        int_in("offloaded_tokens", turn.offloaded_tokens, 0, MAX_BLOCKS)
         full = len(self._held) == MEAN_ACTIVE_WINDOW
         held_sum = self._held_sum + blocks - (self._held[0] if full else 0)
         held_n = len(self._held) + (0 if full else 1)
-        if mean_active_blocks is None:
+        if turn.mean_active_blocks is None:
             mean_active = max(float(held_sum) / float(held_n), 1.0)
         else:
-            mean_active = positive("mean_active_blocks", mean_active_blocks)
+            mean_active = positive("mean_active_blocks", turn.mean_active_blocks)
         decision = None
         if not last:
             decision = self.policy.decide(
@@ -462,9 +499,9 @@ class ProgramScheduler:
                 request_blocks=blocks,
                 mean_active_blocks=mean_active,
                 cache_miss_cost_s=cache_miss_cost_s,
-                prefix_tokens=prefix_tokens,
+                prefix_tokens=turn.prefix_tokens,
                 now=t,
-                offloaded_tokens=offloaded_tokens,
+                offloaded_tokens=turn.offloaded_tokens,
             )
         return _FinishPlan(request_id, t, blocks, key, decision, full, held_sum)
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import PolicyConfig
-from ..ids import OPEN_TENANCY, Tenancy
+from ..ids import OPEN_TENANCY, Tenancy, tenant_key
+from ..reference.tenants import MAX_TENANT_WEIGHT, check_tenant_weights
 from .record import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RecordSettings
 
 #: the knobs' names
@@ -21,6 +22,7 @@ POLICY = "TTLPOLICY_POLICY"
 METRICS = "TTLPOLICY_METRICS"
 TENANT_FIELD = "TTLPOLICY_TENANT_FIELD"
 CLIENT_IDS = "TTLPOLICY_CLIENT_IDS"
+TENANT_WEIGHTS = "TTLPOLICY_TENANT_WEIGHTS"
 INFER_PROGRAMS = "TTLPOLICY_INFER_PROGRAMS"
 RECORD = "TTLPOLICY_RECORD"
 RECORD_MAX_BYTES = "TTLPOLICY_RECORD_MAX_BYTES"
@@ -61,6 +63,11 @@ class EngineKnobs:
     # TTLPOLICY_TENANT_FIELD (unset: the request's cache_salt names its tenant; else the
     # request field a trusted gateway sets), TTLPOLICY_CLIENT_IDS (0: ignore client ids)
     tenancy: Tenancy = OPEN_TENANCY
+    # TTLPOLICY_TENANT_WEIGHTS ("tenantA=2,tenantB=1": raw tenant values, as the tenant field
+    # or cache_salt carries them): the tenants' weights in their shares of the pin budget and
+    # of load control's working set, by tenant key (``tenant_weights=`` of ProgramScheduler
+    # and AdmissionControl); unnamed tenants weigh 1
+    tenant_weights: dict[str, int] | None = None
     # TTLPOLICY_INFER_PROGRAMS: 1 tells a request's program from its prompt when it names
     # none (ttlpolicy.ProgramLinker); 0 (default for now): such requests are stock
     infer_programs: bool = False
@@ -83,6 +90,7 @@ class EngineKnobs:
             log_interval_s=env_float(LOG_INTERVAL_S, 10.0, 0.0, 1e9),
             metrics=env_bool(METRICS, True),
             tenancy=tenancy_from_env(),
+            tenant_weights=tenant_weights_from_env(),
             infer_programs=env_bool(INFER_PROGRAMS, False),
             record=record_from_env(),
         )
@@ -96,6 +104,35 @@ def tenancy_from_env() -> Tenancy:
         return Tenancy(field, env_bool(CLIENT_IDS, True))
     except ValueError as e:
         raise ValueError(f"{TENANT_FIELD}: {e}") from None
+
+
+def tenant_weights_from_env() -> dict[str, int] | None:
+    """``TTLPOLICY_TENANT_WEIGHTS`` as a ``tenant_weights`` table (unset or blank: None, equal
+    shares): comma-separated ``tenant=weight`` items, ``tenant`` the raw value of the tenant
+    field (or ``cache_salt``; it may hold ``=`` but no ``,``), hashed as requests' tenants are
+    (``ids.tenant_key``), ``weight`` an integer in [1, 1000]; a tenant named twice, or any
+    other bad item, is refused with the item."""
+    raw = os.environ.get(TENANT_WEIGHTS)
+    if raw is None or raw.strip() == "":
+        return None
+    table: dict[str, int] = {}
+    names: set[str] = set()
+    for item in raw.split(","):
+        name, _, text = item.strip().rpartition("=")
+        weight = int(text) if text.isascii() and text.isdigit() else 0
+        key = tenant_key(name)
+        if key is None or not 1 <= weight <= MAX_TENANT_WEIGHT or name in names:
+            why = "named twice" if name in names else f"weight in [1, {MAX_TENANT_WEIGHT}]"
+            raise ValueError(
+                f"{TENANT_WEIGHTS} must be comma-separated tenant=weight items, got "
+                f"{item.strip()[:80]!r} ({why})"
+            )
+        names.add(name)
+        table[key] = weight
+    try:
+        return check_tenant_weights(table)
+    except ValueError as e:  # (too many tenants)
+        raise ValueError(f"{TENANT_WEIGHTS}: {e}") from None
 
 
 def record_from_env() -> RecordSettings | None:

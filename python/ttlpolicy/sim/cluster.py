@@ -421,7 +421,7 @@ class Cluster:
                 length = lengths[i] = e.run_length(plan)
                 heapq.heappush(moves, (e.now + length[1], _COMMIT, i, version[i]))
                 return
-            t = e._next_event_s()
+            t = e.next_event_s()
             if t is not None:
                 heapq.heappush(moves, (max(t, e.now), _COMMIT, i, version[i]))
 
@@ -454,15 +454,15 @@ class Cluster:
             e = engines[i]
             if kind == _PREPARE:
                 e.horizon_s = horizon()
-                plans[i] = e._prepare()
+                plans[i] = e.prepare()
                 prepared[i] = True
                 schedule(i)
                 continue
             plan = plans[i]
             if plan is None:
-                e._advance(max(t, e.now) - e.now)
+                e.advance(max(t, e.now) - e.now)
             else:
-                e._step(plan, lengths[i])
+                e.step(plan, lengths[i])
                 if progress is not None and self.programs_done != done:
                     done = self.programs_done
                     progress(done)

@@ -36,8 +36,8 @@ from typing import cast
 from .call import Call, ProgramRun
 from .hardware import Hardware, RunTimes, native_steps
 from .interface import EngineConfig, Policy, PolicyHooks, StepPlan, Verdict
-from .kv_cache import KVCache
 from .metrics import Metrics
+from .pin_ledger import PinLedgerKV
 from .workload import ConcurrencyArrivals, Program
 
 
@@ -129,7 +129,9 @@ class Engine:
         self.config = config or EngineConfig()
         b = self.config.block_tokens
         use_cpu = policy.uses_cpu_tier if cpu_tier is None else cpu_tier
-        self.kv = KVCache(hw.kv_capacity_blocks(b), hw.cpu_capacity_blocks(b) if use_cpu else 0)
+        self.kv = PinLedgerKV(
+            hw.kv_capacity_blocks(b), hw.cpu_capacity_blocks(b) if use_cpu else 0, self._clock
+        )
         self.now = 0.0
         self.running: list[Call] = []
         self.metrics = Metrics()
@@ -149,6 +151,9 @@ class Engine:
         stepped = policy.stepped
         noop = getattr(stepped, "__func__", None) is PolicyHooks.stepped
         self._stepped = None if noop else stepped
+
+    def _clock(self) -> float:
+        return self.now
 
     # -- workload -------------------------------------------------------------------------
     def _push(self, t: float, kind: int, obj: object) -> None:
@@ -231,6 +236,9 @@ class Engine:
                 f"{self.policy.waiting()} waiting calls"
             )
         self.metrics.makespan_s = self.now
+        self.kv.close_all()
+        self.metrics.pinned_in_vain_block_s = self.kv.in_vain_block_s
+        self.metrics.in_vain_by_program = dict(self.kv.in_vain_by_program)
         self.metrics.evicted_blocks = self.kv.evicted_blocks
         self.metrics.offloaded_blocks = self.kv.offloaded_blocks
         return self.metrics
@@ -365,19 +373,43 @@ class Engine:
         before the copy ends, waits for it as for a reload."""
         kv, b = self.kv, self.config.block_tokens
 
+        keeps = self.policy.prefetch_keeps_cached
+
         def load(program: str) -> int:
             blocks = kv.prefetch(program)
             if blocks:
                 kv.loading[program] = now + self.hw.transfer_s(blocks * b)
+            elif keeps:  # nothing to copy: the chain is pinned where it is, if it is free
+                return kv.keep(program)
             return blocks
 
         self.policy.prefetch(now, load)
 
     def _issue(self, run: ProgramRun, index: int) -> None:
         call = Call(next(self._ids), run, index, self.now)
+        if index:
+            self._count_long_return(call)
+        if run.program.common_blocks:  # (the common prefix its prompt begins with: kv_cache)
+            self.kv.share(call.program_id, run.program.common_blocks)
         policy = self.policy
         if policy.arrive(call, self.now) and not policy.holds_handed_pins:
             self.kv.unpin(call.program_id)  # the pin served its purpose: blocks stay cached
+
+    def _count_long_return(self, call: Call) -> None:
+        """A returning call whose tool ran longer than reloading its reusable prefix from
+        the CPU tier would take (a prefetch could have had it back in time): counted, and
+        whether that prefix is on the GPU now, its arrival, fully copied (issue 46)."""
+        b = self.config.block_tokens
+        max_hit = (call.prompt - 1) // b  # (as admission counts a hit)
+        need = call.turn.reusable_blocks
+        if max_hit < need:
+            need = max_hit
+        if need <= 0 or cast(float, call.gap_s) <= self.hw.transfer_s(need * b):
+            return
+        kv = self.kv
+        loaded_s = kv.loading.get(call.program_id) if kv.loading else None
+        on_gpu = kv.chain_blocks(call.program_id) >= need
+        self.metrics.long_return(on_gpu and (loaded_s is None or loaded_s <= self.now))
 
     # -- admission ------------------------------------------------------------------------
     def _admit(self) -> None:
@@ -426,51 +458,58 @@ class Engine:
                     f"policy {policy.name!r} popped call {popped.call_id} after peeking "
                     f"{call.call_id}: pop must return the call peek returned"
                 )
-            gpu_hit, cpu_hit = got
-            # A fully cached prompt still computes its last token, and vLLM recomputes that
-            # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
-            # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
-            max_hit_blocks = (call.prompt - 1) // b
-            hit_blocks = gpu_hit + cpu_hit
-            hit_tokens = (hit_blocks if hit_blocks < max_hit_blocks else max_hit_blocks) * b
-            # vLLM allocates the hit and the first chunk only (KVCacheManager.allocate_slots
-            # with the step's num_new_tokens); later chunks come when they are scheduled.
-            first = call.prompt - hit_tokens
-            if first > budget_free:
-                first = budget_free
-            blocks = -(-(hit_tokens + first) // b)
-            # (when a prefetch of the chain, if any, ends: read before take forgets it)
-            loading_s = kv.loading.get(call.program_id) if kv.loading else None
-            kv.take(call.program_id, blocks)
-            call.computed = hit_tokens
-            call.blocks = blocks
-            call.admit_s = self.now
-            call.admit_seq = next(self._admits)
-            call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
-            if loading_s is not None and loading_s > call.ready_s:  # a prefetch still copying
-                call.ready_s = loading_s
-                self._push(loading_s, _READY, call)
-                if loading_s > self._ready_max_s:
-                    self._ready_max_s = loading_s
-            elif cpu_hit:
-                self._push(call.ready_s, _READY, call)
-                if call.ready_s > self._ready_max_s:
-                    self._ready_max_s = call.ready_s
-            m = self.metrics
-            if not call.preempted:
-                m.input_tokens += call.prompt
-                m.hit_tokens += hit_tokens
-                if cpu_hit:
-                    m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
-                lost = (reusable if reusable < max_hit_blocks else max_hit_blocks) * b - hit_tokens
-                if lost > 0:
-                    m.recomputed_tokens += lost
-                m.queued(call.turn_index > 0, lost > 0, self.now - call.issue_s)
-            else:
-                m.recomputed_tokens += call.prompt - hit_tokens
-            policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
+            self._start(call, got, reusable, budget_free)
             running.append(call)
             budget_free -= call.prompt - call.computed
+
+    def _start(self, call: Call, got: tuple[int, int], reusable: int, budget_free: int) -> None:
+        """The popped call takes its hit (``got``: GPU and CPU blocks of its ``reusable``
+        ones) and first chunk's blocks, waits for a reload from the CPU tier or a prefetch
+        still copying, and is counted; the policy is told."""
+        b, kv, policy = self.config.block_tokens, self.kv, self.policy
+        gpu_hit, cpu_hit = got
+        # A fully cached prompt still computes its last token, and vLLM recomputes that
+        # token's whole block (hits stop at prompt - 1 tokens, block-aligned:
+        # KVCacheManager.get_computed_blocks, vllm/v1/core/kv_cache_manager.py).
+        max_hit_blocks = (call.prompt - 1) // b
+        hit_blocks = gpu_hit + cpu_hit
+        hit_tokens = (hit_blocks if hit_blocks < max_hit_blocks else max_hit_blocks) * b
+        # vLLM allocates the hit and the first chunk only (KVCacheManager.allocate_slots
+        # with the step's num_new_tokens); later chunks come when they are scheduled.
+        first = call.prompt - hit_tokens
+        if first > budget_free:
+            first = budget_free
+        blocks = -(-(hit_tokens + first) // b)
+        # (when a prefetch of the chain, if any, ends: read before take forgets it)
+        loading_s = kv.loading.get(call.program_id) if kv.loading else None
+        kv.take(call.program_id, blocks)
+        call.computed = hit_tokens
+        call.blocks = blocks
+        call.admit_s = self.now
+        call.admit_seq = next(self._admits)
+        call.ready_s = self.now + (self.hw.transfer_s(cpu_hit * b) if cpu_hit else 0.0)
+        if loading_s is not None and loading_s > call.ready_s:  # a prefetch still copying
+            call.ready_s = loading_s
+            self._push(loading_s, _READY, call)
+            if loading_s > self._ready_max_s:
+                self._ready_max_s = loading_s
+        elif cpu_hit:
+            self._push(call.ready_s, _READY, call)
+            if call.ready_s > self._ready_max_s:
+                self._ready_max_s = call.ready_s
+        m = self.metrics
+        if not call.preempted:
+            m.input_tokens += call.prompt
+            m.hit_tokens += hit_tokens
+            if cpu_hit:
+                m.reloaded_tokens += min(cpu_hit * b, hit_tokens)
+            lost = (reusable if reusable < max_hit_blocks else max_hit_blocks) * b - hit_tokens
+            if lost > 0:
+                m.recomputed_tokens += lost
+            m.queued(call.turn_index > 0, lost > 0, self.now - call.issue_s)
+        else:
+            m.recomputed_tokens += call.prompt - hit_tokens
+        policy.admitted(call, self.now, call.turn_index > 0 and reusable > gpu_hit + cpu_hit)
 
     # -- one step, or a run of identical steps --------------------------------------------
     def _step(self, plan: StepPlan, length: tuple[int, float] | None = None) -> None:
@@ -500,29 +539,7 @@ class Engine:
         allocates a step's blocks when it schedules it); None after freeing memory (plan
         again)."""
         b = self.config.block_tokens
-        # Decoding calls, their context summed, and the steps until the first of them is done;
-        # those whose next token starts a block (a decoding call holds the KV of all but its
-        # last token).
-        dec: list[Call] = []
-        pre: list[Call] = []
-        grow1: list[Call] = []
-        dec_append = dec.append  # (bound once: a method looked up per call per step adds up)
-        k = _NO_LIMIT
-        ctx = 0
-        for c in active:
-            prompt = c.prompt
-            if c.computed >= prompt:
-                dec_append(c)
-                generated = c.generated
-                left = c.output - generated
-                if left < k:
-                    k = left
-                held = prompt + generated  # KV tokens after this step's token
-                ctx += held
-                if held > c.blocks * b:
-                    grow1.append(c)
-            else:
-                pre.append(c)
+        dec, pre, grow1, k, ctx = _split_batch(active, b)
         n_dec = len(dec)
         # Prefill chunks from the rest of the token budget, in admission order.
         chunks: list[tuple[Call, int]] = []
@@ -535,33 +552,7 @@ class Engine:
                 n = budget
             chunks.append((c, n))
             budget -= n
-        # Step shape: tokens, attention units, KV tokens touched; and their growth per step.
-        attn0: float
-        if not chunks:
-            tokens = d_attn = d_kv = n_dec
-            attn0 = kv0 = ctx
-        elif len(chunks) == 1:  # the sums below, over one chunk
-            c, n = chunks[0]
-            # one long prefill chunked at the full budget runs while its chunks last
-            if budget == 0:
-                runs = (c.prompt - c.computed) // n
-                if runs < k:
-                    k = runs
-            else:
-                k = 1
-            tokens = n_dec + n
-            attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
-            kv0 = ctx + (c.computed + n)
-            grow = n if k > 1 else 0
-            d_attn = n_dec + grow**2
-            d_kv = n_dec + grow
-        else:
-            k = 1
-            tokens = n_dec + sum(n for _, n in chunks)
-            attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
-            kv0 = ctx + sum(c.computed + n for c, n in chunks)
-            d_attn = d_kv = n_dec
-        assert k != _NO_LIMIT, "a running call that does not decode gets a chunk"
+        k, tokens, attn0, kv0, d_attn, d_kv = _step_shape(n_dec, ctx, k, chunks, budget)
         # The first step's blocks, allocated now: decode growth and chunks past the blocks
         # their calls hold (a just-admitted call's first chunk was allocated at admission).
         kv = self.kv
@@ -775,3 +766,66 @@ class Engine:
             prog = self._arrivals.replacement()
             if prog is not None:
                 self._push(self.now, _PROGRAM, prog)
+
+
+def _split_batch(active: list[Call], b: int) -> tuple[list[Call], list[Call], list[Call], int, int]:
+    """The running calls that may compute, split: decoding calls, calls still prefilling,
+    the decoding calls whose next token starts a block; the steps until the first decoding
+    call is done (``_NO_LIMIT``: none decodes) and the decoding calls' context summed (a
+    decoding call holds the KV of all but its last token)."""
+    dec: list[Call] = []
+    pre: list[Call] = []
+    grow1: list[Call] = []
+    dec_append = dec.append  # (bound once: a method looked up per call per step adds up)
+    k = _NO_LIMIT
+    ctx = 0
+    for c in active:
+        prompt = c.prompt
+        if c.computed >= prompt:
+            dec_append(c)
+            generated = c.generated
+            left = c.output - generated
+            if left < k:
+                k = left
+            held = prompt + generated  # KV tokens after this step's token
+            ctx += held
+            if held > c.blocks * b:
+                grow1.append(c)
+        else:
+            pre.append(c)
+    return dec, pre, grow1, k, ctx
+
+
+def _step_shape(
+    n_dec: int, ctx: int, k: int, chunks: list[tuple[Call, int]], budget: int
+) -> tuple[int, int, float, int, int, int]:
+    """``(k, tokens, attention units, KV tokens touched, their growth per step)`` of a run
+    of steps of ``n_dec`` decoding calls (context ``ctx``) and prefill ``chunks`` (``budget``:
+    the tokens the chunks left): ``k`` shortened to the steps the shape holds."""
+    attn0: float
+    if not chunks:
+        tokens = d_attn = d_kv = n_dec
+        attn0 = kv0 = ctx
+    elif len(chunks) == 1:  # the sums below, over one chunk
+        c, n = chunks[0]
+        # one long prefill chunked at the full budget runs while its chunks last
+        if budget == 0:
+            runs = (c.prompt - c.computed) // n
+            if runs < k:
+                k = runs
+        else:
+            k = 1
+        tokens = n_dec + n
+        attn0 = ctx + (n * c.computed + n * (n + 1) / 2.0)
+        kv0 = ctx + (c.computed + n)
+        grow = n if k > 1 else 0
+        d_attn = n_dec + grow**2
+        d_kv = n_dec + grow
+    else:
+        k = 1
+        tokens = n_dec + sum(n for _, n in chunks)
+        attn0 = ctx + sum(n * c.computed + n * (n + 1) / 2.0 for c, n in chunks)
+        kv0 = ctx + sum(c.computed + n for c, n in chunks)
+        d_attn = d_kv = n_dec
+    assert k != _NO_LIMIT, "a running call that does not decode gets a chunk"
+    return k, tokens, attn0, kv0, d_attn, d_kv

@@ -108,6 +108,9 @@ class Policy(Protocol):
     runs_alone: bool
     #: the engine asks ``prefetch`` whenever ``next_deadline`` falls due
     prefetches: bool
+    #: a prefetch (``load``) of a chain with nothing in the CPU tier to copy pins its free
+    #: GPU chain where it is and answers those blocks (False: it answers 0, pinning nothing)
+    prefetch_keeps_cached: bool
 
     def bind(self, view: EngineView) -> None: ...
 
@@ -207,6 +210,7 @@ class PolicyHooks:
     reclaims_ahead = False
     runs_alone = False
     prefetches = False
+    prefetch_keeps_cached = False
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         return None

@@ -20,17 +20,30 @@ of its input with that chain.  The chain is in one of four states:
 Blocks beyond the chain (the partial last block) are private to the call and freed when it
 ends.  ``free_blocks + cached_blocks + used_blocks == capacity``
 always; nothing ever exceeds the capacity.
+
+**The common prefix** (tool definitions and system prompt every session sends; the workload's
+``Program.common_blocks``, told here by ``share``): a program's first ``common[program]``
+chain blocks are the first blocks of one *common chain*, stored once.  Each running call or
+pin holds it to a depth (its own common blocks, as far as they are on the GPU); the common
+chain's blocks up to the deepest hold are counted once in ``used`` and never evicted, those
+past it are one entry of the free queue (``COMMON``), evicted tail first like any chain and
+LRU by when the last hold on them ended (under a policy's eviction order: after every
+program's chain).  A program's own books (``_free``, ``_pins``, CPU-tier run) keep the blocks
+past its common part only; ``pinned`` counts those.  Blocks a call computes past the common
+chain's end join it when the call ends.  The common chain is never written to the CPU tier.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 
 from .interface import Verdict
 
 # (a member read through the Enum class costs a metaclass lookup: ~0.1 µs per release)
 _PIN, _SWAP = Verdict.PIN, Verdict.SWAP
+#: the free-queue key of the common chain's unheld blocks (no program id starts with NUL)
+COMMON = "\0common"
 
 
 class KVCache:
@@ -57,6 +70,13 @@ class KVCache:
         # It must sort by a key of each program's own (then the order of a subset is the
         # same order with the others left out), and the engine relies on it.
         self.eviction_order: Callable[[list[str]], list[str]] | None = None
+        # the common prefix (module doc): program → its blocks of the common chain, the
+        # chain's GPU blocks, each holder's depth, holders per depth and the deepest hold
+        self.common: dict[str, int] = {}
+        self.common_blocks = 0
+        self._holds: dict[str, int] = {}
+        self._depths: dict[int, int] = {}
+        self.common_held = 0
 
     # -- views ----------------------------------------------------------------------------
     @property
@@ -69,19 +89,99 @@ class KVCache:
 
     def available_for(self, program: str) -> int:
         """``available()`` to a call of ``program``: its own pinned chain counts as room (a
-        pin handed over when the call is admitted, the paper's rule)."""
-        return self.capacity - self.used + self._pins.get(program, 0)
+        pin handed over when the call is admitted, the paper's rule), and so do the blocks
+        of its common prefix already held (by anyone: stored once)."""
+        room = self.capacity - self.used + self._pins.get(program, 0)
+        if self.common:
+            room += self._held_common(program)
+        return room
 
     def chain_blocks(self, program: str) -> int:
+        """The program's reusable GPU chain (its common prefix included)."""
+        if self.common:
+            return self._gpu_chain(program)
         return self._chain.get(program, 0)
 
     def free_chains(self) -> dict[str, int]:
-        """The free (evictable) chains: program → blocks, least recently freed first."""
-        return dict(self._free)
+        """The free (evictable) chains: program → blocks, least recently freed first (the
+        common chain's unheld blocks are no program's)."""
+        if COMMON not in self._free:
+            return dict(self._free)
+        return {p: n for p, n in self._free.items() if p != COMMON}
 
     def free_programs(self) -> list[str]:
         """The programs whose chains are free (evictable), least recently freed first."""
-        return list(self._free)
+        if COMMON not in self._free:
+            return list(self._free)
+        return [p for p in self._free if p != COMMON]
+
+    # -- the common prefix ----------------------------------------------------------------
+    def share(self, program: str, common_blocks: int) -> None:
+        """The program's first ``common_blocks`` blocks are the common prefix (module doc)."""
+        if common_blocks < 0:
+            raise ValueError(f"common_blocks must be >= 0, got {common_blocks!r}")
+        if common_blocks:
+            self.common[program] = common_blocks
+        else:
+            self.common.pop(program, None)
+
+    def _gpu_chain(self, program: str) -> int:
+        """The program's chain as far as it is on the GPU and joined: its common part
+        (stops where the common chain does), then its own blocks."""
+        own = self._chain.get(program, 0)
+        p = self.common.get(program, 0)
+        if not p:
+            return own
+        shared = self.common_blocks if self.common_blocks < p else p
+        return own if shared == p and own > p else shared
+
+    def _held_common(self, program: str) -> int:
+        """Blocks of the program's common prefix already counted in ``used`` (held)."""
+        p = self.common.get(program, 0)
+        return p if p < self.common_held else self.common_held
+
+    def _rehold(self, program: str, depth: int) -> None:
+        """The program's call or pin now holds the common chain's first ``depth`` blocks
+        (0: none)."""
+        old = self._holds.get(program, 0)
+        if old == depth:
+            return
+        depths = self._depths
+        deepest = self.common_held
+        if old:
+            left = depths[old] - 1
+            if left:
+                depths[old] = left
+            else:
+                del depths[old]
+                if old == deepest:
+                    deepest = max(depths, default=0)
+        if depth:
+            self._holds[program] = depth
+            depths[depth] = depths.get(depth, 0) + 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            del self._holds[program]
+        if deepest != self.common_held:
+            self._set_held(deepest)
+
+    def _set_held(self, depth: int) -> None:
+        """The deepest hold is now ``depth``: the common chain's blocks up to it are used,
+        the rest the free queue's ``COMMON`` entry — moved to its most recently used end
+        when blocks were freed, in its place when held deeper (as vLLM's queue does)."""
+        was = self.common_held
+        self.common_held = depth
+        self.used += depth - was
+        unheld = self.common_blocks - depth
+        old = self._free.get(COMMON, 0)
+        self.cached += (unheld if unheld > 0 else 0) - old
+        if unheld <= 0:
+            self._free.pop(COMMON, None)
+            return
+        self._free[COMMON] = unheld
+        if depth < was:
+            self._free.move_to_end(COMMON)
 
     # -- eviction -------------------------------------------------------------------------
     def _evict(self, need: int) -> None:
@@ -92,7 +192,10 @@ class KVCache:
             return
         order = None
         if self.eviction_order is not None and len(free) > 1:  # one chain has one order
-            order = iter(self.eviction_order(list(free)))
+            if COMMON in free:  # (no program's: every program's chains go first)
+                order = iter([*self.eviction_order(self.free_programs()), COMMON])
+            else:
+                order = iter(self.eviction_order(list(free)))
         while short > 0 and free:
             if order is None:
                 program, blocks = next(iter(free.items()))
@@ -101,19 +204,28 @@ class KVCache:
                 blocks = free[program]
             take = blocks if blocks < short else short
             keep = blocks - take
+            short -= take
+            self.cached -= take
+            self.evicted_blocks += take
+            if program == COMMON:
+                self.common_blocks -= take
+                if keep:
+                    free[program] = keep
+                else:
+                    del free[program]
+                continue
+            # (a chain's first blocks may be the common chain's: its own blocks follow them)
+            start = self._chain[program] - blocks
             if keep:
                 free[program] = keep
-                self._chain[program] = keep
+                self._chain[program] = start + keep
             else:
                 del free[program]
                 self._chain.pop(program, None)
                 if self.loading:
                     self.loading.pop(program, None)
-            short -= take
-            self.cached -= take
-            self.evicted_blocks += take
             if self.cpu_capacity:
-                self._to_cpu(program, keep, keep + take)
+                self._to_cpu(program, start + keep, start + keep + take)
 
     def _to_cpu(self, program: str, start: int, end: int) -> None:
         new_start, new_end = start, end  # the blocks written now; a run they extend was earlier
@@ -163,9 +275,12 @@ class KVCache:
         memory cannot hold the whole prompt even after evicting every free chain (vLLM admits
         a request only when its whole prompt fits, ``scheduler_reserve_full_isl``, although it
         allocates the first chunk alone).  Changes nothing."""
-        if total_blocks > self.capacity - self.used + self._pins.get(program, 0):
+        room = self.capacity - self.used + self._pins.get(program, 0)
+        if self.common:
+            room += self._held_common(program)
+        if total_blocks > room:
             return None  # (more than available_for(program))
-        chain = self._chain.get(program, 0)
+        chain = self._gpu_chain(program) if self.common else self._chain.get(program, 0)
         gpu_hit = chain if chain < reusable_blocks else reusable_blocks
         if total_blocks < gpu_hit:
             gpu_hit = total_blocks
@@ -192,6 +307,14 @@ class KVCache:
         self.pinned -= own_pin
         self.used -= own_pin
         self._chain.pop(program, None)
+        if self.common:
+            p = self.common.get(program, 0)
+            if p or program in self._holds:
+                # the call holds its common prefix, as far as the common chain goes: counted
+                # once, not in its own blocks
+                held = min(p, self.common_blocks, blocks)
+                self._rehold(program, held)
+                blocks -= held
         self._evict(blocks)
         self.used += blocks
 
@@ -215,6 +338,9 @@ class KVCache:
         if not isinstance(verdict, Verdict):
             raise TypeError(f"verdict must be a Verdict, got {verdict!r}")
         chain = chain_blocks if chain_blocks < held_blocks else held_blocks
+        if self.common and (program in self.common or program in self._holds):
+            self._release_common(program, held_blocks, chain, verdict)
+            return
         self.used -= held_blocks
         if chain == 0:
             return
@@ -229,6 +355,40 @@ class KVCache:
         else:
             self._free[program] = chain
             self.cached += chain
+
+    def _release_common(self, program: str, held: int, chain: int, verdict: Verdict) -> None:
+        """``release`` of a program with a common prefix: its first ``common`` chain blocks
+        stay with the common chain (extended by those the call computed past its end), its
+        own blocks past them go as ``verdict`` says; a pin holds the common part too."""
+        p = self.common.get(program, 0)
+        self.used -= held - self._holds.get(program, 0)  # (its hold is counted once)
+        shared = p if p < chain else chain
+        grown = shared - self.common_blocks
+        if grown > 0:  # computed past the common chain's end: it grows
+            self.common_blocks = shared
+            self.cached += grown
+            self._free[COMMON] = self._free.get(COMMON, 0) + grown
+        own = chain - shared
+        if verdict is _SWAP and self.cpu_capacity:
+            if own:
+                self._to_cpu(program, shared, chain)
+        elif verdict is _PIN:
+            self._pins[program] = own
+            self.used += own
+            self.pinned += own
+            self._rehold(program, shared)
+            if own:
+                self._chain[program] = chain
+            return
+        elif own:
+            self._free[program] = own
+            self.cached += own
+            self._chain[program] = chain
+        # (the common part after its own blocks, which are evicted first: vLLM frees a
+        # request's blocks tail first)
+        if grown > 0:
+            self._free.move_to_end(COMMON)
+        self._rehold(program, 0)
 
     def drop(self, program: str, held_blocks: int) -> None:
         """The program's last call gives back its ``held_blocks``; nothing of the program
@@ -248,13 +408,18 @@ class KVCache:
         the blocks copied (0, changing nothing, when there is no such run or it does not
         fit).  The engine times the copy (``loading``)."""
         run = self._cpu.get(program)
-        chain = self._chain.get(program, 0)
+        chain = self.chain_blocks(program)
         if run is None or run[0] != chain:
             return 0
         blocks = run[1] - run[0]
-        if blocks > self.capacity - self.used - (self._free.get(program, 0)):
+        # (its common part, when no one holds it, is cached: held from now on, it is no room)
+        shared = min(self.common.get(program, 0), chain) if self.common else 0
+        unheld = shared - self.common_held if shared > self.common_held else 0
+        if blocks > self.capacity - self.used - (self._free.get(program, 0)) - unheld:
             return 0  # (its own free chain is not room: it is pinned with the rest)
         del self._cpu[program]
+        if shared:
+            self._rehold(program, shared)
         self.cpu_used -= blocks
         own_free = self._free.pop(program, 0)
         self.cached -= own_free
@@ -266,9 +431,21 @@ class KVCache:
         total = chain + blocks
         self.used += blocks
         self._chain[program] = total
-        self._pins[program] = total
-        self.pinned += total
+        self._pins[program] = total - shared
+        self.pinned += total - shared
         self.prefetched_blocks += blocks
+        return blocks
+
+    def keep(self, program: str) -> int:
+        """Pins the program's free chain where it is, on the GPU (a prefetch that finds
+        nothing to copy: ``Policy.prefetch_keeps_cached``); the blocks pinned (0: no free
+        chain, nothing changed)."""
+        blocks = self._free.pop(program, 0)
+        if blocks:
+            self.cached -= blocks
+            self.used += blocks
+            self.pinned += blocks
+            self._pins[program] = blocks
         return blocks
 
     def unpin(self, program: str) -> None:
@@ -278,8 +455,11 @@ class KVCache:
             return
         self.pinned -= blocks
         self.used -= blocks
-        self._free[program] = blocks
-        self.cached += blocks
+        if blocks:  # (a pin of the common prefix alone has none of its own)
+            self._free[program] = blocks
+            self.cached += blocks
+        if self._holds:
+            self._rehold(program, 0)
 
     def check(self) -> None:
         """The books balance and nothing exceeds a capacity (for tests)."""
@@ -289,3 +469,7 @@ class KVCache:
         assert self.free_blocks >= 0 and self.used + self.cached <= self.capacity
         assert 0 <= self.cpu_used <= max(self.cpu_capacity, 0)
         assert self.cpu_used == sum(e - s for s, e in self._cpu.values())
+        assert 0 <= self.common_held <= self.common_blocks
+        assert self._free.get(COMMON, 0) == self.common_blocks - self.common_held
+        assert self.common_held == max(self._holds.values(), default=0), "common hold"
+        assert self._depths == dict(Counter(self._holds.values())), "common depths"

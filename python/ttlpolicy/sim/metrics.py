@@ -28,9 +28,18 @@ class Metrics:
     output_tokens: int = 0
     preemptions: int = 0
     pinned_block_s: float = 0.0
+    # of which the blocks no call read: pins released before their program's next call, and
+    # the blocks beyond what that call's prompt found (``pin_ledger``); per program too
+    pinned_in_vain_block_s: float = 0.0
+    in_vain_by_program: dict[str, float] = field(default_factory=dict)
     evicted_blocks: int = 0
     offloaded_blocks: int = 0
     makespan_s: float = 0.0
+    # Returns whose tool ran longer than reloading their reusable prefix from the CPU tier,
+    # and those of them that found it all on the GPU at arrival (what a prefetch ahead of
+    # the predicted return is for; issue 46)
+    long_returns: int = 0
+    long_returns_on_gpu: int = 0
 
     @property
     def programs_done(self) -> int:
@@ -60,6 +69,13 @@ class Metrics:
         else:
             self.return_waits_kept_s.append(wait_s)
 
+    def long_return(self, on_gpu: bool) -> None:
+        """A returning call whose tool outlasted its prefix's reload arrived; ``on_gpu``: it
+        found that prefix on the GPU, fully copied."""
+        self.long_returns += 1
+        if on_gpu:
+            self.long_returns_on_gpu += 1
+
     def absorb(self, other: Metrics) -> None:
         """Adds ``other``'s programs, calls and counters to these (runs of disjoint programs,
         e.g. each program on an engine of its own: the ``alone`` bound); the makespan is the
@@ -80,10 +96,15 @@ class Metrics:
             "output_tokens",
             "preemptions",
             "pinned_block_s",
+            "pinned_in_vain_block_s",
             "evicted_blocks",
             "offloaded_blocks",
+            "long_returns",
+            "long_returns_on_gpu",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for program, block_s in other.in_vain_by_program.items():
+            self.in_vain_by_program[program] = self.in_vain_by_program.get(program, 0.0) + block_s
         self.makespan_s = max(self.makespan_s, other.makespan_s)
 
     def completion_times_s(self) -> np.ndarray:
@@ -129,6 +150,11 @@ class Metrics:
             "hit_rate": self.hit_tokens / self.input_tokens if self.input_tokens else 0.0,
             "recomputed_tokens": float(self.recomputed_tokens),
             "pinned_block_s": self.pinned_block_s,
+            "pinned_in_vain_block_s": self.pinned_in_vain_block_s,
+            "long_returns": float(self.long_returns),
+            "long_returns_on_gpu": self.long_returns_on_gpu / self.long_returns
+            if self.long_returns
+            else 0.0,
             "preemptions": float(self.preemptions),
             "makespan_s": self.makespan_s,
         }

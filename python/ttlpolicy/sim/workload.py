@@ -12,12 +12,24 @@ they arrive.
 
 Turns carry the finished call's ``stop`` reason as its tool name when the trace records no
 tool names: an engine sees the stop reason, and tool time and human time differ by minutes.
+
+**The common prefix** (``common_prefix=True``, issue 45): real Claude Code sessions all begin
+with the same tool definitions and system prompt, but the traces number their blocks per file,
+so that sharing never shows.  With the option, a session's first ``(tool_tokens +
+system_tokens) // block_tokens`` blocks (its file's header; sub-agents take their session's)
+are the first blocks of one prefix common to every session — two sessions share the shorter
+of their two lengths, as ``bench/linkage.py --common tools`` — kept by the KV cache once
+(``kv_cache``): ``Program.common_blocks``, and every turn may reuse that many leading blocks
+(its first turn from the common chain; later turns keep at least them, as a compaction
+keeps the system prompt).
 """
 
 from __future__ import annotations
 
+import gzip
 import math
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +38,7 @@ import numpy as np
 
 from ..traces import TraceRecord, read_trace
 from ..traces.cache import cached_arrays
+from ..traces.readers import session_files
 
 MAX_TOOL_NAME = 64
 
@@ -46,6 +59,7 @@ class Program:
     program_id: str
     turns: tuple[Turn, ...]
     issue_s: float = 0.0  # open-loop streams: when the (single) request is issued
+    common_blocks: int = 0  # its prompts' leading blocks common to every program (module doc)
 
 
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...], limit: int) -> int:
@@ -65,12 +79,15 @@ def programs_from_records(
     think_scale: float = 1.0,
     think_cap_s: float | None = None,
     human_turns: str = "keep",
+    common_tokens: dict[str, int] | None = None,
 ) -> list[Program]:
     """Programs from agentic trace records (grouped by session, in order of first appearance).
 
     ``max_context``: contexts above it are truncated to it (``context_mode="truncate"``, the
     output kept within it too) or their whole program is skipped (``"skip"``).
     ``human_turns="drop"`` ends a program at its first ``end_turn`` (one agentic task).
+    ``common_tokens``: session id → tokens of its prompts common to every session (module
+    doc; a sub-agent ``session/agent`` takes its session's).
     """
     if context_mode not in ("truncate", "skip"):
         raise ValueError(f"context_mode must be 'truncate' or 'skip', got {context_mode!r}")
@@ -88,6 +105,9 @@ def programs_from_records(
         turns: list[Turn] = []
         prev: tuple[int, ...] = ()
         skip = False
+        common = 0
+        if common_tokens:
+            common = common_tokens.get(sid.partition("/")[0], 0) // block_tokens
         for r in recs:
             if r.block_tokens and r.block_tokens != block_tokens:
                 raise ValueError(
@@ -107,12 +127,36 @@ def programs_from_records(
             if think_cap_s is not None:
                 think = min(think, think_cap_s)
             reusable = _common_prefix(prev, hashes, full) if turns else 0
+            if common:
+                reusable = max(reusable, min(common, full))
             turns.append(Turn(inp, outp, reusable, think if turns else 0.0, r.stop))
             prev = hashes
             if human_turns == "drop" and r.stop == "end_turn":
                 break
         if not skip and turns:
-            out.append(Program(sid, tuple(turns)))
+            out.append(Program(sid, tuple(turns), common_blocks=common))
+    return out
+
+
+_HEADER_FIELD = re.compile(rb'"(id|tool_tokens|system_tokens)":\s*("[^"]*"|\d+)')
+
+
+def common_prefix_tokens(path: str | Path) -> dict[str, int]:
+    """Session id → ``tool_tokens + system_tokens`` of the agentic session files at ``path``
+    (a file or a folder), read from each file's header (before its requests); sessions
+    without them are left out."""
+    p = Path(path)
+    out: dict[str, int] = {}
+    for f in session_files(p) if p.is_dir() else [p]:
+        if not f.name.endswith((".json", ".json.gz")):
+            continue
+        opener = gzip.open if f.name.endswith(".gz") else open
+        with opener(f, "rb") as fh:
+            head = fh.read(4096).split(b'"requests"', 1)[0]
+        fields = {k.decode(): v.decode().strip('"') for k, v in _HEADER_FIELD.findall(head)}
+        tokens = int(fields.get("tool_tokens", 0)) + int(fields.get("system_tokens", 0))
+        if tokens:
+            out[fields.get("id", f.name.split(".")[0])] = tokens
     return out
 
 
@@ -124,11 +168,17 @@ def programs_from_trace(
     ``records``: what reads the trace's records on a parse (default ``read_trace(path)``; the
     CLI passes a reader that reports its progress)."""
     read = records if records is not None else lambda: read_trace(path)
+    build = options
+    if options.get("common_prefix"):
+        build = {k: v for k, v in options.items() if k != "common_prefix"}
+        build["common_tokens"] = common_prefix_tokens(path)
+    elif "common_prefix" in options:  # (off: the same cache entry as without the option)
+        options = build = {k: v for k, v in options.items() if k != "common_prefix"}
     arrays = cached_arrays(
         "programs",
         path,
         options,
-        lambda: _program_arrays(programs_from_records(read(), **options)),
+        lambda: _program_arrays(programs_from_records(read(), **build)),
     )
     return _programs_of_arrays(arrays)
 
@@ -150,6 +200,7 @@ def _program_arrays(programs: list[Program]) -> dict[str, np.ndarray]:
         "think_s": np.array([t.think_s for p in programs for t in p.turns], dtype=np.float64),
         "issue_s": np.array([p.issue_s for p in programs], dtype=np.float64),
         "turns": np.array([len(p.turns) for p in programs], dtype=np.int64),
+        "common_blocks": np.array([p.common_blocks for p in programs], dtype=np.int64),
         "ids": np.array([p.program_id for p in programs], dtype=np.str_),
         "tools": np.array(list(tools), dtype=np.str_),
     }
@@ -159,15 +210,18 @@ def _programs_of_arrays(a: dict[str, np.ndarray]) -> list[Program]:
     tool_names = [str(x) for x in a["tools"]]
     ints = a["turn_ints"].tolist()
     think = a["think_s"].tolist()
+    counts = a["turns"].tolist()
+    # (arrays cached before the common prefix have none)
+    common = a["common_blocks"].tolist() if "common_blocks" in a else [0] * len(counts)
     out, i = [], 0
-    for pid, n, issue in zip(
-        a["ids"].tolist(), a["turns"].tolist(), a["issue_s"].tolist(), strict=True
+    for pid, n, issue, shared in zip(
+        a["ids"].tolist(), counts, a["issue_s"].tolist(), common, strict=True
     ):
         turns = tuple(
             Turn(inp, outp, reuse, th, None if code == _NO_TOOL else tool_names[code])
             for (inp, outp, reuse, code), th in zip(ints[i : i + n], think[i : i + n], strict=True)
         )
-        out.append(Program(pid, turns, issue))
+        out.append(Program(pid, turns, issue, shared))
         i += n
     return out
 

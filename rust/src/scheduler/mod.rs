@@ -35,6 +35,7 @@ use std::sync::Arc;
 use crate::config::{PinHandover, ServeOrder};
 use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
+use crate::tenants::TenantWeights;
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
 use pins::PinTable;
@@ -156,9 +157,13 @@ pub struct Finished {
     pub released: Vec<Pin>,
 }
 
-/// The optional arguments of [`ProgramScheduler::finish`] (the reference's keywords).
+/// What an engine tells [`ProgramScheduler::finish`] about a turn's end besides which
+/// request, when and how many blocks it holds: the reference's `TurnEnd`, field by field
+/// (the bindings read it from a `TurnEnd` or `finish`'s keywords; the lifecycle forwards it
+/// whole). A field added here is added there and in the binding's `TURN_END` (docs/design.md,
+/// "A turn's end").
 #[derive(Debug, Clone, Copy, Default)]
-pub struct FinishArgs<'a> {
+pub struct TurnEnd<'a> {
     /// The tool the request called (None: unknown or none).
     pub tool: Option<&'a str>,
     /// Whether this was the program's last turn (it ends the program).
@@ -351,6 +356,13 @@ impl ProgramScheduler {
             serve_order: ServeOrder::Program,
             expirable: IndexedHeap::default(),
         })
+    }
+
+    /// The same scheduler with its tenants' shares of the pin budget weighted by `weights`
+    /// (default: equal). Set it before use.
+    pub fn with_tenant_weights(mut self, weights: TenantWeights) -> ProgramScheduler {
+        self.pins = PinTable::with_weights(weights);
+        self
     }
 
     /// The same scheduler with its pins passing to the program's next request at `handover`
@@ -674,7 +686,7 @@ impl ProgramScheduler {
         request_id: &str,
         now: f64,
         blocks_held: i64,
-        args: FinishArgs<'_>,
+        args: TurnEnd<'_>,
     ) -> Result<Finished> {
         let plan = self.check_finish(policy, request_id, now, blocks_held, args)?;
         self.finish_checked(policy, plan)
@@ -689,7 +701,7 @@ impl ProgramScheduler {
         request_id: &str,
         now: f64,
         blocks_held: i64,
-        args: FinishArgs<'a>,
+        args: TurnEnd<'a>,
     ) -> Result<FinishPlan<'a>> {
         let slot = self.running_slot(request_id)?;
         let t = self.check_now(now)?;

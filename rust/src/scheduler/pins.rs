@@ -8,46 +8,29 @@
 //! Both are indexed heaps over the program's slot, so every operation is O(log n).
 //!
 //! Tenants share the pin budget: a program's tenant is read from its id ([`tenant_of`]); the
-//! active tenants (a pin or a live request) have equal shares, `budget / active`, a tenant
-//! over its share when `blocks * active > budget`. [`PinTable::make_room`] says which pins a
+//! active tenants (a pin or a live request) share it in proportion to their weights
+//! ([`crate::tenants`]: 1 each unless [`TenantWeights`] says otherwise), a tenant over its
+//! share when `blocks · W > budget · weight`. [`PinTable::make_room`] says which pins a
 //! finishing program may displace, [`PinTable::reclaim_slots_after`] takes from the tenant
-//! furthest over its share first (most pinned blocks, ties to the greatest tenant key). With
-//! one tenant no tenant is ever over its share. Picking that tenant scans the active tenants
-//! (O(tenants) a step; a tenant's own pins are ordered).
+//! furthest over its share first (most pinned blocks per unit of weight, ties to the greatest
+//! tenant key). With one tenant no tenant is ever over its share. Picking that tenant scans
+//! the active tenants (O(tenants) a step; a tenant's own pins are ordered).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::queue::{IndexedHeap, Time};
+use crate::tenants::{cmp_usage, over_share};
+pub use crate::tenants::{tenant_of, TenantWeights, TENANT_KEY_CHARS, TENANT_PREFIX};
 
-/// The prefix of a program id namespaced by its tenant: `"\0t:<32 lowercase hex>:<id>"`.
-pub const TENANT_PREFIX: &str = "\0t:";
-/// Hex digits of a tenant key.
-pub const TENANT_KEY_CHARS: usize = 32;
-
-/// The tenant key of a namespaced program id, `""` (the shared tenant) for any other id.
-pub fn tenant_of(program_id: &str) -> &str {
-    let start = TENANT_PREFIX.len();
-    let end = start + TENANT_KEY_CHARS;
-    let b = program_id.as_bytes();
-    if program_id.starts_with(TENANT_PREFIX)
-        && b.len() > end
-        && b[end] == b':'
-        && b[start..end]
-            .iter()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-    {
-        return &program_id[start..end];
-    }
-    ""
-}
-
-/// An active tenant: its pinned blocks, its pins by FCFS position and its live requests.
+/// An active tenant: its pinned blocks, its pins by FCFS position, its live requests and its
+/// weight.
 #[derive(Debug, Clone, Default)]
 struct Tenant {
     blocks: i64,
     live: u64,
+    weight: i64,
     /// `(order, slot)` of its pinned programs; the latest last.
     pins: BTreeSet<(u64, usize)>,
 }
@@ -85,13 +68,32 @@ pub struct PinTable {
     blocks: i64,
     /// The active tenants, by key.
     tenants: HashMap<Box<str>, Tenant>,
+    weights: TenantWeights,
+    /// The active tenants' summed weight.
+    total_weight: i64,
 }
 
 impl PinTable {
+    /// An empty table whose tenants weigh as `weights` says.
+    pub fn with_weights(weights: TenantWeights) -> PinTable {
+        PinTable {
+            weights,
+            ..PinTable::default()
+        }
+    }
+
     fn tenant(&mut self, program_id: &str) -> &mut Tenant {
         let key = tenant_of(program_id);
         if !self.tenants.contains_key(key) {
-            self.tenants.insert(Box::from(key), Tenant::default());
+            let weight = self.weights.weight(key);
+            self.total_weight += weight;
+            self.tenants.insert(
+                Box::from(key),
+                Tenant {
+                    weight,
+                    ..Tenant::default()
+                },
+            );
         }
         self.tenants.get_mut(key).expect("just inserted")
     }
@@ -100,6 +102,7 @@ impl PinTable {
         let key = tenant_of(program_id);
         if let Some(t) = self.tenants.get(key) {
             if t.live == 0 && t.pins.is_empty() {
+                self.total_weight -= t.weight;
                 self.tenants.remove(key); // inactive: bounded by pins and live requests
             }
         }
@@ -230,15 +233,17 @@ impl PinTable {
     /// The latest eligible pin (slot) of the tenant furthest over its share of `budget`,
     /// None if no tenant over its share has one younger than `keep_until`.
     fn furthest_over(&self, budget: i64, keep_until: Option<u64>) -> Option<usize> {
-        let n = self.tenants.len() as i64;
-        let mut over: Vec<(i64, &str, &Tenant)> = self
+        let w = self.total_weight;
+        let mut over: Vec<(&str, &Tenant)> = self
             .tenants
             .iter()
-            .filter(|(_, t)| t.blocks.saturating_mul(n) > budget)
-            .map(|(k, t)| (t.blocks, &**k, t))
+            .filter(|(_, t)| over_share(t.blocks, t.weight, budget, w))
+            .map(|(k, t)| (&**k, t))
             .collect();
-        over.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
-        over.iter().find_map(|(_, _, t)| t.latest(keep_until))
+        over.sort_by(|a, b| {
+            cmp_usage((b.1.blocks, b.1.weight), (a.1.blocks, a.1.weight)).then(b.0.cmp(a.0))
+        });
+        over.iter().find_map(|(_, t)| t.latest(keep_until))
     }
 
     /// Removes pins until `blocks_needed` blocks are released or no pin is left: the latest
@@ -283,24 +288,25 @@ impl PinTable {
         }
         let key = tenant_of(program_id);
         let own = self.tenants.get(key);
-        let n = (self.tenants.len() + usize::from(own.is_none())) as i64;
-        if (own.map_or(0, |t| t.blocks) + blocks).saturating_mul(n) > budget {
+        let weight = self.weights.weight(key);
+        let w = self.total_weight + if own.is_none() { weight } else { 0 };
+        if over_share(own.map_or(0, |t| t.blocks) + blocks, weight, budget, w) {
             return None; // at or beyond its share: it takes nobody's pin
         }
-        let mut left: Vec<(i64, &str, _)> = self
+        let mut left: Vec<(i64, i64, &str, _)> = self
             .tenants
             .iter()
             .filter(|(k, _)| &***k != key)
-            .map(|(k, t)| (t.blocks, &**k, t.pins.iter().rev()))
+            .map(|(k, t)| (t.blocks, t.weight, &**k, t.pins.iter().rev()))
             .collect();
         let mut free = budget - self.blocks;
         let mut out = Vec::new();
         while free < blocks {
             let victim = left
                 .iter_mut()
-                .filter(|v| v.0.saturating_mul(n) > budget)
-                .max_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)))?;
-            let &(_, slot) = victim.2.next().expect("over its share: it holds a pin");
+                .filter(|v| over_share(v.0, v.1, budget, w))
+                .max_by(|a, b| cmp_usage((a.0, a.1), (b.0, b.1)).then(a.2.cmp(b.2)))?;
+            let &(_, slot) = victim.3.next().expect("over its share: it holds a pin");
             let pin_blocks = self.pins[slot].as_ref().expect("a tenant's pin").blocks;
             victim.0 -= pin_blocks;
             free += pin_blocks;

@@ -10,11 +10,11 @@ fn setup() -> (ProgramScheduler, TTLPolicy) {
     (ProgramScheduler::new(1000, 100).unwrap(), policy)
 }
 
-fn pinning(tool: &str) -> FinishArgs<'_> {
-    FinishArgs {
+fn pinning(tool: &str) -> TurnEnd<'_> {
+    TurnEnd {
         tool: Some(tool),
         cache_miss_cost_s: Some(100.0),
-        ..FinishArgs::default()
+        ..TurnEnd::default()
     }
 }
 
@@ -44,10 +44,10 @@ fn programs_arriving_at_one_instant_keep_the_order_seen_in_queue_and_reclaim() {
         s.arrive(&mut pol, &format!("{p}1"), p, 0.0, 10).unwrap();
     }
     assert_eq!(s.pop(&mut pol, 0.0).unwrap().as_deref(), Some("Z1"));
-    let free = FinishArgs {
+    let free = TurnEnd {
         tool: Some("t"),
         cache_miss_cost_s: Some(0.0),
-        ..FinishArgs::default()
+        ..TurnEnd::default()
     };
     s.finish(&mut pol, "Z1", 1.0, 10, free).unwrap();
     // Z's return goes before M's and A's first requests, though they waited longer
@@ -132,11 +132,11 @@ fn errors_change_nothing() {
     let back = s.arrive(&mut pol, "x", "X", 4.0, 1).unwrap_err();
     assert_eq!(back.field(), Some("now"));
     assert!(matches!(
-        s.finish(&mut pol, "zz", 6.0, 1, FinishArgs::default()),
+        s.finish(&mut pol, "zz", 6.0, 1, TurnEnd::default()),
         Err(Error::UnknownKey { .. })
     ));
     assert!(s
-        .finish(&mut pol, "a1", 6.0, 1, FinishArgs::default())
+        .finish(&mut pol, "a1", 6.0, 1, TurnEnd::default())
         .is_err()); // waiting
     assert!(s.arrive(&mut pol, "a1", "A", 6.0, 1).is_err()); // duplicate
     assert!(s.arrive(&mut pol, "", "A", 6.0, 1).is_err());
@@ -204,7 +204,7 @@ fn idle_programs_are_capped_oldest_idle_first() {
         let t = i as f64;
         s.arrive(&mut pol, &r, p, t, 1).unwrap();
         s.pop(&mut pol, t).unwrap();
-        s.finish(&mut pol, &r, t, 1, FinishArgs::default()).unwrap();
+        s.finish(&mut pol, &r, t, 1, TurnEnd::default()).unwrap();
     }
     // A went idle first: forgotten; B and C are kept.
     assert_eq!(s.program_count(), 2);
@@ -216,11 +216,11 @@ fn idle_programs_are_capped_oldest_idle_first() {
     // B returns (no longer idle), then goes idle again: now C is the oldest idle.
     s.arrive(&mut pol, "B2", "B", 3.0, 1).unwrap();
     s.pop(&mut pol, 3.0).unwrap();
-    s.finish(&mut pol, "B2", 3.0, 1, FinishArgs::default())
+    s.finish(&mut pol, "B2", 3.0, 1, TurnEnd::default())
         .unwrap();
     s.arrive(&mut pol, "D1", "D", 4.0, 1).unwrap();
     s.pop(&mut pol, 4.0).unwrap();
-    s.finish(&mut pol, "D1", 4.0, 1, FinishArgs::default())
+    s.finish(&mut pol, "D1", 4.0, 1, TurnEnd::default())
         .unwrap();
     assert_eq!(s.dropped_idle_programs(), 2);
     assert!(s.end_program(&mut pol, "C").is_err());
@@ -230,10 +230,10 @@ fn idle_programs_are_capped_oldest_idle_first() {
 #[test]
 fn a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival() {
     let (mut s, mut pol) = setup(); // max_ttl_s 300
-    let free = FinishArgs {
+    let free = TurnEnd {
         tool: Some("t"),
         cache_miss_cost_s: Some(0.0), // never pinned: idle from its finish
-        ..FinishArgs::default()
+        ..TurnEnd::default()
     };
     s.arrive(&mut pol, "a1", "A", 0.0, 10).unwrap();
     s.pop(&mut pol, 0.0).unwrap();

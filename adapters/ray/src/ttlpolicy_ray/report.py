@@ -32,6 +32,9 @@ router that predates them ignores them; a report without them gets the router's 
 and the router ignores a report of another version whole, so bumping it would only blind
 a router to replicas upgraded before it (or after it) during a rolling update.
 
+``ReplicaReport`` declares the entry's fields once, for ``routing_stats``, which writes it,
+and the router, which reads it.
+
 Two sources of the figures, both thin readers (no rule of the model is restated here):
 ``lifecycle_stats`` reads a ``ttlpolicy.ProgramScheduler`` (the pin table every adapter's
 ``ProgramLifecycle`` holds) plus the engine's own figures (return queue and evictions
@@ -47,6 +50,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
@@ -55,6 +59,7 @@ __all__ = [
     "DEFAULT_MAX_PINS",
     "REPORT_KEY",
     "REPORT_VERSION",
+    "ReplicaReport",
     "RoutingStatsMixin",
     "VllmEvictions",
     "lifecycle_stats",
@@ -72,6 +77,57 @@ DEFAULT_MAX_PINS = 4096
 DEFAULT_MAX_EVICTED = 4096
 #: Programs whose last context ``VllmEvictions`` watches, by default.
 DEFAULT_MAX_CONTEXTS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReport:
+    """ttlpolicy's entry in a replica's routing stats, field by field: one declaration of
+    the layout (module doc) for ``routing_stats``, which writes it, and the router, which
+    reads it (``read``: attributes for a dict's keys, so a misspelt field fails loudly).
+
+    Each field is as sent, None where absent: nothing is checked here — the router checks
+    the version and the block size, ``ttlpolicy.ProgramRouter`` the figures, and refuses a
+    report, or an entry, it cannot use.  The annotations say what ``routing_stats`` writes;
+    a replica may send anything."""
+
+    v: int | None = None
+    seq: int | None = None
+    #: The replica's wall time when it made the report (the router ages the pins by it).
+    at: float | None = None
+    free_blocks: int | None = None
+    total_blocks: int | None = None
+    queue_len: int | None = None
+    queued_tokens: int | None = None
+    working_set_blocks: int | None = None
+    cached_fraction: float | None = None
+    #: Tokens per KV block (the router sizes calls with it).
+    block_size: int | None = None
+    #: ``[program_id, remaining_s, blocks]``, longest-lived first.
+    pins: list[Any] | None = None
+    pins_left_out: int | None = None
+    #: ``[program_id, held_blocks]``, fewest held first.
+    evicted: list[Any] | None = None
+    evicted_left_out: int | None = None
+    #: Optional, both or neither: the queue a returning call waits behind.
+    return_queue_len: int | None = None
+    return_queued_tokens: int | None = None
+
+    @classmethod
+    def read(cls, stats: object) -> ReplicaReport | None:
+        """The entry of a replica's routing stats (None: it has none — not reported yet,
+        or not a ttlpolicy replica); keys that name no field are left out."""
+        entry = stats.get(REPORT_KEY) if isinstance(stats, dict) else None
+        if not isinstance(entry, dict):
+            return None
+        return cls(**{name: entry.get(name) for name in REPORT_FIELDS})
+
+    def entry(self) -> dict[str, Any]:
+        """The entry as sent: every field but those that are None."""
+        return {n: v for n in REPORT_FIELDS if (v := getattr(self, n)) is not None}
+
+
+#: ``ReplicaReport``'s fields: the keys of a report's entry.
+REPORT_FIELDS = tuple(f.name for f in fields(ReplicaReport))
 
 
 def routing_stats(
@@ -105,26 +161,24 @@ def routing_stats(
         key=lambda p: (-p[1], p[0]),
     )
     gone = sorted(dict(evicted).items(), key=lambda e: (e[1], e[0]))
-    entry: dict[str, Any] = {
-        "v": REPORT_VERSION,
-        "seq": seq,
-        "at": time.time() if at is None else at,
-        "free_blocks": free_blocks,
-        "total_blocks": total_blocks,
-        "queue_len": queue_len,
-        "queued_tokens": queued_tokens,
-        "working_set_blocks": working_set_blocks,
-        "cached_fraction": cached_fraction,
-        "block_size": block_size,
-        "pins": [list(p) for p in live[:max_pins]],
-        "pins_left_out": max(0, len(live) - max_pins),
-        "evicted": [list(e) for e in gone[:max_evicted]],
-        "evicted_left_out": max(0, len(gone) - max_evicted),
-    }
-    if return_queue_len is not None:
-        entry["return_queue_len"] = return_queue_len
-    if return_queued_tokens is not None:
-        entry["return_queued_tokens"] = return_queued_tokens
+    entry = ReplicaReport(
+        v=REPORT_VERSION,
+        seq=seq,
+        at=time.time() if at is None else at,
+        free_blocks=free_blocks,
+        total_blocks=total_blocks,
+        queue_len=queue_len,
+        queued_tokens=queued_tokens,
+        working_set_blocks=working_set_blocks,
+        cached_fraction=cached_fraction,
+        block_size=block_size,
+        pins=[list(p) for p in live[:max_pins]],
+        pins_left_out=max(0, len(live) - max_pins),
+        evicted=[list(e) for e in gone[:max_evicted]],
+        evicted_left_out=max(0, len(gone) - max_evicted),
+        return_queue_len=return_queue_len,
+        return_queued_tokens=return_queued_tokens,
+    ).entry()
     return {REPORT_KEY: entry}
 
 

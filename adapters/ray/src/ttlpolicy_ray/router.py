@@ -35,12 +35,17 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   ``now``, and not for a program the router homes at another replica).
 * A call: ``program_of`` (identity.py) names the program, ``tenant_of`` its tenant (from the
   request's ``cache_salt``, or the ``vllm_xargs`` field ``tenant_field`` names),
-  ``program_key`` the router's key of the pair; ``blocks_needed`` is its prompt and output
+  ``program_key`` the router's key of the pair (a session from Ray's ``x-session-id`` or a
+  client's headers is carried into the body for the engine: ``carry_session``);
+  ``blocks_needed`` is its prompt and output
   cap in the router's block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.
   The chosen replica is Ray's first rank, the others its second (Ray moves on when the first
   is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
-  forgotten at once; a last turn (``vllm_xargs["last_turn"]``) ends the program (of its
-  tenant: another tenant's last turn naming the same id ends another program).
+  forgotten at once — unless ``infer_programs`` (``TTLPOLICY_INFER_PROGRAMS=1``): then each is
+  linked to the program whose recent call its prompt's text continues, within its tenant
+  (``inference.py``), and routes as that program (to its home); a last turn
+  (``vllm_xargs["last_turn"]``) ends the program (of its tenant: another tenant's last turn
+  naming the same id ends another program).
 * Bad input never loses a request: a report the library refuses (NaN, negative figures,
   free > total, a return queue longer than the queue or given half, a wrong version, a bad
   block size) is ignored and counted; a pin or an eviction it refuses (over-long id, NaN,
@@ -59,9 +64,19 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 import ttlpolicy
+from ttlpolicy.serving.inferred import LINK_COUNTERS, LINKED_PREFIX, InferredPrograms
+from ttlpolicy.serving.knobs import INFER_PROGRAMS, env_bool
 
 from . import _registry
-from .identity import Tenancy, program_key, program_of, request_tokens, tenant_of_request
+from .identity import (
+    Tenancy,
+    carry_session,
+    program_key,
+    program_of,
+    request_tokens,
+    tenant_of_request,
+)
+from .inference import prompt_hashes
 from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_KEY, REPORT_VERSION
 
 __all__ = [
@@ -90,6 +105,9 @@ MAX_REPORT_EVICTED = DEFAULT_MAX_EVICTED
 MAX_GONE_REPLICAS = 4096
 #: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
 ANONYMOUS = "\x00anonymous:"
+#: Prefix of the router's inferred programs (``infer_programs``): apart from the engines'
+#: (``LINKED_PREFIX``), whose keys their own linkers make and mean nothing here.
+ROUTED_PREFIX = "\x00routed:"
 
 
 def live_routers() -> list[TTLPolicyRouter]:
@@ -107,6 +125,7 @@ class TTLPolicyRouter(RequestRouter):
         max_programs: int | None = None,
         max_instances: int | None = None,
         tenant_field: str | None = None,
+        infer_programs: bool | None = None,
         **_: Any,
     ) -> None:
         """``request_router_kwargs``: ``policy``, a ``PolicyConfig`` as JSON (as the engines'
@@ -114,8 +133,14 @@ class TTLPolicyRouter(RequestRouter):
         and ``max_instances``, the router's bounds (None: ``ProgramRouter``'s own defaults);
         ``tenant_field``, where a program's tenant comes from: None, the request's
         ``cache_salt``; else the name of a ``vllm_xargs`` field that the operator's gateway
-        sets (and clients cannot)."""
+        sets (and clients cannot); ``infer_programs``, link calls that name no program to
+        programs from their prompts (None: ``TTLPOLICY_INFER_PROGRAMS``, default off)."""
         self._tenancy = Tenancy(tenant_field)  # (checks the name)
+        if infer_programs is None:
+            infer_programs = env_bool(INFER_PROGRAMS, False)
+        self.inferred = (
+            InferredPrograms(self._count_link, ROUTED_PREFIX) if infer_programs else None
+        )
         self._config = ttlpolicy.PolicyConfig.for_engine(policy)
         # replicas removed, never routed to again (bounded: the oldest forgotten first)
         self._gone: OrderedDict[str, None] = OrderedDict()
@@ -151,9 +176,17 @@ class TTLPolicyRouter(RequestRouter):
             "evicted_over_cap": 0,  # evictions past MAX_REPORT_EVICTED in one report
             "drained": 0,  # replicas removed (gone or dead)
             "instances_refused": 0,  # replicas not registered: max_instances live already
+            # calls whose session (a header) was carried into vllm_xargs for the engine
+            "sessions_carried": 0,
+            # calls without an id, with infer_programs: linked to a program from their
+            # prompt, linked as a fork (never at a router: it sees no call run), or new
+            **dict.fromkeys(LINK_COUNTERS.values(), 0),
         }
         if self not in _registry.ROUTERS:
             _registry.ROUTERS.append(self)
+
+    def _count_link(self, kind: str) -> None:
+        self.counters[LINK_COUNTERS[kind]] += 1
 
     # -- state ----------------------------------------------------------------------------
     def _ensure_state(self) -> None:
@@ -267,11 +300,19 @@ class TTLPolicyRouter(RequestRouter):
 
     def _entries(self, entries: Any, cap: int, kind: str, size: int) -> list[Any]:
         """The first ``cap`` entries of a report's list ``kind`` of ``size``-lists (the rest
-        counted as over the cap; a malformed entry counted as ignored)."""
+        counted as over the cap; a malformed entry counted as ignored, and so is one of a
+        program its engine inferred: the engine's linker made its key, which names no
+        program here)."""
         if not isinstance(entries, list):
             return []
         self.counters[f"{kind}_over_cap"] += max(0, len(entries) - cap)
-        read = [e for e in entries[:cap] if isinstance(e, list | tuple) and len(e) == size]
+        read = [
+            e
+            for e in entries[:cap]
+            if isinstance(e, list | tuple)
+            and len(e) == size
+            and not (isinstance(e[0], str) and LINKED_PREFIX in e[0])
+        ]
         self.counters[f"{kind}_ignored"] += min(cap, len(entries)) - len(read)
         return read
 
@@ -294,12 +335,18 @@ class TTLPolicyRouter(RequestRouter):
             self._register(r.replica_id.unique_id)
             self._apply_report(r, now, wall)
         info = program_of(pending_request) if pending_request is not None else None
-        if info is None:
+        tenant = tenant_of_request(pending_request, self._tenancy)
+        if info is None and self.inferred is not None and pending_request is not None:
+            hashes = prompt_hashes(pending_request)
+            info = self.inferred.routed(tenant, hashes, now)
+            pid = info.program_id  # (the tenant's already)
+        elif info is None:
             rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", "")
             pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
         else:
-            tenant = tenant_of_request(pending_request, self._tenancy)
             pid = program_key(tenant, info.program_id)
+            if carry_session(pending_request, info.program_id):
+                self.counters["sessions_carried"] += 1
         prompt, out = request_tokens(pending_request)
         blocks = -(-(prompt + out) // DEFAULT_BLOCK_SIZE)
         router = self.program_router

@@ -41,6 +41,7 @@ __all__ = [
     "Tenancy",
     "program_of",
     "request_key",
+    "tenant_of",
 ]
 
 #: Longest id the ProgramScheduler accepts, in bytes of UTF-8.
@@ -56,12 +57,20 @@ def request_key(rid: Any) -> str:
     return scheduler_id(rid if isinstance(rid, str) else repr(rid))
 
 
+def _custom_params(req: Any) -> dict[str, Any]:
+    params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
+    return params if isinstance(params, dict) else {}
+
+
+def tenant_of(req: Any, tenancy: Tenancy = OPEN_TENANCY) -> str | None:
+    """The tenant key of ``req`` (``Tenancy.tenant``), None for no tenant."""
+    return tenancy.tenant(getattr(req, "cache_salt", None), _custom_params(req))
+
+
 def program_of(req: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | None:
     """The program of ``req`` (an ``sglang.srt.managers.schedule_batch.Req``), its id
     namespaced by the request's tenant; None when anonymous."""
-    params = getattr(getattr(req, "sampling_params", None), "custom_params", None)
-    if not isinstance(params, dict):
-        params = {}
+    params = _custom_params(req)
     # The first field present decides; a malformed one makes the request anonymous.
     named = params.get("program_id")
     for field in PROGRAM_FIELDS:
@@ -69,4 +78,4 @@ def program_of(req: Any, tenancy: Tenancy = OPEN_TENANCY) -> ProgramInfo | None:
             break
         named = getattr(req, field, None)
     info = program_info(named, params.get("last_turn", False), params.get("tool"))
-    return tenancy.scoped(info, tenancy.tenant(getattr(req, "cache_salt", None), params))
+    return tenancy.scoped(info, tenant_of(req, tenancy))

@@ -28,10 +28,11 @@ SGLang tells the cache about arrivals and admissions only through the queue, so 
 at the next pass: a request is stamped as arriving when the queue first shows it.  Requests
 without a program are one-request programs in arrival order (FCFS, as stock SGLang), never
 pinned, ended without an η sample, and never held back by load control
-(``AdmissionControl.admit``).  A request the library cannot track (its program tables are
-full: ``arrive`` refuses a new program beyond ``MAX_PROGRAMS`` live ones) is served as stock
-SGLang would, untracked (after the tracked ones, in queue order; asked again each pass), not
-failed.
+(``AdmissionControl.admit``) — unless ``TTLPOLICY_INFER_PROGRAMS=1``: then each is linked to the
+program whose recent turn its prompt continues (``inference.py``), within its tenant.  A request
+the library cannot track (its program tables are full: ``arrive`` refuses a new program beyond
+``MAX_PROGRAMS`` live ones) is served as stock SGLang would, untracked (after the tracked ones,
+in queue order; asked again each pass), not failed.
 """
 
 from __future__ import annotations
@@ -50,9 +51,12 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import ttlpolicy
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
+from ttlpolicy.pin_claims import PinClaim, claim_pin
+from ttlpolicy.serving.inferred import InferredPrograms, count_link
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
-from .identity import ProgramInfo, program_of, request_key
+from .identity import ProgramInfo, program_of, request_key, tenant_of
+from .inference import HASH_BLOCK_TOKENS, token_hashes
 from .pins import TreeLockPins, continuation_point
 
 # under "sglang." so that SGLang's logging configuration applies
@@ -82,11 +86,16 @@ class ProgramTracker:
         self.total_blocks = max(1, int(total_tokens) // self.page_size)
         self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
-            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+            self.policy,
+            total_blocks=self.total_blocks,
+            pin_budget_blocks=self.pin_budget_blocks,
+            tenant_weights=knobs.tenant_weights,  # TTLPOLICY_TENANT_WEIGHTS
         )
         # Load control: which programs may start (None: off, every program may).
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if knobs.policy.admission
             else None
         )
@@ -101,6 +110,12 @@ class ProgramTracker:
         )
         # Leading tokens of a node's path a host tier holds (HiCache; set by the cache).
         self.host_tokens: Callable[[Any], int] | None = None
+        # requests that name no program: told from their prompts, when asked
+        self.inferred = (
+            InferredPrograms(lambda kind: count_link(self.metrics, kind))
+            if knobs.infer_programs
+            else None
+        )
         self.log_interval_s = knobs.log_interval_s
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
@@ -142,6 +157,8 @@ class ProgramTracker:
                     now = self._arrive(key, req, now)
                 except ValueError as e:  # the library's tables are full (module doc)
                     logger.debug("ttlpolicy: request %s served untracked: %s", key, e)
+                    if self.inferred is not None:
+                        self.inferred.aborted(key, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
         if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
@@ -170,13 +187,23 @@ class ProgramTracker:
     def _program_id(self, key: str, info: ProgramInfo | None) -> str:
         return info.program_id if info is not None else request_key(ANONYMOUS + key)
 
+    def _claim_pin(self, program_id: str, prompt_ids: Any) -> None:
+        """A call of ``program_id`` (its tenant's own) that does not continue the program's
+        pinned context supersedes it: the pin's locks are released now and the call is served
+        as the program's next (``ttlpolicy.pin_claims``)."""
+        holds = program_id in self.pins.programs()
+        continues = holds and self.pins.continues(program_id, prompt_ids)
+        if claim_pin(holds, continues) is PinClaim.SUPERSEDE and self.pins.release(program_id):
+            self.metrics.contexts_superseded += 1
+
     def _arrive(self, key: str, req: Any, now: float) -> float:
         info = program_of(req, self.tenancy)
-        if info is not None and not self.pins.continues(info.program_id, req.origin_input_ids):
-            # it names a pinned program but does not continue the pinned context: it takes
-            # neither the pin nor the program's place (served as anonymous, the pin kept)
-            self.metrics.pin_claims_refused += 1
-            info = None
+        if info is None and self.inferred is not None:
+            tenant = tenant_of(req, self.tenancy)
+            hashes = token_hashes(req.origin_input_ids)
+            info = self.inferred.arrive(key, tenant, hashes, now)
+        if info is not None:
+            self._claim_pin(info.program_id, req.origin_input_ids)
         program_id = self._program_id(key, info)
         blocks = self._blocks(len(req.origin_input_ids) + len(req.output_ids))
         pin = self.life.arrive(key, program_id, now, blocks)
@@ -318,6 +345,10 @@ class ProgramTracker:
         info = self._info.pop(key)
         self._running.pop(key, None)
         self._hit(self.handover.release(key))
+        if self.inferred is not None and self.inferred.tracks(key):  # a linked turn's end
+            hashes = token_hashes(req.origin_input_ids, req.output_ids)
+            prompt_blocks = len(req.origin_input_ids) // HASH_BLOCK_TOKENS
+            self.inferred.finished(key, hashes, prompt_blocks, now)
         if info is None:
             self._ended(self.life.abort(key), key, program=False)
             return
@@ -374,6 +405,8 @@ class ProgramTracker:
         self._running.pop(key, None)
         self.handover.release(key)
         self.metrics.gone(key)
+        if self.inferred is not None:
+            self.inferred.aborted(key, self._now())
         self._ended(self.life.abort(key), key, program=info is not None)
 
     def _ended(self, ended: Any, key: str, program: bool = True) -> None:
@@ -390,6 +423,8 @@ class ProgramTracker:
             # Waiting: forgotten here, so the next pass sees it arrive (a new program).
             # Running: its finish is skipped.
             del self._info[sibling]
+            if self.inferred is not None:
+                self.inferred.aborted(sibling, self._now())
             self._waiting.pop(sibling, None)
             self._running.pop(sibling, None)
             self.handover.release(sibling)

@@ -10,7 +10,9 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
   orders it, and every arrival is reported through ``ttlpolicy.ProgramLifecycle``.  A request
   of a program holding a pin consumes the pin there; the adapter keeps the blocks referenced
   until the request is admitted (the lifecycle's hold, so they cannot be evicted in between)
-  and then lets the request's own references take over.
+  and then lets the request's own references take over — unless the request does not
+  continue the pinned context (``ttlpolicy.pin_claims``: a superseded context): then the
+  blocks are released at its arrival.
 * ``schedule`` — first expire pins past their deadline, then measure how many blocks the
   running requests' next step and the waiting head lack, and release what
   ``ProgramLifecycle.give_way`` says gives way (pins; held chains when nothing runs); both
@@ -58,15 +60,17 @@ from collections import OrderedDict
 from typing import Any
 
 import ttlpolicy
+from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
+from ttlpolicy.serving.inferred import count_link
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key, tenant_of
-from .inference import InferredPrograms
+from .inference import BlockHashes, InferredPrograms
 from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
 from .recording import call_log_or_none
@@ -127,16 +131,25 @@ class TTLScheduler(Scheduler):
         cfg = knobs.policy
         self.tenancy = knobs.tenancy
         # requests that name no program: told from their prompts, when asked
-        self.inferred = InferredPrograms() if knobs.infer_programs else None
+        self.inferred = (
+            InferredPrograms(lambda kind: count_link(self.ttl_metrics, kind))
+            if knobs.infer_programs
+            else None
+        )
         self.policy = ttlpolicy.TTLPolicy(cfg)
         pool = self.kv_cache_manager.block_pool
         self.total_blocks = pool.num_gpu_blocks - 1  # block 0 is vLLM's null block
         self.pin_budget_blocks = int(self.total_blocks * knobs.pin_budget_fraction)
         self.programs = ttlpolicy.ProgramScheduler(
-            self.policy, total_blocks=self.total_blocks, pin_budget_blocks=self.pin_budget_blocks
+            self.policy,
+            total_blocks=self.total_blocks,
+            pin_budget_blocks=self.pin_budget_blocks,
+            tenant_weights=knobs.tenant_weights,  # TTLPOLICY_TENANT_WEIGHTS
         )
         self.admission = (
-            ttlpolicy.AdmissionControl(self.policy, total_blocks=self.total_blocks)
+            ttlpolicy.AdmissionControl(
+                self.policy, total_blocks=self.total_blocks, tenant_weights=knobs.tenant_weights
+            )
             if cfg.admission or cfg.evict_by_next_use
             else None
         )
@@ -195,12 +208,10 @@ class TTLScheduler(Scheduler):
         info = program_of(request, self.tenancy) if rid not in self.requests else None
         if info is None and self.inferred is not None and rid not in self.requests:
             tenant = tenant_of(request, self.tenancy)
-            info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
-        if info is not None and not self.pins.continues(info.program_id, request.block_hashes):
-            # it names a pinned program but does not continue the pinned context: it takes
-            # neither the pin nor the program's place (served as anonymous, the pin kept)
-            self.ttl_metrics.pin_claims_refused += 1
-            info = None
+            hashes = BlockHashes(request.block_hashes)
+            info = self.inferred.arrive(rid, tenant, hashes, self.clock())
+        if info is not None:
+            self._claim_pin(info.program_id, request.block_hashes)
         if info is not None:
             self._programs_of[rid] = info
         # (a program back, a tool gap recorded: the eviction order may change; asked again)
@@ -218,6 +229,16 @@ class TTLScheduler(Scheduler):
             handed = self.life.held(key) is not None or self.programs.pin(pid) is not None
             self.ttl_metrics.arrived(pid, key, self.clock(), handed)
         self.ttl_metrics.adapter_s += (t1 - t0) + (time.perf_counter() - t2)
+
+    def _claim_pin(self, program_id: str, block_hashes: Any) -> None:
+        """A call of ``program_id`` (its tenant's own: ``program_key``) that does not continue
+        the program's pinned context supersedes it: the pin's blocks are released now, and
+        the call is served as the program's next (``ttlpolicy.pin_claims``).  The pin in the
+        library's table goes to the call at its arrival as any pin does."""
+        holds = self.pins.blocks_of(program_id) > 0
+        continues = holds and self.pins.continues(program_id, block_hashes)
+        if claim_pin(holds, continues) is PinClaim.SUPERSEDE and self._release_pin(program_id):
+            self.ttl_metrics.contexts_superseded += 1
 
     # -- each step --------------------------------------------------------------------------
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -407,7 +428,8 @@ class TTLScheduler(Scheduler):
             stopped = request.status in _STOPPED and not delay_free_blocks
             if stopped:
                 prompt_blocks = request.num_prompt_tokens // self.block_size
-                self.inferred.finished(rid, request.block_hashes, prompt_blocks, self.clock())
+                hashes = BlockHashes(request.block_hashes)
+                self.inferred.finished(rid, hashes, prompt_blocks, self.clock())
             else:
                 self.inferred.aborted(rid, self.clock())
         state = self.waiting.state(rid)

@@ -47,6 +47,12 @@ NAMES = (
     "ttlpolicy:classic",  # the model before load control
     # ttlpolicy-offload serving returning calls in program order, not by attained service
     "ttlpolicy-offload:order",
+    # ttlpolicy-offload parking chains in the CPU tier during tool calls, copied back ahead
+    # of the predicted return (issue 46; +-joinable)
+    "ttlpolicy-offload:park",
+    "ttlpolicy-offload:park-hold",
+    # the park rule timed by each call's real next gap: a bound that reads the future
+    "ttlpolicy-offload:park-oracle",
     # a lost prefix priced at the simulator's exact prefill time, not as the adapters price
     # it (the default; "ttlpolicy:adapter" names the default explicitly)  (+-joinable)
     "ttlpolicy:exact",
@@ -92,9 +98,10 @@ def make_policy(name: str) -> Policy:
         return SIMPLE[name]()
     base, _, variant = name.partition(":")
     if base in ("ttlpolicy", "ttlpolicy-offload"):
+        from .ttlpolicy_park import is_park, make_park
         from .ttlpolicy_plugin import make_ttlpolicy
 
-        return make_ttlpolicy(base, variant)
+        return make_park(base, variant) if is_park(variant) else make_ttlpolicy(base, variant)
     if base == "clairvoyant":
         return make_clairvoyant(variant)
     if name in CACHETTL_NAMES:

@@ -9,9 +9,21 @@
 The simulator's turns carry how many leading blocks they share with the previous turn's
 prompt (``Turn.reusable_blocks``, from the trace's hash ids), not the ids: a call's hashes are
 rebuilt from them — its previous turn's first ``reusable_blocks`` hashes, then fresh ones — the
-same chained prefix structure within a program.  The engine's KV cache keeps chains by the
-trace's program (the cache hashes content, not ids): ids the plug-in returns to the engine
-(pins expired, reclaimed, given way) are mapped back to the program of their latest call.
+same chained prefix structure within a program.  A program's common prefix (its
+``Program.common_blocks``, ``workload``) is the same hashes in every program, as the linker
+would see real sessions' shared tool definitions and system prompt.  The engine's KV cache
+keeps chains by the trace's program (the cache hashes content, not ids): ids the plug-in
+returns to the engine (pins expired, reclaimed, given way) are mapped back to the program of
+their latest call.
+
+**Superseded programs.** The simulator tells every mode when a program has ended (its trace
+program's last turn).  A linked program can end another way: its trace program's next call
+links elsewhere (a compaction or rewritten history is ``new``: with the common prefix, 97 of
+the sessions' 125 such calls keep nothing but it, so no content rule can link them), and
+the old linked program gets no call again.  ``arrive`` lists it in ``superseded`` (unless a
+call of another trace program was linked to it since): the same knowledge of an end, told
+when the simulator has it, which the plug-in may act on as at a last turn
+(docs/investigations/common-prefix.md).
 """
 
 from __future__ import annotations
@@ -26,6 +38,8 @@ from ..call import Call
 MODES = ("explicit", "inferred", "none")
 #: the one tenant of the simulated engine
 TENANT = "sim"
+#: the common prefix's block i hashes to COMMON_HASH + i (fresh hashes count up from 1)
+COMMON_HASH = 1 << 48
 
 
 class ProgramIds:
@@ -44,11 +58,21 @@ class ProgramIds:
         self._of_call: dict[str, str] = {}  # request id -> its policy program
         self._engine: dict[str, str] = {}  # policy program -> engine program of its latest call
         self._policy: dict[str, str] = {}  # engine program -> policy program of its latest call
+        #: the latest call's link (``arrive``), and the engine program of its policy program's
+        #: call before it (whose chain a pin of that program holds), or None
+        self.last_link: tp.Link | None = None
+        self.previous_engine: str | None = None
+        #: policy programs ended by their trace program's next call linking elsewhere (module
+        #: doc), oldest first, until ``take_superseded``
+        self.superseded: list[str] = []
 
     def hashes(self, call: Call) -> list[int]:
         """The call's prompt block hashes (full blocks), rebuilt from its turn's reuse."""
         full = call.turn.input_tokens // self.block_tokens
         prev = self._prompt.get(call.program_id, []) if call.turn_index else []
+        if not prev:
+            common = min(call.prog.program.common_blocks, full)
+            prev = list(range(COMMON_HASH, COMMON_HASH + common))
         keep = min(call.turn.reusable_blocks, len(prev), full)
         fresh = range(self._next_hash, self._next_hash + full - keep)
         self._next_hash += full - keep
@@ -65,10 +89,21 @@ class ProgramIds:
             link = self.linker.link(TENANT, self.hashes(call), now)
             self.links[link.kind] += 1
             pid = f"linked:{link.program}"
+            self.last_link = link
+            old = self._policy.get(call.program_id) if call.turn_index else None
+            # (its latest call was this trace program's: no other continues it)
+            if old is not None and old != pid and self._engine.get(old) == call.program_id:
+                self.superseded.append(old)
+        self.previous_engine = self._engine.get(pid)
         self._of_call[rid] = pid
         self._engine[pid] = call.program_id
         self._policy[call.program_id] = pid
         return pid
+
+    def take_superseded(self) -> list[str]:
+        """The programs ``superseded`` lists, emptied."""
+        out, self.superseded = self.superseded, []
+        return out
 
     def of_call(self, call: Call) -> str:
         return self._of_call[str(call.call_id)]

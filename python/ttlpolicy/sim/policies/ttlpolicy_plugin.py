@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 
 import ttlpolicy as tp
+from ttlpolicy.pin_claims import PinClaim, claim_pin, continues_context
 from ttlpolicy.prefill_sample import step_prefill_sample
 
 from ..call import Call
@@ -58,9 +59,14 @@ class TTLPolicyPlugin(PolicyHooks):
         adapter: bool = True,
         attained_order: bool = True,
         ids: str = "explicit",
+        pin_claims: str = "supersede",
     ) -> None:
         if ids not in MODES:
             raise ValueError(f"ids must be one of {', '.join(MODES)}, got {ids[:64]!r}")
+        if pin_claims not in PIN_CLAIMS:
+            raise ValueError(
+                f"pin_claims must be one of {', '.join(PIN_CLAIMS)}, got {pin_claims[:64]!r}"
+            )
         #: which program ids the policy sees (``program_ids``): the trace's, none, or linked
         self.ids = ids
         self._ids: ProgramIds | None = None
@@ -76,6 +82,27 @@ class TTLPolicyPlugin(PolicyHooks):
         # (``TTLPolicyOffload``; without a tier the order stays program FCFS)
         self.attained_order = attained_order and not classic
         self.pin_budget_fraction = pin_budget_fraction
+        # what a program's call that does not continue its pinned context does (``PIN_CLAIMS``)
+        self.pin_claims = pin_claims
+        # calls served as anonymous one-call programs (``refuse``): request id -> their program
+        self._anonymous: dict[str, str] = {}
+        # program -> leading blocks of its pinned turn's prompt its calls since have kept
+        self._kept_since_pin: dict[str, int] = {}
+        #: pins released so (the adapters' ``contexts_superseded``), claims refused
+        self.contexts_superseded = 0
+        self.pin_claims_refused = 0
+        #: block-seconds of the pins a call did not continue: pinned before that call's
+        #: arrival, and after it (``_not_continued``)
+        self.not_continued_block_s = {"before_arrival": 0.0, "after_arrival": 0.0}
+        # program -> since when it holds its pin; a taken pin's call -> (blocks, arrival)
+        self._pinned_since: dict[str, float] = {}
+        self._taken_at: dict[str, tuple[int, float]] = {}
+        self._refused_pins: set[str] = set()  # programs whose pin a call was refused
+        # engine programs whose pins were superseded, unpinned by the engine at once
+        # (``next_deadline`` says now; ``expire`` hands them over)
+        self._superseded: list[str] = []
+        # policy program -> full prompt blocks of its latest finished call (its pin's turn)
+        self._prompt_blocks: dict[str, int] = {}
         # price a lost prefix by the policy's fit, as TTLScheduler (False: the exact prefill)
         self.adapter = adapter
         self._calls: dict[str, Call] = {}
@@ -132,10 +159,66 @@ class TTLPolicyPlugin(PolicyHooks):
             blocks = self._total
         self._refused_rid = None  # (admission's state changed: ask again)
         pid = call.program_id if self._ids is None else self._ids.arrive(call, now)
+        claim = self._claim(call, pid)
+        since_s = self._pinned_since.pop(pid, now)
+        if claim is PinClaim.SUPERSEDE:
+            pid = self._not_continued(call, pid, now, since_s)
         return self.life.arrive(rid, pid, now, blocks) is not None
 
+    def _not_continued(self, call: Call, pid: str, now: float, since_s: float) -> str:
+        """A call of ``pid`` that does not continue its pin (pinned since ``since_s``), as
+        ``pin_claims`` says; the program the call is served as.  Books the pin's block-seconds
+        to the call's arrival, and after it: none (superseded), to its deadline (refused:
+        what an adapter keeps pinned; the engine's chain is the call's at its admission), to
+        the call's admission (taken)."""
+        rid = str(call.call_id)
+        pin = self.sched.pin(pid)
+        blocks = 0 if pin is None else pin.blocks
+        self.not_continued_block_s["before_arrival"] += blocks * (now - since_s)
+        if self.pin_claims == "take":
+            self._taken_at[rid] = (blocks, now)
+            return pid
+        if self.pin_claims == "refuse":
+            if pin is not None and pid not in self._refused_pins:  # (booked once a pin)
+                self._refused_pins.add(pid)
+                self.not_continued_block_s["after_arrival"] += blocks * max(
+                    0.0, pin.deadline_s - now
+                )
+            self.pin_claims_refused += 1
+            anonymous = self._anonymous[rid] = f"anonymous:{rid}"  # the pin kept, to its TTL
+            return anonymous
+        self.contexts_superseded += 1
+        ids = self._ids
+        engine = call.program_id if ids is None else ids.previous_engine
+        self._superseded.append(engine if engine is not None else call.program_id)
+        return pid
+
+    def _claim(self, call: Call, pid: str) -> PinClaim:
+        """What the call does with its program's pin (``ttlpolicy.pin_claims``): the trace
+        says which leading blocks it shares with its program's previous prompt; a linked
+        call, what the linker found of its program's latest turn."""
+        holds = self.sched.pin(pid) is not None
+        ids = self._ids
+        if not holds:
+            return PinClaim.NO_PIN
+        if ids is None:
+            # (after calls served as anonymous, what is left of the pinned turn's prompt: the
+            # least any of them kept, hashes being chained)
+            shared = min(call.turn.reusable_blocks, self._kept_since_pin.get(pid, 1 << 62))
+            pinned = self._prompt_blocks.get(pid, 0)
+            self._kept_since_pin[pid] = shared
+        else:
+            link = ids.last_link
+            pinned = self._prompt_blocks.get(pid, 0)
+            shared = 0 if link is None or link.kind == "new" else link.depth_blocks
+        return claim_pin(holds, continues_context(pinned, min(shared, pinned)))
+
     def _program(self, call: Call) -> str:
-        """The program the policy sees for ``call`` (``ids``)."""
+        """The program the policy sees for ``call`` (``ids``; a refused claim's own)."""
+        if self._anonymous:
+            anonymous = self._anonymous.get(str(call.call_id))
+            if anonymous is not None:
+                return anonymous
         return call.program_id if self._ids is None else self._ids.of_call(call)
 
     def _engine_programs(self, programs: list[str]) -> list[str]:
@@ -178,6 +261,10 @@ class TTLPolicyPlugin(PolicyHooks):
         # now)  A preempted call resumes: vLLM lists it apart from new requests, and the
         # adapter takes no prefill sample from it.
         self.life.admitted(str(call.call_id))
+        if self._taken_at:
+            taken = self._taken_at.pop(str(call.call_id), None)
+            if taken is not None:  # (a pin not continued, held for the call until now)
+                self.not_continued_block_s["after_arrival"] += taken[0] * (now - taken[1])
         if not self.adapter:
             return  # (no prefill fit to feed: nothing to track)
         if call.preempted:
@@ -209,6 +296,12 @@ class TTLPolicyPlugin(PolicyHooks):
         tokens = chain_blocks * self._block_tokens
         miss_s = self.miss_cost_s(tokens)
         ids = self._ids
+        pid = self._program(call)
+        if self._anonymous.pop(rid, None) is not None:
+            last_turn = True  # served as anonymous (``refuse``): a one-call program, no pin
+        else:
+            self._prompt_blocks[pid] = call.turn.input_tokens // self._block_tokens
+            self._kept_since_pin.pop(pid, None)
         if ids is not None:
             ids.finished(call, now, last_turn)
             last_turn = last_turn or ids.mode == "none"  # (a one-call program: no pin)
@@ -221,6 +314,12 @@ class TTLPolicyPlugin(PolicyHooks):
             cache_miss_cost_s=miss_s,
         )
         self._refused_rid = None  # (admission's state changed: ask again)
+        if done.pinned:
+            self._pinned_since.setdefault(pid, now)
+            self._refused_pins.discard(pid)
+        if last_turn:
+            self._prompt_blocks.pop(pid, None)
+            self._kept_since_pin.pop(pid, None)
         return Verdict.PIN if done.pinned else Verdict.FREE
 
     def miss_cost_s(self, tokens: int) -> float:
@@ -237,7 +336,8 @@ class TTLPolicyPlugin(PolicyHooks):
         return self.view.prefill_s(tokens)  # recomputing them
 
     def expire(self, now: float) -> list[str]:
-        return self._engine_programs([pin.program_id for pin in self.life.expire(now)])
+        superseded, self._superseded = self._superseded, []
+        return superseded + self._engine_programs([pin.program_id for pin in self.life.expire(now)])
 
     def reclaim(self, blocks_needed: int, now: float, for_program: str | None = None) -> list[str]:
         # ``fcfs_reclaim``: a waiting call takes only younger programs' pins (the library's
@@ -270,6 +370,8 @@ class TTLPolicyPlugin(PolicyHooks):
         self.life.give_way(now, short, release, stalled=stalled, keep=keep)
 
     def next_deadline(self) -> float | None:
+        if self._superseded:
+            return self.view.now  # (released at once: the engine unpins through ``expire``)
         deadline_s = self.sched.next_deadline_s
         if self._refused_rid is None:
             return deadline_s
@@ -287,6 +389,10 @@ class TTLPolicyPlugin(PolicyHooks):
             if pid is None:
                 return False
             program_id = pid
+        self._prompt_blocks.pop(program_id, None)
+        self._kept_since_pin.pop(program_id, None)
+        self._pinned_since.pop(program_id, None)
+        self._refused_pins.discard(program_id)
         # Its program ends here, in both parts (a program-level order and load control that
         # disagree on it would deadlock: one ranks it by its first arrival, the other anew):
         # else load control counts it in the working set until it returns, maybe never.
@@ -358,6 +464,14 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 #: Mechanisms of the default model that a variant name may switch off (ablation); ``order``
 #: (serving returning calls by attained service) is on only with a tier (``ttlpolicy-offload``).
 MECHANISMS = ("admission", "evict", "pins", "order")
+#: What a program's call that does not continue its pinned context does
+#: (``ttlpolicy.pin_claims``): ``supersede`` — the pin is released at once, the call served as
+#: the program's (the adapters' rule); ``refuse`` — served as an anonymous one-call program,
+#: the pin kept to its TTL (the adapters before issue 45 part 3); ``take`` — it takes the pin
+#: over as any call of the program (the simulator before issue 44).
+PIN_CLAIMS = ("supersede", "refuse", "take")
+#: Variant words for the other two (default: ``supersede``)
+CLAIM_WORDS = {"refuse-claims": "refuse", "take-claims": "take"}
 #: A variant word that prices a lost prefix with the simulator's exact prefill time (an
 #: oracle) instead of the library's fit, which the adapters use (``TTLPolicyPlugin.adapter``).
 EXACT = "exact"
@@ -380,14 +494,19 @@ def with_ids(policy: str, ids: str) -> str:
     return f"{base}:{variant + '+' if variant else ''}{word}{slash}{config}"
 
 
-def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
+def make_ttlpolicy(
+    base: str, variant: str = "", cls: Callable[..., TTLPolicyPlugin] | None = None
+) -> TTLPolicyPlugin:
     """``ttlpolicy`` or ``ttlpolicy-offload`` with the default model, or a variant:
     ``ttlpolicy:admission+pins`` switches those mechanisms off; ``ttlpolicy:classic`` is the
     model before load control (no admission, LRU eviction, pins by the cost model);
     ``exact`` (alone or with mechanisms: ``ttlpolicy:exact+admission``) prices a lost prefix
     with the simulator's exact prefill time instead of the adapter's fitted price;
-    ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``)."""
-    cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
+    ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``);
+    ``refuse-claims`` / ``take-claims`` what a call not continuing its pin does (``PIN_CLAIMS``);
+    ``cls`` builds it instead of the base's class (``ttlpolicy_park.make_park``)."""
+    if cls is None:
+        cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
     words = {v.strip() for v in variant.split("+") if v.strip()}
     if {EXACT, ADAPTER} <= words:
         raise ValueError(f"{base}:{variant[:64]}: '{EXACT}' and '{ADAPTER}' are two pricings")
@@ -396,9 +515,13 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
     if len(id_words) > 1:
         raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(id_words))} are two ids")
     ids = IDS_WORDS[id_words.pop()] if id_words else "explicit"
-    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys()  # (ADAPTER: the default)
+    claim_words = words & CLAIM_WORDS.keys()
+    if len(claim_words) > 1:
+        raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(claim_words))} clash")
+    claims = CLAIM_WORDS[claim_words.pop()] if claim_words else "supersede"
+    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys() - CLAIM_WORDS.keys()  # (ADAPTER: default)
     if off == {"classic"}:
-        plugin = cls(classic=True, adapter=adapter, ids=ids)
+        plugin = cls(classic=True, adapter=adapter, ids=ids, pin_claims=claims)
     else:
         unknown = off - set(MECHANISMS)
         if unknown:
@@ -413,6 +536,7 @@ def make_ttlpolicy(base: str, variant: str = "") -> TTLPolicyPlugin:
             adapter=adapter,
             attained_order="order" not in off,
             ids=ids,
+            pin_claims=claims,
         )
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
