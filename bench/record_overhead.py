@@ -2,10 +2,14 @@
 
 1. On the tiny real vLLM CPU engine (``vllm_engine``): ``TTLScheduler`` with the recorder on
    serves programs of several turns; the recording's time on the scheduler's thread
-   (``CallLog.busy_s``: noting arrivals, cached tokens and finished calls, buffering them) is
-   compared with the adapter's time (``adapter_s``, the recording's part included) over the
-   same steps; the writer thread's time (digests, JSON, writes) is given beside it.
-2. The recorder's batch work alone on long prompts (the tiny engine's are <= 512 tokens):
+   (``CallLog``'s ``arrived``, ``scheduled`` and ``finished``, timed here from outside: noting
+   arrivals, cached tokens and finished calls, buffering them) is compared with the adapter's
+   time (``adapter_s``, the recording's part included) over the same steps; the writer
+   thread's time (digests, JSON, writes) is given beside it.  Both are wall times: on a loaded
+   machine they include the time the thread was not running.
+2. The same hot path on CPU time (``time.thread_time``: not inflated by other processes),
+   microseconds per call, on real vLLM ``Request`` objects without the engine.
+3. The recorder's batch work alone on long prompts (the tiny engine's are <= 512 tokens):
    microseconds per call at 8k and 32k tokens in 16-token engine blocks (written in the
    caller's thread here, to time it), and that cost spread over the decode steps a call takes
    (``--output-tokens``).
@@ -17,13 +21,42 @@ Run with the vLLM venv:
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import vllm_engine  # noqa: F401  (sets vLLM's environment before vllm is imported)
+
+
+def timed_call_log() -> list[float]:
+    """Wrap ``CallLog``'s hot-path methods with a wall-clock timer; returns the total (s),
+    a one-item list that grows as they run.  ``scheduled`` is timed on steps that schedule
+    new requests (a decode step's call only finds an empty list), as ``CallLog`` timed
+    itself before the timing moved here."""
+    from ttlpolicy_vllm.recording import CallLog
+
+    total = [0.0]
+
+    def timed(method: Any, when: Any = None) -> Any:
+        def wrapper(log: Any, *args: Any) -> Any:
+            if when is not None and not when(*args):
+                return method(log, *args)
+            t0 = time.perf_counter()
+            try:
+                return method(log, *args)
+            finally:
+                total[0] += time.perf_counter() - t0
+
+        return wrapper
+
+    setattr(CallLog, "arrived", timed(CallLog.arrived))  # noqa: B010  (patched for the run)
+    setattr(CallLog, "finished", timed(CallLog.finished))  # noqa: B010
+    setattr(CallLog, "scheduled", timed(CallLog.scheduled, lambda out: out.scheduled_new_reqs))  # noqa: B010
+    return total
 
 
 def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float]:
@@ -31,6 +64,7 @@ def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float
 
     from vllm_engine import build_tiny_model, make_engine
 
+    busy_s = timed_call_log()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TTLPOLICY_RECORD"] = str(Path(tmp) / "rec")
         try:
@@ -57,7 +91,7 @@ def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float
                 ]
         sched.call_log.close()
         stats = sched.ttl_stats()
-        recorded = sched.call_log.busy_s
+        recorded = busy_s[0]
         writer = sched.call_log.recorder.writer_s
         engine.llm.llm_engine.engine_core.shutdown()
     steps = stats["schedule_calls"]
@@ -69,6 +103,60 @@ def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float
         "record_share_of_adapter": recorded / stats["adapter_s"],
         "writer_us_per_step": writer / steps * 1e6,
     }
+
+
+def hot_path_cpu_us(calls: int = 4000, rounds: int = 7) -> dict[str, float]:
+    """CPU microseconds per call of ``CallLog``'s hot path (arrived, its share of a step's
+    ``scheduled`` with 8 new requests, finished and buffered), on real vLLM ``Request``
+    objects of 256 prompt tokens; the writer thread held off; the least of ``rounds``."""
+    from vllm import SamplingParams
+    from vllm.utils.hashing import sha256_cbor
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request, RequestStatus
+
+    from ttlpolicy.ids import OPEN_TENANCY
+    from ttlpolicy.serving import RecordSettings
+    from ttlpolicy_vllm.identity import program_of
+    from ttlpolicy_vllm.recording import CallLog
+
+    init_none_hash(sha256_cbor)
+    hasher = get_request_block_hasher(32, sha256_cbor)
+    reqs = []
+    for i in range(calls):
+        params = SamplingParams(max_tokens=8, extra_args={"program_id": f"p{i % 8}"})
+        r = Request(f"r{i}", list(range(3, 259)), params, None, block_hasher=hasher)
+        r.status = RequestStatus.FINISHED_STOPPED
+        reqs.append(r)
+    infos = [program_of(r, OPEN_TENANCY) for r in reqs]
+    steps = [
+        SimpleNamespace(
+            scheduled_new_reqs=[
+                SimpleNamespace(req_id=r.request_id, num_computed_tokens=64)
+                for r in reqs[i : i + 8]
+            ]
+        )
+        for i in range(0, calls, 8)
+    ]
+    best: dict[str, float] = {}
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = CallLog(RecordSettings(Path(tmp)), 32, OPEN_TENANCY, time.monotonic)
+            log.recorder.batch_calls, log.recorder.flush_interval_s = 1 << 30, 1e9
+            t = [time.thread_time()]
+            for r in reqs:
+                log.arrived(r)
+            t.append(time.thread_time())
+            for s in steps:
+                log.scheduled(s)
+            t.append(time.thread_time())
+            for r, info in zip(reqs, infos, strict=True):
+                log.finished(r, info, "bash")
+            t.append(time.thread_time())
+            log.close()
+        for name, a, b in zip(("arrived", "scheduled", "finished"), t, t[1:], strict=False):
+            best[name] = min(best.get(name, math.inf), (b - a) / calls * 1e6)
+    best["total"] = sum(best.values())
+    return best
 
 
 def recorder_alone(prompt_tokens: int, calls: int, agentic: bool) -> float:
@@ -117,6 +205,10 @@ def main() -> None:
         f"{r['adapter_us_per_step']:.1f} µs/step, recording {r['record_us_per_step']:.2f} "
         f"µs/step = {100 * r['record_share_of_adapter']:.2f} % of the adapter's time; "
         f"writer thread {r['writer_us_per_step']:.2f} µs/step"
+    )
+    hot = hot_path_cpu_us()
+    print(
+        "hot path, CPU time: " + ", ".join(f"{k} {v:.2f}" for k, v in hot.items()) + " µs per call"
     )
     for n in (8192, 32768):
         for agentic in (True, False):

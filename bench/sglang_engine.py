@@ -255,6 +255,9 @@ class MiniScheduler:
             self.cache.req_to_token_pool.write((row, slice(0, req.prefix_len)), prefix)
         self.cache.req_to_token_pool.write((row, slice(req.prefix_len, fill)), new)
         req.kv.cache_protected_len = req.prefix_len
+        if not req.retracted_stain:  # ScheduleBatch.prepare_for_extend's count (usage's)
+            req.cached_tokens += req.prefix_len - req.already_computed
+            req.already_computed = fill
         req.kv.kv_committed_len = req.kv.kv_allocated_len = fill
         req.extend_end = fill
         self.running[req.rid] = req

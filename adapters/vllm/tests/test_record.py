@@ -9,7 +9,6 @@ prefix is the same whole blocks in vLLM (32-token blocks) and in the simulator."
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ttlpolicy.cli import main as cli_main
+from engine_fixtures import recorded_programs, simulated_summary
 from ttlpolicy.traces import read_trace
 from vllm_engine import Engine, make_engine
 
@@ -83,10 +82,7 @@ def test_compare_on_the_recording_gives_back_the_live_run(
 ) -> None:
     folder, live, _ = recorded
     assert live["hit_tokens"] > 0  # (the check below is about something)
-    out = tmp_path / "compare.json"
-    argv = ["compare", "--trace", str(folder), "--policies", "vllm", "--concurrency", "4"]
-    assert cli_main([*argv, "--json", str(out)]) == 0
-    summary = json.loads(out.read_text())["results"][0]["summary"]
+    summary = simulated_summary(folder, tmp_path)
     for key, value in live.items():
         assert summary[key] == pytest.approx(value, rel=0.02), key
 
@@ -95,14 +91,9 @@ def test_the_recording_holds_programs_gaps_and_no_content(
     recorded: tuple[Path, dict[str, int], list[float]],
 ) -> None:
     folder, live, _ = recorded
-    records = list(read_trace(folder))
-    assert len(records) == live["calls"]
-    sessions: dict[str, list[Any]] = {}
-    for r in records:
-        sessions.setdefault(r.session_id, []).append(r)
-    named = [s for s in sessions.values() if len(s) > 1]
-    assert len(named) == PROGRAMS and all(len(s) == TURNS for s in named)
-    assert len(sessions) == PROGRAMS + TURNS  # each anonymous call its own program
+    named = recorded_programs(
+        folder, calls=live["calls"], programs=PROGRAMS, turns=TURNS, anonymous=TURNS
+    )
     for s in named:
         # the engine's clock moved only between rounds: each turn waited one tool gap
         assert [r.think_time_s for r in s[1:]] == [TOOL_GAP_S] * (TURNS - 1)

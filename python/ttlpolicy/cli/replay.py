@@ -14,6 +14,8 @@ the tool gaps), TTFT, output throughput, the cached share of prompt tokens the s
 (vLLM: ``--enable-prompt-tokens-details``) beside the share the trace's prefixes allow.
 ``--ab URL2`` plays the same arrivals against a second server and prints B / A.
 ``--capacity`` finds how many concurrent agents the server holds under ``--ttft-bound``.
+``--warm-prefix`` makes each program's first tokens (tool definitions and system prompt) one
+prefix shared by all, sent once before the run, as kv-cache-tester's replay warms them.
 Errors are counted; the run stops after ``--max-errors`` and, like Ctrl-C, still reports.
 """
 
@@ -211,6 +213,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="prompt text depends on it: change it for a cold start on a warm server",
     )
     parser.add_argument(
+        "--warm-prefix",
+        metavar="trace|TOKENS",
+        type=_warm_prefix,
+        default=None,
+        help="each program begins with one shared prefix, sent once before the run: its "
+        "session's tool_tokens + system_tokens (trace), or this many tokens (default: none)",
+    )
+    parser.add_argument(
         "--capacity",
         action="store_true",
         help="find the concurrent agents the server holds under --ttft-bound",
@@ -249,6 +259,21 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="write all results here (JSON)",
     )
+
+
+def _warm_prefix(text: str) -> str | int:
+    if text == "trace":
+        return text
+    return int_in(1, MAX_CONTEXT_TOKENS)(text)
+
+
+def _warm_up(replay: Replay, w: Workload) -> dict[str, Any] | None:
+    """The warm prefix sent to one server (None: no warm prefix)."""
+    block_tokens = w.programs[0].block_tokens
+    got = replay.warm_up(w.warm_blocks, block_tokens)
+    if got is None:
+        return None
+    return {"tokens": got.input_tokens, "latency_s": got.latency_s, "error": got.error}
 
 
 class _ProgressLine:
@@ -333,6 +358,7 @@ def run(args: argparse.Namespace) -> int:
     bars = [_ProgressLine(n, len(w.programs)) for n in names]
     for r, bar in zip(replays, bars, strict=True):
         r.progress = bar
+    warm = [_warm_up(r, w) for r in replays]
     results: list[tuple[RunResult, str, float]] = []
     if args.ab and args.ab_order == "concurrent":
         results = _concurrent(args, w, replays)
@@ -343,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
                 break  # Ctrl-C: B is not started
     for b in bars:
         b.close()
-    return _report(args, names, results, len(replays), meta)
+    return _report(args, names, results, len(replays), meta, warm)
 
 
 def _prepare(
@@ -369,6 +395,7 @@ def _prepare(
         think_cap_s=args.think_cap if args.think_cap >= 0 else None,
         human_turns=args.human_turns,
         max_output_tokens=args.max_output_tokens,
+        warm_prefix=args.warm_prefix,
     )
     calls = sum(len(p.calls) for p in w.programs)
     print(
@@ -385,6 +412,8 @@ def _prepare(
         "ids": args.ids,
         "max_context": max_context,
         "ab_order": args.ab_order if args.ab else None,
+        "warm_prefix": args.warm_prefix,
+        "warm_prefix_tokens": w.warm_blocks * w.programs[0].block_tokens,
     }
     return model, clients, w, meta
 
@@ -395,10 +424,12 @@ def _report(
     results: list[tuple[RunResult, str, float]],
     n_replays: int,
     meta: dict[str, Any],
+    warm: list[dict[str, Any] | None],
 ) -> int:
-    """The table (and B / A), warnings, the JSON; the exit code (130: interrupted, 1:
-    stopped by errors)."""
-    rows, out = [], []
+    """The table (and B / A), warnings, the JSON (``warm``: each server's warm-up); the exit
+    code (130: interrupted, 1: stopped by errors)."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    out: list[dict[str, Any]] = []
     for name, (res, load_name, load) in zip(names, results, strict=False):
         s = summary(res)
         rows.append((f"{name} {res.url}", s))
@@ -408,6 +439,7 @@ def _report(
                 "url": res.url,
                 "load_name": load_name,
                 "load": load,
+                "warm_up": warm[len(out)],
                 "summary": s,
                 "programs": program_rows(res),
             }
@@ -471,6 +503,7 @@ def _capacity(args: argparse.Namespace, w: Workload, client: Client, model: str,
     def measure(n: int) -> dict[str, Any]:
         c = Client(client.url, timeout_s=args.timeout)  # a client serves one run
         replay = Replay(c, _options(args, model, f"{args.salt}/agents{n}", args.step_duration))
+        _warm_up(replay, w)  # (each step's salt: its own warm prefix)
         res = replay.run_closed(w.closed(args.seed, cycle=True), n)
         s = summary(res)
         q = s[key]

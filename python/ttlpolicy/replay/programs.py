@@ -37,6 +37,7 @@ class Call:
     think_s: float  # the trace's gap before this call (0 for the first), before --time-scale
     tool: str | None  # what the call ended with in the trace (tool name or stop reason)
     hash_ids: tuple[int, ...]  # the call's full blocks (global ids)
+    common_blocks: int = 0  # its first blocks that are the warm shared prefix's (--warm-prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,7 @@ class Workload:
     programs: list[ReplayProgram]
     sim_programs: list[Program]  # the simulator's programs they were made from (same ids)
     open_loop: bool  # a request stream: one-call programs at their recorded times
+    warm_blocks: int = 0  # blocks of the warm shared prefix (the longest any call begins with)
 
     def poisson(self, rate_per_s: float, seed: int) -> list[tuple[float, ReplayProgram]]:
         """The simulator's Poisson arrivals (``sim.workload.poisson_arrivals``, same seed,
@@ -119,10 +121,13 @@ def load_programs(
     think_cap_s: float | None = 300.0,
     human_turns: str = "keep",
     max_output_tokens: int | None = None,
+    warm_prefix: str | int | None = None,
 ) -> Workload:
     """The programs of the trace at ``trace``: at most ``max_programs`` sessions (or
     requests of a stream), contexts capped at ``max_context`` tokens as the simulator caps
-    them, outputs at ``max_output_tokens``."""
+    them, outputs at ``max_output_tokens``.  ``warm_prefix``: each program's first tokens are
+    one prefix common to all (``"trace"``: its session file's ``tool_tokens +
+    system_tokens``; an int: that many tokens), in whole blocks (``common_prefix_blocks``)."""
     if not 1 <= max_programs <= MAX_PROGRAMS:
         raise ValueError(f"max_programs must be in [1, {MAX_PROGRAMS}], got {max_programs}")
     programs_trace = has_programs(trace)
@@ -133,6 +138,7 @@ def load_programs(
     if not records:
         raise ValueError(f"no requests in {str(trace)!r}")
     block_tokens = next((r.block_tokens for r in records if r.hash_ids), 0)
+    common = common_prefix_blocks(records, warm_prefix, block_tokens)
     scopes = HashScopes()
     hashes = [scopes.hash_ids(r) for r in records]
     if programs_trace:
@@ -144,24 +150,48 @@ def load_programs(
             think_cap_s=think_cap_s,
             human_turns=human_turns,
         )
-        by_session: dict[str, list[tuple[int, ...]]] = {}
-        for r, h in zip(records, hashes, strict=True):
-            by_session.setdefault(r.session_id, []).append(h)
+        by_session: dict[str, list[tuple[tuple[int, ...], int]]] = {}
+        for r, h, c in zip(records, hashes, common, strict=True):
+            by_session.setdefault(r.session_id, []).append((h, c))
         # A program's turns are its session's first records, in order (workload's contract).
         sessions = [by_session[p.program_id] for p in sim_programs]
     else:
         sim_programs = open_loop_programs(records, max_context=max_context)
-        sessions = [[h] for h in hashes]
+        sessions = [[hc] for hc in zip(hashes, common, strict=True)]
     out = []
     for p, session_hashes in zip(sim_programs, sessions, strict=True):
         calls = []
-        for t, h in zip(p.turns, session_hashes, strict=False):
+        for t, (h, c) in zip(p.turns, session_hashes, strict=False):
             full = t.input_tokens // block_tokens if block_tokens else 0
             out_tokens = t.output_tokens
             if max_output_tokens is not None:
                 out_tokens = min(out_tokens, max_output_tokens)
-            calls.append(Call(t.input_tokens, out_tokens, t.think_s, t.tool, h[:full]))
+            calls.append(
+                Call(t.input_tokens, out_tokens, t.think_s, t.tool, h[:full], min(c, full))
+            )
         out.append(ReplayProgram(p.program_id, tuple(calls), block_tokens, p.issue_s))
     if not out:
         raise ValueError(f"no programs in {str(trace)!r} (after --context-mode {context_mode})")
-    return Workload(out, sim_programs, not programs_trace)
+    warm = max((c.common_blocks for p in out for c in p.calls), default=0)
+    return Workload(out, sim_programs, not programs_trace, warm)
+
+
+def common_prefix_blocks(
+    records: list[TraceRecord], warm_prefix: str | int | None, block_tokens: int
+) -> list[int]:
+    """Per record, its leading blocks that are the warm shared prefix (whole blocks: a
+    partial one is the session's own)."""
+    if warm_prefix is None:
+        return [0] * len(records)
+    if not block_tokens:
+        raise ValueError("a warm prefix needs a trace with block hashes (this one has none)")
+    if warm_prefix == "trace":
+        if not any(r.common_prefix_tokens for r in records):
+            raise ValueError(
+                "--warm-prefix trace: the trace names no shared prefix (session files' "
+                "tool_tokens + system_tokens); give a number of tokens"
+            )
+        return [r.common_prefix_tokens // block_tokens for r in records]
+    if isinstance(warm_prefix, str) or warm_prefix < 0:
+        raise ValueError(f"warm_prefix must be 'trace' or tokens >= 0, got {warm_prefix!r}")
+    return [warm_prefix // block_tokens] * len(records)

@@ -22,6 +22,10 @@ block is ``block_tokens`` tokens.  What is exact and what is not:
 
 Tokens past a call's block hashes (its last partial block, or a trace without hashes) are
 words unique to the call (``call_key``), shared with no other call.
+
+A warm shared prefix (``replay --warm-prefix``): a call's first ``common_blocks`` blocks are
+the common prefix's (``common_block_words``: by position, under the run's salt alone), the same
+text in every program and every copy, as tool definitions and a system prompt are.
 """
 
 from __future__ import annotations
@@ -67,17 +71,33 @@ def block_words(salt: str, block_id: int, block_tokens: int) -> list[str]:
                   block_tokens)  # fmt: skip
 
 
+def common_block_words(salt: str, index: int, block_tokens: int) -> list[str]:
+    """The words of block ``index`` of the warm shared prefix under ``salt``."""
+    return _words(b"w\0" + salt.encode() + b"\0" + index.to_bytes(8, "little"), block_tokens)
+
+
 def prompt_words(
-    salt: str, hash_ids: Sequence[int], input_tokens: int, block_tokens: int, call_key: str
+    salt: str,
+    hash_ids: Sequence[int],
+    input_tokens: int,
+    block_tokens: int,
+    call_key: str,
+    *,
+    common_blocks: int = 0,
+    common_salt: str = "",
 ) -> list[str]:
     """The ``input_tokens`` words of a call: one block of words per hash id (as far as they
-    go), then words unique to ``call_key``."""
+    go; the first ``common_blocks`` the shared prefix's under ``common_salt``), then words
+    unique to ``call_key``."""
     if not 0 < input_tokens <= MAX_PROMPT_WORDS:
         raise ValueError(f"input_tokens must be in [1, {MAX_PROMPT_WORDS}], got {input_tokens}")
     words: list[str] = []
     if block_tokens > 0:
-        for h in hash_ids[: input_tokens // block_tokens]:
-            words.extend(block_words(salt, h, block_tokens))
+        for i, h in enumerate(hash_ids[: input_tokens // block_tokens]):
+            if i < common_blocks:
+                words.extend(common_block_words(common_salt, i, block_tokens))
+            else:
+                words.extend(block_words(salt, h, block_tokens))
     rest = input_tokens - len(words)
     if rest:
         seed = b"c\0" + salt.encode() + b"\0" + call_key.encode("utf-8", "surrogatepass")
@@ -88,5 +108,5 @@ def prompt_words(
 def prompt_text(
     salt: str, hash_ids: Sequence[int], input_tokens: int, block_tokens: int, call_key: str
 ) -> str:
-    """``prompt_words`` joined: the prompt sent to the server."""
+    """``prompt_words`` joined: the prompt sent to the server (no warm prefix)."""
     return "".join(prompt_words(salt, hash_ids, input_tokens, block_tokens, call_key))

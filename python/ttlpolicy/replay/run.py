@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .client import CallError, Client
 from .programs import ReplayProgram
-from .prompts import prompt_text
+from .prompts import prompt_words
 
 #: Hard cap on programs in flight (threads).
 MAX_INFLIGHT = 1024
@@ -81,11 +81,12 @@ class _Prefixes:
         self._seen: set[int] = set()
         self._lock = threading.Lock()
 
-    def hit_blocks(self, copy: str, hash_ids: tuple[int, ...]) -> int:
-        """Leading blocks of ``hash_ids`` sent before (a copy's text is its own: ``copy``)."""
-        keys, h = [], hash(copy)
-        for b in hash_ids:
-            h = hash((h, b))
+    def hit_blocks(self, copy: str, hash_ids: Sequence[int], common: int = 0) -> int:
+        """Leading blocks of ``hash_ids`` sent before (a copy's text is its own: ``copy``;
+        its first ``common`` blocks are the warm prefix's, every copy's)."""
+        keys, h = [], hash("\0warm")
+        for i, b in enumerate(hash_ids):
+            h = hash((h, i)) if i < common else hash((h, copy, b))
             keys.append(h)
         with self._lock:
             k = 0
@@ -123,13 +124,24 @@ class Replay:
     def _now(self) -> float:
         return time.perf_counter() - self._t0
 
+    def _prompt(
+        self, copy: str, hash_ids: Sequence[int], tokens: int, block_tokens: int, key: str,
+        common_blocks: int,
+    ) -> str:  # fmt: skip
+        """A prompt's text: a copy's own (``copy``), its warm prefix every copy's."""
+        words = prompt_words(
+            self.opt.salt + copy, hash_ids, tokens, block_tokens, key,
+            common_blocks=common_blocks, common_salt=self.opt.salt,
+        )  # fmt: skip
+        return "".join(words)
+
     def _body(self, p: ReplayProgram, i: int, copy: str) -> dict[str, Any]:
         c = p.calls[i]
         key = f"{copy}{p.program_id}\0{i}"
         body: dict[str, Any] = {
             "model": self.opt.model,
-            "prompt": prompt_text(
-                self.opt.salt + copy, c.hash_ids, c.input_tokens, p.block_tokens, key
+            "prompt": self._prompt(
+                copy, c.hash_ids, c.input_tokens, p.block_tokens, key, c.common_blocks
             ),
             "max_tokens": max(1, c.output_tokens),
             "temperature": 0.0,
@@ -155,7 +167,8 @@ class Replay:
                 if self.stop.is_set():
                     return
                 res.gaps_s += gap
-                ideal = self._prefixes.hit_blocks(copy, c.hash_ids) * p.block_tokens
+                hit = self._prefixes.hit_blocks(copy, c.hash_ids, c.common_blocks)
+                ideal = hit * p.block_tokens
                 start = self._now()
                 try:
                     out = self.client.complete(self._body(p, i, copy))
@@ -204,6 +217,33 @@ class Replay:
         return False
 
     # ---- the run --------------------------------------------------------------------------
+
+    def warm_up(self, blocks: int, block_tokens: int) -> CallResult | None:
+        """Send the warm shared prefix (``blocks`` blocks; every call that begins with it then
+        finds it cached) once, anonymous, before the run; not counted in the run's results.
+        A failed warm-up is counted as an error (kind ``warm-up:<kind>``); the run goes on."""
+        if blocks <= 0:
+            return None
+        n = blocks * block_tokens
+        ids = range(blocks)
+        body = {
+            "model": self.opt.model,
+            "prompt": self._prompt("", ids, n, block_tokens, "", blocks),
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }  # fmt: skip
+        self._prefixes.hit_blocks("", ids, blocks)
+        start = time.perf_counter()
+        try:
+            out = self.client.complete(body)
+        except CallError as e:
+            self._count_error(f"warm-up:{e.kind}")
+            return CallResult(-1, 0.0, time.perf_counter() - start, None, n, None, None, None,
+                              0, error=e.kind)  # fmt: skip
+        return CallResult(
+            -1, 0.0, out.latency_s, out.ttft_s, n, out.prompt_tokens, out.cached_tokens,
+            out.completion_tokens, 0,
+        )  # fmt: skip
 
     def _tick(self) -> None:
         if self.opt.duration_s is not None and self._now() >= self.opt.duration_s:

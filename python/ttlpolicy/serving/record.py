@@ -147,7 +147,7 @@ class Recorder:
         )
         # calls not written yet: appended by ``call``, taken by the writer (deque: both ends
         # are safe from two threads)
-        self._buffer: deque[_Call] = deque()
+        self._buffer: deque[tuple[Any, ...]] = deque()
         self._last_flush_s = clock()
         self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
         self._file: BinaryIO | None = None
@@ -189,11 +189,15 @@ class Recorder:
         the adapter keys them, times on the recorder's clock, token counts, and the engine's
         block hashes (bytes or int; chained) of its prompt's full blocks.  (The caller
         times it: a clock reading here would be a good part of its cost.)"""
-        if len(self._buffer) >= MAX_BUFFERED_CALLS:
+        buffer = self._buffer
+        buffered = len(buffer)
+        if buffered >= MAX_BUFFERED_CALLS:
             self.calls_dropped += 1
         else:
-            self._buffer.append(
-                _Call(
+            # a plain tuple, named (``_Call``) by the writer: a NamedTuple's construction was
+            # a third of this method's time (bench/record_overhead.py)
+            buffer.append(
+                (
                     program_id,
                     tenant,
                     arrival_s,
@@ -207,7 +211,7 @@ class Recorder:
                 )
             )
             if (
-                len(self._buffer) >= self.batch_calls
+                buffered + 1 >= self.batch_calls
                 or finish_s - self._last_flush_s >= self.flush_interval_s
             ):
                 self._last_flush_s = finish_s
@@ -319,7 +323,7 @@ class Recorder:
     def _write_batch(self) -> None:
         buffer, calls = self._buffer, []
         while buffer:
-            calls.append(buffer.popleft())
+            calls.append(_Call._make(buffer.popleft()))
         if not calls:
             return
         limit = self.settings.file_bytes

@@ -68,6 +68,7 @@ def _agentic_requests(
     offset_s: float,
     where: str,
     scope: str,
+    common_tokens: int = 0,
 ) -> Iterator[TraceRecord]:
     if not isinstance(requests, list):
         raise TraceFormatError(path, where.rstrip(".") or "session", "requests", "must be a list")
@@ -96,10 +97,13 @@ def _agentic_requests(
             think_time_s=_num(path, rwhere, req, "think_time", default=0.0),
             api_time_s=_num(path, rwhere, req, "api_time", default=None),
             hash_scope=scope,
+            common_prefix_tokens=common_tokens,
         )
         index += 1
     for sid, reqs, t0, swhere in subagents:
-        yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere, scope)
+        yield from _agentic_requests(
+            path, sid, reqs, block_tokens, t0, swhere, scope, common_tokens
+        )
 
 
 def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
@@ -119,7 +123,11 @@ def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
     block_tokens = _int(p, "session", doc, "block_size")
     # Only an explicit "global" scope lets ids meet across files.
     scope = "" if doc.get("hash_id_scope") == "global" else session_id
-    yield from _agentic_requests(p, session_id, doc.get("requests"), block_tokens, 0.0, "", scope)
+    # the tool definitions and system prompt every session begins with (optional fields)
+    common = sum(_int(p, "session", doc, k) for k in ("tool_tokens", "system_tokens") if k in doc)
+    yield from _agentic_requests(
+        p, session_id, doc.get("requests"), block_tokens, 0.0, "", scope, common
+    )
 
 
 def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:

@@ -43,6 +43,9 @@ class TraceRecord:
     think_time_s: float  # gap before this request: tool time after tool_use, else human time
     api_time_s: float | None  # how long the original API took to answer, when recorded
     hash_scope: str = ""  # "": hash ids are global; else ids are unique only within this scope
+    # leading tokens of its session every session of its source shares (an agentic file's
+    # tool_tokens + system_tokens: tool definitions and system prompt); 0: not recorded
+    common_prefix_tokens: int = 0
 
 
 def open_text(path: str | Path) -> IO[str]:

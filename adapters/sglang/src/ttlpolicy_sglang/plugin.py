@@ -5,7 +5,8 @@ SGLang's launcher, engine and each scheduler process call ``load_plugins()``, wh
 registers the ``ttlpolicy`` radix-cache backend, the waiting-queue ordering hook, the
 load-control hook on the prefill admission and the hook that reads an agent client's session
 headers (``headers.py``).  All are inert unless the server is started with
-the backend selected.
+the backend selected.  With ``TTLPOLICY_RECORD`` set, a hook on the tree's release records
+the calls served, with or without the backend (``recording``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from sglang.srt.mem_cache.registry import (
 )
 from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
+from ttlpolicy.serving.knobs import record_from_env
+
 from .cache import TTLRadixCache
 from .headers import BACKEND, ROUTING_KEY_TARGET, routing_key_from_session
 from .ordering import ADMISSION_TARGET, TARGET, admit_by_program, calc_priority_by_program
+from .recording import RECORD_TARGET, record_on_release
 
 __all__ = ["BACKEND", "build_cache", "register"]
 
@@ -48,3 +52,5 @@ def register() -> None:
         HookRegistry.register(TARGET, calc_priority_by_program, HookType.AROUND)
         HookRegistry.register(ADMISSION_TARGET, admit_by_program, HookType.AROUND)
         HookRegistry.register(ROUTING_KEY_TARGET, routing_key_from_session, HookType.AROUND)
+        if record_from_env() is not None:  # (a bad value stops the start)
+            HookRegistry.register(RECORD_TARGET, record_on_release, HookType.AROUND)

@@ -45,33 +45,26 @@ class CallLog:
         self.tenancy, self.clock = tenancy, clock
         # [arrival s, cached tokens (-1: not scheduled yet)] of live requests: popped when freed
         self._calls: dict[str, list[float]] = {}
-        self.busy_s = 0.0  # time spent here, recorder included, s (bench/record_overhead.py)
+        # (not timed here: four clock readings were a tenth of a call's cost; the bench
+        # times these methods from outside, bench/record_overhead.py)
 
     def arrived(self, request: Request) -> None:
-        t0 = time.perf_counter()
         self._calls[request.request_id] = [self.clock(), -1]
-        self.busy_s += time.perf_counter() - t0
 
     def scheduled(self, out: Any) -> None:
         """A step was scheduled (``out``, a SchedulerOutput): its first-scheduled requests'
         prefix hits."""
-        new_reqs = out.scheduled_new_reqs
-        if new_reqs:  # (most steps only decode)
-            t0 = time.perf_counter()
-            for new in new_reqs:
-                call = self._calls.get(new.req_id)
-                if call is not None and call[1] < 0:
-                    call[1] = new.num_computed_tokens
-            self.busy_s += time.perf_counter() - t0
+        for new in out.scheduled_new_reqs:  # (most steps only decode: none)
+            call = self._calls.get(new.req_id)
+            if call is not None and call[1] < 0:
+                call[1] = new.num_computed_tokens
 
     def finished(self, request: Request, info: ProgramInfo | None, tool: str | None) -> None:
         """``request`` is freed (its program ``info``, None: anonymous; ``tool``: what it
         ended with); recorded when it stopped on its own."""
-        t0 = time.perf_counter()
         call = self._calls.pop(request.request_id, None)
         if call is not None and request.status in _STOPPED:
             self._record(request, info, tool, call[0], max(0, int(call[1])))
-        self.busy_s += time.perf_counter() - t0
 
     def _record(
         self,
