@@ -58,6 +58,7 @@ from ttlpolicy.toolcalls import tool_name as parse_tool_name
 from .identity import ProgramInfo, program_of, request_key, tenant_of
 from .inference import HASH_BLOCK_TOKENS, token_hashes
 from .pins import TreeLockPins, continuation_point
+from .recording import INFERRED_PROGRAM_ATTR
 
 # under "sglang." so that SGLang's logging configuration applies
 logger = logging.getLogger("sglang.ttlpolicy")
@@ -202,6 +203,7 @@ class ProgramTracker:
             tenant = tenant_of(req, self.tenancy)
             hashes = token_hashes(req.origin_input_ids)
             info = self.inferred.arrive(key, tenant, hashes, now)
+            setattr(req, INFERRED_PROGRAM_ATTR, info)  # the program a recording writes
         if info is not None:
             self._claim_pin(info.program_id, req.origin_input_ids)
         program_id = self._program_id(key, info)
