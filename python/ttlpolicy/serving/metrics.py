@@ -62,7 +62,6 @@ class AdapterMetrics:
     returns_missed_budget_full: int = 0  # ... whose pin did not fit the pin budget
     programs_ended: int = 0  # programs ended: last turn, abort, end of program
     admission_refusals: int = 0  # programs held back by load control, once per wait
-    pin_claims_refused: int = 0  # requests naming a pinned program without continuing it
     calls_linked: int = 0  # calls without an id linked to a program from their prompt
     calls_forked: int = 0  # ... linked as a fork of a program with a call running
     calls_new_program: int = 0  # ... that started a new program (nothing matched)

@@ -89,12 +89,6 @@ METRICS: dict[str, MetricSpec] = {
         "Returning requests that found no pin of their program, by cause.",
         labels=("cause",),
     ),
-    "pin_claims_refused": MetricSpec(
-        P + "pin_claims_refused",
-        "counter",
-        "Requests that named a pinned program without continuing its context (served as"
-        " anonymous; the pin kept).",
-    ),
     "calls_linked": MetricSpec(
         P + "calls_linked",
         "counter",
