@@ -129,3 +129,24 @@ def test_a_continuing_call_takes_the_pin_and_supersedes_nothing(ttl) -> None:
     hit, whole = owner_return_after(ttl, 16, lambda e, p, program: None)
     assert hit == whole
     assert ttl.scheduler.ttl_stats()["contexts_superseded"] == superseded
+
+
+@pytest.mark.parametrize(
+    ("salt", "sees"), [("salt-b", False), (None, False), ("salt-a", True)],
+    ids=["other-tenant", "no-salt", "same-tenant"],
+)  # fmt: skip
+def test_a_pin_keeps_nothing_probe_able_by_another_tenant(ttl, salt, sees) -> None:
+    """A timing probe (issue 44): while the owner's context is pinned, a request of another
+    tenant (or of none) sending the owner's very prompt finds none of it cached — vLLM keys
+    block hashes by ``cache_salt`` — so the pin holds nothing another tenant can time; within
+    the tenant (the trust boundary) the same probe does find it."""
+    p, program = Prompts(ttl, 17), "p17"
+    a1 = p(TURN1_PROMPT)
+    out1 = ttl.turn(a1, TURN1_OUT, program_id=program, tool="bash", cache_salt="salt-a")
+    assert ttl.scheduler.pins.held_blocks() == 7
+    probe = ttl.turn(a1, 1, cache_salt=salt)
+    assert (probe.num_cached_tokens > 0) is sees
+    back = ttl.turn(
+        context_of(a1, out1) + p(20), 4, program_id=program, last_turn=True, cache_salt="salt-a"
+    )
+    assert back.num_cached_tokens == 7 * BLOCK  # the probe took nothing from the owner
