@@ -436,7 +436,9 @@ def adapter_env(policy: str, hw: Hardware) -> dict[str, str]:
     """TTLScheduler's knobs for the simulator's policy ``policy``: the same ``PolicyConfig``
     (load-control switches as the simulator's plug-in sets them) and pin budget."""
     plugin = make_policy(policy)
-    switches = getattr(plugin, "_switches", {"admission": False, "evict_by_next_use": False})
+    switches = getattr(
+        plugin, "load_control_switches", {"admission": False, "evict_by_next_use": False}
+    )
     cfg = {"kv_bytes_per_token": hw.kv_bytes_per_token, **switches}
     budget = getattr(plugin, "pin_budget_fraction", 0.5)
     return {"TTLPOLICY_POLICY": json.dumps(cfg), "TTLPOLICY_PIN_BUDGET_FRACTION": str(budget)}
