@@ -221,14 +221,13 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             free(request)
 
         kvm.free = drop_last
-    if "o" in knobs and hasattr(sched, "_order_free_blocks"):
-        order = sched._order_free_blocks
+    if "o" in knobs and hasattr(sched, "order_free_blocks"):
+        order = sched.order_free_blocks
 
-        def every_step(now: float) -> None:
-            sched._eviction_stale = True
-            order(now)
+        def every_step(now: float, *, force: bool = False) -> None:
+            order(now, force=True)
 
-        sched._order_free_blocks = every_step
+        sched.order_free_blocks = every_step
 
 
 def _runner_output(sched: Any, out: Any) -> Any:
