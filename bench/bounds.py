@@ -115,13 +115,13 @@ def make_variant(spec: str) -> Policy:
             raise ValueError(
                 f"policy {spec[:64]!r}: {key} value {value[:64]!r} is not JSON"
             ) from None
-    engine_config = policy._default_config  # (the plug-in's config for the engine it binds)
+    engine_config = policy.default_config  # (the plug-in's config for the engine it binds)
 
     def configured(view: object) -> PolicyConfig:
         # validated: a bad field value fails here, naming the field
         return PolicyConfig(**{**engine_config(view).model_dump(), **update})  # type: ignore[arg-type]
 
-    policy._default_config = configured  # type: ignore[method-assign]
+    policy.default_config = configured  # type: ignore[method-assign]
     policy.name = spec
     PolicyConfig(**update)  # (a bad value fails before the first run, not inside it)
     return policy

@@ -96,9 +96,9 @@ class _PriceLog:
         stepped = policy.stepped
 
         def logged(chunks: Any, step_s: float) -> None:
-            before = len(policy._unstarted)
+            before = len(policy.unstarted_calls)
             stepped(chunks, step_s)
-            if len(policy._unstarted) < before:  # a first chunk ran: one sample
+            if len(policy.unstarted_calls) < before:  # a first chunk ran: one sample
                 self.prices.append([policy.ttl_policy.miss_cost_s(n) for n in PRICE_TOKENS])
 
         policy.stepped = logged  # type: ignore[method-assign]

@@ -221,14 +221,13 @@ def engine_like_sim(sched: Any, knobs: str) -> None:
             free(request)
 
         kvm.free = drop_last
-    if "o" in knobs and hasattr(sched, "_order_free_blocks"):
-        order = sched._order_free_blocks
+    if "o" in knobs and hasattr(sched, "order_free_blocks"):
+        order = sched.order_free_blocks
 
-        def every_step(now: float) -> None:
-            sched._eviction_stale = True
-            order(now)
+        def every_step(now: float, *, force: bool = False) -> None:
+            order(now, force=True)
 
-        sched._order_free_blocks = every_step
+        sched.order_free_blocks = every_step
 
 
 def _runner_output(sched: Any, out: Any) -> Any:
@@ -436,7 +435,9 @@ def adapter_env(policy: str, hw: Hardware) -> dict[str, str]:
     """TTLScheduler's knobs for the simulator's policy ``policy``: the same ``PolicyConfig``
     (load-control switches as the simulator's plug-in sets them) and pin budget."""
     plugin = make_policy(policy)
-    switches = getattr(plugin, "_switches", {"admission": False, "evict_by_next_use": False})
+    switches = getattr(
+        plugin, "load_control_switches", {"admission": False, "evict_by_next_use": False}
+    )
     cfg = {"kv_bytes_per_token": hw.kv_bytes_per_token, **switches}
     budget = getattr(plugin, "pin_budget_fraction", 0.5)
     return {"TTLPOLICY_POLICY": json.dumps(cfg), "TTLPOLICY_PIN_BUDGET_FRACTION": str(budget)}

@@ -317,7 +317,7 @@ class _Probe:
         self._held_idle = 0
         self._held_admitted = 0
         self._held_working = 0
-        gate = getattr(policy, "_gate", None)
+        gate = getattr(policy, "admission_gate", None)
         self.lost_by_gap: dict[str, float] = {}  # recomputed prompt tokens by the gap before
         self._last_finish: dict[str, float] = {}
         # pins made, and how they ended: taken by the program's next call ("hit": at its
@@ -388,7 +388,7 @@ def run(hw, name: str, programs: list, rate: float, seed: int):
     engine.add_programs(poisson_arrivals(programs, rate, seed))
     metrics = engine.run()
     pins = probe.pins
-    left = len(engine.kv._pins)  # pins still held when the run ends
+    left = engine.kv.pins_held  # pins still held when the run ends
     pins["hit"] = pins["made"] - pins["expired"] - pins["reclaimed"] - left
     return metrics, probe, engine
 

@@ -62,11 +62,11 @@ def run_figures(m, programs: list[str]) -> dict[str, float]:
 
 class CPUPeak:
     """The CPU tier's peak use (share of its capacity) while the block runs: the simulator's
-    tier keeps no peak, so its writes are watched (``KVCache._to_cpu``) and put back after."""
+    tier keeps no peak, so its writes are watched (``KVCache.to_cpu``) and put back after."""
 
     def __enter__(self) -> CPUPeak:
         self.fraction = 0.0
-        self._orig = orig = KVCache._to_cpu
+        self._orig = orig = KVCache.to_cpu
         peak = self
 
         def watched(kv: KVCache, program: str, start: int, end: int) -> None:
@@ -74,11 +74,11 @@ class CPUPeak:
             if kv.cpu_capacity and kv.cpu_used > peak.fraction * kv.cpu_capacity:
                 peak.fraction = kv.cpu_used / kv.cpu_capacity
 
-        KVCache._to_cpu = watched  # type: ignore[assignment,method-assign]
+        KVCache.to_cpu = watched  # type: ignore[assignment,method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        KVCache._to_cpu = self._orig  # type: ignore[method-assign]
+        KVCache.to_cpu = self._orig  # type: ignore[method-assign]
 
 
 def why(hw, policy, m, cpu_peak: float) -> dict[str, float]:

@@ -106,9 +106,8 @@ def replay(
     timed = TimedPolicy(manager._policy)
     inner = manager._policy
     now = [0.0]
-    if hasattr(inner, "clock"):
-        inner.clock = lambda: now[0]
-        inner._t0 = 0.0
+    if hasattr(inner, "use_clock"):
+        inner.use_clock(lambda: now[0])
     manager._policy = timed
     stats = ReplayStats(policy, capacity_chunks)
     program_hints.clear()

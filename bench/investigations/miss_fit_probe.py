@@ -56,7 +56,7 @@ class ChunkAwareFit:
         self.coef: np.ndarray | None = None
 
     def stepped(self, chunks: list[tuple[Call, int]], step_s: float) -> None:
-        unstarted = self.plugin._unstarted
+        unstarted = self.plugin.unstarted_calls
         tokens = attn = 0.0
         for call, n in chunks:
             if call.call_id in unstarted:

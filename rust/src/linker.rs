@@ -301,36 +301,48 @@ impl ProgramLinker {
             (Some(t), Some((_, h))) => self.index.get(&(t, h)).cloned(),
             _ => None,
         };
-        let g = found.map(|(g, _)| g);
-        if let Some(name) = program {
-            let t = self.intern(tenant);
-            let serial = self.named.get(&(t, Arc::from(name))).copied();
-            let kind = if serial.is_some() {
-                LinkKind::Continue
-            } else {
-                LinkKind::New
-            };
-            let serial = match serial {
-                Some(s) => s,
-                None => self.new_program(t, Some(Arc::from(name))),
-            };
-            let prog = self.touch(serial);
-            prog.live += 1;
-            let context = prog.context_blocks;
-            let depth = match (&entry, g) {
-                (Some(e), Some(g)) if !e.ambiguous && e.program == serial => g as i64 + 1,
-                _ => 0,
-            };
-            return Ok(Link {
-                kind,
-                program: ProgramKey::Named(Arc::from(name)),
-                parent: None,
-                depth_blocks: depth,
-                context_blocks: context,
-            });
+        let deepest = entry.zip(found.map(|(g, _)| g));
+        match program {
+            Some(name) => Ok(self.link_named(tenant, name, deepest)),
+            None => Ok(self.link_inferred(tenant, deepest)),
         }
-        let matched = match (&entry, g) {
-            (Some(e), Some(g)) if !e.ambiguous => self.programs.get(&e.program).and_then(|p| {
+    }
+
+    /// `link` of a call that names its program: continues it, or makes it; `deepest`: the
+    /// deepest recorded point's entry and position (its depth counts if it is the program's).
+    fn link_named(&mut self, tenant: &str, name: &str, deepest: Option<(Entry, u64)>) -> Link {
+        let t = self.intern(tenant);
+        let serial = self.named.get(&(t, Arc::from(name))).copied();
+        let kind = if serial.is_some() {
+            LinkKind::Continue
+        } else {
+            LinkKind::New
+        };
+        let serial = match serial {
+            Some(s) => s,
+            None => self.new_program(t, Some(Arc::from(name))),
+        };
+        let prog = self.touch(serial);
+        prog.live += 1;
+        let context = prog.context_blocks;
+        let depth = match deepest {
+            Some((e, g)) if !e.ambiguous && e.program == serial => g as i64 + 1,
+            _ => 0,
+        };
+        Link {
+            kind,
+            program: ProgramKey::Named(Arc::from(name)),
+            parent: None,
+            depth_blocks: depth,
+            context_blocks: context,
+        }
+    }
+
+    /// `link` of a call without a program id: the program whose unambiguous point it reaches
+    /// deep enough continues (a fork when that program has a call running), else a new one.
+    fn link_inferred(&mut self, tenant: &str, deepest: Option<(Entry, u64)>) -> Link {
+        let matched = match deepest {
+            Some((e, g)) if !e.ambiguous => self.programs.get(&e.program).and_then(|p| {
                 let keeps = (g + 1) as f64 >= self.min_depth_fraction * p.prompt_blocks as f64;
                 keeps.then_some((e.program, p.live, p.context_blocks, g))
             }),
@@ -338,37 +350,33 @@ impl ProgramLinker {
         };
         let t = self.intern(tenant);
         let Some((parent, live, context, g)) = matched else {
-            let serial = self.new_program(t, None);
-            self.programs.get_mut(&serial).expect("just made").live += 1;
-            return Ok(Link {
+            return Link {
                 kind: LinkKind::New,
-                program: ProgramKey::Linked(serial),
+                program: ProgramKey::Linked(self.new_live_program(t)),
                 parent: None,
                 depth_blocks: 0,
                 context_blocks: 0,
-            });
+            };
         };
         if live > 0 {
             self.touch(parent);
             let parent_key = self.key(parent);
-            let serial = self.new_program(t, None);
-            self.programs.get_mut(&serial).expect("just made").live += 1;
-            return Ok(Link {
+            return Link {
                 kind: LinkKind::Fork,
-                program: ProgramKey::Linked(serial),
+                program: ProgramKey::Linked(self.new_live_program(t)),
                 parent: Some(parent_key),
                 depth_blocks: g as i64 + 1,
                 context_blocks: context,
-            });
+            };
         }
         self.touch(parent).live += 1;
-        Ok(Link {
+        Link {
             kind: LinkKind::Continue,
             program: self.key(parent),
             parent: None,
             depth_blocks: g as i64 + 1,
             context_blocks: context,
-        })
+        }
     }
 
     /// A call of `program` ended: records its turn end (`hashes`: its prompt's blocks, then
@@ -391,35 +399,10 @@ impl ProgramLinker {
             None => n,
             Some(k) => int_in("prompt_blocks", k, 0, n as i64)? as u64,
         };
-        let mut points: Vec<u64> = Vec::new();
-        for end in [k, n] {
-            for p in grid_positions(end) {
-                let h = hashes.hash_at(p as usize)?;
-                if !points.contains(&h) {
-                    points.push(h);
-                }
-            }
-        }
+        let points = turn_end_points(hashes, k, n)?;
         self.advance(now);
-        let serial = match program {
-            ProgramKey::Named(name) => {
-                let t = self.intern(tenant);
-                match self.named.get(&(t, name.clone())) {
-                    Some(&s) => s,
-                    None => self.new_program(t, Some(name.clone())),
-                }
-            }
-            ProgramKey::Linked(s) => {
-                let known = self.tenants.get(tenant).and_then(|&t| {
-                    self.programs
-                        .get(s)
-                        .filter(|p| p.tenant == t && p.name.is_none())
-                });
-                if known.is_none() {
-                    return Ok(false);
-                }
-                *s
-            }
+        let Some(serial) = self.finished_serial(tenant, program) else {
+            return Ok(false);
         };
         let prog = self.touch(serial);
         prog.live = (prog.live - 1).max(0);
@@ -428,6 +411,31 @@ impl ProgramLinker {
             self.forget_if_idle(serial);
             return Ok(true);
         }
+        self.record_turn_end(t, serial, points, now);
+        let prog = self.programs.get_mut(&serial).expect("touched");
+        prog.context_blocks = n as i64;
+        prog.prompt_blocks = k as i64;
+        Ok(true)
+    }
+
+    /// The serial of the program a call of `tenant` finished in: a named program is made
+    /// when unknown; None for a linked key the linker does not know for the tenant.
+    fn finished_serial(&mut self, tenant: &str, program: &ProgramKey) -> Option<u64> {
+        match program {
+            ProgramKey::Named(name) => {
+                let t = self.intern(tenant);
+                Some(match self.named.get(&(t, name.clone())) {
+                    Some(&s) => s,
+                    None => self.new_program(t, Some(name.clone())),
+                })
+            }
+            ProgramKey::Linked(_) => self.serial(tenant, program),
+        }
+    }
+
+    /// Records a turn end of program `serial` (tenant `t`) at `points`, the oldest turn ends
+    /// dropped first to keep at most `max_turn_ends`.
+    fn record_turn_end(&mut self, t: u64, serial: u64, points: Vec<u64>, now: f64) {
         // (counted first: making room must not forget this program)
         self.touch(serial).turn_ends += 1;
         while self.turn_ends.len() as i64 >= self.max_turn_ends {
@@ -455,10 +463,6 @@ impl ProgramLinker {
             time_s: now,
             hashes: points.into_boxed_slice(),
         });
-        let prog = self.programs.get_mut(&serial).expect("touched");
-        prog.context_blocks = n as i64;
-        prog.prompt_blocks = k as i64;
-        Ok(true)
     }
 
     /// The program is done: forgotten. `Ok(false)`: it was not known.
@@ -670,6 +674,13 @@ impl ProgramLinker {
         serial
     }
 
+    /// A new linked program of tenant `t` with one call running.
+    fn new_live_program(&mut self, t: u64) -> u64 {
+        let serial = self.new_program(t, None);
+        self.programs.get_mut(&serial).expect("just made").live += 1;
+        serial
+    }
+
     fn touch(&mut self, serial: u64) -> &mut Program {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -705,6 +716,21 @@ impl ProgramLinker {
             self.tenants.remove(&gone.name);
         }
     }
+}
+
+/// The distinct hashes at the grid positions (`grid_positions`) of a turn end's prompt
+/// (`k` blocks) and of its whole context (`n` blocks): the points recorded for it.
+fn turn_end_points<H: BlockHashes>(hashes: &mut H, k: u64, n: u64) -> Result<Vec<u64>> {
+    let mut points: Vec<u64> = Vec::new();
+    for end in [k, n] {
+        for p in grid_positions(end) {
+            let h = hashes.hash_at(p as usize)?;
+            if !points.contains(&h) {
+                points.push(h);
+            }
+        }
+    }
+    Ok(points)
 }
 
 fn check_len(field: &str, n: usize) -> Result<u64> {

@@ -55,20 +55,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("bench", "_native"): "the benches time the native module itself, whatever the backend",
     ("ttlpolicy.serving", "_sum"): "prometheus_client's histogram, batched (see _batchable)",
 }
-#: Reach-ins waiting on a public name in files that other work owns now (issue 48): each
-#: ``file: name`` must still be found (remove it once fixed), and nothing else may be.
-PENDING = {
-    "bench/bounds.py: _default_config",  # sim.policies.ttlpolicy_plugin
-    "bench/fidelity_causes.py: _unstarted",  # sim.policies.ttlpolicy_plugin
-    "bench/fidelity_logic.py: _switches",  # sim.policies.ttlpolicy_plugin
-    "bench/onset_probe.py: _gate",  # sim.policies.ttlpolicy_plugin
-    "bench/investigations/miss_fit_probe.py: _unstarted",
-    "bench/rivals.py: _to_cpu",  # sim.kv_cache
-    "bench/onset_probe.py: _pins",  # sim.kv_cache
-    "bench/fidelity_logic.py: _eviction_stale",  # ttlpolicy_vllm.scheduler
-    "bench/fidelity_logic.py: _order_free_blocks",  # ttlpolicy_vllm.scheduler
-    "bench/vllm_offload_replay.py: _t0",  # ttlpolicy_vllm's replay client
-}
+#: Reach-ins waiting on a public name (issue 48): each ``file: name`` must still be found
+#: (remove it once fixed), and nothing else may be.  None left: keep it so.
+PENDING: set[str] = set()
 
 
 def private(name: str) -> bool:

@@ -96,6 +96,11 @@ class KVCache:
             room += self._held_common(program)
         return room
 
+    @property
+    def pins_held(self) -> int:
+        """How many programs hold a pin now (``pinned`` counts their blocks)."""
+        return len(self._pins)
+
     def chain_blocks(self, program: str) -> int:
         """The program's reusable GPU chain (its common prefix included)."""
         if self.common:
@@ -225,9 +230,12 @@ class KVCache:
                 if self.loading:
                     self.loading.pop(program, None)
             if self.cpu_capacity:
-                self._to_cpu(program, start + keep, start + keep + take)
+                self.to_cpu(program, start + keep, start + keep + take)
 
-    def _to_cpu(self, program: str, start: int, end: int) -> None:
+    def to_cpu(self, program: str, start: int, end: int) -> None:
+        """Writes blocks ``[start, end)`` of the program's chain, leaving the GPU, to the CPU
+        tier: the tier's one way in (the program's run there that begins at ``end`` joins them;
+        the least recently written runs give way when the tier is full)."""
         new_start, new_end = start, end  # the blocks written now; a run they extend was earlier
         cpu, capacity, used = self._cpu, self.cpu_capacity, self.cpu_used
         old = cpu.pop(program, None)
@@ -345,7 +353,7 @@ class KVCache:
         if chain == 0:
             return
         if verdict is _SWAP and self.cpu_capacity:
-            self._to_cpu(program, 0, chain)
+            self.to_cpu(program, 0, chain)
             return
         self._chain[program] = chain
         if verdict is _PIN:
@@ -371,7 +379,7 @@ class KVCache:
         own = chain - shared
         if verdict is _SWAP and self.cpu_capacity:
             if own:
-                self._to_cpu(program, shared, chain)
+                self.to_cpu(program, shared, chain)
         elif verdict is _PIN:
             self._pins[program] = own
             self.used += own

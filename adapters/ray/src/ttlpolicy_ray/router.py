@@ -77,7 +77,7 @@ from .identity import (
     tenant_of_request,
 )
 from .inference import prompt_hashes
-from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_KEY, REPORT_VERSION
+from .report import DEFAULT_MAX_EVICTED, DEFAULT_MAX_PINS, REPORT_VERSION, ReplicaReport
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -236,22 +236,21 @@ class TTLPolicyRouter(RequestRouter):
     # -- reports --------------------------------------------------------------------------
     def _apply_report(self, replica: RunningReplica, now: float, wall: float) -> None:
         iid = replica.replica_id.unique_id
-        stats = replica.routing_stats
-        rep = stats.get(REPORT_KEY) if isinstance(stats, dict) else None
-        if not isinstance(rep, dict):
+        rep = ReplicaReport.read(replica.routing_stats)
+        if rep is None:
             return  # not reported yet (or not a ttlpolicy replica)
-        seq = rep.get("seq")
+        seq = rep.seq
         if iid in self._seq and self._seq[iid] == seq:
             return  # applied (or ignored) already
         if iid in self._registered or iid in self._gone:  # (bounded: both are)
             self._seq[iid] = seq
         router = self.program_router
         try:
-            if rep.get("v") != REPORT_VERSION:
-                raise ValueError(f"v must be {REPORT_VERSION}, got {rep.get('v')!r}")
+            if rep.v != REPORT_VERSION:
+                raise ValueError(f"v must be {REPORT_VERSION}, got {rep.v!r}")
             if iid not in self._registered:
                 raise ValueError(f"instance {iid!r} is drained")
-            block_size = rep.get("block_size")
+            block_size = rep.block_size
             if type(block_size) is not int or not 1 <= block_size <= MAX_BLOCK_SIZE:
                 raise ValueError(
                     f"block_size must be an int in [1, {MAX_BLOCK_SIZE}], got {block_size!r}"
@@ -259,25 +258,25 @@ class TTLPolicyRouter(RequestRouter):
             blocks = _Blocks(block_size)
             ok = router.report(
                 iid,
-                blocks(rep.get("free_blocks")),
-                blocks(rep.get("total_blocks")),
-                rep.get("queue_len"),
-                rep.get("queued_tokens"),
-                blocks(rep.get("working_set_blocks")),
-                rep.get("cached_fraction"),
-                rep.get("return_queue_len"),
-                rep.get("return_queued_tokens"),
+                blocks(rep.free_blocks),
+                blocks(rep.total_blocks),
+                rep.queue_len,
+                rep.queued_tokens,
+                blocks(rep.working_set_blocks),
+                rep.cached_fraction,
+                rep.return_queue_len,
+                rep.return_queued_tokens,
             )
             if not ok:
                 raise ValueError(f"instance {iid!r} is drained")
-            at = rep.get("at")
+            at = rep.at
             age = wall - at if type(at) is float and wall >= at else 0.0
         except (TypeError, ValueError, KeyError) as e:
             self.counters["reports_ignored"] += 1
             logger.warning("ttlpolicy router: report of replica %s ignored: %s", iid, e)
             return
         self.counters["reports"] += 1
-        for pid, held in self._entries(rep.get("evicted"), MAX_REPORT_EVICTED, "evicted", 2):
+        for pid, held in self._entries(rep.evicted, MAX_REPORT_EVICTED, "evicted", 2):
             try:
                 if self._routed_since(pid, at):
                     raise ValueError("eviction older than the program's last call")
@@ -286,7 +285,7 @@ class TTLPolicyRouter(RequestRouter):
                 self.counters["evicted_ignored"] += 1
                 continue
             self.counters["evicted" if freed else "evicted_unchanged"] += 1
-        for pid, left, n in self._entries(rep.get("pins"), MAX_REPORT_PINS, "pins", 3):
+        for pid, left, n in self._entries(rep.pins, MAX_REPORT_PINS, "pins", 3):
             try:
                 if self._routed_since(pid, at):
                     raise ValueError("pin older than the program's last call")

@@ -82,6 +82,12 @@ class TTLCachePolicy(CachePolicy):
         # the shadow outlives a few evictions; idle groups at least as many as chunks
         self.model = self.settings.group_ttl(self.cache_capacity)
 
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Read the time from ``clock`` from now on (a replay's virtual time): the model's time
+        goes on from where it is, never back, counted from ``clock``'s reading now."""
+        self.clock = clock
+        self._t0 = clock() - self._last_now
+
     def _now(self) -> float:
         # the model's time starts at 0 and never goes back, whatever the clock does
         self._last_now = max(self._last_now, self.clock() - self._t0)

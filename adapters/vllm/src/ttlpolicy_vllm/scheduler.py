@@ -249,7 +249,7 @@ class TTLScheduler(Scheduler):
                 self.ttl_metrics.pin_gone(pin.program_id, "expired")
         self._reclaim_if_short(now)
         # a fresh reading: the queue's admission check above may have read a later one
-        self._order_free_blocks(self.clock())
+        self.order_free_blocks(self.clock())
         t_vllm = time.perf_counter()
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
@@ -337,8 +337,10 @@ class TTLScheduler(Scheduler):
                 need += -(-(computed + n) // block) - -(-computed // block)
         return need
 
-    def _order_free_blocks(self, now: float) -> None:
-        """Keep the programs' free cached blocks in the library's eviction order.  The order
+    def order_free_blocks(self, now: float, *, force: bool = False) -> None:
+        """Keep the programs' free cached blocks in the library's eviction order (``schedule``
+        calls it before each step; ``force``: move the blocks now, as if some had come back to
+        the free queue, whatever the cadence below says).  The order
         is asked for before a step whenever it may have changed — next uses move with time,
         so it can change with no turn ending (a program away longer than its tool ever took
         stops being expected back): at the library's ``next_order_change_s``, after an
@@ -352,6 +354,8 @@ class TTLScheduler(Scheduler):
         back in the order")."""
         if self.eviction is None or self.admission is None:
             return
+        if force:
+            self._eviction_stale = True
         if not self._eviction_stale and now < self._eviction_valid_until_s:
             return  # the order stands, no block came back, no refresh is due: no work
         programs = self.eviction.programs()

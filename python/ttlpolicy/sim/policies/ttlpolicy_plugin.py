@@ -117,7 +117,7 @@ class TTLPolicyPlugin(PolicyHooks):
     def bind(self, view: EngineView) -> None:
         self.view = view
         total = self._total_blocks(view)
-        cfg = self.config or self._default_config(view)
+        cfg = self.config or self.default_config(view)
         self.ttl_policy = tp.TTLPolicy(cfg)
         self._total = total
         self.sched = tp.ProgramScheduler(
@@ -136,7 +136,10 @@ class TTLPolicyPlugin(PolicyHooks):
         if self.ids != "explicit":
             self._ids = ProgramIds(self.ids, self._block_tokens)
 
-    def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+    def default_config(self, view: EngineView) -> tp.PolicyConfig:
+        """The policy's config for the engine ``view`` shows, used by ``bind`` when none was
+        given: the model's KV bytes per token, the engine's token budget as the prefill chunk
+        and the load-control switches (``load_control_switches``)."""
         # (the engine chunks prefills at its token budget, as vLLM does: a lost prefix is
         # rebuilt in that many steps; the fitted price, with ``adapter``, counts them)
         return tp.PolicyConfig(
@@ -144,6 +147,25 @@ class TTLPolicyPlugin(PolicyHooks):
             prefill_chunk_tokens=view.config.token_budget,
             **self._switches,
         )
+
+    @property
+    def load_control_switches(self) -> dict[str, bool]:
+        """The ``PolicyConfig`` switches of load control this plug-in sets by default
+        (``admission``, ``evict_by_next_use``; both off when ``classic``): a copy."""
+        return dict(self._switches)
+
+    @property
+    def admission_gate(self) -> tp.AdmissionControl | None:
+        """The load controller whose working-set rule gates the head of the queue, None when
+        admission is off (set by ``bind``)."""
+        return self._gate
+
+    @property
+    def unstarted_calls(self) -> set[int]:
+        """The ids of calls admitted fresh (not after a preemption) whose first prefill chunk
+        has not run: ``stepped`` takes its prefill samples from them and removes them.  The
+        live set, not a copy: a replacement of ``stepped`` removes the calls it samples."""
+        return self._unstarted
 
     @staticmethod
     def _total_blocks(view: EngineView) -> int:
@@ -439,14 +461,16 @@ class TTLPolicyOffload(TTLPolicyPlugin):
     name = "ttlpolicy-offload"
     uses_cpu_tier = True
 
-    def _default_config(self, view: EngineView) -> tp.PolicyConfig:
+    def default_config(self, view: EngineView) -> tp.PolicyConfig:
+        """The plug-in's default config (``TTLPolicyPlugin.default_config``) with the host
+        link's bandwidth, and the attained-service order where ``attained_order``."""
         hw = view.hardware
         update: dict[str, object] = {
             "offload_bandwidth_bytes_per_s": hw.kv_bytes_per_token / hw.transfer_s(1)
         }
         if self.attained_order:  # a lost cache reloads: least attained service first
             update["serve_order"] = "attained"
-        return super()._default_config(view).model_copy(update=update)
+        return super().default_config(view).model_copy(update=update)
 
     def bind(self, view: EngineView) -> None:
         super().bind(view)
