@@ -20,6 +20,7 @@ import pytest
 
 import ttlpolicy
 from conftest import ttl_engine
+from ttlpolicy.reference.admission import away_limit_s
 from vllm_engine import BLOCK, TEST_POLICY, Engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -28,6 +29,9 @@ NUM_BLOCKS = 25  # 24 usable: vLLM keeps block 0 as its null block
 TTL = "ttlpolicy_vllm.TTLScheduler"
 PROMPT, OUT = 400, 8  # 408 tokens: 13 blocks needed, 12 full blocks cached at the finish
 MAX_TTL_S = json.loads(TEST_POLICY)["max_ttl_s"]
+#: how long a program away on the prior stays expected back (max_ttl_s, or less: the prior's
+#: longest draw, ``away_limit_s``)
+AWAY_LIMIT_S = away_limit_s(ttlpolicy.PolicyConfig(**json.loads(TEST_POLICY)), [])
 ADMISSION_OFF = json.dumps(
     {**json.loads(TEST_POLICY), "admission": False, "evict_by_next_use": False}
 )
@@ -221,13 +225,14 @@ def fresh(tiny_model) -> Iterator[Engine]:
 
 def test_the_free_queue_follows_an_order_that_changed_with_time(fresh) -> None:
     """No turn ends between two steps 0.6 s apart, yet the eviction order flips: y, away on
-    its tool for longer than ``max_ttl_s``, is no longer expected back, while x, which left
-    just before, still is.  The newcomer then takes y's blocks, not x's (refreshing the
-    order only after a turn or once a second, the adapter gave it x's)."""
+    its tool for longer than it may stay expected back (``AWAY_LIMIT_S``: on the prior, less
+    than ``max_ttl_s``), is no longer expected back, while x, which left just before, still
+    is.  The newcomer then takes y's blocks, not x's (refreshing the order only after a turn
+    or once a second, the adapter gave it x's)."""
     engine, sched = fresh, fresh.scheduler
     assert engine.clock is not None
     contexts = {}
-    for program, seed, gap_s in (("y", 21, MAX_TTL_S - 0.5), ("x", 22, 0.0)):
+    for program, seed, gap_s in (("y", 21, AWAY_LIMIT_S - 0.5), ("x", 22, 0.0)):
         p = prompt(seed, 200)  # 208 tokens with the output: 6 full blocks cached
         out = engine.turn(p, OUT, program_id=program, tool="bash")
         contexts[program] = p + list(out.outputs[0].token_ids)
@@ -236,10 +241,10 @@ def test_the_free_queue_follows_an_order_that_changed_with_time(fresh) -> None:
     engine.turn(prompt(23, 20), 2)
     now = sched.clock()
     assert sched.admission.eviction_order(["x", "y"], now) == ["x", "y"]
-    engine.clock.advance(0.6)  # y has been away MAX_TTL_S + 0.1 s: not expected back
+    engine.clock.advance(0.6)  # y has been away AWAY_LIMIT_S + 0.1 s: not expected back
     assert sched.admission.eviction_order(["x", "y"], sched.clock()) == ["y", "x"]
     engine.turn(prompt(24, 14 * BLOCK), OUT)  # anonymous, 15 blocks: 3 cached ones go
     x2 = engine.turn(contexts["x"] + prompt(25, 8), 2, program_id="x", last_turn=True)
     y2 = engine.turn(contexts["y"] + prompt(26, 8), 2, program_id="y", last_turn=True)
     assert x2.num_cached_tokens == 6 * BLOCK, "x, still expected back, kept its context"
-    assert y2.num_cached_tokens < 6 * BLOCK, "y, gone past max_ttl_s, lost blocks"
+    assert y2.num_cached_tokens < 6 * BLOCK, "y, gone past its away limit, lost blocks"
