@@ -172,7 +172,7 @@ class ProgramRequestQueue(RequestQueue):
         self._detour = None
         self._refuse(head)
         admission = self._life.admission
-        if admission is None:  # (no load control: nothing is refused; kept for clarity)
+        if admission is None:  # (unreachable: without load control nothing is refused)
             return None
         if self._order is None:  # the queue's order this step, of the earliest arrivals
             self._order = sorted(islice(self._requests, MAX_SCANNED), key=self._programs.priority)
