@@ -186,7 +186,9 @@ def test_ctrl_c_reports_what_was_measured() -> None:
     assert res.stopped == "interrupted"
     n = len(res.programs[0].calls)
     assert 3 <= n < 50 and res.programs[0].end_s is None
-    assert len(fake.received) == n  # every call sent was measured
+    # every call sent was measured, but the one in flight when ctrl-C came (the progress
+    # tick runs beside the program's thread: one program, one call at a time)
+    assert n <= len(fake.received) <= n + 1
     assert summary(res)["calls"] == n
 
 
