@@ -480,6 +480,18 @@ impl PyProgramScheduler {
         Ok(popped.iter().map(|s| s.to_string()).collect())
     }
 
+    fn take(
+        slf: &Bound<'_, Self>,
+        py: Python<'_>,
+        request_id: &Bound<'_, PyAny>,
+        now: Arg<f64>,
+    ) -> PyResult<()> {
+        let rid = id_str("request_id", request_id)?;
+        let this = &mut *slf.borrow_mut();
+        let policy = &mut *this.policy.borrow_mut(py);
+        call1("now", now, |t| this.inner.take(policy.core_mut(), rid, t))
+    }
+
     fn preempt(
         slf: &Bound<'_, Self>,
         request_id: &Bound<'_, PyAny>,

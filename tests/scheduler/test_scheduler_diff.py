@@ -32,6 +32,7 @@ ops = st.one_of(
     ),
     st.tuples(st.just("pop"), st.integers(0, 3)),
     st.tuples(st.just("preempt"), st.sampled_from(REQUESTS)),
+    st.tuples(st.just("take"), st.sampled_from(REQUESTS)),
     st.tuples(
         st.just("finish"),
         st.sampled_from(REQUESTS),
@@ -81,6 +82,8 @@ def apply(s, now: float, op: tuple, step: int):
         return s.pop(now) if op[1] == 1 else s.pop_many(op[1], now)
     if kind == "preempt":
         return s.preempt(op[1], now)
+    if kind == "take":
+        return s.take(op[1], now)
     if kind == "finish":
         _, rid, blocks, tool, last, miss, prefix = op
         return s.finish(rid, now, blocks, tool=tool, last_turn=last, cache_miss_cost_s=miss,

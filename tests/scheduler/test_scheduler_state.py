@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -102,6 +103,18 @@ class SchedulerModel(RuleBasedStateMachine):
         assert got == (expected if expected else ([] if n > 1 else [None]))
         for r in expected:
             self.requests[r][4] = True
+
+    @precondition(lambda self: any(not v[4] for v in self.requests.values()))
+    @rule(data=st.data())
+    def take(self, data) -> None:
+        # a request out of turn runs; the others keep their order (the next pop checks it)
+        rid = data.draw(st.sampled_from(self.waiting()))
+        assert self.s.take(rid, self.now) is None
+        self._told()
+        self.requests[rid][4] = True
+        assert self.s.state(rid) == "running"
+        with pytest.raises(ValueError, match="must be waiting"):
+            self.s.take(rid, self.now)
 
     @precondition(lambda self: any(v[4] for v in self.requests.values()))
     @rule(data=st.data())

@@ -420,19 +420,36 @@ class ProgramScheduler:
         t = self._check_now(now)
         rid = self._queue.peek()
         if rid is not None:
-            req = self._requests[rid]
-            handover = self._at_schedule and self._pins.get(req.program_id) is not None
-            if req.returning and not handover:
-                self.policy.observe_queueing_delay(t - req.arrival_s)
-            req.returning = False
-            self._queue.pop()
-            req.running = True
-            req.started_s = t
-            if handover:  # the pin passes to this request: its blocks are its prefix now
-                self._pins.remove(req.program_id)
-                self._rekey_waiting(req.program_id)
+            self._start(rid, t)
         self._now = t
         return rid
+
+    def take(self, request_id: Any, now: Any) -> None:
+        """Waiting request ``request_id`` runs now, ahead of its turn; every other request
+        keeps its place.  For an engine that passes over a head load control refuses (a
+        tenant's program behind another tenant's): ``pop`` then ``preempt`` would rank the
+        passed-over requests as preempted, ahead of everything."""
+        rid = check_id("request_id", request_id)
+        req = self._request(rid)
+        if req.running:
+            raise ValueError(f"request_id {rid!r} must be waiting, got a running request")
+        t = self._check_now(now)
+        self._start(rid, t)
+        self._now = t
+
+    def _start(self, rid: str, t: float) -> None:
+        """Waiting request ``rid`` leaves the queue and runs from ``t``."""
+        req = self._requests[rid]
+        handover = self._at_schedule and self._pins.get(req.program_id) is not None
+        if req.returning and not handover:
+            self.policy.observe_queueing_delay(t - req.arrival_s)
+        req.returning = False
+        self._queue.remove(rid)
+        req.running = True
+        req.started_s = t
+        if handover:  # the pin passes to this request: its blocks are its prefix now
+            self._pins.remove(req.program_id)
+            self._rekey_waiting(req.program_id)
 
     def pop_many(self, n: Any, now: Any) -> list[str]:
         """Up to ``n`` requests, as ``pop`` would return them one by one."""

@@ -639,6 +639,31 @@ impl ProgramScheduler {
         let Some((slot, _)) = self.queue.peek() else {
             return Ok(None);
         };
+        self.start(policy, slot, t)?;
+        Ok(Some(self.requests.id(slot).clone()))
+    }
+
+    /// Waiting request `request_id` runs now, ahead of its turn; every other request keeps
+    /// its place. For an engine that passes over a head load control refuses (a tenant's
+    /// program behind another tenant's): `pop` then `preempt` would rank the passed-over
+    /// requests as preempted, ahead of everything.
+    pub fn take(&mut self, policy: &mut TTLPolicy, request_id: &str, now: f64) -> Result<()> {
+        let slot = self.request_slot(request_id)?;
+        if self.requests.get(slot).running {
+            return Err(Error::invalid(
+                format!("request_id {}", PyStr(request_id)),
+                "a running request",
+                "waiting",
+            ));
+        }
+        let t = self.check_now(now)?;
+        self.start(policy, slot, t)?;
+        self.now = t;
+        Ok(())
+    }
+
+    /// Waiting request `slot` leaves the queue and runs from `t`.
+    fn start(&mut self, policy: &mut TTLPolicy, slot: usize, t: f64) -> Result<()> {
         let program = self.requests.get(slot).program;
         let handover = self.at_schedule() && self.pins.get(program).is_some();
         let req = self.requests.get_mut(slot);
@@ -648,16 +673,15 @@ impl ProgramScheduler {
         req.returning = false;
         req.running = true;
         req.started_s = t;
-        self.queue.pop();
+        self.queue.remove(slot);
         self.release_buried();
-        let id = self.requests.id(slot).clone();
         if handover {
             // The pin passes to this request: its blocks are its prefix now.
             self.pins.remove(program);
             self.rekey_waiting(program);
         }
         self.sync_expirable(program);
-        Ok(Some(id))
+        Ok(())
     }
 
     /// A running request goes back to the queue, ahead of every request not preempted.

@@ -13,7 +13,9 @@ from two places:
   past their deadline are released, what the lifecycle says gives way when the queue's head
   would not fit into free plus evictable memory is released (``give_way``; not for a head
   load control holds back: the pass stops at it, as vLLM's queue gate and the simulator
-  do), and the queue is sorted by ``ProgramScheduler.priority``;
+  do), and the queue is sorted by ``ProgramScheduler.priority`` — with a held-back head, the
+  requests ``ttlpolicy.serving.tenant_probe`` names that load control lets run (other
+  tenants' first programs) are moved before it;
 * SGLang's prefill admission (``may_run``, called for each candidate through the
   ``PrefillAdder.add_one_req`` hook): with load control on (``ttlpolicy.AdmissionControl``,
   the default) a request whose program the working-set rule refuses stops the pass there, as
@@ -50,9 +52,11 @@ from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 
 import ttlpolicy
+from ttlpolicy.ids import tenant_of as tenant_of_program
 from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
+from ttlpolicy.serving.tenant_probe import ask_in_turn
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key, tenant_of
@@ -162,6 +166,7 @@ class ProgramTracker:
                         self.inferred.aborted(key, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
+        self._past_held_head(waiting_queue)
         if waiting_queue and self.life.may_give_way(_nothing_runs(running_batch)):
             head = waiting_queue[0]
             # a head load control holds back needs nothing this pass (the pass stops at it,
@@ -178,6 +183,30 @@ class ProgramTracker:
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.metrics.log(logger)
+
+    def _past_held_head(self, waiting_queue: list[Any]) -> None:
+        """When load control holds the head back, the requests ``tenant_probe.next_to_ask``
+        names that it lets run (other tenants' first programs) go first this pass; the pass
+        then stops at the held head (``ordering``)."""
+        if not waiting_queue or self.admission is None:
+            return
+        held = self._held_back(waiting_queue[0])
+        if held is None:
+            return
+        programs, tenants = {held}, {tenant_of_program(held)}
+        tracked = [req for req in waiting_queue if request_key(req.rid) in self._waiting]
+        may_run = self._may_run_now
+        ahead = list(ask_in_turn(tracked, self._program_of_req, may_run, programs, tenants))
+        if ahead:
+            chosen = {id(req) for req in ahead}
+            waiting_queue[:] = ahead + [req for req in waiting_queue if id(req) not in chosen]
+
+    def _may_run_now(self, req: Any) -> bool:
+        return self._held_back(req) is None
+
+    def _program_of_req(self, req: Any) -> str:
+        key = request_key(req.rid)
+        return self._program_id(key, self._info[key])
 
     def _sort_key(self, req: Any) -> tuple[int, Any]:
         key = request_key(req.rid)

@@ -10,11 +10,17 @@ back to vLLM ``Request`` objects.  Requests are tracked under
 
 With load control (``ttlpolicy.AdmissionControl``, on by default) the queue is *gated*:
 vLLM's scheduling scan runs ``while`` the queue is truthy, so the queue is falsy when the
-program of its head is refused by the working-set rule (``ProgramLifecycle.may_run``):
-nothing behind the head is scheduled either (program FCFS), the refused requests stay queued
-in their order and ``len()`` still counts them (vLLM keeps stepping).  An anonymous request
-(no program id: a one-request program) is never held back by load control: at the head it is
-admitted whatever the working set (``AdmissionControl.admit``), as stock vLLM serves it.
+program of its head is refused by the working-set rule (``ProgramLifecycle.may_run``) and no
+request behind it may run either: the refused requests stay queued in their order and
+``len()`` still counts them (vLLM keeps stepping).  Working-set shares are per tenant, so
+behind a refused head the queue asks about the requests ``ttlpolicy.serving.tenant_probe``
+names — other tenants' first programs (at most one refusal per tenant and
+``MAX_OTHER_TENANTS`` other tenants per step; ``new_step`` starts a step) — and the first that
+may run goes next, out of turn (``ProgramScheduler.take``: the rest keep their places).
+With one tenant a refused head holds back every newer program (program FCFS), as without
+tenants.  An anonymous request (no program id: a one-request program) is never held back by
+load control: at the head it is admitted whatever the working set
+(``AdmissionControl.admit``), as stock vLLM serves it.
 
 A request the library cannot track (its program tables are full: ``AdmissionControl``
 tracks at most ``MAX_PROGRAMS`` live programs, and ``arrive`` refuses a new one beyond them)
@@ -28,7 +34,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
 from typing import Any
+
+from ttlpolicy.ids import tenant_of
+from ttlpolicy.serving.tenant_probe import MAX_SCANNED, ask_in_turn
 
 from .compat import Request, RequestQueue
 from .identity import scheduler_key
@@ -57,6 +67,12 @@ class ProgramRequestQueue(RequestQueue):
         # not tracked by the library (its tables full): waiting in arrival order, and popped
         self._untracked: OrderedDict[str, Request] = OrderedDict()
         self._untracked_popped: set[str] = set()
+        # this step (``new_step``): the waiting order when the head was refused, the request
+        # load control let go ahead of it, and the programs and tenants it refused
+        self._order: list[str] | None = None
+        self._detour: str | None = None
+        self._refused_programs: set[str] = set()
+        self._refused_tenants: set[str] = set()
 
     # -- vLLM's RequestQueue interface ----------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -81,17 +97,22 @@ class ProgramRequestQueue(RequestQueue):
         self._requests[key] = request
 
     def _tracked_first(self) -> bool:
-        """Whether the tracked head goes next (else the oldest untracked request does)."""
+        """Whether a tracked request goes next (else the oldest untracked request does)."""
         if not self._untracked:
             return True
-        return bool(self._requests) and self._head_may_run()
+        return bool(self._requests) and self._next_tracked() is not None
 
     def pop_request(self) -> Request:
         if not self._tracked_first():
             key, request = self._untracked.popitem(last=False)
             self._untracked_popped.add(key)
             return request
-        rid = self._programs.pop(self._clock())
+        rid = self._passing()
+        if rid is None:
+            rid = self._programs.pop(self._clock())
+        else:  # past a head load control refused (module doc)
+            self._programs.take(rid, self._clock())
+            self._detour = None
         if rid is None:
             raise IndexError("pop from an empty queue")
         self._popped.add(rid)
@@ -100,7 +121,7 @@ class ProgramRequestQueue(RequestQueue):
     def peek_request(self) -> Request:
         if not self._tracked_first():
             return next(iter(self._untracked.values()))
-        rid = self._programs.peek()
+        rid = self._passing() or self._programs.peek()
         if rid is None:
             raise IndexError("peek from an empty queue")
         return self._requests[rid]
@@ -129,12 +150,55 @@ class ProgramRequestQueue(RequestQueue):
         # vLLM's scan reads this before each peek: the gate of the module doc.
         if self._untracked:
             return True
-        return bool(self._requests) and self._head_may_run()
+        return bool(self._requests) and self._next_tracked() is not None
 
-    def _head_may_run(self) -> bool:
-        """May the tracked head be scheduled now (load control; an anonymous one always)?"""
-        rid = self._programs.peek()
-        request = self._requests.get(rid) if rid is not None else None
+    def new_step(self) -> None:
+        """A scheduling step begins: what was refused in the last one may be asked again."""
+        self._order = None
+        self._detour = None
+        self._refused_programs.clear()
+        self._refused_tenants.clear()
+
+    def _next_tracked(self) -> str | None:
+        """The tracked request that goes next: the head, or when load control refuses it, the
+        next one ``tenant_probe.next_to_ask`` names that it lets run; None: none this step."""
+        head = self._programs.peek()
+        if head is None or self._may_run(head):
+            self._detour = None
+            return head
+        if self._passing() is not None:
+            return self._detour
+        self._detour = None
+        self._refuse(head)
+        if self._life.admission is None:  # (unreachable: without load control none is refused)
+            return None
+        if self._order is None:  # the queue's order this step, of the earliest arrivals
+            self._order = sorted(islice(self._requests, MAX_SCANNED), key=self._programs.priority)
+        waiting = [key for key in self._order if key in self._requests]
+        allowed = ask_in_turn(waiting, self._program_of_key, self._may_run,
+                              self._refused_programs, self._refused_tenants)  # fmt: skip
+        self._detour = next(allowed, None)
+        return self._detour
+
+    def _passing(self) -> str | None:
+        """The request the gate (``__bool__``, the last to ask load control) let pass a refused
+        head, if still waiting: peek and pop take it without asking again, as they take the
+        head the gate let run (asking twice could change load control's answer)."""
+        return self._detour if self._detour in self._requests else None
+
+    def _program_of_key(self, key: str) -> str:
+        return str(self._program_id_of(self._requests[key]))
+
+    def _refuse(self, key: str) -> None:
+        if key in self._requests:
+            program_id = self._program_of_key(key)
+            self._refused_programs.add(program_id)
+            self._refused_tenants.add(tenant_of(program_id))
+
+    def _may_run(self, rid: str) -> bool:
+        """May tracked request ``rid`` be scheduled now (load control; an anonymous one
+        always)?"""
+        request = self._requests.get(rid)
         if request is None:  # the head was removed by vLLM and is being settled
             return True
         program_id, now = self._program_id_of(request), self._clock()

@@ -244,6 +244,7 @@ class TTLScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         t_start = time.perf_counter()
         now = self.clock()
+        self.waiting.new_step()
         for pin in self.programs.expire(now):
             if self._release_pin(pin.program_id):
                 self.ttl_metrics.pin_gone(pin.program_id, "expired")
