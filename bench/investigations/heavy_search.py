@@ -75,11 +75,13 @@ def main() -> int:
             f"{statistics.fmean(jct[p] for p in fold):,.0f} s"
         )
 
-    rival = min(statistics.fmean(run(make_policy(n))[p] for p in fold) for n in ("mori", "kvflow"))
+    rivals = [run(make_policy(n)) for n in ("mori", "kvflow")]  # (the strongest at 70B)
+    rival = min(statistics.fmean(jct[p] for p in fold) for jct in rivals)
     alone = run(make_policy("alone"))
     free = free_tier(hw)
     probe = OrderedMori("srpt")
-    print(f"strongest of mori, kvflow: fold 3 {rival:,.0f} s; 1.15× asks {rival / 1.15:,.0f} s")
+    print(f"strongest of mori, kvflow: fold 3 {rival:,.0f} s; 1.15× asks {rival / 1.15:,.0f} s",
+          flush=True)  # fmt: skip
     print(f"free:mori+srpt: {means(run(probe, free))}", flush=True)
     work = {prog.program_id: probe.work(prog.turns) for prog in programs}
     order = sorted(alone, key=lambda p: work[p])
