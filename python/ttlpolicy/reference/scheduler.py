@@ -132,6 +132,7 @@ class Finished:
 
     @property
     def pinned(self) -> bool:
+        """Whether this request was pinned (``pin`` is not None)."""
         return self.pin is not None
 
 
@@ -662,22 +663,27 @@ class ProgramScheduler:
     # -- read-only views --------------------------------------------------------------------
     @property
     def pinned_blocks(self) -> int:
+        """KV blocks held by pins."""
         return self._pins.blocks
 
     @property
     def pin_count(self) -> int:
+        """Pins held."""
         return len(self._pins)
 
     @property
     def waiting_count(self) -> int:
+        """Requests waiting."""
         return len(self._queue)
 
     @property
     def running_count(self) -> int:
+        """Requests running."""
         return len(self._requests) - len(self._queue)
 
     @property
     def program_count(self) -> int:
+        """Programs known (live, pinned or idle)."""
         return len(self._programs)
 
     @property
