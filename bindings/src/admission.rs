@@ -55,26 +55,31 @@ impl PyAdmissionControl {
         })
     }
 
+    /// The ``TTLPolicy`` whose tool-gap statistics it reads (the very object given).
     #[getter]
     fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
         self.policy.clone_ref(py)
     }
 
+    /// The engine's KV blocks, the working set's capacity.
     #[getter]
     fn total_blocks(&self) -> i64 {
         self.inner.total_blocks()
     }
 
+    /// The most idle programs remembered (the longest idle is forgotten beyond).
     #[getter]
     fn max_idle_programs(&self) -> usize {
         self.inner.max_idle_programs()
     }
 
+    /// Idle programs forgotten so far to keep at most ``max_idle_programs``.
     #[getter]
     fn dropped_idle_programs(&self) -> u64 {
         self.inner.dropped_idle_programs()
     }
 
+    /// A request of the program arrives (its first one makes the program known).
     fn arrive(
         &mut self,
         program_id: &Bound<'_, PyAny>,
@@ -89,6 +94,8 @@ impl PyAdmissionControl {
         args.finish(r)
     }
 
+    /// A request of the program ended holding ``blocks_held`` blocks, with a call to ``tool``
+    /// (None: no tool); ``rebuild_s`` is what losing its context would cost.
     #[pyo3(signature = (program_id, now, blocks_held, tool = None, rebuild_s = Arg::Ok(0.0), last_turn = Flag(Ok(false))))]
     #[pyo3(
         text_signature = "($self, /, program_id, now, blocks_held, tool=None, \
@@ -114,11 +121,14 @@ impl PyAdmissionControl {
         args.finish(r)
     }
 
+    /// The program ended (or was aborted): forget it.
     fn end(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<()> {
         let pid = id_str("program_id", program_id)?;
         Args::new().finish(self.inner.end(pid))
     }
 
+    /// Expected seconds until the program uses its context again (see the module doc); ``inf`` for
+    /// an unknown program.
     fn next_use_s(
         &mut self,
         py: Python<'_>,
@@ -130,6 +140,7 @@ impl PyAdmissionControl {
         call1("now", now, |t| self.inner.next_use_s(policy.core(), pid, t))
     }
 
+    /// The working set at ``now`` (see the module doc).
     fn working_set_blocks(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<i64> {
         let policy = self.policy.borrow(py);
         call1("now", now, |t| {
@@ -137,11 +148,16 @@ impl PyAdmissionControl {
         })
     }
 
+    /// The first instant after ``now`` at which the working set may shrink with no event
+    /// (``arrive``, ``finish``, ``end``, a recorded tool duration) in between: an admitted program
+    /// away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.
     fn next_shrink_s(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<f64> {
         let policy = self.policy.borrow(py);
         call1("now", now, |t| self.inner.next_shrink_s(policy.core(), t))
     }
 
+    /// May a request of the program be scheduled now? True for an admitted program; for the oldest
+    /// program not yet admitted, admits it (and says True) when the rule allows; False otherwise.
     fn may_run(
         &mut self,
         py: Python<'_>,
@@ -153,11 +169,17 @@ impl PyAdmissionControl {
         call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
     }
 
+    /// Admit the program now, whatever the working set: for requests load control must not hold
+    /// back (an engine's anonymous one-request programs, served as stock).
     fn admit(&mut self, program_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
         let pid = id_str("program_id", program_id)?;
         call1("now", now, |t| self.inner.admit(pid, t))
     }
 
+    /// ``program_ids`` (programs whose cached contexts may be evicted) sorted so that the first
+    /// should go first: latest next use first, then latest-arrived program first; unknown
+    /// programs first of all, in the order given.
+    ///
     /// The order as the very `str` objects given (the reference returns them too): no copy
     /// of an id is made on either side, and a caller's dict lookups keep their cached hashes.
     fn eviction_order<'py>(
@@ -175,6 +197,9 @@ impl PyAdmissionControl {
         PyList::new(py, ranks.into_iter().map(|i| &items[i]))
     }
 
+    /// The first instant in ``(now, until_s]`` at which ``eviction_order(program_ids, ·)`` differs
+    /// from its answer at ``now`` with no event in between; ``inf`` if none (it looks no further
+    /// than ``until_s``).
     fn next_order_change_s(
         &self,
         py: Python<'_>,
@@ -191,26 +216,31 @@ impl PyAdmissionControl {
         })
     }
 
+    /// Whether the program is tracked (arrived, not ended, not forgotten while idle).
     fn knows(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
         Args::new().finish(self.inner.knows(pid))
     }
 
+    /// Whether the program is admitted (False for an unknown program).
     fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
         Args::new().finish(self.inner.admitted(pid))
     }
 
+    /// Programs admitted (in the working set).
     #[getter]
     fn admitted_count(&self) -> usize {
         self.inner.admitted_count()
     }
 
+    /// Programs known (arrived, not ended, not forgotten while idle).
     #[getter]
     fn program_count(&self) -> usize {
         self.inner.program_count()
     }
 
+    /// Programs known and not yet admitted.
     #[getter]
     fn waiting_count(&self) -> usize {
         self.inner.waiting_count()

@@ -117,11 +117,13 @@ impl PyProgramLifecycle {
         })
     }
 
+    /// Its ``ProgramScheduler``.
     #[getter]
     fn scheduler(&self, py: Python<'_>) -> Py<PyProgramScheduler> {
         self.scheduler.clone_ref(py)
     }
 
+    /// Its load control (``AdmissionControl``), None without one.
     #[getter]
     fn admission(&self, py: Python<'_>) -> Option<Py<PyAdmissionControl>> {
         self.admission.as_ref().map(|a| a.clone_ref(py))
@@ -129,6 +131,7 @@ impl PyProgramLifecycle {
 
     // -- events -----------------------------------------------------------------------------
 
+    /// A request arrives (both are told).
     fn arrive(
         slf: &Bound<'_, Self>,
         request_id: &Bound<'_, PyAny>,
@@ -146,12 +149,16 @@ impl PyProgramLifecycle {
         .map(pin_obj)
     }
 
+    /// The request entered the running batch: its held chain, if any, is its own now.
     fn admitted(&mut self, request_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
         let rid = id_str("request_id", request_id)?;
         let pid = self.inner.admitted(rid).map_err(core_err)?;
         Ok(pid.map(|p| p.to_string()))
     }
 
+    /// A running request ended (``ProgramScheduler.finish``, the same ``turn`` or its fields as
+    /// keywords; load control is told the same, with ``cache_miss_cost_s`` as what rebuilding the
+    /// context costs).
     #[pyo3(signature = (request_id, now, blocks_held, turn = None, **fields))]
     #[pyo3(text_signature = "($self, /, request_id, now, blocks_held, turn=None, **fields)")]
     fn finish(
@@ -170,12 +177,14 @@ impl PyProgramLifecycle {
         })
     }
 
+    /// The request was aborted: its whole program ends in both (no η sample).
     fn abort(slf: &Bound<'_, Self>, request_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         let rid = id_str("request_id", request_id)?;
         let inner = Self::with_parts(slf, |life, parts| life.abort(parts, rid).map_err(core_err))?;
         Ok(PyEnded { inner })
     }
 
+    /// The program is done (η observed): it ends in both.
     fn end_program(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         let pid = id_str("program_id", program_id)?;
         let inner = Self::with_parts(slf, |life, parts| {
@@ -184,6 +193,8 @@ impl PyProgramLifecycle {
         Ok(PyEnded { inner })
     }
 
+    /// May a request of the program be scheduled now: load control's answer
+    /// (``AdmissionControl.may_run``) when it is on (``PolicyConfig.admission``), else True.
     fn may_run(
         slf: &Bound<'_, Self>,
         program_id: &Bound<'_, PyAny>,
@@ -195,6 +206,7 @@ impl PyProgramLifecycle {
         })
     }
 
+    /// Pins past their deadline, released (``ProgramScheduler.expire``).
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
         Self::with_parts(slf, |life, parts| {
             call1("now", now, |t| life.expire(parts, t))
@@ -202,6 +214,8 @@ impl PyProgramLifecycle {
         .map(pins_list)
     }
 
+    /// Pins, then held chains, give way to ``short_blocks`` the engine's next step lacks (see the
+    /// module doc); returns the blocks still lacking (``<= 0``: covered).
     #[pyo3(signature = (
         now, short_blocks, release, stalled = Flag(Ok(false)), keep = None, for_program = None
     ))]
@@ -264,23 +278,28 @@ impl PyProgramLifecycle {
 
     // -- views ------------------------------------------------------------------------------
 
+    /// The program whose handed-over chain is held for the request (None: none).
     fn held(&self, request_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
         let rid = id_str("request_id", request_id)?;
         let pid = self.inner.held(rid).map_err(core_err)?;
         Ok(pid.map(str::to_owned))
     }
 
+    /// Requests holding a handed-over chain, by arrival.
     #[getter]
     fn held_request_ids(&self) -> Vec<String> {
         let ids = self.inner.held_request_ids();
         ids.iter().map(|id| id.to_string()).collect()
     }
 
+    /// Requests holding a handed-over chain.
     #[getter]
     fn held_count(&self) -> usize {
         self.inner.held_count()
     }
 
+    /// Could ``give_way`` release anything: a pin is held, or a held chain is and nothing runs (an
+    /// engine skips measuring its step otherwise).
     fn may_give_way(&self, py: Python<'_>, nothing_runs: Flag) -> PyResult<bool> {
         let nothing_runs = nothing_runs.get("nothing_runs")?;
         let scheduler = self.scheduler.bind(py).try_borrow()?;

@@ -202,6 +202,8 @@ impl PyProgramLinker {
         Ok(PyProgramLinker { inner })
     }
 
+    /// The program of a call of ``tenant`` with these prompt block hashes (module doc);
+    /// ``program``: the call's own id, when the deployment allows one (no search).
     #[pyo3(signature = (tenant, prompt_hashes, now, program = None))]
     fn link(
         slf: &Bound<'_, Self>,
@@ -241,6 +243,8 @@ impl PyProgramLinker {
         with_items(&mut hashes, args, result).map(|inner| PyLink { inner })
     }
 
+    /// A call of ``program`` ended: records its turn end (``hashes``: its prompt's blocks, then its
+    /// output's; ``prompt_blocks``: how many are the prompt, None: all).
     #[pyo3(signature = (tenant, program, hashes, now, prompt_blocks = None))]
     fn finished(
         slf: &Bound<'_, Self>,
@@ -263,6 +267,7 @@ impl PyProgramLinker {
         with_items(&mut seq, args, result)
     }
 
+    /// The program is done: forgotten (a call matching its turn ends starts a new one).
     fn end_program(
         &mut self,
         tenant: &Bound<'_, PyAny>,
@@ -273,42 +278,50 @@ impl PyProgramLinker {
         self.inner.end_program(tenant, &key).map_err(core_err)
     }
 
+    /// Calls of the program running (linked, not finished); 0 for an unknown one.
     fn running(&self, tenant: &Bound<'_, PyAny>, program: &Bound<'_, PyAny>) -> PyResult<i64> {
         let tenant = id_str("tenant", tenant)?;
         let key = program_key(program)?;
         self.inner.running(tenant, &key).map_err(core_err)
     }
 
+    /// Turn ends kept.
     #[getter]
     fn turn_end_count(&self) -> usize {
         self.inner.turn_end_count()
     }
 
+    /// Programs tracked.
     #[getter]
     fn program_count(&self) -> usize {
         self.inner.program_count()
     }
 
+    /// Index entries (recorded block hashes).
     #[getter]
     fn point_count(&self) -> usize {
         self.inner.point_count()
     }
 
+    /// The most turn ends kept (the oldest dropped first).
     #[getter]
     fn max_turn_ends(&self) -> i64 {
         self.inner.max_turn_ends()
     }
 
+    /// Seconds a turn end is kept (dropped at the next call later than its time plus this).
     #[getter]
     fn max_age_s(&self) -> f64 {
         self.inner.max_age_s()
     }
 
+    /// The most programs tracked (the least recently linked or finished forgotten first).
     #[getter]
     fn max_programs(&self) -> i64 {
         self.inner.max_programs()
     }
 
+    /// A match shorter than this fraction of a program's latest prompt starts a new program.
     #[getter]
     fn min_depth_fraction(&self) -> f64 {
         self.inner.min_depth_fraction()
@@ -377,14 +390,17 @@ impl PyLink {
             },
         })
     }
+    /// ``"continue"``, ``"fork"`` or ``"new"``.
     #[getter]
     fn kind(&self) -> &'static str {
         self.inner.kind.as_str()
     }
+    /// The program the call belongs to.
     #[getter]
     fn program(&self, py: Python<'_>) -> PyResult<PyObject> {
         key_obj(py, &self.inner.program)
     }
+    /// The forked program (None unless a fork).
     #[getter]
     fn parent(&self, py: Python<'_>) -> PyResult<Option<PyObject>> {
         self.inner
@@ -393,10 +409,12 @@ impl PyLink {
             .map(|p| key_obj(py, p))
             .transpose()
     }
+    /// The prompt's blocks found in the linked program's context (0: none).
     #[getter]
     fn depth_blocks(&self) -> i64 {
         self.inner.depth_blocks
     }
+    /// The blocks of the linked program's latest turn end (a fork: its parent's).
     #[getter]
     fn context_blocks(&self) -> i64 {
         self.inner.context_blocks

@@ -102,17 +102,19 @@ impl PyToolHistory {
         Ok(PyToolHistory { inner })
     }
 
+    /// Durations kept per tool and globally (the last ``window``).
     #[getter]
     fn window(&self) -> usize {
         self.inner.window()
     }
 
+    /// The most tools tracked (tool names come from clients).
     #[getter]
     fn max_tools(&self) -> usize {
         self.inner.max_tools()
     }
 
-    /// Record one duration of `tool` (None: unknown tool, global window only).
+    /// Record one duration of ``tool`` (None: unknown tool, global window only).
     fn observe(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
@@ -124,22 +126,27 @@ impl PyToolHistory {
         })
     }
 
+    /// Samples held for ``tool`` (None: the global window).
     fn count(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         Ok(self.inner.count(tool_now(tool)?.as_deref()))
     }
 
+    /// Durations in the global window.
     fn total_count(&self) -> usize {
         self.inner.total_count()
     }
 
+    /// Tools tracked now.
     fn num_tools(&self) -> usize {
         self.inner.num_tools()
     }
 
+    /// Tracked tools, least recently observed first.
     fn tools(&self) -> Vec<String> {
         self.inner.tools().into_iter().map(str::to_owned).collect()
     }
 
+    /// Fraction of ``tool``'s samples ≤ t_s (0.0 with no samples).
     fn cdf(slf: &Bound<'_, Self>, tool: Option<&Bound<'_, PyAny>>, t_s: Arg<f64>) -> PyResult<f64> {
         // The reference checks t_s before the tool.
         let mut args = Args::new();
@@ -149,6 +156,7 @@ impl PyToolHistory {
         args.finish(r)
     }
 
+    /// Nearest-rank quantile of ``tool``'s samples; None with no samples.
     fn quantile(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
@@ -161,10 +169,12 @@ impl PyToolHistory {
         args.finish(r)
     }
 
+    /// Mean duration (s) of ``tool`` (None: the global window); None when empty.
     fn mean(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
         Ok(self.inner.mean(tool_now(tool)?.as_deref()))
     }
 
+    /// The window's samples, sorted ascending.
     fn samples(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
         Ok(self.inner.samples(tool_now(tool)?.as_deref()).to_vec())
     }
@@ -196,31 +206,37 @@ impl PyEtaEstimator {
         Ok(PyEtaEstimator { inner })
     }
 
+    /// Records a finished program of ``total_turns`` turns.
     fn observe(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
         call1("total_turns", total_turns, |n| {
             slf.borrow_mut().inner.observe(n)
         })
     }
 
+    /// η = −corr(k, N−k) over the window's programs; 1.0 until ``min_programs`` are seen.
     #[getter]
     fn eta(&self) -> f64 {
         self.inner.eta()
     }
 
+    /// Programs in the window.
     fn count(&self) -> usize {
         self.inner.count()
     }
 
+    /// Finished programs kept (the last ``window``).
     #[getter]
     fn window(&self) -> usize {
         self.inner.window()
     }
 
+    /// Finished programs needed before η is estimated (η = 1 until then).
     #[getter]
     fn min_programs(&self) -> usize {
         self.inner.min_programs()
     }
 
+    /// Whether η is clipped to [0, 1] (False: as it is, in [−1, 1]).
     #[getter]
     fn clip(&self) -> bool {
         self.inner.clip()
@@ -243,19 +259,23 @@ impl PyOutOfOrderCost {
         Ok(PyOutOfOrderCost { inner })
     }
 
+    /// Records one queueing delay of ``delay_s`` seconds.
     fn observe(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
         call1("delay_s", delay_s, |d| slf.borrow_mut().inner.observe(d))
     }
 
+    /// T: the mean queueing delay in seconds over the window; 0.0 until a delay is observed.
     #[getter]
     fn mean_s(&self) -> f64 {
         self.inner.mean_s()
     }
 
+    /// Delays in the window.
     fn count(&self) -> usize {
         self.inner.count()
     }
 
+    /// Queueing delays kept (the last ``window``).
     #[getter]
     fn window(&self) -> usize {
         self.inner.window()
@@ -330,6 +350,8 @@ impl PyCacheMissModel {
         Ok(PyCacheMissModel { inner })
     }
 
+    /// A prefill chunk of ``tokens`` new tokens after ``cached_tokens`` already computed took
+    /// ``seconds``.
     #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
     #[pyo3(text_signature = "($self, /, tokens, seconds, cached_tokens=0)")]
     fn observe_prefill(
@@ -343,6 +365,8 @@ impl PyCacheMissModel {
         })
     }
 
+    /// Whether the prefill coefficients are fitted from measurements (else the configured
+    /// defaults).
     #[getter]
     fn fitted(&self) -> bool {
         self.inner.fitted()
@@ -354,44 +378,55 @@ impl PyCacheMissModel {
         self.inner.coefficients()
     }
 
+    /// The configured ``(prefill_base_s, prefill_s_per_token, prefill_s_per_token2)``, used until a
+    /// fit.
     #[getter]
     fn default_coeffs(&self) -> (f64, f64, f64) {
         self.inner.default_coeffs()
     }
 
+    /// KV-cache bytes of one token (for the offload reload time).
     #[getter]
     fn kv_bytes_per_token(&self) -> i64 {
         self.inner.kv_bytes_per_token()
     }
 
+    /// The offload tier's reload bandwidth in bytes per second; None: no offload tier.
     #[getter]
     fn offload_bandwidth_bytes_per_s(&self) -> Option<f64> {
         self.inner.offload_bandwidth_bytes_per_s()
     }
 
+    /// Measurements kept for the prefill fit (the last ``window``).
     #[getter]
     fn window(&self) -> usize {
         self.inner.window()
     }
 
+    /// Measurements needed before the prefill fit is used.
     #[getter]
     fn min_samples(&self) -> usize {
         self.inner.min_samples()
     }
 
+    /// The engine's prefill chunk (most prompt tokens per step); None: one step per prefix.
     #[getter]
     fn prefill_chunk_tokens(&self) -> Option<i64> {
         self.inner.prefill_chunk_tokens()
     }
 
+    /// Predicted prefill seconds of ``tokens`` tokens (never negative).
     fn prefill_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<f64> {
         call1("tokens", tokens, |n| slf.borrow().inner.prefill_s(n))
     }
 
+    /// Seconds to load ``tokens`` of KV back from the offload tier; None without a tier.
     fn reload_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<Option<f64>> {
         call1("tokens", tokens, |n| slf.borrow().inner.reload_s(n))
     }
 
+    /// Cost of losing ``prefix_tokens`` of cache, of which ``offloaded_tokens`` are still held by
+    /// the offload tier: recompute all, or reload those and recompute the rest.
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
     #[pyo3(text_signature = "($self, /, prefix_tokens, offloaded_tokens=0)")]
     fn miss_cost_s(
@@ -493,31 +528,37 @@ impl PyPinDecision {
         .into())
     }
 
+    /// How long to keep the blocks, in seconds (0: do not pin).
     #[getter]
     fn ttl_s(&self) -> f64 {
         self.inner.ttl_s
     }
 
+    /// Seconds saved if the program returns to a kept cache (miss cost + η·T).
     #[getter]
     fn benefit_s(&self) -> f64 {
         self.inner.benefit_s
     }
 
+    /// Cost of holding the blocks, per second (request_blocks / mean_active_blocks).
     #[getter]
     fn cost_per_s(&self) -> f64 {
         self.inner.cost_per_s
     }
 
+    /// P(τ): the probability that the program returns within the pin.
     #[getter]
     fn p_return(&self) -> f64 {
         self.inner.p_return
     }
 
+    /// Which rule produced the decision.
     #[getter]
     fn source<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
         source_str(py, self.inner.source)
     }
 
+    /// Whether to pin (``ttl_s > 0``).
     #[getter]
     fn pin(&self) -> bool {
         self.inner.pin()
@@ -656,6 +697,7 @@ impl PyTTLPolicy {
         })
     }
 
+    /// Its ``PolicyConfig``.
     #[getter]
     fn config(&self, py: Python<'_>) -> Py<PyAny> {
         self.config.clone_ref(py)
@@ -663,6 +705,7 @@ impl PyTTLPolicy {
 
     // -- observations -----------------------------------------------------------------------
 
+    /// Records a tool call of ``duration_s`` seconds (None: unknown tool).
     fn observe_tool(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
@@ -674,18 +717,22 @@ impl PyTTLPolicy {
         })
     }
 
+    /// Records a finished program of ``total_turns`` turns (for η).
     fn observe_program(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
         call1("total_turns", total_turns, |n| {
             slf.borrow_mut().inner.observe_program(n)
         })
     }
 
+    /// Records a queueing delay (s) of a request that returned to a dropped cache (for T).
     fn observe_queueing_delay(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
         call1("delay_s", delay_s, |d| {
             slf.borrow_mut().inner.observe_queueing_delay(d)
         })
     }
 
+    /// Records a measured prefill (for the cache-miss model): ``tokens`` new tokens after
+    /// ``cached_tokens`` already computed took ``seconds``.
     #[pyo3(signature = (tokens, seconds, cached_tokens = Arg::Ok(0)))]
     #[pyo3(text_signature = "($self, /, tokens, seconds, cached_tokens=0)")]
     fn observe_prefill(
@@ -701,20 +748,24 @@ impl PyTTLPolicy {
 
     // -- read-only views --------------------------------------------------------------------
 
+    /// η from the finished programs' turns (see ``EtaEstimator``).
     #[getter]
     fn eta(&self) -> f64 {
         self.inner.eta()
     }
 
+    /// T: the mean queueing delay in seconds of requests that returned to a dropped cache.
     #[getter]
     fn out_of_order_cost_s(&self) -> f64 {
         self.inner.out_of_order_cost_s()
     }
 
+    /// Durations recorded for ``tool`` (None: all tools).
     fn tool_count(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         Ok(self.inner.tool_count(tool_now(tool)?.as_deref()))
     }
 
+    /// Seconds to rebuild ``prefix_tokens`` tokens, ``offloaded_tokens`` of them reloadable.
     #[pyo3(signature = (prefix_tokens, offloaded_tokens = Arg::Ok(0)))]
     #[pyo3(text_signature = "($self, /, prefix_tokens, offloaded_tokens=0)")]
     fn miss_cost_s(
@@ -731,7 +782,7 @@ impl PyTTLPolicy {
 
     // -- the decision -----------------------------------------------------------------------
 
-    /// How long to pin the `request_blocks` of a request that just called `tool`.
+    /// How long to pin the ``request_blocks`` of a request that just called ``tool``.
     #[pyo3(signature = (
         tool = None,
         request_blocks = Arg::Ok(0),

@@ -124,30 +124,37 @@ impl PyGroupStats {
             last_access_s,
         })
     }
+    /// The hashes of the group's head path (length ≤ ``group_depth``).
     #[getter]
     fn key<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.0.key)
     }
+    /// Blocks of the group held now.
     #[getter]
     fn blocks(&self) -> usize {
         self.0.blocks
     }
+    /// Inserts that reached the group.
     #[getter]
     fn accesses(&self) -> u64 {
         self.0.accesses
     }
+    /// Blocks of the group found held by an insert.
     #[getter]
     fn hits(&self) -> u64 {
         self.0.hits
     }
+    /// The last ``window`` reuse intervals in seconds, oldest first.
     #[getter]
     fn reuse_s<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, &self.0.reuse_s)
     }
+    /// The group's TTL in seconds (inf: no TTL).
     #[getter]
     fn ttl_s(&self) -> f64 {
         self.0.ttl_s
     }
+    /// When (s) the group was last reached by an insert; None before.
     #[getter]
     fn last_access_s(&self) -> Option<f64> {
         self.0.last_access_s
@@ -204,30 +211,38 @@ impl PyPrefixTree {
         ))
     }
 
+    /// The most blocks held; an insert that needs room expires, then evicts least recently used
+    /// leaves.
     #[getter]
     fn max_nodes(&self) -> usize {
         self.0.max_nodes()
     }
+    /// Blocks of a request's head path that name its group.
     #[getter]
     fn group_depth(&self) -> usize {
         self.0.group_depth()
     }
+    /// Reuse intervals kept per group (the last ``window``).
     #[getter]
     fn window(&self) -> usize {
         self.0.window()
     }
+    /// The most groups without blocks remembered (the longest idle is forgotten beyond).
     #[getter]
     fn max_idle_groups(&self) -> usize {
         self.0.max_idle_groups()
     }
+    /// The TTL in seconds of a group without one set (inf: none).
     #[getter]
     fn default_ttl_s(&self) -> f64 {
         self.0.default_ttl_s()
     }
+    /// Blocks removed so far past their group's TTL.
     #[getter]
     fn expired_blocks(&self) -> u64 {
         self.0.expired_blocks()
     }
+    /// Blocks evicted so far to stay within ``max_nodes``.
     #[getter]
     fn evicted_blocks(&self) -> u64 {
         self.0.evicted_blocks()
@@ -238,15 +253,19 @@ impl PyPrefixTree {
 
     // Methods that convert Python objects do so before borrowing the tree (see policy.rs).
 
+    /// Leading blocks of ``hash_ids`` held now (as of the last insert or expire).
     fn match_len(slf: &Bound<'_, Self>, hash_ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let h = hashes("hash_ids", hash_ids)?;
         Ok(slf.borrow().0.match_len(&h))
     }
 
+    /// Every remembered group, in creation order.
     fn groups(&self) -> Vec<PyGroupStats> {
         self.0.groups().into_iter().map(PyGroupStats).collect()
     }
 
+    /// τ_g = solve_ttl(reuse intervals of g, benefit_per_hit, price_per_block_s, max_ttl_s) for
+    /// every group, in creation order (a group without samples gets 0).
     fn group_ttls<'py>(
         slf: &Bound<'py, Self>,
         py: Python<'py>,
@@ -267,6 +286,7 @@ impl PyPrefixTree {
         Ok(out)
     }
 
+    /// Block-seconds held so far: removed blocks as charged, held ones until min(now, deadline).
     fn block_seconds(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<f64> {
         let mut args = Args::new();
         let t = args.take("now", now);
@@ -274,6 +294,7 @@ impl PyPrefixTree {
         args.finish(r)
     }
 
+    /// Store a request's blocks at time ``now``; returns how many leading blocks were held.
     fn insert(
         slf: &Bound<'_, Self>,
         hash_ids: &Bound<'_, PyAny>,
@@ -287,6 +308,7 @@ impl PyPrefixTree {
         args.finish(r)
     }
 
+    /// Remove every block past its group's TTL at ``now``; returns how many were removed.
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<usize> {
         let mut args = Args::new();
         let t = args.take("now", now);
@@ -294,6 +316,7 @@ impl PyPrefixTree {
         args.finish(r)
     }
 
+    /// Set the TTL of the groups named by the keys (creating those not yet seen).
     fn set_group_ttls(slf: &Bound<'_, Self>, ttls: &Bound<'_, PyAny>) -> PyResult<()> {
         let mapping = ttls.downcast::<PyMapping>().map_err(|_| {
             PyTypeError::new_err(format!(

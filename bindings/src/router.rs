@@ -45,6 +45,7 @@ impl PyProgramRouter {
         })
     }
 
+    /// The ``TTLPolicy`` it prices pins and rebuilt contexts with.
     #[getter]
     fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
         self.policy.clone_ref(py)
@@ -52,11 +53,16 @@ impl PyProgramRouter {
 
     // -- instances --------------------------------------------------------------------------
 
+    /// Registers an instance (or one drained before, again); it is routed to once it reports.
     fn add_instance(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<()> {
         let iid = id_str("instance_id", instance_id)?;
         self.inner.add_instance(iid).map_err(core_err)
     }
 
+    /// An instance's state: free and total KV blocks, calls waiting and their uncached prompt
+    /// tokens, load control's working set (blocks), the fraction of returning calls' prefixes it
+    /// found cached; optionally the part of the queue a returning call of a program it serves waits
+    /// behind, calls and their uncached prompt tokens (given together; default: the whole queue).
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         instance_id, free_blocks, total_blocks, queue_len, queued_tokens, working_set_blocks,
@@ -92,6 +98,8 @@ impl PyProgramRouter {
         args.finish(result)
     }
 
+    /// The instance pinned the program's context (``blocks``) until ``deadline_s``: it is the
+    /// program's home now.
     #[pyo3(signature = (instance_id, program_id, deadline_s, blocks, now = None))]
     fn pinned(
         slf: &Bound<'_, Self>,
@@ -111,16 +119,21 @@ impl PyProgramRouter {
         args.finish(result)
     }
 
+    /// Forgets the instance (dead, gone for good): as ``drain``, and its slot is free.
     fn remove_instance(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         let iid = id_str("instance_id", instance_id)?;
         self.inner.remove_instance(iid).map_err(core_err)
     }
 
+    /// The instance is dead or draining: no call goes there any more.
     fn drain(&mut self, instance_id: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
         let iid = id_str("instance_id", instance_id)?;
         self.inner.drain(iid).map_err(core_err)
     }
 
+    /// The instance evicted the program's context but ``held_blocks`` of it: if it is the program's
+    /// home and holds at most half of its last call's blocks, the program is forgotten (it routes
+    /// as new).
     #[pyo3(signature = (instance_id, program_id, held_blocks = Arg::Ok(0)))]
     #[pyo3(text_signature = "($self, /, instance_id, program_id, held_blocks=0)")]
     fn evicted(
@@ -137,6 +150,7 @@ impl PyProgramRouter {
         args.finish(result)
     }
 
+    /// The program is done: forgotten.
     fn end_program(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
         self.inner.end_program(pid).map_err(core_err)
@@ -144,6 +158,8 @@ impl PyProgramRouter {
 
     // -- the decision -----------------------------------------------------------------------
 
+    /// The instance for the program's call needing ``blocks_needed`` KV blocks, whose context to
+    /// rebuild elsewhere is ``prefix_tokens`` long (see the module doc).
     fn route(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -169,33 +185,39 @@ impl PyProgramRouter {
 
     // -- views ------------------------------------------------------------------------------
 
+    /// The instance that served the program's last call (None: unknown program).
     fn home(&self, program_id: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
         let pid = id_str("program_id", program_id)?;
         let home = self.inner.home(pid).map_err(core_err)?;
         Ok(home.map(str::to_owned))
     }
 
+    /// Is the instance routed to: registered, reported since, not drained.
     fn routable(&self, instance_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let iid = id_str("instance_id", instance_id)?;
         self.inner.routable(iid).map_err(core_err)
     }
 
+    /// Registered instances, drained ones included, in registration order.
     #[getter]
     fn instance_ids(&self) -> Vec<String> {
         let ids = self.inner.instance_ids();
         ids.iter().map(|id| id.to_string()).collect()
     }
 
+    /// Programs tracked.
     #[getter]
     fn program_count(&self) -> usize {
         self.inner.program_count()
     }
 
+    /// The most instances registered at once.
     #[getter]
     fn max_instances(&self) -> i64 {
         self.inner.max_instances()
     }
 
+    /// The most programs tracked (the least recently routed or pinned forgotten first).
     #[getter]
     fn max_programs(&self) -> i64 {
         self.inner.max_programs()

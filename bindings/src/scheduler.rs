@@ -119,14 +119,17 @@ impl PyPin {
             },
         }
     }
+    /// The program whose blocks are kept.
     #[getter]
     fn program_id(&self) -> &str {
         &self.inner.program_id
     }
+    /// KV blocks kept in memory.
     #[getter]
     fn blocks(&self) -> i64 {
         self.inner.blocks
     }
+    /// Until when the blocks are kept (s, the caller's clock).
     #[getter]
     fn deadline_s(&self) -> f64 {
         self.inner.deadline_s
@@ -193,18 +196,22 @@ impl PyEnded {
             },
         }
     }
+    /// The program that ended.
     #[getter]
     fn program_id(&self) -> &str {
         &self.inner.program_id
     }
+    /// Its finished turns.
     #[getter]
     fn turns(&self) -> i64 {
         self.inner.turns
     }
+    /// The pin released when the program ended (None: it held none).
     #[getter]
     fn pin(&self) -> Option<PyPin> {
         pin_obj(self.inner.pin.clone())
     }
+    /// Its live requests dropped with it, sorted.
     #[getter]
     fn request_ids<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         self.ids(py)
@@ -276,22 +283,28 @@ impl PyFinished {
             },
         }
     }
+    /// Pins of other tenants released to make room within its share (the engine frees their
+    /// blocks).
     #[getter]
     fn released<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         PyTuple::new(py, pins_list(self.inner.released.clone()))
     }
+    /// The policy's pin decision (None on a last turn).
     #[getter]
     fn decision(&self) -> Option<PyPinDecision> {
         self.inner.decision.map(PyPinDecision::from)
     }
+    /// The program's pin if this request was pinned (merged with one it held), else None.
     #[getter]
     fn pin(&self) -> Option<PyPin> {
         pin_obj(self.inner.pin.clone())
     }
+    /// The program's ``Ended`` when this was its last turn, else None.
     #[getter]
     fn ended(&self) -> Option<PyEnded> {
         self.inner.ended.clone().map(|inner| PyEnded { inner })
     }
+    /// Whether this request was pinned (``pin`` is not None).
     #[getter]
     fn pinned(&self) -> bool {
         self.inner.pin.is_some()
@@ -369,6 +382,7 @@ impl PyProgramScheduler {
         })
     }
 
+    /// The ``TTLPolicy`` it decides with (used, never copied).
     #[getter]
     fn policy(&self, py: Python<'_>) -> Py<PyTTLPolicy> {
         self.policy.clone_ref(py)
@@ -388,6 +402,7 @@ impl PyProgramScheduler {
 
     // -- arrivals ---------------------------------------------------------------------------
 
+    /// A request enters the waiting queue.
     fn arrive(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -406,6 +421,8 @@ impl PyProgramScheduler {
         .map(pin_obj)
     }
 
+    /// ``arrive`` for many requests at one ``now``, in order (all checked first: one bad entry
+    /// changes nothing).
     fn arrive_many(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -455,10 +472,12 @@ impl PyProgramScheduler {
 
     // -- the queue --------------------------------------------------------------------------
 
+    /// The request ``pop`` would return, or None when nothing waits.
     fn peek(&self) -> Option<&str> {
         self.inner.peek().map(|s| &**s)
     }
 
+    /// The waiting request with the smallest priority tuple, now running; None if none.
     fn pop(slf: &Bound<'_, Self>, py: Python<'_>, now: Arg<f64>) -> PyResult<Option<Py<PyString>>> {
         let this = &mut *slf.borrow_mut();
         let policy = &mut *this.policy.borrow_mut(py);
@@ -466,6 +485,7 @@ impl PyProgramScheduler {
         Ok(popped.map(|id| PyString::new(py, &id).unbind()))
     }
 
+    /// Up to ``n`` requests, as ``pop`` would return them one by one.
     fn pop_many(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -480,6 +500,7 @@ impl PyProgramScheduler {
         Ok(popped.iter().map(|s| s.to_string()).collect())
     }
 
+    /// The waiting request runs now, ahead of its turn; every other request keeps its place.
     fn take(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -492,6 +513,7 @@ impl PyProgramScheduler {
         call1("now", now, |t| this.inner.take(policy.core_mut(), rid, t))
     }
 
+    /// A running request goes back to the queue, ahead of every request not preempted.
     fn preempt(
         slf: &Bound<'_, Self>,
         request_id: &Bound<'_, PyAny>,
@@ -503,6 +525,9 @@ impl PyProgramScheduler {
 
     // -- finishing and pins -----------------------------------------------------------------
 
+    /// A running request ended, holding ``blocks_held`` blocks; ``turn`` (a ``TurnEnd``, or its
+    /// fields as keywords) says with a call to which tool, whether it was the program's last turn
+    /// and what a miss would cost.
     #[pyo3(signature = (request_id, now, blocks_held, turn = None, **fields))]
     #[pyo3(text_signature = "($self, /, request_id, now, blocks_held, turn=None, **fields)")]
     fn finish(
@@ -528,10 +553,16 @@ impl PyProgramScheduler {
         call.done(r)
     }
 
+    /// Releases and returns the pins whose deadline is ``<= now``, by (deadline, program); at
+    /// schedule (``pin_handover``), those with deadline ``< now`` whose program has no request
+    /// waiting.
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
         call1("now", now, |t| slf.borrow_mut().inner.expire(t)).map(pins_list)
     }
 
+    /// Releases pins until at least ``blocks_needed`` blocks are released or no pin is left: the
+    /// latest pin of the tenant furthest over its share of the pin budget while one is, then
+    /// latest-arrived program first; returns them in release order.
     #[pyo3(signature = (blocks_needed, now, for_program=None))]
     fn reclaim(
         slf: &Bound<'_, Self>,
@@ -549,6 +580,7 @@ impl PyProgramScheduler {
         .map(pins_list)
     }
 
+    /// A queueing delay the queue cannot see (``pop`` records its own) for the out-of-order cost T.
     fn record_queueing_delay(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -563,6 +595,8 @@ impl PyProgramScheduler {
 
     // -- ending -----------------------------------------------------------------------------
 
+    /// The program is done: release its pin, drop its live requests, observe its turns for η and
+    /// forget it.
     fn end_program(&mut self, py: Python<'_>, program_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         // An id is a str: converting it runs no Python code, so `&mut self` is safe here.
         let pid = id_str("program_id", program_id)?;
@@ -574,6 +608,7 @@ impl PyProgramScheduler {
         Ok(PyEnded { inner })
     }
 
+    /// The request was aborted (its client went away): its whole program ends, without observing η.
     fn abort(&mut self, py: Python<'_>, request_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         let rid = id_str("request_id", request_id)?;
         let policy = &mut *self.policy.borrow_mut(py);
@@ -583,60 +618,74 @@ impl PyProgramScheduler {
 
     // -- read-only views --------------------------------------------------------------------
 
+    /// The engine's KV blocks.
     #[getter]
     fn total_blocks(&self) -> i64 {
         self.inner.total_blocks()
     }
+    /// The most idle programs remembered (the longest idle is forgotten beyond).
     #[getter]
     fn max_idle_programs(&self) -> usize {
         self.inner.max_idle_programs()
     }
+    /// Idle programs forgotten so far to keep at most ``max_idle_programs``.
     #[getter]
     fn dropped_idle_programs(&self) -> u64 {
         self.inner.dropped_idle_programs()
     }
+    /// The most KV blocks all pins may hold together.
     #[getter]
     fn pin_budget_blocks(&self) -> i64 {
         self.inner.pin_budget_blocks()
     }
+    /// KV blocks held by pins.
     #[getter]
     fn pinned_blocks(&self) -> i64 {
         self.inner.pinned_blocks()
     }
+    /// Pins held.
     #[getter]
     fn pin_count(&self) -> usize {
         self.inner.pin_count()
     }
+    /// Requests waiting.
     #[getter]
     fn waiting_count(&self) -> usize {
         self.inner.waiting_count()
     }
+    /// Requests running.
     #[getter]
     fn running_count(&self) -> usize {
         self.inner.running_count()
     }
+    /// Programs known (live, pinned or idle).
     #[getter]
     fn program_count(&self) -> usize {
         self.inner.program_count()
     }
+    /// The earliest pin deadline, None without pins.
     #[getter]
     fn next_deadline_s(&self) -> Option<f64> {
         self.inner.next_deadline_s()
     }
+    /// The tracked M̄ (see the module doc); None before any request finished.
     #[getter]
     fn mean_active_blocks(&self) -> Option<f64> {
         self.inner.mean_active_blocks()
     }
 
+    /// Every pin, by (deadline, program id).
     fn pins(&self) -> Vec<PyPin> {
         pins_list(self.inner.pins())
     }
 
+    /// The program's pin, None when it holds none (or is unknown).
     fn pin(&self, program_id: &Bound<'_, PyAny>) -> PyResult<Option<PyPin>> {
         let pid = id_str("program_id", program_id)?;
         self.inner.pin(pid).map(pin_obj).map_err(core_err)
     }
 
+    /// ``"waiting"`` or ``"running"``.
     fn state(&self, request_id: &Bound<'_, PyAny>) -> PyResult<&'static str> {
         let rid = id_str("request_id", request_id)?;
         Ok(match self.inner.state(rid).map_err(core_err)? {
@@ -645,6 +694,10 @@ impl PyProgramScheduler {
         })
     }
 
+    /// The priority tuple of a waiting request (smaller runs first): (not preempted, not pinned,
+    /// rank_s, program order, arrival_s, request id), ``rank_s`` the program's arrival or, with
+    /// ``serve_order="attained"``, see the module doc; engines that sort their own queue (SGLang)
+    /// use it as the sort key.
     fn priority<'py>(
         &self,
         py: Python<'py>,

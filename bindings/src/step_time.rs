@@ -53,11 +53,15 @@ impl PyStepModel {
         }
     }
 
+    /// Seconds of a step of this shape (``seqs`` 0: a caller that does not count its sequences,
+    /// priced as if they cost nothing).
     #[pyo3(signature = (tokens, attn, kv, seqs = 0.0))]
     fn step_s(&self, tokens: f64, attn: f64, kv: f64, seqs: f64) -> f64 {
         self.inner.step_s(tokens, attn, kv, seqs)
     }
 
+    /// The run of steps whose first step has this shape and each further one ``d_attn`` attention
+    /// units and ``d_kv`` KV tokens more (``StepRun``).
     #[pyo3(signature = (tokens, attn0, d_attn, kv0, d_kv, seqs = 0.0))]
     fn run(
         &self,
@@ -82,35 +86,46 @@ pub struct PyStepRun {
 
 #[pymethods]
 impl PyStepRun {
+    /// The compute line at the first step.
     #[getter]
     fn a0(&self) -> f64 {
         self.inner.a0
     }
+    /// Growth of the compute line per step.
     #[getter]
     fn da(&self) -> f64 {
         self.inner.da
     }
+    /// The memory line at the first step.
     #[getter]
     fn b0(&self) -> f64 {
         self.inner.b0
     }
+    /// Growth of the memory line per step.
     #[getter]
     fn db(&self) -> f64 {
         self.inner.db
     }
+    /// The first step index where the larger line may change (None: never).
     #[getter]
     fn split(&self) -> Option<u64> {
         self.inner.split
     }
+    /// No line starts below zero or falls: then s(k), as computed (every operation rounds
+    /// monotonically), never decreases with k, and "the clock reaches t after k steps" holds from
+    /// one k on; ``reach`` may then start its search at a guess.
     #[getter]
     fn monotone(&self) -> bool {
         self.inner.monotone()
     }
 
+    /// Time of the first ``k`` steps.
     fn s(&self, k: u64) -> f64 {
         self.inner.s(k)
     }
 
+    /// The fewest steps ``j`` in [1, k] after which a clock at ``start_s`` reaches ``until_s``
+    /// (``start_s + s(j) >= until_s``), and ``s(j)``.
     fn reach(&self, start_s: f64, until_s: f64, k: u64, s_k: f64) -> PyResult<(u64, f64)> {
         if !(1..=MAX_STEPS).contains(&k) {
             return Err(PyValueError::new_err(format!(

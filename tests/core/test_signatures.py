@@ -8,9 +8,9 @@ The one difference allowed: a native method's ``self`` is positional-only (pyo3'
 the reference's positional-or-keyword; nobody passes ``self`` by keyword.
 
 And the native module's own surface, where the reference has no twin: no default of any
-native callable shows as ``...``, every class and function has a docstring, and the
-hand-written stub declares exactly the built module's names and each class's members
-(``tests/core/test_stub.py`` holds the stub to the reference, statically).
+native callable shows as ``...``, and the hand-written stub declares exactly the built
+module's names and each class's members (``tests/core/test_stub.py`` holds the stub to the
+reference, statically; ``tests/core/test_docstrings.py`` the docstrings of both backends).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def test_the_check_sees_a_default_it_cannot_print() -> None:
     assert len(CALLABLES) > len(PUBLIC)  # the methods are in
 
 
-# -- the native module's own surface: docstrings, defaults, and the stub's names -------------
+# -- the native module's own surface: defaults, and the stub's names -------------------------
 
 STUB = Path(ttlpolicy.__file__).with_name("_native.pyi")
 
@@ -164,14 +164,6 @@ def test_the_stub_declares_exactly_the_native_names() -> None:
         if isinstance(obj, type):
             runtime = {m for m in vars(obj) if not m.startswith("_")}
             assert members[name] == runtime, name
-
-
-@pytest.mark.skipif(NATIVE is None, reason="native module not built")
-def test_every_native_class_and_function_has_a_docstring() -> None:
-    public = native_public()
-    undocumented = [n for n, obj in public.items() if callable(obj) and not (obj.__doc__ or "")]
-    assert undocumented == []
-    assert {"ProgramScheduler", "solve_ttl", "set_config_class"} <= set(public)
 
 
 @pytest.mark.skipif(NATIVE is None, reason="native module not built")

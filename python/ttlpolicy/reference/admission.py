@@ -758,10 +758,12 @@ class AdmissionControl:
 
     @property
     def admitted_count(self) -> int:
+        """Programs admitted (in the working set)."""
         return len(self._admitted)
 
     @property
     def program_count(self) -> int:
+        """Programs known (arrived, not ended, not forgotten while idle)."""
         return len(self._programs)
 
     @property

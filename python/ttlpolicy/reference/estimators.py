@@ -45,6 +45,7 @@ class EtaEstimator:
         self._eta = 1.0
 
     def observe(self, total_turns: Any) -> None:
+        """Records a finished program of ``total_turns`` turns."""
         n_turns = int_in("total_turns", total_turns, 1, MAX_TURNS)
         if len(self._turns) == self.window:
             self._turns.popleft()
@@ -75,9 +76,11 @@ class EtaEstimator:
 
     @property
     def eta(self) -> float:
+        """η = −corr(k, N−k) over the window's programs; 1.0 until ``min_programs`` are seen."""
         return self._eta
 
     def count(self) -> int:
+        """Programs in the window."""
         return len(self._turns)
 
 
@@ -91,6 +94,7 @@ class OutOfOrderCost:
         self._mean = 0.0
 
     def observe(self, delay_s: Any) -> None:
+        """Records one queueing delay of ``delay_s`` seconds."""
         d = non_negative("delay_s", delay_s)
         if len(self._delays) == self.window:
             self._delays.popleft()
@@ -102,10 +106,11 @@ class OutOfOrderCost:
 
     @property
     def mean_s(self) -> float:
-        """0.0 until a delay is observed."""
+        """T: the mean queueing delay in seconds over the window; 0.0 until a delay is observed."""
         return self._mean
 
     def count(self) -> int:
+        """Delays in the window."""
         return len(self._delays)
 
 
@@ -262,6 +267,8 @@ class CacheMissModel:
 
     @property
     def fitted(self) -> bool:
+        """Whether the prefill coefficients are fitted from measurements (else the configured
+        defaults)."""
         return self._fit is not None
 
     @property
@@ -270,6 +277,7 @@ class CacheMissModel:
         return self._fit if self._fit is not None else self.default_coeffs
 
     def prefill_s(self, tokens: Any) -> float:
+        """Predicted prefill seconds of ``tokens`` tokens (never negative)."""
         count = int_in("tokens", tokens, 0, 1 << 40)
         if count == 0:
             return 0.0

@@ -108,9 +108,11 @@ class ToolHistory:
         return len(w) if w is not None else 0
 
     def total_count(self) -> int:
+        """Durations in the global window."""
         return len(self._global)
 
     def num_tools(self) -> int:
+        """Tools tracked now."""
         return len(self._tools)
 
     def tools(self) -> list[str]:
@@ -132,6 +134,7 @@ class ToolHistory:
         return w.quantile(qq) if w is not None else None
 
     def mean(self, tool: Any) -> float | None:
+        """Mean duration (s) of ``tool`` (None: the global window); None when empty."""
         w = self._window(tool)
         return w.mean() if w is not None else None
 

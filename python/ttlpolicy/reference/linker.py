@@ -365,10 +365,12 @@ class ProgramLinker:
 
     @property
     def turn_end_count(self) -> int:
+        """Turn ends kept."""
         return len(self._turn_ends)
 
     @property
     def program_count(self) -> int:
+        """Programs tracked."""
         return len(self._programs)
 
     @property
@@ -378,18 +380,22 @@ class ProgramLinker:
 
     @property
     def max_turn_ends(self) -> int:
+        """The most turn ends kept (the oldest dropped first)."""
         return self._max_turn_ends
 
     @property
     def max_age_s(self) -> float:
+        """Seconds a turn end is kept (dropped at the next call later than its time plus this)."""
         return self._max_age_s
 
     @property
     def max_programs(self) -> int:
+        """The most programs tracked (the least recently linked or finished forgotten first)."""
         return self._max_programs
 
     @property
     def min_depth_fraction(self) -> float:
+        """A match shorter than this fraction of a program's latest prompt starts a new program."""
         return self._min_depth_fraction
 
     # -- internals ------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class PinDecision:
 
     @property
     def pin(self) -> bool:
+        """Whether to pin (``ttl_s > 0``)."""
         return self.ttl_s > 0.0
 
 
@@ -83,30 +84,39 @@ class TTLPolicy:
 
     # -- observations -------------------------------------------------------------------
     def observe_tool(self, tool: Any, duration_s: Any) -> None:
+        """Records a tool call of ``duration_s`` seconds (None: unknown tool)."""
         self._history.observe(tool, duration_s)
 
     def observe_program(self, total_turns: Any) -> None:
+        """Records a finished program of ``total_turns`` turns (for η)."""
         self._eta_estimator.observe(total_turns)
 
     def observe_queueing_delay(self, delay_s: Any) -> None:
+        """Records a queueing delay (s) of a request that returned to a dropped cache (for T)."""
         self._ooo.observe(delay_s)
 
     def observe_prefill(self, tokens: Any, seconds: Any, cached_tokens: Any = 0) -> None:
+        """Records a measured prefill (for the cache-miss model): ``tokens`` new tokens after
+        ``cached_tokens`` already computed took ``seconds``."""
         self._miss_model.observe_prefill(tokens, seconds, cached_tokens)
 
     # -- read-only views ------------------------------------------------------------------
     @property
     def eta(self) -> float:
+        """η from the finished programs' turns (see ``EtaEstimator``)."""
         return self._eta_estimator.eta
 
     @property
     def out_of_order_cost_s(self) -> float:
+        """T: the mean queueing delay in seconds of requests that returned to a dropped cache."""
         return self._ooo.mean_s
 
     def tool_count(self, tool: Any) -> int:
+        """Durations recorded for ``tool`` (None: all tools)."""
         return self._history.count(tool)
 
     def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
+        """Seconds to rebuild ``prefix_tokens`` tokens, ``offloaded_tokens`` of them reloadable."""
         return self._miss_model.miss_cost_s(prefix_tokens, offloaded_tokens)
 
     # -- the decision ---------------------------------------------------------------------

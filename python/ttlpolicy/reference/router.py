@@ -400,14 +400,17 @@ class ProgramRouter:
 
     @property
     def program_count(self) -> int:
+        """Programs tracked."""
         return len(self._programs)
 
     @property
     def max_instances(self) -> int:
+        """The most instances registered at once."""
         return self._max_instances
 
     @property
     def max_programs(self) -> int:
+        """The most programs tracked (the least recently routed or pinned forgotten first)."""
         return self._max_programs
 
     # -- internals ------------------------------------------------------------------------

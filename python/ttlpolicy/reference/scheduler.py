@@ -132,6 +132,7 @@ class Finished:
 
     @property
     def pinned(self) -> bool:
+        """Whether this request was pinned (``pin`` is not None)."""
         return self.pin is not None
 
 
@@ -425,8 +426,8 @@ class ProgramScheduler:
         return rid
 
     def take(self, request_id: Any, now: Any) -> None:
-        """Waiting request ``request_id`` runs now, ahead of its turn; every other request
-        keeps its place.  For an engine that passes over a head load control refuses (a
+        """The waiting request runs now, ahead of its turn; every other request keeps its
+        place.  For an engine that passes over a head load control refuses (a
         tenant's program behind another tenant's): ``pop`` then ``preempt`` would rank the
         passed-over requests as preempted, ahead of everything."""
         rid = check_id("request_id", request_id)
@@ -679,22 +680,27 @@ class ProgramScheduler:
     # -- read-only views --------------------------------------------------------------------
     @property
     def pinned_blocks(self) -> int:
+        """KV blocks held by pins."""
         return self._pins.blocks
 
     @property
     def pin_count(self) -> int:
+        """Pins held."""
         return len(self._pins)
 
     @property
     def waiting_count(self) -> int:
+        """Requests waiting."""
         return len(self._queue)
 
     @property
     def running_count(self) -> int:
+        """Requests running."""
         return len(self._requests) - len(self._queue)
 
     @property
     def program_count(self) -> int:
+        """Programs known (live, pinned or idle)."""
         return len(self._programs)
 
     @property

@@ -643,8 +643,8 @@ impl ProgramScheduler {
         Ok(Some(self.requests.id(slot).clone()))
     }
 
-    /// Waiting request `request_id` runs now, ahead of its turn; every other request keeps
-    /// its place. For an engine that passes over a head load control refuses (a tenant's
+    /// The waiting request `request_id` runs now, ahead of its turn; every other request
+    /// keeps its place. For an engine that passes over a head load control refuses (a tenant's
     /// program behind another tenant's): `pop` then `preempt` would rank the passed-over
     /// requests as preempted, ahead of everything.
     pub fn take(&mut self, policy: &mut TTLPolicy, request_id: &str, now: f64) -> Result<()> {
