@@ -87,6 +87,15 @@ class PolicyConfig(BaseModel):
     working_set_horizon_scale: float = Field(
         1.5, gt=0, description="the working set's horizon, n · rebuild_s, times this"
     )
+    # Programs an engine inferred from the prompt (``AdmissionControl``'s module doc, "Next
+    # use"): a session that compacts links anew and never returns to its old program.
+    inferred_away_quantile: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="an inferred program away longer than this quantile of its tool's "
+        "durations is not expected back; 1: as any program",
+    )
 
     @classmethod
     def published(cls, **overrides: object) -> PolicyConfig:

@@ -29,9 +29,11 @@ from typing import Any
 from ._validate import tool_key
 from .reference.pins import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
 from .reference.scheduler import MAX_ID_BYTES
+from .reference.tenants import INFERRED_PREFIX, is_inferred
 
 __all__ = [
     "CONTINUATION_SHARE",
+    "INFERRED_PREFIX",
     "MAX_ID_BYTES",
     "MAX_PROGRAM_ID_CHARS",
     "MAX_TENANT_FIELD_CHARS",
@@ -39,6 +41,7 @@ __all__ = [
     "ProgramInfo",
     "Tenancy",
     "continuation_index",
+    "is_inferred",
     "program_info",
     "program_key",
     "scheduler_id",

@@ -13,7 +13,7 @@ use crate::error::{Error, PyStr, Result};
 use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
-use crate::tenants::{tenant_of, TenantWeights};
+use crate::tenants::{is_inferred, tenant_of, TenantWeights};
 use crate::validate::{finite, int_in, non_negative, tool_key};
 
 /// Live programs tracked at once (each is forgotten when it ends).
@@ -164,13 +164,34 @@ impl Member<'_> {
 
 /// How long a program away, judged by `samples`, may stay expected back (the reference's
 /// `away_limit_s`, whose doc says why): `max_ttl_s`, and on the prior (no duration
-/// recorded) at most `prior_mean_s · (1 + ln(window))`.
-fn away_limit_s(cfg: &PolicyConfig, samples: &[f64]) -> f64 {
-    if !samples.is_empty() {
-        return cfg.max_ttl_s;
+/// recorded) at most `prior_mean_s · (1 + ln(window))`; an `inferred` program at most
+/// [`inferred_away_limit_s`] as well.
+fn away_limit_s(cfg: &PolicyConfig, samples: &[f64], inferred: bool) -> f64 {
+    let limit_s = if samples.is_empty() {
+        cfg.max_ttl_s
+            .min(cfg.prior_mean_s * (1.0 + (cfg.window as f64).ln()))
+    } else {
+        cfg.max_ttl_s
+    };
+    if inferred {
+        return limit_s.min(inferred_away_limit_s(cfg, samples));
     }
-    let give_up_s = cfg.prior_mean_s * (1.0 + (cfg.window as f64).ln());
-    cfg.max_ttl_s.min(give_up_s)
+    limit_s
+}
+
+/// How long an inferred program away may stay expected back (the reference's
+/// `inferred_away_limit_s`): the `inferred_away_quantile` of `samples` (nearest rank, at
+/// least the first), or on the prior its quantile `-prior_mean_s · ln(1 - q)`; `inf` at 1.
+fn inferred_away_limit_s(cfg: &PolicyConfig, samples: &[f64]) -> f64 {
+    let q = cfg.inferred_away_quantile;
+    if q >= 1.0 {
+        return f64::INFINITY;
+    }
+    if samples.is_empty() {
+        return -cfg.prior_mean_s * (1.0 - q).ln();
+    }
+    let rank = (q * samples.len() as f64).ceil() as usize;
+    samples[rank.saturating_sub(1)]
 }
 
 /// How a program stands at `t` (the reference's `_standing`): its class and, away, the
@@ -219,6 +240,9 @@ struct Program {
     blocks: i64,
     /// Its tenant's key (`tenant_of` its id).
     tenant: Box<str>,
+    /// Its id says an engine inferred it (`is_inferred`): away, it is judged by
+    /// `inferred_away_limit_s` too.
+    inferred: bool,
     rebuild_s: f64,
     admitted: bool,
     live: u64,
@@ -456,6 +480,7 @@ impl AdmissionControl {
                     arrival_s: t,
                     blocks,
                     tenant: Box::from(tenant_of(program_id)),
+                    inferred: is_inferred(program_id),
                     rebuild_s: 0.0,
                     admitted: false,
                     live: 0,
@@ -601,7 +626,8 @@ impl AdmissionControl {
     fn next_use(prog: &Program, policy: &TTLPolicy, t: f64) -> f64 {
         let cfg = policy.config();
         let samples = Self::samples_of(policy, prog);
-        let (class, median) = standing(prog, samples, away_limit_s(cfg, samples), t);
+        let limit_s = away_limit_s(cfg, samples, prog.inferred);
+        let (class, median) = standing(prog, samples, limit_s, t);
         match (class, prog.away_since_s) {
             (Class::Away, Some(since)) => median - (t - since),
             (Class::Prior, _) => cfg.prior_mean_s * std::f64::consts::LN_2,
@@ -630,7 +656,7 @@ impl AdmissionControl {
             return f64::INFINITY;
         };
         let samples = Self::samples(policy, tool);
-        let max_ttl_s = away_limit_s(policy.config(), samples);
+        let max_ttl_s = away_limit_s(policy.config(), samples, prog.inferred);
         let leave = first_instant(since, max_ttl_s, true);
         let n = samples.len();
         let elapsed = t - since;
@@ -709,7 +735,7 @@ impl AdmissionControl {
             return f64::INFINITY;
         };
         let samples = Self::samples(policy, tool);
-        let max_ttl_s = away_limit_s(policy.config(), samples);
+        let max_ttl_s = away_limit_s(policy.config(), samples, prog.inferred);
         if after_s - since > max_ttl_s {
             return f64::INFINITY;
         }
@@ -818,7 +844,7 @@ impl AdmissionControl {
             return 0; // not expected back
         };
         let elapsed = t - since;
-        if elapsed > away_limit_s(cfg, samples) {
+        if elapsed > away_limit_s(cfg, samples, prog.inferred) {
             return 0;
         }
         if samples.is_empty() {
@@ -1085,7 +1111,7 @@ impl AdmissionControl {
                     prog,
                     id,
                     samples,
-                    max_ttl_s: away_limit_s(policy.config(), samples),
+                    max_ttl_s: away_limit_s(policy.config(), samples, prog.inferred),
                 };
                 (i, member)
             })

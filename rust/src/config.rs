@@ -136,6 +136,9 @@ pub struct PolicyConfig {
     pub expected_working_set: bool,
     /// The working set's horizon, n · rebuild_s, times this.
     pub working_set_horizon_scale: f64,
+    /// An inferred program away longer than this quantile of its tool's durations is not
+    /// expected back (see `crate::admission`); 1: as any program.
+    pub inferred_away_quantile: f64,
 }
 
 /// A mutable view of one [`PolicyConfig`] field, by kind (see [`PolicyConfig::fields_mut`]).
@@ -188,6 +191,7 @@ impl Default for PolicyConfig {
             // (chosen on folds 0-2, kept for helping on fold 3: see config.py)
             expected_working_set: true,
             working_set_horizon_scale: 1.5,
+            inferred_away_quantile: 0.9,
         }
     }
 }
@@ -261,6 +265,10 @@ impl PolicyConfig {
                 "working_set_horizon_scale",
                 Float(&mut self.working_set_horizon_scale),
             ),
+            (
+                "inferred_away_quantile",
+                Float(&mut self.inferred_away_quantile),
+            ),
         ]
     }
 
@@ -291,6 +299,10 @@ impl PolicyConfig {
             finite("cold_start_eta", eta)?;
         }
         positive("working_set_horizon_scale", self.working_set_horizon_scale)?;
+        let q = non_negative("inferred_away_quantile", self.inferred_away_quantile)?;
+        if q > 1.0 {
+            return Err(Error::invalid_f64("inferred_away_quantile", q, "<= 1"));
+        }
         if self.min_tool_samples > self.window {
             return Err(Error::invalid(
                 "min_tool_samples",

@@ -14,6 +14,8 @@ use crate::error::{Error, PyStr, Result};
 pub const TENANT_PREFIX: &str = "\0t:";
 /// Hex digits of a tenant key.
 pub const TENANT_KEY_CHARS: usize = 32;
+/// The prefix of an engine's inferred program's id, after its tenant's namespace.
+pub const INFERRED_PREFIX: &str = "\0linked:";
 /// Tenants a weights table may name.
 pub const MAX_WEIGHTED_TENANTS: usize = 1024;
 /// The largest weight.
@@ -40,6 +42,18 @@ pub fn tenant_of(program_id: &str) -> &str {
         return &program_id[start..end];
     }
     ""
+}
+
+/// Whether `program_id` names a program an engine inferred from the prompt (the reference's
+/// `is_inferred`): its id past its tenant's namespace, if any, starts with
+/// [`INFERRED_PREFIX`].
+pub fn is_inferred(program_id: &str) -> bool {
+    let start = if tenant_of(program_id).is_empty() {
+        0
+    } else {
+        TENANT_PREFIX.len() + TENANT_KEY_CHARS + 1
+    };
+    program_id.as_bytes()[start..].starts_with(INFERRED_PREFIX.as_bytes())
 }
 
 /// A str as the reference's `short_repr` shows it: Python's repr, cut to 80 code points.
@@ -128,6 +142,17 @@ mod tests {
     use super::*;
 
     const A: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn an_inferred_id_is_read_past_the_tenants_namespace() {
+        assert!(is_inferred("\0linked:1"));
+        assert!(is_inferred(&format!("{TENANT_PREFIX}{A}:\0linked:1")));
+        assert!(!is_inferred("linked:1")); // a client's id
+        assert!(!is_inferred(&format!("{TENANT_PREFIX}{A}:linked:1")));
+        assert!(!is_inferred("p\0linked:1"));
+        assert!(!is_inferred(&format!("{TENANT_PREFIX}{A}:")));
+        assert!(!is_inferred(""));
+    }
 
     #[test]
     fn weights_default_to_one_and_are_checked() {

@@ -508,3 +508,85 @@ def test_the_prior_gives_up_no_later_than_max_ttl(impl):
     ac.finish("p", 1.0, 10, tool="bash")
     assert ac.next_use_s("p", 301.0) == pytest.approx(100.0 * math.log(2.0))
     assert ac.next_use_s("p", 301.5) == math.inf
+
+
+# -- programs an engine inferred (``tenants.is_inferred``) --------------------------------------
+
+INFERRED = "\x00linked:1"
+GAPS_1_TO_10 = tuple(float(d) for d in range(1, 11))
+
+
+def away_beside(impl, program_id, gaps=GAPS_1_TO_10, **cfg):
+    """``program_id`` (80 blocks) away on bash since 1.0, rebuilt in 100 s (its horizon covers
+    any gap), the tool's recorded gaps ``gaps``; a newcomer of 30 blocks waits at 1.0."""
+    ac, policy = make(impl, min_tool_samples=1, admission=True, **cfg)
+    for d in gaps:
+        policy.observe_tool("bash", d)
+    ac.arrive(program_id, 0.0, 80)
+    assert ac.may_run(program_id, 0.0)
+    ac.finish(program_id, 1.0, 80, tool="bash", rebuild_s=100.0)
+    ac.arrive("new", 1.0, 30)
+    return ac
+
+
+def test_an_inferred_program_away_past_the_quantile_is_not_expected_back(impl):
+    # gaps 1..10 s: the 0.9 quantile (nearest rank: the 9th) is 9 s
+    inferred, plain = away_beside(impl, INFERRED), away_beside(impl, "p")
+    for ac, pid in ((inferred, INFERRED), (plain, "p")):
+        assert ac.next_use_s(pid, 10.0) == pytest.approx(1.0)  # 9 s away: back in 1 s
+    assert inferred.next_use_s(INFERRED, 10.5) == math.inf  # 9.5 s away: past 9 s
+    assert plain.next_use_s("p", 10.5) == pytest.approx(0.5)  # the 10 s gap still ahead
+    # it leaves the working set then: the newcomer, refused beside 80 blocks, is let in
+    assert not inferred.may_run("new", 1.0)
+    at = inferred.next_shrink_s(1.0)
+    assert at == math.nextafter(10.0, math.inf)  # just past 9 s away
+    assert not inferred.may_run("new", 10.0)
+    assert inferred.may_run("new", at)
+    assert plain.next_shrink_s(1.0) == 11.0  # when it reaches the last gap, 10 s
+
+
+def test_a_returning_inferred_program_counts_again(impl):
+    ac = away_beside(impl, INFERRED)
+    ac.arrive(INFERRED, 20.0, 80)  # back after all: live, its footprint counted whole
+    assert ac.next_use_s(INFERRED, 20.0) == 0.0
+    assert ac.working_set_blocks(20.0) == 80
+    assert not ac.may_run("new", 20.0)
+
+
+def test_the_inferred_quantile_is_configured_and_1_switches_it_off(impl):
+    half = away_beside(impl, INFERRED, inferred_away_quantile=0.5)  # the 5th gap: 5 s
+    assert half.next_use_s(INFERRED, 6.0) < math.inf
+    assert half.next_use_s(INFERRED, 6.5) == math.inf
+    off = away_beside(impl, INFERRED, inferred_away_quantile=1.0)
+    assert off.next_use_s(INFERRED, 10.5) == pytest.approx(0.5)  # as any program
+    lowest = away_beside(impl, INFERRED, inferred_away_quantile=0.0)  # the shortest gap
+    assert lowest.next_use_s(INFERRED, 2.0) < math.inf
+    assert lowest.next_use_s(INFERRED, 2.5) == math.inf
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="inferred_away_quantile"):
+            PolicyConfig(inferred_away_quantile=bad)
+
+
+def test_an_inferred_program_on_the_prior_is_judged_by_the_priors_quantile(impl):
+    # no gap recorded: the prior (mean 10 s) gives up after 10 · (1 + ln 1024) = 79.3 s,
+    # an inferred program after its 0.9 quantile, 10 · ln 10 = 23.0 s
+    inferred, plain = away_beside(impl, INFERRED, gaps=()), away_beside(impl, "p", gaps=())
+    limit_s = 10.0 * math.log(10.0)
+    assert inferred.next_use_s(INFERRED, 1.0 + limit_s - 0.01) < math.inf
+    assert inferred.next_use_s(INFERRED, 1.0 + limit_s + 0.01) == math.inf
+    assert plain.next_use_s("p", 1.0 + limit_s + 0.01) < math.inf
+    assert inferred.next_shrink_s(1.0) < plain.next_shrink_s(1.0)
+
+
+def test_only_an_engines_inferred_id_is_inferred(impl):
+    from ttlpolicy.ids import program_key, tenant_key
+
+    tenant = tenant_key("acme")
+    for pid, inferred in (
+        (program_key(tenant, INFERRED), True),  # within a tenant's namespace
+        ("linked:1", False),  # a client's id (no control character)
+        (program_key(tenant, "linked:1"), False),
+        ("p\x00linked:1", False),  # not at the start of the client part
+    ):
+        ac = away_beside(impl, pid)
+        assert (ac.next_use_s(pid, 10.5) == math.inf) is inferred, pid

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -129,6 +130,42 @@ def test_backends_agree_on_any_sequence(backends, seq, max_idle, config):
 )
 def test_backends_agree_with_tenant_shares(backends, seq, config, weights):
     run_both(backends, seq, config, weights=weights, programs=TENANT_PROGRAMS)
+
+
+#: programs an engine inferred (``tenants.is_inferred``: plain, and within a tenant's
+#: namespace) beside a client's, under the quantile's default, lowest, middle and "off"
+INFERRED_PROGRAMS = ["A", "\x00linked:1", "\x00linked:2", program_key(TENANT_A, "\x00linked:3"),
+                     program_key(TENANT_A, "linked:3")]  # fmt: skip
+INFERRED_RULES = [
+    PolicyConfig(**{**rule.model_dump(), "inferred_away_quantile": q})
+    for rule in (CONFIG, RULES[1])
+    for q in (PolicyConfig().inferred_away_quantile, 0.0, 0.5, 1.0)
+]
+
+
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(ops_over(INFERRED_PROGRAMS), min_size=5, max_size=80), st.sampled_from(INFERRED_RULES)
+)
+def test_backends_agree_on_inferred_programs(backends, seq, config):
+    run_both(backends, seq, config, programs=INFERRED_PROGRAMS)
+
+
+@pytest.mark.parametrize("config", INFERRED_RULES)
+@pytest.mark.parametrize("gaps", [(), (9.0,), (0.5, 2.0, 9.0, 60.0, 60.0, 2.0)])
+def test_backends_agree_on_inferred_programs_away(backends, config, gaps):
+    """Each of ``INFERRED_PROGRAMS`` away on one tool, the tool's gaps ``gaps``: every view
+    the same at each instant (the quantile's edges, the prior's, past ``max_ttl_s``)."""
+    seq: list[tuple] = [("gap", "bash", d) for d in gaps]
+    for i, pid in enumerate(INFERRED_PROGRAMS):
+        seq += [("arrive", pid, 10 + i), ("may_run", pid), ("tick", 0.5)]
+        seq += [("finish", pid, 20 + i, "bash", 30.0, False)]
+    seq += [("arrive", "Z", 50), ("may_run", "Z")]
+    for step in (0.25, 0.5, 1.0, 1.25, 3.0, 5.0, 4.0, 40.0):
+        seq += [("tick", step), ("may_run", "Z"), ("order", INFERRED_PROGRAMS)]
+    run_both(backends, seq, config, programs=[*INFERRED_PROGRAMS, "Z"])
 
 
 def run_both(backends, seq, config, max_idle=1 << 16, weights=None, programs=PROGRAMS):

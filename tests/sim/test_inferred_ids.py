@@ -12,6 +12,7 @@ import pytest
 
 from trace_files import DATA
 from ttlpolicy.cli import main as cli_main
+from ttlpolicy.ids import is_inferred
 from ttlpolicy.sim import Engine, programs_from_records, roofline
 from ttlpolicy.sim.call import Call, ProgramRun
 from ttlpolicy.sim.metrics import Metrics
@@ -58,6 +59,8 @@ def test_inferred_links_almost_every_call_to_its_program(monkeypatch: pytest.Mon
     plugin, m = run("ttlpolicy:inferred-ids")
     assert plugin._ids is not None and plugin._ids.links.total() == len(seen)
     assert len(seen) == sum(len(p.turns) for p in PROGRAMS)
+    # named as an engine names the programs it inferred: load control judges them so
+    assert all(is_inferred(pid) for _, pid in seen)
     # precision: a linked program holds one trace program's calls
     owner: dict[str, str] = {}
     for true, pid in seen:

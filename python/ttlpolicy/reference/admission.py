@@ -29,7 +29,14 @@ Rules (the same in both backends):
   returned held every newcomer that long) — or who has been away longer than ``max_ttl_s``
   (no pin lasts longer: the policy never holds a context for such a gap, and a client that
   died during a tool call leaves the working set after at most that long), is
-  not expected back: ``inf``.
+  not expected back: ``inf``.  So is a program an engine *inferred* from the prompt
+  (``tenants.is_inferred``: its id, which no client can name) away longer than the
+  ``inferred_away_quantile`` of its tool's durations (nearest rank; on the prior, the prior's
+  quantile ``-prior_mean_s · ln(1 − q)``; 1 switches this off): a session that compacts or
+  rewrites its context links as a new program, and no call comes for the old one again, yet
+  nothing tells the engine it ended — kept, it held the working set against newcomers as
+  long as any program away (bench/RESULTS.md, "Programs without ids in the simulator").  A
+  program that does come back after that is live again, as any program back from ``inf``.
 * **Working set** at ``now``: the sum of the footprints of the ``n`` admitted programs whose
   next use is at most ``n · rebuild_s`` — the programs whose context is cheaper to keep than
   to rebuild.  Rebuilding a context is a prefill that takes the engine's step budget, so it
@@ -158,7 +165,7 @@ from .scheduler import (
     check_id,
     check_ids,
 )
-from .tenants import check_tenant_weights, tenant_of
+from .tenants import check_tenant_weights, is_inferred, tenant_of
 
 __all__ = ["MAX_PROGRAMS", "MAX_TURNS_AHEAD", "AdmissionControl"]
 
@@ -192,6 +199,7 @@ class _Program:
         "arrival_s",
         "away_since_s",
         "blocks",
+        "inferred",
         "live",
         "rebuild_s",
         "tenant",
@@ -204,6 +212,7 @@ class _Program:
         self.arrival_s = arrival_s
         self.blocks = blocks
         self.tenant = tenant
+        self.inferred = False  # its id says an engine inferred it (``tenants.is_inferred``)
         self.rebuild_s = 0.0
         self.admitted = False
         self.live = 0  # waiting and running requests
@@ -285,6 +294,7 @@ class AdmissionControl:
         prog = self._programs.get(pid)
         if prog is None:
             prog = self._programs[pid] = _Program(t, blocks, tenant_of(pid))
+            prog.inferred = is_inferred(pid)
             heapq.heappush(self._pending, (t, pid))
             tenant = self._tenants.get(prog.tenant)
             if tenant is None:
@@ -400,10 +410,10 @@ class AdmissionControl:
         """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
         return away_samples(self.policy, tool)
 
-    def _away_limit_s(self, samples: list[float]) -> float:
-        """How long a program away, judged by ``samples``, may stay expected back: see
+    def _away_limit_s(self, prog: _Program, samples: list[float]) -> float:
+        """How long ``prog`` away, judged by ``samples``, may stay expected back: see
         ``away_limit_s``."""
-        return away_limit_s(self.policy.config, samples)
+        return away_limit_s(self.policy.config, samples, prog.inferred)
 
     def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
         """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
@@ -416,7 +426,7 @@ class AdmissionControl:
         if prog.tool is None or since is None:
             return (_GONE, 0.0)
         samples = self._samples(prog.tool)
-        if t - since > self._away_limit_s(samples):
+        if t - since > self._away_limit_s(prog, samples):
             return (_GONE, 0.0)
         n = len(samples)
         if n == 0:
@@ -452,7 +462,7 @@ class AdmissionControl:
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
         samples = self._samples(prog.tool)
-        max_ttl_s = self._away_limit_s(samples)
+        max_ttl_s = self._away_limit_s(prog, samples)
         leave = _first_instant(since, max_ttl_s, beyond=True)
         n = len(samples)
         k = bisect.bisect_right(samples, t - since)
@@ -511,7 +521,7 @@ class AdmissionControl:
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
         samples = self._samples(prog.tool)
-        max_ttl_s = self._away_limit_s(samples)
+        max_ttl_s = self._away_limit_s(prog, samples)
         if after_s - since > max_ttl_s:
             return math.inf
         leave = _first_instant(since, max_ttl_s, beyond=True)
@@ -726,7 +736,7 @@ class AdmissionControl:
             if prog.live > 0 or prog.tool is None or since is None:
                 continue  # a constant next use: 0, or inf from now on
             samples = self._samples(prog.tool)  # none: the prior's constant
-            max_ttl_s = self._away_limit_s(samples)
+            max_ttl_s = self._away_limit_s(prog, samples)
             if t - since > max_ttl_s:
                 continue  # inf from now on
             leave = _first_instant(since, max_ttl_s, beyond=True)
@@ -772,16 +782,34 @@ class AdmissionControl:
         return len(self._programs) - len(self._admitted)
 
 
-def away_limit_s(config: Any, samples: list[float]) -> float:
+def away_limit_s(config: Any, samples: list[float], inferred: bool = False) -> float:
     """How long a program away may stay expected back (module doc, "Next use"):
     ``max_ttl_s``; on the prior (no duration recorded) at most ``prior_mean_s · (1 +
     ln(window))`` as well — the longest of ``window`` draws of the prior is about that (its
     expectation, ``prior_mean_s · H(window)``, is at most it), so a program away longer has
-    outlasted the durations the prior stands for, as one past its last recorded duration."""
+    outlasted the durations the prior stands for, as one past its last recorded duration.
+    An ``inferred`` program: at most ``inferred_away_limit_s`` as well."""
     if samples:
-        return config.max_ttl_s
-    give_up_s = config.prior_mean_s * (1.0 + math.log(config.window))
-    return min(config.max_ttl_s, give_up_s)
+        limit_s = config.max_ttl_s
+    else:
+        limit_s = min(config.max_ttl_s, config.prior_mean_s * (1.0 + math.log(config.window)))
+    if inferred:
+        return min(limit_s, inferred_away_limit_s(config, samples))
+    return limit_s
+
+
+def inferred_away_limit_s(config: Any, samples: list[float]) -> float:
+    """How long an inferred program away may stay expected back, besides ``away_limit_s``'s
+    bounds (module doc, "Next use"): the ``inferred_away_quantile`` of ``samples`` (sorted;
+    nearest rank, at least the first), or on the prior (none) its quantile
+    ``-prior_mean_s · ln(1 - q)``; ``inf`` when the quantile is 1."""
+    q = config.inferred_away_quantile
+    if q >= 1.0:
+        return math.inf
+    if samples:
+        rank = math.ceil(q * len(samples))
+        return samples[rank - 1 if rank > 0 else 0]
+    return -config.prior_mean_s * math.log(1.0 - q)
 
 
 def away_samples(policy: Any, tool: Any) -> list[float]:

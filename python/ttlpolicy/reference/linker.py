@@ -50,13 +50,14 @@ a new program) and ``context_blocks`` = the blocks of the linked program's lates
 program's context beyond ``depth_blocks`` no longer serves it (its history was rewritten).
 A compaction (a prompt that keeps little of the program, or only what many programs share)
 is ``new``: it cannot be told from a new program.  The old program gets no further call, so
-the caller learns nothing at once: its pin lapses at its TTL and its turn ends age out
-(``max_age_s``).  (A call that names its program supersedes the pin at once,
-``ttlpolicy.pin_claims``.  Releasing on an unambiguous short match instead was measured and
-rejected: a block every session shares is often recorded by one program only,
-docs/investigations/supersede.md.)  Identical first turns: a prompt that
-only one program recorded links to it (it cannot be told from that program's retry); once
-two programs recorded a prefix, it never links again.
+the caller learns nothing at once: its pin lapses at its TTL, its turn ends age out
+(``max_age_s``), and load control stops expecting it back once it has been away longer than
+most of its tool's gaps (``admission``: ``inferred_away_quantile``).  (A call that names
+its program supersedes the pin at once, ``ttlpolicy.pin_claims``.  Releasing on an
+unambiguous short match instead was measured and rejected: a block every session shares is
+often recorded by one program only, docs/investigations/supersede.md.)  Identical first
+turns: a prompt that only one program recorded links to it (it cannot be told from that
+program's retry); once two programs recorded a prefix, it never links again.
 
 **Explicit ids** take precedence (the caller decides): ``link(tenant, hashes, now,
 program=name)`` does not search; it marks ``name`` running (``continue`` when known, else

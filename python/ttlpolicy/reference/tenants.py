@@ -1,4 +1,5 @@
-"""Tenants: which tenant a program id belongs to, and the tenants' weights.
+"""Tenants: which tenant a program id belongs to, and the tenants' weights; whether an id is
+an inferred program's.
 
 A program id namespaced by its tenant (``ids.program_key``) reads
 ``"\\x00t:<TENANT_KEY_CHARS lowercase hex digits>:<client id>"``; ``tenant_of`` reads the key
@@ -8,6 +9,12 @@ weights: a tenant's share of ``budget`` is ``budget · weight / W``, ``W`` the s
 the active tenants.  Every tenant weighs 1 unless ``tenant_weights`` says otherwise, so by
 default the shares are equal.  Weights are integers so that both backends compare shares
 exactly (``blocks · W > budget · weight``: over its share).
+
+An engine names a program it inferred from the prompt (``serving.inferred``, for requests
+without an id) ``"\\x00linked:<key>"`` within the request's tenant, a control character no
+client id may hold: ``is_inferred`` reads that back, so load control can treat such programs
+apart (``admission``: an inferred program away long is not expected back) with no field of
+its own.
 
 ``tenant_weights`` is keyed by tenant key (``ids.tenant_key`` of the raw tenant value — the
 ``cache_salt``, or the trusted field — as the engine knobs write it); the table is bounded
@@ -21,17 +28,21 @@ from typing import Any
 from .._validate import as_int, short_repr
 
 __all__ = [
+    "INFERRED_PREFIX",
     "MAX_TENANT_WEIGHT",
     "MAX_WEIGHTED_TENANTS",
     "TENANT_KEY_CHARS",
     "TENANT_PREFIX",
     "check_tenant_weights",
+    "is_inferred",
     "tenant_of",
 ]
 
 #: The prefix of a program id namespaced by its tenant (``ids.program_key``).
 TENANT_PREFIX = "\x00t:"
 TENANT_KEY_CHARS = 32
+#: The prefix of an engine's inferred program's id, after its tenant's namespace (module doc).
+INFERRED_PREFIX = "\x00linked:"
 #: Tenants a weights table may name, and the largest weight.
 MAX_WEIGHTED_TENANTS = 1024
 MAX_TENANT_WEIGHT = 1000
@@ -47,6 +58,13 @@ def tenant_of(program_id: str) -> str:
     if program_id.startswith(TENANT_PREFIX) and program_id[end : end + 1] == ":" and _is_key(key):
         return key
     return ""
+
+
+def is_inferred(program_id: str) -> bool:
+    """Whether ``program_id`` names a program an engine inferred (module doc): its id past its
+    tenant's namespace, if any, starts with ``INFERRED_PREFIX``."""
+    start = len(TENANT_PREFIX) + TENANT_KEY_CHARS + 1 if tenant_of(program_id) else 0
+    return program_id.startswith(INFERRED_PREFIX, start)
 
 
 def _is_key(key: str) -> bool:

@@ -29,7 +29,7 @@ from typing import Any, overload
 
 import ttlpolicy
 
-from ..ids import ProgramInfo, program_key
+from ..ids import INFERRED_PREFIX, ProgramInfo, program_key
 
 __all__ = [
     "CHECKPOINT_CHUNKS",
@@ -44,8 +44,9 @@ __all__ = [
 
 #: The linker's tenant for requests of no tenant (tenant keys are 32 hex digits).
 NO_TENANT = "-"
-#: Prefix of an engine's inferred program's id (before the tenant's namespace).
-LINKED_PREFIX = "\x00linked:"
+#: Prefix of an engine's inferred program's id (within the tenant's namespace): the one load
+#: control reads back (``ids.is_inferred``: such a program away long is not expected back).
+LINKED_PREFIX = INFERRED_PREFIX
 #: The ``AdapterMetrics`` field (and Prometheus counter) each ``Link.kind`` moves.
 LINK_COUNTERS = {"continue": "calls_linked", "fork": "calls_forked", "new": "calls_new_program"}
 _DIGEST_BYTES = 8

@@ -4,7 +4,9 @@
 * ``none`` — every call its own one-call program (what an engine does with a client that
   names nothing: stock order, no pins).
 * ``inferred`` — the program ``ttlpolicy.ProgramLinker`` links the call to from its prompt's
-  chained block hashes (one tenant), told each finished turn and each program's end.
+  chained block hashes (one tenant), told each finished turn and each program's end; named
+  ``"\\x00linked:<key>"`` as an engine names it (``ids.INFERRED_PREFIX``), so that load control
+  judges it as inferred (``reference/admission.py``, ``inferred_away_quantile``).
 
 The simulator's turns carry how many leading blocks they share with the previous turn's
 prompt (``Turn.reusable_blocks``, from the trace's hash ids), not the ids: a call's hashes are
@@ -32,6 +34,7 @@ from collections import Counter
 from collections.abc import Callable
 
 import ttlpolicy as tp
+from ttlpolicy.ids import INFERRED_PREFIX
 
 from ..call import Call
 
@@ -88,7 +91,7 @@ class ProgramIds:
         else:
             link = self.linker.link(TENANT, self.hashes(call), now)
             self.links[link.kind] += 1
-            pid = f"linked:{link.program}"
+            pid = f"{INFERRED_PREFIX}{link.program}"
             self.last_link = link
             old = self._policy.get(call.program_id) if call.turn_index else None
             # (its latest call was this trace program's: no other continues it)
@@ -115,7 +118,7 @@ class ProgramIds:
         if self.linker is None:
             del self._engine[pid]  # (a one-call program: never pinned, never named again)
             return
-        key = int(pid.removeprefix("linked:"))
+        key = int(pid.removeprefix(INFERRED_PREFIX))
         self.linker.finished(TENANT, key, self._prompt[call.program_id], now)
         if last_turn:
             self.linker.end_program(TENANT, key)
@@ -127,7 +130,7 @@ class ProgramIds:
         self._prompt.pop(engine_program, None)
         pid = self._policy.pop(engine_program, None)
         if pid is not None and self.linker is not None:
-            self.linker.end_program(TENANT, int(pid.removeprefix("linked:")))
+            self.linker.end_program(TENANT, int(pid.removeprefix(INFERRED_PREFIX)))
         return pid
 
     def to_engine(self, pid: str) -> str:
