@@ -5,8 +5,10 @@
    (``CallLog``'s ``arrived``, ``scheduled`` and ``finished``, timed here from outside: noting
    arrivals, cached tokens and finished calls, buffering them) is compared with the adapter's
    time (``adapter_s``, the recording's part included) over the same steps; the writer
-   thread's time (digests, JSON, writes) is given beside it.  Both are wall times: on a loaded
-   machine they include the time the thread was not running.
+   thread's time (digests, JSON, writes) is given beside it.  Both are wall times (on a loaded
+   machine they include the time the thread was not running), or with ``--cpu-time`` both the
+   scheduler thread's CPU time (``time.thread_time``), so the share is CPU over CPU, not
+   inflated by other processes' load.
 2. The same hot path on CPU time (``time.thread_time``: not inflated by other processes),
    microseconds per call, on real vLLM ``Request`` objects without the engine.
 3. The recorder's batch work alone on long prompts (the tiny engine's are <= 512 tokens):
@@ -32,24 +34,51 @@ from typing import Any
 import vllm_engine  # noqa: F401  (sets vLLM's environment before vllm is imported)
 
 
-def timed_call_log() -> list[float]:
-    """Wrap ``CallLog``'s hot-path methods with a wall-clock timer; returns the total (s),
-    a one-item list that grows as they run.  ``scheduled`` is timed on steps that schedule
-    new requests (a decode step's call only finds an empty list), as ``CallLog`` timed
-    itself before the timing moved here."""
+class CountingClock:
+    """A clock that counts its readings: each timed section holds about one reading's cost
+    (the end of its first, the start of its second), which ``read_cost_s`` prices."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock, self.reads = clock, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.clock()
+
+    def read_cost_s(self, n: int = 20000) -> float:
+        """The least over 5 loops of one counted reading's cost, in the clock's own time."""
+        best, reads = math.inf, self.reads
+        for _ in range(5):
+            t0 = self.clock()
+            for _ in range(n):
+                self()
+            best = min(best, (self.clock() - t0) / n)
+        self.reads = reads
+        return best
+
+
+def timed_call_log(clock: Any = time.perf_counter) -> dict[str, float]:
+    """Wrap ``CallLog``'s hot-path methods with ``clock``; returns their times (s), by
+    method and in all (``"all"``), a dict that grows as they run.  ``scheduled`` is timed
+    on steps that schedule new requests (a decode step's call only finds an empty list), as
+    ``CallLog`` timed itself before the timing moved here."""
     from ttlpolicy_vllm.recording import CallLog
 
-    total = [0.0]
+    total = dict.fromkeys(("all", "arrived", "scheduled", "finished"), 0.0)
 
     def timed(method: Any, when: Any = None) -> Any:
+        name = method.__name__
+
         def wrapper(log: Any, *args: Any) -> Any:
             if when is not None and not when(*args):
                 return method(log, *args)
-            t0 = time.perf_counter()
+            t0 = clock()
             try:
                 return method(log, *args)
             finally:
-                total[0] += time.perf_counter() - t0
+                spent = clock() - t0
+                total["all"] += spent
+                total[name] += spent
 
         return wrapper
 
@@ -59,12 +88,27 @@ def timed_call_log() -> list[float]:
     return total
 
 
-def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float]:
+def engine_run(
+    programs: int, turns: int, output_tokens: int, cpu_time: bool = False, warm_up_turns: int = 0
+) -> dict[str, float]:
+    """The recording's and the adapter's time per step over the turns after the first
+    ``warm_up_turns`` (the recorder's one-off costs, its first file and first calls, fall in
+    those)."""
     import os
 
     from vllm_engine import build_tiny_model, make_engine
 
-    busy_s = timed_call_log()
+    base = time.thread_time if cpu_time else time.perf_counter
+    adapter_clock, record_clock = CountingClock(base), CountingClock(base)
+    # The adapter times its sections with its module's ``time.perf_counter``: counted here,
+    # and with ``cpu_time`` the scheduler thread's CPU time instead (the engine core runs in
+    # this thread), as bench/metrics_overhead.py --cpu-time does.
+    import types
+
+    import ttlpolicy_vllm.scheduler as adapter
+
+    adapter.time = types.SimpleNamespace(perf_counter=adapter_clock, monotonic=time.monotonic)
+    busy_s = timed_call_log(record_clock)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TTLPOLICY_RECORD"] = str(Path(tmp) / "rec")
         try:
@@ -76,7 +120,23 @@ def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float
         rng = random.Random(0)
         contexts = {f"p{i}": [rng.randrange(3, 300) for _ in range(96)] for i in range(programs)}
         sched = engine.scheduler
+
+        def snapshot() -> dict[str, float]:
+            stats = sched.ttl_stats()
+            return (
+                {k: stats[k] for k in ("adapter_s", "schedule_calls")}
+                | busy_s
+                | {
+                    "writer_s": sched.call_log.recorder.writer_s,
+                    "adapter_reads": adapter_clock.reads,
+                    "record_reads": record_clock.reads,
+                }
+            )
+
+        start = dict.fromkeys(snapshot(), 0.0)
         for turn in range(turns):
+            if turn == warm_up_turns:  # nothing in flight: count from here
+                start = snapshot()
             rids = {
                 pid: engine.submit(
                     ctx, output_tokens, program_id=pid, tool="bash", last_turn=turn == turns - 1
@@ -91,16 +151,28 @@ def engine_run(programs: int, turns: int, output_tokens: int) -> dict[str, float
                 ]
         sched.call_log.close()
         stats = sched.ttl_stats()
-        recorded = busy_s[0]
-        writer = sched.call_log.recorder.writer_s
+        recorded = busy_s["all"] - start["all"]
+        calls = programs * (turns - warm_up_turns)
+        by_method = {
+            k: (busy_s[k] - start[k]) / calls * 1e6 for k in ("arrived", "scheduled", "finished")
+        }
+        writer = sched.call_log.recorder.writer_s - start["writer_s"]
         engine.llm.llm_engine.engine_core.shutdown()
-    steps = stats["schedule_calls"]
+    steps = stats["schedule_calls"] - start["schedule_calls"]
+    adapter_s = stats["adapter_s"] - start["adapter_s"]
+    read_s = adapter_clock.read_cost_s()
+    # less the clock's own readings, about one a timed section (two readings)
+    adapter_net_s = adapter_s - (adapter_clock.reads - start["adapter_reads"]) / 2 * read_s
+    record_net_s = recorded - (record_clock.reads - start["record_reads"]) / 2 * read_s
     return {
+        "read_us": read_s * 1e6,
+        "record_share_less_reads": record_net_s / adapter_net_s,
         "steps": steps,
-        "calls": programs * turns,
-        "adapter_us_per_step": stats["adapter_s"] / steps * 1e6,
+        "calls": calls,
+        **{f"{k}_us_per_call": v for k, v in by_method.items()},
+        "adapter_us_per_step": adapter_s / steps * 1e6,
         "record_us_per_step": recorded / steps * 1e6,
-        "record_share_of_adapter": recorded / stats["adapter_s"],
+        "record_share_of_adapter": recorded / adapter_s,
         "writer_us_per_step": writer / steps * 1e6,
     }
 
@@ -198,14 +270,26 @@ def main() -> None:
     ap.add_argument("--programs", type=int, default=8)
     ap.add_argument("--turns", type=int, default=4)
     ap.add_argument("--output-tokens", type=int, default=64)
+    ap.add_argument("--cpu-time", action="store_true", help="engine part: thread CPU time")
+    ap.add_argument("--engine-only", action="store_true", help="skip parts 2 and 3")
+    ap.add_argument("--warm-up-turns", type=int, default=0, help="turns not counted")
     args = ap.parse_args()
-    r = engine_run(args.programs, args.turns, args.output_tokens)
+    r = engine_run(args.programs, args.turns, args.output_tokens, args.cpu_time, args.warm_up_turns)
+    clock = "CPU" if args.cpu_time else "wall"
     print(
-        f"engine: {r['calls']} calls, {r['steps']:.0f} steps; adapter "
+        f"engine ({clock} time, {args.output_tokens}-token calls): {r['calls']} calls, "
+        f"{r['steps']:.0f} steps; adapter "
         f"{r['adapter_us_per_step']:.1f} µs/step, recording {r['record_us_per_step']:.2f} "
         f"µs/step = {100 * r['record_share_of_adapter']:.2f} % of the adapter's time; "
-        f"writer thread {r['writer_us_per_step']:.2f} µs/step"
+        f"writer thread {r['writer_us_per_step']:.2f} µs/step (wall); less the clock's "
+        f"readings ({r['read_us']:.2f} µs each) {100 * r['record_share_less_reads']:.2f} %; "
+        + ", ".join(
+            f"{k} {r[f'{k}_us_per_call']:.2f}" for k in ("arrived", "scheduled", "finished")
+        )
+        + " µs per call"
     )
+    if args.engine_only:
+        return
     hot = hot_path_cpu_us()
     print(
         "hot path, CPU time: " + ", ".join(f"{k} {v:.2f}" for k, v in hot.items()) + " µs per call"
