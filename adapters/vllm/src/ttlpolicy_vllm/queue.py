@@ -170,8 +170,6 @@ class ProgramRequestQueue(RequestQueue):
             return self._detour
         self._detour = None
         self._refuse(head)
-        if self._life.admission is None:  # (unreachable: without load control none is refused)
-            return None
         if self._order is None:  # the queue's order this step, of the earliest arrivals
             self._order = sorted(islice(self._requests, MAX_SCANNED), key=self._programs.priority)
         waiting = [key for key in self._order if key in self._requests]
