@@ -13,7 +13,12 @@ cost, the median of 10,001), the prompt list built just before it: per-call time
 batch's mean; median and best of the batches.  Memory: the process's resident set before
 and after building the state.
 
-Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N]``
+``--items`` says what the prompt list holds: ``int`` (the hashes as ints), ``bytes`` (32-byte
+``bytes`` whose first 8 are the hash, little-endian: vLLM's block hashes, as its adapter now
+passes them), ``view`` (the same bytes behind a Python ``HashView`` converting each probed item,
+as the vLLM adapter did before the linker read bytes itself).
+
+Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N] [--items int|bytes|view]``
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import argparse
 import random
 import time
 from typing import Any
+
+from ttlpolicy.serving.inferred import HashView
 
 SHARED_BLOCKS = 269
 
@@ -45,6 +52,32 @@ class LazyPrompt:
         return block(self.p, i)
 
 
+def as_bytes(h: int) -> bytes:
+    """A block hash as vLLM gives it: 32 bytes (SHA-256), the first 8 the hash here."""
+    return h.to_bytes(8, "little") + bytes(24)
+
+
+class BytesView(HashView):
+    """The vLLM adapter's former wrapper: each probed item converted in Python."""
+
+    def __init__(self, hashes: list[bytes]) -> None:
+        self._hashes = hashes
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def item(self, k: int) -> int:
+        return int.from_bytes(bytes(self._hashes[k])[:8], "little")
+
+
+def prompt_items(p: int, n: int, items: str) -> Any:
+    """Program ``p``'s prompt of ``n`` blocks as ``--items`` says."""
+    if items == "int":
+        return [block(p, i) for i in range(n)]
+    raw = [as_bytes(block(p, i)) for i in range(n)]
+    return raw if items == "bytes" else BytesView(raw)
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
@@ -56,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--programs", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=2_000)
     ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--items", choices=("int", "bytes", "view"), default="int")
     args = ap.parse_args(argv)
     if args.backend == "rust":
         from ttlpolicy import _native as mod
@@ -85,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         spent_link = spent_finish = 0
         for p in batch:
             # (built just before its call, as an engine passes a prompt it just hashed)
-            h = [block(p, i) for i in range(lengths[p] + 20)]
+            h = prompt_items(p, lengths[p] + 20, args.items)
             t0 = clock()
             lk = linker.link("tenant", h, t)
             t1 = clock()
@@ -100,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     link_ns.sort()
     finish_ns.sort()
     print(
-        f"backend={args.backend} programs={linker.program_count} "
+        f"backend={args.backend} items={args.items} programs={linker.program_count} "
         f"turn_ends={linker.turn_end_count} points={linker.point_count} kinds={kinds}\n"
         f"link_us median={link_ns[len(link_ns) // 2] / 1000:.2f} best={link_ns[0] / 1000:.2f} "
         f"finished_us median={finish_ns[len(finish_ns) // 2] / 1000:.2f} "

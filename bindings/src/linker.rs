@@ -76,12 +76,19 @@ impl<'a, 'py> SeqHashes<'a, 'py> {
         self.obj.get_item(i)
     }
 
-    /// A hash in [-2^63, 2^64), read modulo 2^64 (as the reference).
+    /// A hash in [-2^63, 2^64), read modulo 2^64, or bytes: the little-endian int of their
+    /// first 8 (as the reference).
     fn convert(&self, i: usize, v: &Bound<'py, PyAny>) -> PyResult<u64> {
+        if let Ok(b) = v.downcast::<PyBytes>() {
+            let mut word = [0u8; 8];
+            let head = &b.as_bytes()[..b.as_bytes().len().min(8)];
+            word[..head.len()].copy_from_slice(head);
+            return Ok(u64::from_le_bytes(word));
+        }
         let name = || format!("{}[{i}]", self.field);
         let wrong = || {
             PyTypeError::new_err(format!(
-                "{} must be an integer, got {}",
+                "{} must be an integer or bytes, got {}",
                 name(),
                 short_repr(v)
             ))

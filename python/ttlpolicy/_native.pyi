@@ -753,7 +753,7 @@ class ProgramLinker:
     def link(
         self,
         tenant: str,
-        prompt_hashes: Sequence[SupportsIndex],
+        prompt_hashes: Sequence[SupportsIndex | bytes],
         now: SupportsFloat,
         program: str | None = None,
     ) -> Link: ...
@@ -761,7 +761,7 @@ class ProgramLinker:
         self,
         tenant: str,
         program: int | str,
-        hashes: Sequence[SupportsIndex],
+        hashes: Sequence[SupportsIndex | bytes],
         now: SupportsFloat,
         prompt_blocks: SupportsIndex | None = None,
     ) -> bool: ...

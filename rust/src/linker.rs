@@ -34,7 +34,7 @@
 //! # Ok::<(), ttlpolicy_core::Error>(())
 //! ```
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::{Error, PyFloat, Result};
@@ -216,8 +216,10 @@ pub struct ProgramLinker {
     index: IdMap<(u64, u64), Entry>,
     turn_ends: VecDeque<TurnEnd>,
     programs: IdMap<u64, Program>,
-    /// Programs by last use: sequence number → serial.
-    order: BTreeMap<u64, u64>,
+    /// Programs by last use, least recent first: (sequence number, serial). An entry whose
+    /// program is gone or used since (its `seq` moved on) is stale: skipped, and dropped when
+    /// stale entries outnumber the programs (a touch costs a push, not a tree's rebalancing).
+    order: VecDeque<(u64, u64)>,
     named: IdMap<(u64, Arc<str>), u64>,
     next_serial: u64,
     next_seq: u64,
@@ -259,7 +261,7 @@ impl ProgramLinker {
             index: IdMap::default(),
             turn_ends: VecDeque::new(),
             programs: IdMap::default(),
-            order: BTreeMap::new(),
+            order: VecDeque::new(),
             named: IdMap::default(),
             next_serial: 1,
             next_seq: 0,
@@ -436,8 +438,12 @@ impl ProgramLinker {
     /// Records a turn end of program `serial` (tenant `t`) at `points`, the oldest turn ends
     /// dropped first to keep at most `max_turn_ends`.
     fn record_turn_end(&mut self, t: u64, serial: u64, points: Vec<u64>, now: f64) {
-        // (counted first: making room must not forget this program)
-        self.touch(serial).turn_ends += 1;
+        // (counted first: making room must not forget this program; `finished` has just
+        // made it the most recent)
+        self.programs
+            .get_mut(&serial)
+            .expect("a known program")
+            .turn_ends += 1;
         while self.turn_ends.len() as i64 >= self.max_turn_ends {
             self.drop_oldest();
         }
@@ -636,7 +642,6 @@ impl ProgramLinker {
         let Some(prog) = self.programs.remove(&serial) else {
             return;
         };
-        self.order.remove(&prog.seq);
         if let Some(name) = prog.name {
             self.named.remove(&(prog.tenant, name));
         }
@@ -647,8 +652,11 @@ impl ProgramLinker {
         // (the tenant is held first: forgetting the least recent program must not forget it)
         self.tenant_ref(tenant, 1);
         if self.programs.len() as i64 >= self.max_programs {
-            if let Some((_, &oldest)) = self.order.iter().next() {
-                self.remove(oldest);
+            while let Some((seq, serial)) = self.order.pop_front() {
+                if self.is_current(seq, serial) {
+                    self.remove(serial);
+                    break;
+                }
             }
         }
         let serial = self.next_serial;
@@ -670,7 +678,7 @@ impl ProgramLinker {
                 seq,
             },
         );
-        self.order.insert(seq, serial);
+        self.used(seq, serial);
         serial
     }
 
@@ -684,11 +692,25 @@ impl ProgramLinker {
     fn touch(&mut self, serial: u64) -> &mut Program {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let prog = self.programs.get_mut(&serial).expect("a known program");
-        self.order.remove(&prog.seq);
-        prog.seq = seq;
-        self.order.insert(seq, serial);
-        prog
+        self.programs.get_mut(&serial).expect("a known program").seq = seq;
+        self.used(seq, serial);
+        self.programs.get_mut(&serial).expect("a known program")
+    }
+
+    /// `serial` was used at `seq`: its entry goes last in `order`; stale entries are dropped
+    /// once they outnumber the programs (amortized O(1) a use, `order` within twice the programs).
+    fn used(&mut self, seq: u64, serial: u64) {
+        self.order.push_back((seq, serial));
+        if self.order.len() > 2 * self.programs.len() + 16 {
+            let programs = &self.programs;
+            self.order
+                .retain(|&(seq, s)| programs.get(&s).is_some_and(|p| p.seq == seq));
+        }
+    }
+
+    /// Whether `order`'s entry (`seq`, `serial`) is its program's latest use.
+    fn is_current(&self, seq: u64, serial: u64) -> bool {
+        self.programs.get(&serial).is_some_and(|p| p.seq == seq)
     }
 
     /// The tenant's number (made when new; it lives while programs or turn ends hold it).

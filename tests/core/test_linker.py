@@ -196,6 +196,25 @@ def test_programs_are_bounded_least_recent_first(impl):
     assert linker.finished(TENANT, a.program, [1, 2], 3.0) is False
 
 
+def test_the_least_recent_program_goes_after_many_uses_of_the_others(impl):
+    # (hundreds of uses of two programs between b's only use and the next new program)
+    linker = impl.ProgramLinker(max_programs=3)
+    b = linker.link(TENANT, [7, 8], 0.0)
+    busy = {p: [p] for p in (100, 200)}
+    keys = {p: turn(linker, prompt, 0.0).program for p, prompt in busy.items()}
+    for i in range(150):
+        for p, prompt in busy.items():
+            prompt.append(p * 1000 + i)
+            nxt = linker.link(TENANT, prompt, 1.0 + i)
+            assert (nxt.kind, nxt.program) == ("continue", keys[p])
+            assert linker.finished(TENANT, nxt.program, prompt, 1.0 + i)
+    linker.link(TENANT, [9], 200.0)
+    assert linker.program_count == 3
+    assert linker.finished(TENANT, b.program, [7, 8], 201.0) is False  # b was forgotten
+    for p, prompt in busy.items():
+        assert linker.link(TENANT, [*prompt, 1], 202.0).program == keys[p]
+
+
 def test_explicit_ids_take_precedence_and_their_turns_link_calls_without_ids(impl):
     linker = impl.ProgramLinker()
     prompt = SYSTEM + fresh(1000, 30)
@@ -230,12 +249,26 @@ def test_hashes_are_read_modulo_two_to_the_64(impl):
     assert (nxt.kind, nxt.program) == ("continue", first.program)
 
 
+def test_bytes_hashes_read_as_the_int_of_their_first_eight(impl):
+    # vLLM's block hashes are 32-byte digests: the linker reads them as they are
+    linker = impl.ProgramLinker()
+    first = turn(linker, [11, 12, 13], 0.0)
+    digests = [h.to_bytes(8, "little") + b"rest of a digest" for h in (11, 12, 13, 14)]
+    nxt = linker.link(TENANT, digests, 1.0)
+    assert (nxt.kind, nxt.program) == ("continue", first.program)
+    assert linker.finished(TENANT, nxt.program, digests, 2.0)
+    # bytes shorter than 8 are the int they spell; a different 9th byte changes nothing
+    again = linker.link(TENANT, [b"\x0b", b"\x0c", b"\x0d", (14).to_bytes(9, "little"), b"x"], 3.0)
+    assert (again.kind, again.program) == ("continue", first.program)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
         (lambda lk: lk.link(3, [1], 0.0), TypeError, "tenant must be a str, got int"),
         (lambda lk: lk.link("t", "abc", 0.0), TypeError, "prompt_hashes must be a sequence"),
         (lambda lk: lk.link("t", [1.5], 0.0), TypeError, "prompt_hashes[0] must be an integer"),
+        (lambda lk: lk.link("t", [bytearray(1)], 0.0), TypeError, "[0] must be an integer or"),
         (lambda lk: lk.link("t", [2**64], 0.0), ValueError, "prompt_hashes[0] must be in"),
         (lambda lk: lk.link("t", [1], float("nan")), ValueError, "now must be finite, got nan"),
         (lambda lk: lk.link("t", [1], 0.0, program=5), TypeError, "program must be a str"),

@@ -26,6 +26,16 @@ def answer(call: Any) -> tuple[str, Any]:
     return "ok", r
 
 
+def as_bytes(prompt: list[int], seed: int) -> list[bytes]:
+    """The prompt's hashes as bytes whose first 8 are the hash, little-endian (vLLM's are 32
+    long; some shorter than 8 here, read as the int they spell)."""
+    out = []
+    for i, h in enumerate(prompt):
+        raw = (h % 2**64).to_bytes(8, "little")
+        out.append(raw + bytes(24) if (seed + i) % 4 else raw.rstrip(b"\0"))
+    return out
+
+
 def counts(linker: Any) -> tuple[int, int, int]:
     return linker.turn_end_count, linker.program_count, linker.point_count
 
@@ -70,7 +80,9 @@ def test_linkers_agree_on_random_traffic(backends, ops, bounds):
         prompts.append(prompt)
         call: tuple[Any, ...]
         if kind == "link":
-            call = ("link", tenant, prompt, now, "named" if seed % 11 == 0 else None)
+            # (a third of the calls hand their hashes as bytes, as vLLM's adapter does)
+            given = as_bytes(prompt, seed) if seed % 3 == 1 else prompt
+            call = ("link", tenant, given, now, "named" if seed % 11 == 0 else None)
         elif kind == "finish":
             if pending and seed % 4:  # mostly a running call's own end, with its output
                 tenant, program, prompt = pending.pop(seed % len(pending))
@@ -82,7 +94,7 @@ def test_linkers_agree_on_random_traffic(backends, ops, bounds):
         elif kind == "end":
             call = ("end_program", tenant, programs[(seed >> 2) % len(programs)])
         else:
-            bad: list[Any] = [[1, 2.5], [2**64], "text", [1, None]]
+            bad: list[Any] = [[1, 2.5], [2**64], "text", [1, None], [1, bytearray(b"x")]]
             pick = bad[seed % len(bad)]
             call = ("link", tenant, pick if isinstance(pick, str) else prompt + pick, now)
         got = [answer(partial(getattr(lk, call[0]), *call[1:])) for lk in linkers]

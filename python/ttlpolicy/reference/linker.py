@@ -77,7 +77,9 @@ copy of another tenant's prompt matches nothing of that tenant, and a prompt cra
 many turns costs one lookup's probes.  (The bounds are shared by the tenants: one that floods
 new programs pushes the least recent of the others out; they then link as new.)  Hashes:
 ints in ``[-2**63, 2**64)``, read modulo ``2**64`` (signed and unsigned 64-bit ids both
-work).  Time: ``now`` never goes back.
+work), or ``bytes``, read as the little-endian int of their first 8 bytes (vLLM's block
+hashes, passed as they are: no Python-level conversion per probe).  Time: ``now`` never goes
+back.
 Errors before any change: ``TypeError`` (wrong types), ``ValueError`` (bad values),
 ``KeyError`` never (an unknown program is answered False).
 """
@@ -209,13 +211,15 @@ def _reader(field: str, hashes: Any) -> tuple[int, Callable[[int], int]]:
 
     def item(i: int) -> int:
         v = hashes[i]
+        if isinstance(v, bytes):
+            return int.from_bytes(v[:8], "little")
         name = f"{field}[{i}]"
         if isinstance(v, float):
-            raise TypeError(f"{name} must be an integer, got {short_repr(v)}")
+            raise TypeError(f"{name} must be an integer or bytes, got {short_repr(v)}")
         try:
             h = int(operator.index(v))
         except TypeError:
-            raise TypeError(f"{name} must be an integer, got {short_repr(v)}") from None
+            raise TypeError(f"{name} must be an integer or bytes, got {short_repr(v)}") from None
         if not HASH_MIN <= h < HASH_LIMIT:
             raise ValueError(
                 f"{name} must be in [{HASH_MIN}, {HASH_LIMIT - 1}], got {short_repr(h)}"

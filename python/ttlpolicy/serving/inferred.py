@@ -5,11 +5,12 @@ does the same way.
 Most agent clients send no program id, yet each call's prompt extends its previous call's.
 ``ttlpolicy.ProgramLinker`` (the rule, in the library) says which recent turn end a request's
 prompt block hashes (each naming the whole prefix up to its block) continue;
-``InferredPrograms`` only hands it the hashes, names the program it answers
-``"\\x00linked:<key>"`` within the request's tenant — a control character no client id may
-hold, so no client can name an inferred program — and counts the answer (``LINK_COUNTERS``: the
-metrics ``calls_linked``, ``calls_forked``, ``calls_new_program``). State: the live requests'
-links (bounded by the engine's own live requests) and the linker's bounded turn ends.
+``InferredPrograms`` only hands it the hashes (ints, or bytes as vLLM's are), names the
+program it answers ``"\\x00linked:<key>"`` within the request's tenant — a control
+character no client id may hold, so no client can name an inferred program — and counts the
+answer (``LINK_COUNTERS``: the metrics ``calls_linked``, ``calls_forked``,
+``calls_new_program``). State: the live requests' links (bounded by the engine's own live
+requests) and the linker's bounded turn ends.
 
 Where an engine gives no chained block hashes (SGLang hashes pages only for its storage
 tier; the Ray router sees text, not tokens), ``PrefixHashes`` makes hashes that serve the same:
@@ -36,6 +37,7 @@ __all__ = [
     "LINKED_PREFIX",
     "LINK_COUNTERS",
     "NO_TENANT",
+    "BlockHashSeq",
     "HashView",
     "InferredPrograms",
     "PrefixHashes",
@@ -50,6 +52,8 @@ LINKED_PREFIX = INFERRED_PREFIX
 #: The ``AdapterMetrics`` field (and Prometheus counter) each ``Link.kind`` moves.
 LINK_COUNTERS = {"continue": "calls_linked", "fork": "calls_forked", "new": "calls_new_program"}
 _DIGEST_BYTES = 8
+#: What the linker reads as a prompt's block hashes: ints, or bytes (their first 8, as vLLM's).
+BlockHashSeq = Sequence[int] | Sequence[bytes]
 #: Chunks between two kept hash states of a ``PrefixHashes``.
 CHECKPOINT_CHUNKS = 64
 
@@ -125,7 +129,7 @@ class InferredPrograms:
         self._on_link = on_link
         self._prefix = prefix
 
-    def _link(self, tenant: str | None, hashes: Sequence[int], now: float) -> tuple[str, Any]:
+    def _link(self, tenant: str | None, hashes: BlockHashSeq, now: float) -> tuple[str, Any]:
         t = tenant if tenant is not None else NO_TENANT
         link = self.linker.link(t, hashes, now)
         if self._on_link is not None:
@@ -133,7 +137,7 @@ class InferredPrograms:
         return t, link.program
 
     def arrive(
-        self, request_id: str, tenant: str | None, hashes: Sequence[int], now: float
+        self, request_id: str, tenant: str | None, hashes: BlockHashSeq, now: float
     ) -> ProgramInfo:
         """The program of a request of ``tenant`` (a tenant key, None: none) whose prompt
         hashes are ``hashes``; it runs until ``finished`` or ``aborted``."""
@@ -141,7 +145,7 @@ class InferredPrograms:
         self._live[request_id] = (t, key)
         return ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
 
-    def routed(self, tenant: str | None, hashes: Sequence[int], now: float) -> ProgramInfo:
+    def routed(self, tenant: str | None, hashes: BlockHashSeq, now: float) -> ProgramInfo:
         """``arrive`` for a caller that sees no finish (a router): the prompt is recorded
         as its turn end at once, so the program's next call, extending it, links to it."""
         t, key = self._link(tenant, hashes, now)
@@ -149,7 +153,7 @@ class InferredPrograms:
         return ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
 
     def finished(
-        self, request_id: str, hashes: Sequence[int], prompt_blocks: int, now: float
+        self, request_id: str, hashes: BlockHashSeq, prompt_blocks: int, now: float
     ) -> None:
         """The request ended on its own: its turn end (``hashes``: prompt, then output) is
         recorded."""

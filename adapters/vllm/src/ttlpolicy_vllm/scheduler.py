@@ -39,7 +39,8 @@ What the adapter adds, and where (every rule itself lives in ``ttlpolicy``):
 Requests without a program id are queued as one-request programs in arrival order (FCFS, as
 stock vLLM), are never pinned and are forgotten when they end (``abort``: no η sample) —
 unless ``TTLPOLICY_INFER_PROGRAMS=1``: then each is linked to the program whose recent turn
-its prompt continues (``ttlpolicy.ProgramLinker``, ``inference.py``), within its tenant.
+its prompt continues (``ttlpolicy.ProgramLinker`` through ``ttlpolicy.serving.inferred``,
+handed vLLM's block hashes as they are), within its tenant.
 
 Knobs (environment, read when the engine builds its scheduler):
 ``TTLPOLICY_PIN_BUDGET_FRACTION`` (default 0.5 of the KV blocks), ``TTLPOLICY_POLICY`` (a
@@ -63,14 +64,13 @@ import ttlpolicy
 from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
-from ttlpolicy.serving.inferred import count_link
+from ttlpolicy.serving.inferred import InferredPrograms, count_link
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler, init_logger
 from .eviction import NextUseOrder
 from .identity import ProgramInfo, program_of, scheduler_key, tenant_of
-from .inference import BlockHashes, InferredPrograms
 from .pins import BlockPins, cached_blocks, continuation_point
 from .queue import ProgramRequestQueue
 from .recording import call_log_or_none
@@ -208,8 +208,8 @@ class TTLScheduler(Scheduler):
         info = program_of(request, self.tenancy) if rid not in self.requests else None
         if info is None and self.inferred is not None and rid not in self.requests:
             tenant = tenant_of(request, self.tenancy)
-            hashes = BlockHashes(request.block_hashes)
-            info = self.inferred.arrive(rid, tenant, hashes, self.clock())
+            # (vLLM's block hashes are bytes: the linker reads their first 8 bytes natively)
+            info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
         if info is not None:
             self._claim_pin(info.program_id, request.block_hashes)
         if info is not None:
@@ -433,8 +433,7 @@ class TTLScheduler(Scheduler):
             stopped = request.status in _STOPPED and not delay_free_blocks
             if stopped:
                 prompt_blocks = request.num_prompt_tokens // self.block_size
-                hashes = BlockHashes(request.block_hashes)
-                self.inferred.finished(rid, hashes, prompt_blocks, self.clock())
+                self.inferred.finished(rid, request.block_hashes, prompt_blocks, self.clock())
             else:
                 self.inferred.aborted(rid, self.clock())
         state = self.waiting.state(rid)
