@@ -14,7 +14,11 @@ relaxation that reads the future or changes the hardware — never a default
   ``free:mori+srpt`` has both relaxations;
 * ``hbm:<policy>`` — **unlimited HBM** (KV memory × 100): running calls no longer compete for
   GPU memory.  Outside the class (no cache policy adds HBM); it places the ceiling;
-* ``mori+las`` — not a bound: the order without foresight, least attained LLM time first.
+* ``mori+las`` — not a bound: the order without foresight, least attained LLM time first;
+* ``mori+psjf``, ``mori+psrpt`` — not bounds: ``sjf`` / ``srpt`` with each program's remaining
+  work **predicted** without foresight (``predicted_work``: from its sub-agent flag, turns
+  done and the queued call's prompt size, fitted on the training folds only); ``psrpt``
+  keeps first calls after every return.
 
 All 512 programs run together, fold 3's programs are reported (bench/rivals.py's runs):
 
@@ -37,9 +41,10 @@ from pathlib import Path
 import agent_sweep
 import sim_sweep
 from bounds import split_folds
+from predicted_work import CrossFitPredictor, fit_cross, turn_work
 from rivals import run_figures
 from trace_paths import traces_dir
-from ttlpolicy.sim import make_policy, roofline, simulate
+from ttlpolicy.sim import EngineConfig, make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS, Hardware
 from ttlpolicy.sim.interface import Policy
@@ -74,39 +79,52 @@ class OrderedMori(Mori):
     """MORI with its queue's second key — program arrival — replaced: resident programs'
     calls still go first.  ``srpt``: the least remaining work of the call's program first
     (it reads the future: a bound); ``sjf``: that for first calls, after every return (which
-    keep program arrival); ``las``: the least LLM time attained so far (no foresight)."""
+    keep program arrival); ``las``: the least LLM time attained so far (no foresight).
+    Predicted (no foresight: ``predicted_work``): ``psjf`` is ``sjf`` with the predicted
+    remaining work; ``psrpt`` orders returns by it, and first calls after every return by
+    it (a new program does not jump a return, as it does under ``las``)."""
 
-    ORDERS = ("sjf", "srpt", "las")
+    ORDERS = ("sjf", "srpt", "las", "psjf", "psrpt")
+    PREDICTED = ("psjf", "psrpt")
 
-    def __init__(self, order: str, decode_weight: float = DECODE_WEIGHT) -> None:
+    def __init__(
+        self,
+        order: str,
+        decode_weight: float = DECODE_WEIGHT,
+        predictor: CrossFitPredictor | None = None,
+    ) -> None:
         if order not in self.ORDERS:
             raise ValueError(f"order must be one of {', '.join(self.ORDERS)}, got {order!r}")
+        if (order in self.PREDICTED) != (predictor is not None):
+            raise ValueError(f"order {order!r}: a predictor is needed by psjf and psrpt only")
         super().__init__()
         self.order = order
         self.decode_weight = decode_weight
+        self.predictor = predictor
         self.name = f"mori+{order}"
 
     def work(self, turns: Sequence[Turn]) -> float:
         """``turns``' work in prefill-token equivalents (uncached prompt + weighted output)."""
         b = self._block_tokens()
-        w = self.decode_weight
-        return sum(
-            max(0, t.input_tokens - t.reusable_blocks * b) + w * t.output_tokens for t in turns
-        )
+        return sum(turn_work(t, b, self.decode_weight) for t in turns)
 
     def remaining_work(self, call: Call) -> float:
-        """The call's program's work from this call on."""
+        """The call's program's work from this call on: predicted (``predictor``), else its
+        real work (it reads the future)."""
+        if self.predictor is not None:
+            return self.predictor.remaining_work(call)
         return self.work(call.prog.program.turns[call.turn_index :])
 
     def _rank(self, call: Call) -> tuple:
         first = call.turn_index == 0
-        if self.order == "las":
+        order = self.order
+        if order == "las":
             rank = self._llm_s.get(call.program_id, 0.0)
-        elif self.order == "srpt" or first:
+        elif order in ("srpt", "psrpt") or first:
             rank = self.remaining_work(call)
         else:
             rank = call.program_arrival_s
-        late = first and self.order == "sjf"  # (sjf: returns first, by arrival)
+        late = first and order != "srpt" and order != "las"  # (returns first, but srpt, las)
         return (call.program_id not in self.resident, late, rank, call.issue_s, call.call_id)
 
 
@@ -123,22 +141,28 @@ def unlimited_hbm(hw: Hardware) -> Hardware:
 
 
 def make_run(
-    name: str, hw: Hardware, decode_weight: float = DECODE_WEIGHT
+    name: str,
+    hw: Hardware,
+    decode_weight: float = DECODE_WEIGHT,
+    predictor: CrossFitPredictor | None = None,
 ) -> tuple[Policy, Hardware]:
     """The policy and hardware of a run name: ``[free:|hbm:]<policy>``, the policy a
     simulator policy or ``mori+<order>`` (``OrderedMori``, its work counting an output
-    token as ``decode_weight`` prompt tokens)."""
+    token as ``decode_weight`` prompt tokens; ``predictor`` for the predicted orders)."""
     relax, _, base = name.partition(":") if name.startswith(("free:", "hbm:")) else ("", "", name)
     run_hw = free_tier(hw) if relax == "free" else unlimited_hbm(hw) if relax == "hbm" else hw
     if base.startswith("mori+"):
-        return OrderedMori(base.removeprefix("mori+"), decode_weight), run_hw
+        order = base.removeprefix("mori+")
+        used = predictor if order in OrderedMori.PREDICTED else None
+        return OrderedMori(order, decode_weight, used), run_hw
     return make_policy(base), run_hw
 
 
 def one_run(hw: Hardware, name: str, programs: list, rate: float, seed: int, ids: list[str],
-            decode_weight: float = DECODE_WEIGHT):  # fmt: skip
+            decode_weight: float = DECODE_WEIGHT,
+            predictor: CrossFitPredictor | None = None):  # fmt: skip
     """bench/rivals.py's figures of one run (completion of ``ids``, TTFT, throughput)."""
-    policy, run_hw = make_run(name, hw, decode_weight)
+    policy, run_hw = make_run(name, hw, decode_weight, predictor)
     t = time.perf_counter()
     m = simulate(run_hw, policy, programs, rate_per_s=rate, seed=seed)
     return {**run_figures(m, ids), "wall_s": time.perf_counter() - t}
@@ -165,6 +189,8 @@ def main() -> int:
     folds = split_folds(programs, 4, traces_dir() / "claude-code")
     ids = [p.program_id for p in folds[args.fold]]
     names = args.runs.split(",")
+    # fitted on the training folds only, cross-fitted (``predicted_work``)
+    predictor = fit_cross(programs, EngineConfig().block_tokens, args.decode_weight)
     results = []
     for point in args.points.split(";"):
         setup, _, rates = point.partition("=")
@@ -174,7 +200,9 @@ def main() -> int:
             for seed in map(int, args.seeds.split(",")):
                 row: dict = {"setup": setup, "rate": rate, "seed": seed}
                 for name in names:
-                    row[name] = one_run(hw, name, programs, rate, seed, ids, args.decode_weight)
+                    row[name] = one_run(
+                        hw, name, programs, rate, seed, ids, args.decode_weight, predictor
+                    )
                     print(f"  {setup} {rate:g}/s seed {seed} {name}: {row[name]}", flush=True)
                 results.append(row)
     table(results, names)
