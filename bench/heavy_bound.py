@@ -15,10 +15,12 @@ relaxation that reads the future or changes the hardware — never a default
 * ``hbm:<policy>`` — **unlimited HBM** (KV memory × 100): running calls no longer compete for
   GPU memory.  Outside the class (no cache policy adds HBM); it places the ceiling;
 * ``mori+las`` — not a bound: the order without foresight, least attained LLM time first;
-* ``mori+psjf``, ``mori+psrpt`` — not bounds: ``sjf`` / ``srpt`` with each program's remaining
-  work **predicted** without foresight (``predicted_work``: from its sub-agent flag, turns
-  done and the queued call's prompt size, fitted on the training folds only); ``psrpt``
-  keeps first calls after every return.
+* ``mori+psjf``, ``mori+psrpt``, ``mori+pgittins`` — not bounds: ``sjf`` / ``srpt`` with each
+  program's remaining work **predicted** without foresight (``predicted_work``: from its
+  sub-agent flag, turns done and the queued call's prompt size, fitted on the training folds
+  only), or by its bucket's Gittins index; ``psrpt`` and ``pgittins`` keep first calls after
+  every return; ``ttlpolicy-offload[:admission]+psjf`` orders that policy's first calls so
+  (``PredictedFirstOffload``).
 
 All 512 programs run together, fold 3's programs are reported (bench/rivals.py's runs):
 
@@ -31,11 +33,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import heapq
 import json
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from functools import partial
+from typing import Any
 from pathlib import Path
 
 import agent_sweep
@@ -49,6 +54,7 @@ from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS, Hardware
 from ttlpolicy.sim.interface import Policy
 from ttlpolicy.sim.policies.mori import Mori
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyOffload, make_ttlpolicy
 from ttlpolicy.sim.workload import Turn
 
 POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
@@ -82,10 +88,11 @@ class OrderedMori(Mori):
     keep program arrival); ``las``: the least LLM time attained so far (no foresight).
     Predicted (no foresight: ``predicted_work``): ``psjf`` is ``sjf`` with the predicted
     remaining work; ``psrpt`` orders returns by it, and first calls after every return by
-    it (a new program does not jump a return, as it does under ``las``)."""
+    it (a new program does not jump a return, as it does under ``las``); ``pgittins`` as
+    ``psrpt`` by the highest Gittins index of the program's bucket instead."""
 
-    ORDERS = ("sjf", "srpt", "las", "psjf", "psrpt")
-    PREDICTED = ("psjf", "psrpt")
+    ORDERS = ("sjf", "srpt", "las", "psjf", "psrpt", "pgittins")
+    PREDICTED = ("psjf", "psrpt", "pgittins")
 
     def __init__(
         self,
@@ -120,12 +127,66 @@ class OrderedMori(Mori):
         order = self.order
         if order == "las":
             rank = self._llm_s.get(call.program_id, 0.0)
+        elif order == "pgittins":
+            assert self.predictor is not None  # (checked in __init__)
+            rank = -self.predictor.gittins_index(call)
         elif order in ("srpt", "psrpt") or first:
             rank = self.remaining_work(call)
         else:
             rank = call.program_arrival_s
         late = first and order != "srpt" and order != "las"  # (returns first, but srpt, las)
         return (call.program_id not in self.resident, late, rank, call.issue_s, call.call_id)
+
+
+class PredictedFirstOffload(TTLPolicyOffload):
+    """``ttlpolicy-offload[:variant]+psjf``: ttlpolicy-offload whose first calls — which the
+    library serves after every other call, by program arrival — go instead by the least
+    predicted work (``predicted_work``; no foresight).  Bench-side, through the scheduler's
+    ``take``: the library's order of every other call and its pins are unchanged.  Its load
+    control admits programs in arrival order (``AdmissionControl.may_run``: the oldest
+    waiting program first), so a chosen first call it refuses gives way to the library's
+    head — with load control on, the order can change little; ``:admission`` (load
+    control off) lets it act."""
+
+    def __init__(self, predictor: CrossFitPredictor, **options: Any) -> None:
+        super().__init__(**options)
+        self.predictor = predictor
+        self._first: list[tuple[float, int, str]] = []  # (predicted work, call id, request)
+        self._first_waiting: set[str] = set()  # fresh first calls not yet popped
+        self._chosen: str | None = None
+
+    def arrive(self, call: Call, now: float) -> bool:
+        if call.turn_index == 0:
+            rid = str(call.call_id)
+            heapq.heappush(self._first, (self.predictor.remaining_work(call), call.call_id, rid))
+            self._first_waiting.add(rid)
+        return super().arrive(call, now)
+
+    def peek(self) -> Call | None:
+        head = self.sched.peek()
+        # (the library ranks fresh first calls after every other call: when one heads the
+        # queue, only fresh first calls wait)
+        if head is None or head not in self._first_waiting:
+            self._chosen = None
+            return super().peek()
+        while self._first[0][2] not in self._first_waiting:
+            heapq.heappop(self._first)  # (popped already)
+        rid = self._chosen = self._first[0][2]
+        call = self._calls[rid]
+        if self._gate is not None and not self.life.may_run(self._program(call), self.view.now):
+            self._chosen = None  # (refused: the library's head, as load control asks)
+            return super().peek()
+        return call
+
+    def pop(self) -> Call:
+        rid, self._chosen = self._chosen, None
+        if rid is None:
+            call = super().pop()
+        else:
+            self.sched.take(rid, self.view.now)
+            call = self._calls[rid]
+        self._first_waiting.discard(str(call.call_id))
+        return call
 
 
 def free_tier(hw: Hardware) -> Hardware:
@@ -155,24 +216,35 @@ def make_run(
         order = base.removeprefix("mori+")
         used = predictor if order in OrderedMori.PREDICTED else None
         return OrderedMori(order, decode_weight, used), run_hw
+    if base.startswith("ttlpolicy-offload") and base.endswith("+psjf"):
+        if predictor is None:
+            raise ValueError(f"run {name!r} needs a predictor")
+        variant = base.removesuffix("+psjf").partition(":")[2]
+        plugin = make_ttlpolicy("ttlpolicy-offload", variant, partial(PredictedFirstOffload, predictor))
+        plugin.name = base
+        return plugin, run_hw
     return make_policy(base), run_hw
 
 
-def one_run(hw: Hardware, name: str, programs: list, rate: float, seed: int, ids: list[str],
-            decode_weight: float = DECODE_WEIGHT,
-            predictor: CrossFitPredictor | None = None):  # fmt: skip
-    """bench/rivals.py's figures of one run (completion of ``ids``, TTFT, throughput)."""
+def one_run(hw: Hardware, name: str, programs: list, rate: float, seed: int,
+            ids: dict[int, list[str]], decode_weight: float = DECODE_WEIGHT,
+            predictor: CrossFitPredictor | None = None) -> dict[int, dict]:  # fmt: skip
+    """bench/rivals.py's figures of one run (completion of each fold's ``ids``, TTFT,
+    throughput), by fold."""
     policy, run_hw = make_run(name, hw, decode_weight, predictor)
     t = time.perf_counter()
     m = simulate(run_hw, policy, programs, rate_per_s=rate, seed=seed)
-    return {**run_figures(m, ids), "wall_s": time.perf_counter() - t}
+    wall_s = time.perf_counter() - t
+    return {f: {**run_figures(m, fold_ids), "wall_s": wall_s} for f, fold_ids in ids.items()}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--points", default=POINTS)
     ap.add_argument("--seeds", default="0,1,2,3")
-    ap.add_argument("--fold", type=int, default=3, help="the fold reported (validation: 3)")
+    ap.add_argument(
+        "--fold", default="3", help="the folds reported, comma-separated (validation: 3)"
+    )
     ap.add_argument("--cpu-gb", type=float, default=256.0, help="CPU tier per GPU, GB")
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument(
@@ -187,7 +259,7 @@ def main() -> int:
     if programs is None:
         return 2
     folds = split_folds(programs, 4, traces_dir() / "claude-code")
-    ids = [p.program_id for p in folds[args.fold]]
+    ids = {f: [p.program_id for p in folds[f]] for f in map(int, args.fold.split(","))}
     names = args.runs.split(",")
     # fitted on the training folds only, cross-fitted (``predicted_work``)
     predictor = fit_cross(programs, EngineConfig().block_tokens, args.decode_weight)
@@ -198,13 +270,13 @@ def main() -> int:
         hw = roofline(model, gpu, cpu_tier_bytes=args.cpu_gb * 1e9 * MODELS[model].tp)
         for rate in map(float, rates.split(",")):
             for seed in map(int, args.seeds.split(",")):
-                row: dict = {"setup": setup, "rate": rate, "seed": seed}
+                rows = {f: {"setup": setup, "rate": rate, "seed": seed, "fold": f} for f in ids}
                 for name in names:
-                    row[name] = one_run(
-                        hw, name, programs, rate, seed, ids, args.decode_weight, predictor
-                    )
-                    print(f"  {setup} {rate:g}/s seed {seed} {name}: {row[name]}", flush=True)
-                results.append(row)
+                    got = one_run(hw, name, programs, rate, seed, ids, args.decode_weight, predictor)
+                    for f, figures in got.items():
+                        rows[f][name] = figures
+                    print(f"  {setup} {rate:g}/s seed {seed} {name}: {got}", flush=True)
+                results += rows.values()
     table(results, names)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
@@ -214,16 +286,17 @@ def main() -> int:
 def table(results: list[dict], names: list[str]) -> None:
     """Per point, each run's means over the seeds, and the strongest rival's mean JCT over
     each run's (what 1.15× asks of a run: ≥ 1.15)."""
-    print("\n| point | run | JCT mean s | JCT p95 s | tok/s | hit | strongest rival / run |")
-    print("|---|---|---|---|---|---|---|")
-    for setup, rate in sorted({(r["setup"], r["rate"]) for r in results}):
-        rows = [r for r in results if (r["setup"], r["rate"]) == (setup, rate)]
+    print("\n| point | fold | run | JCT mean s | JCT p95 s | tok/s | hit | strongest rival / run |")
+    print("|---|---|---|---|---|---|---|---|")
+    for point in sorted({(r["setup"], r["rate"], r.get("fold", 3)) for r in results}):
+        setup, rate, fold = point
+        rows = [r for r in results if (r["setup"], r["rate"], r.get("fold", 3)) == point]
         mean = {n: {k: statistics.fmean(r[n][k] for r in rows) for k in rows[0][n]} for n in names}
         best = min((mean[n]["jct_mean_s"] for n in names if n in RIVALS), default=float("nan"))
         for n in names:
             f = mean[n]
             print(
-                f"| {setup} {rate:g}/s | {n} | {f['jct_mean_s']:,.0f} | {f['jct_p95_s']:,.0f} "
+                f"| {setup} {rate:g}/s | {fold} | {n} | {f['jct_mean_s']:,.0f} | {f['jct_p95_s']:,.0f} "
                 f"| {f['throughput_tok_s']:.1f} | {f['hit_rate']:.3f} "
                 f"| {best / f['jct_mean_s']:.3f} |"
             )

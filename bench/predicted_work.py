@@ -25,6 +25,7 @@ program's prediction has seen its own future.
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -86,28 +87,47 @@ class WorkTable:
         fine: dict[tuple, list[float]] = {}
         coarse: dict[tuple, list[float]] = {}
         for s, r in samples:
-            fine.setdefault(self._fine(s), []).append(r)
-            coarse.setdefault(self._fine(s)[:2], []).append(r)
-        self._fine_mean = {k: statistics.fmean(v) for k, v in fine.items() if len(v) >= MIN_SAMPLES}
-        self._coarse_mean = {
-            k: statistics.fmean(v) for k, v in coarse.items() if len(v) >= MIN_SAMPLES
-        }
-        self._mean = statistics.fmean(r for _, r in samples)
+            fine.setdefault(self._fine_key(s), []).append(r)
+            coarse.setdefault(self._fine_key(s)[:2], []).append(r)
+        self._fine = {k: bucket(v) for k, v in fine.items() if len(v) >= MIN_SAMPLES}
+        self._coarse = {k: bucket(v) for k, v in coarse.items() if len(v) >= MIN_SAMPLES}
+        self._all = bucket([r for _, r in samples])
 
-    def _fine(self, s: Seen) -> tuple[bool, int, int]:
+    def _fine_key(self, s: Seen) -> tuple[bool, int, int]:
         return (
             s.sub_agent,
             bisect.bisect(TURN_EDGES, s.turn_index),
             bisect.bisect(self.prompt_edges, s.prompt_tokens),
         )
 
+    def _bucket(self, s: Seen) -> tuple[float, float]:
+        key = self._fine_key(s)
+        got = self._fine.get(key)
+        return got if got is not None else self._coarse.get(key[:2], self._all)
+
     def predict(self, s: Seen) -> float:
         """The expected remaining work of a program seen as ``s``."""
-        key = self._fine(s)
-        got = self._fine_mean.get(key)
-        if got is None:
-            got = self._coarse_mean.get(key[:2], self._mean)
-        return got
+        return self._bucket(s)[0]
+
+    def gittins_index(self, s: Seen) -> float:
+        """The Gittins index of a program seen as ``s`` (``bucket``): serve the highest."""
+        return self._bucket(s)[1]
+
+
+def bucket(remaining: list[float]) -> tuple[float, float]:
+    """The mean of the remaining works, and their Gittins index: the most, over a budget
+    ``q``, of P(done within ``q``) / E[work spent within ``q``] — what a program seen so is
+    worth serving per unit of work, given only the distribution its like have shown."""
+    r = sorted(remaining)
+    n, spent, best = len(r), 0.0, 0.0
+    for j, q in enumerate(r, 1):
+        spent += q
+        cost = spent + (n - j) * q
+        if cost > 0.0:
+            best = max(best, j / cost)
+        else:
+            best = math.inf  # (done with no work: served first)
+    return statistics.fmean(r), best
 
 
 class CrossFitPredictor:
@@ -118,9 +138,16 @@ class CrossFitPredictor:
         self.tables = tables
         self.folds = folds
 
+    def table(self, call: Call) -> WorkTable:
+        return self.tables[fold_of(call.program_id, self.folds)]
+
     def remaining_work(self, call: Call) -> float:
         """The predicted work of the call's program from this call on."""
-        return self.tables[fold_of(call.program_id, self.folds)].predict(seen(call))
+        return self.table(call).predict(seen(call))
+
+    def gittins_index(self, call: Call) -> float:
+        """The Gittins index of the call's program, as seen now (``bucket``)."""
+        return self.table(call).gittins_index(seen(call))
 
 
 def fit_cross(

@@ -10,6 +10,7 @@ import itertools
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,8 +129,9 @@ def test_the_fit_learns_which_programs_run_short() -> None:
 
 def test_the_predicted_order_starts_the_program_predicted_shorter() -> None:
     """One call at a time: ``first`` holds the GPU while ``long`` (a main session, 6 calls)
-    and then ``short`` (a sub-agent, 1 call) arrive: MORI starts ``long`` (it came first),
-    the predicted orders ``short``."""
+    and then ``short`` (a sub-agent, 1 call) arrive: MORI and ttlpolicy-offload (without
+    load control, which admits programs in arrival order) start ``long`` (it came first),
+    their predicted orders ``short``."""
     hw = heavy_bound_hw()
     cfg = EngineConfig(block_tokens=B, token_budget=8192, max_seqs=1)
     first, long_id = ids_in_fold(3, 2, "run")
@@ -144,11 +146,25 @@ def test_the_predicted_order_starts_the_program_predicted_shorter() -> None:
         m = engine.run()
         return {p: m.program_finish_s[p] - m.program_start_s[p] for p in m.program_finish_s}
 
-    mori = jcts("mori")
-    for name in ("mori+psjf", "mori+psrpt"):
-        got = jcts(name)
-        assert got[short_id] < mori[short_id]
-        assert got[long_id] > mori[long_id]
+    pairs = [("mori", "mori+psjf"), ("mori", "mori+psrpt"), ("mori", "mori+pgittins")]
+    pairs.append(("ttlpolicy-offload:admission", "ttlpolicy-offload:admission+psjf"))
+    for real, predicted in pairs:
+        was, got = jcts(real), jcts(predicted)
+        assert got[short_id] < was[short_id], predicted
+        assert got[long_id] > was[long_id], predicted
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0.5, 1e6), min_size=1, max_size=40))
+def test_the_gittins_index_is_the_best_ratio_over_every_budget(works) -> None:
+    mean, index = predicted_work.bucket(works)
+    r = np.array(works)
+    assert mean == pytest.approx(r.mean())
+    # brute force: every budget q (the samples and between them), done share / work spent
+    budgets = np.concatenate([r, (r[:, None] + r[None, :]).ravel() / 2])
+    ratios = [(r <= q).mean() / np.minimum(r, q).mean() for q in budgets]
+    assert index == pytest.approx(max(ratios), rel=1e-9)
+    assert index >= 1.0 / mean * (1 - 1e-12)  # (the whole run as the budget)
 
 
 def test_a_predicted_order_needs_its_predictor() -> None:
@@ -156,5 +172,7 @@ def test_a_predicted_order_needs_its_predictor() -> None:
         heavy_bound.OrderedMori("psjf", W)
     with pytest.raises(ValueError, match="predictor"):
         heavy_bound.OrderedMori("srpt", W, PREDICTOR)
+    with pytest.raises(ValueError, match="needs a predictor"):
+        heavy_bound.make_run("ttlpolicy-offload+psjf", heavy_bound_hw(), W)
     with pytest.raises(ValueError, match="validation_fold"):
         predicted_work.fit_cross(training_set(), B, W, validation_fold=4)
