@@ -40,8 +40,8 @@ import sys
 import time
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import agent_sweep
 import sim_sweep
@@ -220,7 +220,9 @@ def make_run(
         if predictor is None:
             raise ValueError(f"run {name!r} needs a predictor")
         variant = base.removesuffix("+psjf").partition(":")[2]
-        plugin = make_ttlpolicy("ttlpolicy-offload", variant, partial(PredictedFirstOffload, predictor))
+        plugin = make_ttlpolicy(
+            "ttlpolicy-offload", variant, partial(PredictedFirstOffload, predictor)
+        )
         plugin.name = base
         return plugin, run_hw
     return make_policy(base), run_hw
@@ -263,7 +265,7 @@ def main() -> int:
     names = args.runs.split(",")
     # fitted on the training folds only, cross-fitted (``predicted_work``)
     predictor = fit_cross(programs, EngineConfig().block_tokens, args.decode_weight)
-    results = []
+    results: list[dict] = []
     for point in args.points.split(";"):
         setup, _, rates = point.partition("=")
         model, gpu = setup.split("@")
@@ -272,7 +274,9 @@ def main() -> int:
             for seed in map(int, args.seeds.split(",")):
                 rows = {f: {"setup": setup, "rate": rate, "seed": seed, "fold": f} for f in ids}
                 for name in names:
-                    got = one_run(hw, name, programs, rate, seed, ids, args.decode_weight, predictor)
+                    got = one_run(
+                        hw, name, programs, rate, seed, ids, args.decode_weight, predictor
+                    )
                     for f, figures in got.items():
                         rows[f][name] = figures
                     print(f"  {setup} {rate:g}/s seed {seed} {name}: {got}", flush=True)
@@ -296,7 +300,8 @@ def table(results: list[dict], names: list[str]) -> None:
         for n in names:
             f = mean[n]
             print(
-                f"| {setup} {rate:g}/s | {fold} | {n} | {f['jct_mean_s']:,.0f} | {f['jct_p95_s']:,.0f} "
+                f"| {setup} {rate:g}/s | {fold} | {n} | {f['jct_mean_s']:,.0f} "
+                f"| {f['jct_p95_s']:,.0f} "
                 f"| {f['throughput_tok_s']:.1f} | {f['hit_rate']:.3f} "
                 f"| {best / f['jct_mean_s']:.3f} |"
             )

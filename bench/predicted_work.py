@@ -123,10 +123,8 @@ def bucket(remaining: list[float]) -> tuple[float, float]:
     for j, q in enumerate(r, 1):
         spent += q
         cost = spent + (n - j) * q
-        if cost > 0.0:
-            best = max(best, j / cost)
-        else:
-            best = math.inf  # (done with no work: served first)
+        # (done with no work at all: served first)
+        best = max(best, j / cost) if cost > 0.0 else math.inf
     return statistics.fmean(r), best
 
 

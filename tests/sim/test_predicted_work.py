@@ -38,8 +38,13 @@ def program(pid: str, turns: int, prompt: int, output: int) -> Program:
     return Program(
         pid,
         tuple(
-            Turn(prompt + 256 * i, output, (prompt + 256 * (i - 1)) // B if i else 0, 2.0,
-                 "tool_use" if i < turns - 1 else None)  # fmt: skip
+            Turn(
+                prompt + 256 * i,
+                output,
+                (prompt + 256 * (i - 1)) // B if i else 0,
+                2.0,
+                "tool_use" if i < turns - 1 else None,
+            )
             for i in range(turns)
         ),
     )
