@@ -22,9 +22,11 @@ relaxation that reads the future or changes the hardware — never a default
   every return; ``ttlpolicy-offload[:admission]+psjf`` orders that policy's first calls so
   (``PredictedFirstOffload``).
 
-All 512 programs run together, fold 3's programs are reported (bench/rivals.py's runs):
+All 512 programs run together, fold 3's programs are reported (bench/rivals.py's runs;
+``--fold 0,3``: each fold's figures from the same runs, fold 0 the tuning fold of the
+predicted orders, ``docs/investigations/2026-rivals.md``, "An order without foresight"):
 
-    PYTHONPATH=python:bench python bench/heavy_bound.py [--seeds 0,1,2,3] \\
+    PYTHONPATH=python:bench python bench/heavy_bound.py [--seeds 0,1,2,3] [--fold 3] \\
         [--points 'llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008'] \\
         [--runs mori,free:mori,mori+srpt,...] [--decode-weight 10] [--json F]
 """
