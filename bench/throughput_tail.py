@@ -27,30 +27,38 @@ splits the makespan:
         [--seeds 0,1,2,3] [--policies mori,kvflow,ttlpolicy-offload] [--folds 0,3] \\
         [--cpu-gb 256] [--json F]
 
-Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``).
+Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``), and
+``ttlpolicy-offload[:variant]+cap=S`` is ttlpolicy-offload whose returning calls rank by
+``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
+bench-side, a rule the library does not have).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-
-from trace_paths import traces_dir
+from typing import cast
 
 import agent_sweep
 import sim_sweep
 from bounds import Tally, make_variant, split_folds
-from ttlpolicy.sim import Engine, Metrics, roofline, simulate
+from trace_paths import traces_dir
+from ttlpolicy.sim import Engine, EngineConfig, Metrics, roofline, simulate
+from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS, Hardware
-from ttlpolicy.sim.interface import Policy
+from ttlpolicy.sim.interface import Policy, Verdict
+from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyOffload, make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
 POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
 POLICIES = "mori,kvflow,ttlpolicy-offload"
+#: the figures averaged over the seeds
+MEANS = "throughput_tok_s makespan_s floor_s busy_s idle_s mean_decode_batch last_wait_s lead_s"
 
 
 @dataclass
@@ -67,12 +75,110 @@ class Busy:
         return self.decode_slots / self.steps if self.steps else 0.0
 
 
+class CappedAttainedOffload(TTLPolicyOffload):
+    """ttlpolicy-offload whose unpinned returning calls — which the library ranks by
+    ``arrival + attained`` (``serve_order="attained"``: the engine seconds the program has
+    run, pop to finish or preemption, read when the call is queued) — rank instead by
+    ``arrival + min(attained, cap_s)``: past ``cap_s`` of service a program waits no longer
+    for it.  Bench-side, through the scheduler's ``take``: preempted and pinned calls, which
+    the library serves first, and first calls, which it serves last, keep its order."""
+
+    def __init__(self, cap_s: float, **options: object) -> None:
+        if not cap_s >= 0:
+            raise ValueError(f"cap_s must be >= 0, got {cap_s!r}")
+        super().__init__(**options)  # type: ignore[arg-type]
+        self.cap_s = cap_s
+        self._attained_s: dict[str, float] = {}  # program -> engine seconds run
+        self._started_s: dict[int, float] = {}  # running call -> when it (re)started
+        self._returns: list[tuple[float, int, str]] = []  # (rank, call id, request)
+        self._returns_waiting: set[str] = set()  # unpinned returning calls not yet popped
+        self._chosen: str | None = None
+
+    def arrive(self, call: Call, now: float) -> bool:
+        pinned = super().arrive(call, now)
+        if call.turn_index and not pinned:
+            rid = str(call.call_id)
+            attained = min(self._attained_s.get(call.program_id, 0.0), self.cap_s)
+            heapq.heappush(self._returns, (now + attained, call.call_id, rid))
+            self._returns_waiting.add(rid)
+        return pinned
+
+    def peek(self) -> Call | None:
+        head = self.sched.peek()
+        # (an unpinned returning call heads the library's queue only when no preempted or
+        # pinned call waits: then the waiting unpinned returns are the calls to reorder)
+        if head is None or head not in self._returns_waiting:
+            self._chosen = None
+            return super().peek()
+        while self._returns[0][2] not in self._returns_waiting:
+            heapq.heappop(self._returns)  # (popped already)
+        rid = self._chosen = self._returns[0][2]
+        call = self._calls[rid]
+        if self._gate is not None and not self.life.may_run(self._program(call), self.view.now):
+            self._chosen = None  # (refused: the library's head, as load control asks)
+            return super().peek()
+        return call
+
+    def pop(self) -> Call:
+        rid, self._chosen = self._chosen, None
+        if rid is None:
+            call = super().pop()
+        else:
+            self.sched.take(rid, self.view.now)
+            call = self._calls[rid]
+        self._returns_waiting.discard(str(call.call_id))
+        return call
+
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        super().admitted(call, now, cache_dropped)
+        self._started_s[call.call_id] = now
+
+    def _ran(self, call: Call, now: float) -> None:
+        started = self._started_s.pop(call.call_id, now)
+        self._attained_s[call.program_id] = self._attained_s.get(call.program_id, 0.0) + (
+            now - started
+        )
+
+    def requeue(self, call: Call, now: float) -> None:
+        self._ran(call, now)
+        super().requeue(call, now)
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
+        self._ran(call, now)
+        if last_turn:
+            self._attained_s.pop(call.program_id, None)
+        return super().finished(call, now, chain_blocks, last_turn)
+
+
+def make_run_policy(name: str) -> Policy:
+    """A policy from its name: ``bounds.make_variant``'s, or ``...+cap=S`` (the base name
+    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``."""
+    base, sep, cap = name.rpartition("+cap=")
+    if not sep:
+        return make_variant(name)
+    head, _, variant = base.partition(":")
+    if head != "ttlpolicy-offload":
+        raise ValueError(f"policy {name[:64]!r}: +cap= applies to ttlpolicy-offload only")
+    try:
+        cap_s = float(cap)
+    except ValueError:
+        raise ValueError(f"policy {name[:64]!r}: cap {cap[:32]!r} is not seconds") from None
+    policy = make_ttlpolicy(head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, **o))
+    policy.name = name
+    return policy
+
+
 def run_logged(
-    hw: Hardware, policy: Policy, programs: list[Program], rate_per_s: float, seed: int
+    hw: Hardware,
+    policy: Policy,
+    programs: list[Program],
+    rate_per_s: float,
+    seed: int,
+    config: EngineConfig | None = None,
 ) -> tuple[Metrics, Busy]:
-    """``simulate(hw, policy, programs, rate_per_s=..., seed=...)``'s run, driven step by step
-    through the engine's public loop, with what it computed counted."""
-    engine = Engine(hw, policy)
+    """``simulate(hw, policy, programs, rate_per_s=..., seed=..., config=...)``'s run, driven
+    step by step through the engine's public loop, with what it computed counted."""
+    engine = Engine(hw, policy, config)
     engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
     busy = Busy()
     while True:
@@ -109,6 +215,7 @@ def makespan_split(
         raise ValueError(f"a makespan split needs >= 2 finished programs, got {len(finish)}")
     last, before = sorted(finish, key=lambda p: (finish[p], p))[-1:-3:-1]
     start = m.program_start_s
+    waits: dict[str, float] = dict(tally.per_program.get(last, {}))
     return {
         "throughput_tok_s": m.output_tokens / m.makespan_s,
         "makespan_s": m.makespan_s,
@@ -125,8 +232,7 @@ def makespan_split(
         "last_think_s": m.program_think_s[last],
         "last_alone_s": alone_s[last],
         "last_wait_s": sum(
-            tally.per_program.get(last, {}).get(k, 0.0)
-            for k in ("wait_first_s", "wait_return_kept_s", "wait_return_lost_s")
+            waits.get(k, 0.0) for k in ("wait_first_s", "wait_return_kept_s", "wait_return_lost_s")
         ),
         "lead_s": finish[last] - finish[before],
         "floor_s": max(start[p] + alone_s[p] for p in finish),
@@ -166,8 +272,8 @@ def main() -> int:
                 progs = agent_sweep.subset(programs, seed, None)
                 alone_s = alone_completion_s(hw, progs, rate, seed)
                 for name in args.policies.split(","):
-                    tally = Tally(make_variant(name))
-                    m, busy = run_logged(hw, tally, progs, rate, seed)
+                    tally = Tally(make_run_policy(name))
+                    m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
                     row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
                     row.update(makespan_split(m, busy, alone_s, tally))
                     row.update(fold_jct(m, fold_ids))
@@ -201,11 +307,7 @@ def _means(rows: list[dict]) -> None:
     keys = dict.fromkeys((r["setup"], r["rate"], r["policy"]) for r in rows)
     for setup, rate, policy in keys:
         sel = [r for r in rows if (r["setup"], r["rate"], r["policy"]) == (setup, rate, policy)]
-        f = {
-            k: statistics.fmean(r[k] for r in sel)
-            for k in ("throughput_tok_s", "makespan_s", "floor_s", "busy_s", "idle_s")
-            + ("mean_decode_batch", "last_wait_s", "lead_s", *jcts)
-        }
+        f = {k: statistics.fmean(r[k] for r in sel) for k in (*MEANS.split(), *jcts)}
         print(
             f"| {setup} | {rate:g} | {policy} | {f['throughput_tok_s']:.2f} "
             f"| {f['makespan_s']:,.0f} | {f['floor_s']:,.0f} | {f['busy_s']:,.0f} "
@@ -214,7 +316,15 @@ def _means(rows: list[dict]) -> None:
         )
 
 
-__all__ = ["Busy", "alone_completion_s", "fold_jct", "makespan_split", "run_logged"]
+__all__ = [
+    "Busy",
+    "CappedAttainedOffload",
+    "alone_completion_s",
+    "fold_jct",
+    "make_run_policy",
+    "makespan_split",
+    "run_logged",
+]
 
 if __name__ == "__main__":
     sys.exit(main())
