@@ -36,23 +36,24 @@ bench-side, a rule the library does not have).
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import agent_sweep
 import sim_sweep
 from bounds import Tally, make_variant, split_folds
+from heavy_bound import TakenOffload
+from rivals import point_runs
 from trace_paths import traces_dir
-from ttlpolicy.sim import Engine, EngineConfig, Metrics, roofline, simulate
+from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.hardware import MODELS, Hardware
+from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.interface import Policy, Verdict
-from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyOffload, make_ttlpolicy
+from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
 POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
@@ -75,59 +76,31 @@ class Busy:
         return self.decode_slots / self.steps if self.steps else 0.0
 
 
-class CappedAttainedOffload(TTLPolicyOffload):
+class CappedAttainedOffload(TakenOffload):
     """ttlpolicy-offload whose unpinned returning calls — which the library ranks by
     ``arrival + attained`` (``serve_order="attained"``: the engine seconds the program has
     run, pop to finish or preemption, read when the call is queued) — rank instead by
     ``arrival + min(attained, cap_s)``: past ``cap_s`` of service a program waits no longer
-    for it.  Bench-side, through the scheduler's ``take``: preempted and pinned calls, which
-    the library serves first, and first calls, which it serves last, keep its order."""
+    for it.  Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``):
+    preempted and pinned calls, which the library serves first, and first calls, which it
+    serves last, keep its order."""
 
-    def __init__(self, cap_s: float, **options: object) -> None:
+    def __init__(self, cap_s: float, **options: Any) -> None:
         if not cap_s >= 0:
             raise ValueError(f"cap_s must be >= 0, got {cap_s!r}")
-        super().__init__(**options)  # type: ignore[arg-type]
+        super().__init__(**options)
         self.cap_s = cap_s
         self._attained_s: dict[str, float] = {}  # program -> engine seconds run
         self._started_s: dict[int, float] = {}  # running call -> when it (re)started
-        self._returns: list[tuple[float, int, str]] = []  # (rank, call id, request)
-        self._returns_waiting: set[str] = set()  # unpinned returning calls not yet popped
-        self._chosen: str | None = None
 
     def arrive(self, call: Call, now: float) -> bool:
         pinned = super().arrive(call, now)
-        if call.turn_index and not pinned:
-            rid = str(call.call_id)
-            attained = min(self._attained_s.get(call.program_id, 0.0), self.cap_s)
-            heapq.heappush(self._returns, (now + attained, call.call_id, rid))
-            self._returns_waiting.add(rid)
-        return pinned
-
-    def peek(self) -> Call | None:
-        head = self.sched.peek()
         # (an unpinned returning call heads the library's queue only when no preempted or
         # pinned call waits: then the waiting unpinned returns are the calls to reorder)
-        if head is None or head not in self._returns_waiting:
-            self._chosen = None
-            return super().peek()
-        while self._returns[0][2] not in self._returns_waiting:
-            heapq.heappop(self._returns)  # (popped already)
-        rid = self._chosen = self._returns[0][2]
-        call = self._calls[rid]
-        if self._gate is not None and not self.life.may_run(self._program(call), self.view.now):
-            self._chosen = None  # (refused: the library's head, as load control asks)
-            return super().peek()
-        return call
-
-    def pop(self) -> Call:
-        rid, self._chosen = self._chosen, None
-        if rid is None:
-            call = super().pop()
-        else:
-            self.sched.take(rid, self.view.now)
-            call = self._calls[rid]
-        self._returns_waiting.discard(str(call.call_id))
-        return call
+        if call.turn_index and not pinned:
+            attained = min(self._attained_s.get(call.program_id, 0.0), self.cap_s)
+            self.reorder(call, now + attained)
+        return pinned
 
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
         super().admitted(call, now, cache_dropped)
@@ -263,22 +236,16 @@ def main() -> int:
     folds = split_folds(programs, 4, traces_dir() / "claude-code")
     fold_ids = {int(k): {p.program_id for p in folds[int(k)]} for k in args.folds.split(",")}
     rows = []
-    for point in args.points.split(";"):
-        setup, _, rates = point.partition("=")
-        model, gpu = setup.split("@")
-        hw = roofline(model, gpu, cpu_tier_bytes=args.cpu_gb * 1e9 * MODELS[model].tp)
-        for rate in (float(r) for r in rates.split(",")):
-            for seed in (int(s) for s in args.seeds.split(",")):
-                progs = agent_sweep.subset(programs, seed, None)
-                alone_s = alone_completion_s(hw, progs, rate, seed)
-                for name in args.policies.split(","):
-                    tally = Tally(make_run_policy(name))
-                    m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
-                    row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
-                    row.update(makespan_split(m, busy, alone_s, tally))
-                    row.update(fold_jct(m, fold_ids))
-                    rows.append(row)
-                    print(_line(row), flush=True)
+    for setup, rate, seed, hw, progs in point_runs(programs, args.points, args.seeds, args.cpu_gb):
+        alone_s = alone_completion_s(hw, progs, rate, seed)
+        for name in args.policies.split(","):
+            tally = Tally(make_run_policy(name))
+            m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
+            row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
+            row.update(makespan_split(m, busy, alone_s, tally))
+            row.update(fold_jct(m, fold_ids))
+            rows.append(row)
+            print(_line(row), flush=True)
     _means(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sim_hardware import hw_blocks
 from ttlpolicy.sim import (
     Engine,
     EngineConfig,
@@ -16,10 +17,8 @@ from ttlpolicy.sim import (
     Program,
     Turn,
     make_policy,
-    roofline,
     simulate,
 )
-from ttlpolicy.sim.hardware import Hardware
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import sample_dir
 
@@ -28,12 +27,6 @@ import throughput_tail  # (bench/)
 from bounds import Tally
 
 CFG = EngineConfig(block_tokens=64, token_budget=8192, max_seqs=64)
-BASE = roofline("llama-3.1-8b", "h100-80g")
-
-
-def hw_with(blocks: int, cpu_blocks: int) -> Hardware:
-    per_block = 64 * BASE.kv_bytes_per_token
-    return Hardware(BASE.model, BASE.gpu, BASE.steps, blocks * per_block, cpu_blocks * per_block)
 
 
 def sessions() -> list[Program]:
@@ -44,7 +37,7 @@ def sessions() -> list[Program]:
 
 @pytest.mark.parametrize("name", ["ttlpolicy-offload", "mori", "vllm-offload"])
 def test_the_logged_run_is_the_simulators(name: str) -> None:
-    programs, hw = sessions(), hw_with(2500, 300)  # (contended: the tier runs short)
+    programs, hw = sessions(), hw_blocks(2500, 64, 300)  # (contended: the tier runs short)
     m, busy = throughput_tail.run_logged(hw, make_policy(name), programs, 0.2, 1, CFG)
     want = simulate(hw, name, programs, rate_per_s=0.2, seed=1, config=CFG)
     assert m.summary() == want.summary()
@@ -61,7 +54,7 @@ def test_a_lone_programs_idle_seconds_are_its_tool_time() -> None:
         for i in range(4)
     )
     m, busy = throughput_tail.run_logged(
-        hw_with(2500, 300), make_policy("vllm"), [Program("a", turns)], 1.0, 0, CFG
+        hw_blocks(2500, 64, 300), make_policy("vllm"), [Program("a", turns)], 1.0, 0, CFG
     )
     assert m.makespan_s - busy.busy_s == pytest.approx(15.0)  # three 5 s tool calls
     assert busy.decode_slots == m.output_tokens - m.calls_done == 4 * 19
@@ -102,7 +95,7 @@ def test_a_split_needs_two_finished_programs() -> None:
 
 
 def test_uncapped_the_order_is_the_librarys() -> None:
-    programs, hw = sessions(), hw_with(2500, 300)
+    programs, hw = sessions(), hw_blocks(2500, 64, 300)
     capped = throughput_tail.make_run_policy("ttlpolicy-offload+cap=1e18")
     m, _ = throughput_tail.run_logged(hw, capped, programs, 0.2, 1, CFG)
     want = simulate(hw, "ttlpolicy-offload", programs, rate_per_s=0.2, seed=1, config=CFG)
@@ -118,7 +111,7 @@ def two_returns(name: str) -> dict[str, float]:
         first = Turn(100 * 64, output, 0, 0.0, "bash")
         return Program(pid, (first, Turn(120 * 64, 8, 100, 0.5, None)))
 
-    hw = hw_with(160, 10_000)
+    hw = hw_blocks(160, 64, 10_000)
     engine = Engine(hw, throughput_tail.make_run_policy(name), CFG)
     engine.add_programs(
         [(0.0, prog("hog", 1000)), (0.1, prog("light", 8)), (0.2, prog("blocker", 1000))]
