@@ -10,7 +10,9 @@ runs each policy through the engine's public step loop (as a cluster drives its 
 splits the makespan:
 
 * ``busy_s`` — seconds the engine computed; ``steps`` and the mean decode batch (calls
-  decoding per step) say how well it batched; ``idle_s`` the rest;
+  decoding per step) say how well it batched, and the GPU blocks that running calls, pins
+  and free cached chains held on average while it computed, where its memory went;
+  ``idle_s`` the rest;
 * ``last_program`` — the program that finished last, its start, completion time and tool
   time, and its completion time ``alone`` (on an engine of its own, same arrivals);
   ``lead_s`` — how much later it finished than the next-to-last program: what the one
@@ -65,15 +67,30 @@ MEANS = "throughput_tok_s makespan_s floor_s busy_s idle_s mean_decode_batch las
 @dataclass
 class Busy:
     """What the engine computed in a run: seconds, steps, and decode slots (calls decoding,
-    summed over steps)."""
+    summed over steps); and, over the seconds it computed, the GPU blocks that running calls
+    held (held and private blocks), that pins held, and that free cached chains took
+    (``KVCache.used`` less ``pinned``, ``pinned``, ``cached``), in block-seconds."""
 
     busy_s: float = 0.0
     steps: int = 0
     decode_slots: int = 0
+    running_block_s: float = 0.0
+    pinned_block_s: float = 0.0
+    cached_block_s: float = 0.0
 
     @property
     def mean_decode_batch(self) -> float:
         return self.decode_slots / self.steps if self.steps else 0.0
+
+    def mean_blocks(self) -> dict[str, float]:
+        """The blocks running calls, pins and free cached chains held, on average while the
+        engine computed."""
+        span = self.busy_s or 1.0
+        return {
+            "running_blocks": self.running_block_s / span,
+            "pinned_blocks": self.pinned_block_s / span,
+            "cached_blocks": self.cached_block_s / span,
+        }
 
 
 class CappedAttainedOffload(TakenOffload):
@@ -166,6 +183,10 @@ def run_logged(
         busy.busy_s += dt
         busy.steps += steps
         busy.decode_slots += len(plan[0]) * steps
+        kv = engine.kv  # (before the step: what the plan ran with, its first blocks allocated)
+        busy.running_block_s += (kv.used - kv.pinned) * dt
+        busy.pinned_block_s += kv.pinned * dt
+        busy.cached_block_s += kv.cached * dt
         engine.step(plan, (steps, dt))
     return engine.finish_run(), busy
 
@@ -196,6 +217,7 @@ def makespan_split(
         "idle_s": m.makespan_s - busy.busy_s,
         "steps": busy.steps,
         "mean_decode_batch": busy.mean_decode_batch,
+        **busy.mean_blocks(),
         "output_tokens": m.output_tokens,
         "prefill_tokens": m.prefill_tokens,
         "recomputed_tokens": m.recomputed_tokens,
@@ -257,7 +279,9 @@ def _line(row: dict) -> str:
         f"{row['setup']} {row['rate']:g}/s seed {row['seed']} {row['policy']}: "
         f"{row['throughput_tok_s']:.2f} tok/s, makespan {row['makespan_s']:,.0f} s "
         f"(floor {row['floor_s']:,.0f}), busy {row['busy_s']:,.0f} s, steps {row['steps']:,}, "
-        f"decode batch {row['mean_decode_batch']:.2f}; last {row['last_program']} "
+        f"decode batch {row['mean_decode_batch']:.2f} (blocks: running "
+        f"{row['running_blocks']:,.0f}, pinned {row['pinned_blocks']:,.0f}, cached "
+        f"{row['cached_blocks']:,.0f}); last {row['last_program']} "
         f"start {row['last_start_s']:,.0f} JCT {row['last_jct_s']:,.0f} "
         f"(alone {row['last_alone_s']:,.0f}, tools {row['last_think_s']:,.0f}, "
         f"waits {row['last_wait_s']:,.0f}), lead {row['lead_s']:,.0f} s; "

@@ -46,6 +46,12 @@ def test_the_logged_run_is_the_simulators(name: str) -> None:
     # decode slot; a preempted call's first token comes again
     assert busy.decode_slots <= m.output_tokens - m.calls_done
     assert busy.steps >= busy.decode_slots / 64  # (at most max_seqs decode a step)
+    blocks = busy.mean_blocks()
+    assert blocks["running_blocks"] > 0 and sum(blocks.values()) <= 2500  # (the GPU's blocks)
+    if name == "mori":  # (it pins the busiest programs' chains)
+        assert blocks["pinned_blocks"] > 0
+    if name == "vllm-offload":  # (no pins; LRU keeps the free chains cached)
+        assert blocks["pinned_blocks"] == 0 < blocks["cached_blocks"]
 
 
 def test_a_lone_programs_idle_seconds_are_its_tool_time() -> None:
@@ -58,6 +64,11 @@ def test_a_lone_programs_idle_seconds_are_its_tool_time() -> None:
     )
     assert m.makespan_s - busy.busy_s == pytest.approx(15.0)  # three 5 s tool calls
     assert busy.decode_slots == m.output_tokens - m.calls_done == 4 * 19
+    # (one call at a time, of 100-104 blocks with its output; vLLM pins nothing; the chain
+    # a call left is cached while the next runs on it: no free cached chain beside it)
+    blocks = busy.mean_blocks()
+    assert 100 <= blocks["running_blocks"] <= 104.5
+    assert blocks["pinned_blocks"] == 0.0 and blocks["cached_blocks"] == 0.0
 
 
 def test_the_split_names_the_last_program_its_lead_and_the_floor() -> None:
