@@ -140,40 +140,32 @@ class OrderedMori(Mori):
         return (call.program_id not in self.resident, late, rank, call.issue_s, call.call_id)
 
 
-class PredictedFirstOffload(TTLPolicyOffload):
-    """``ttlpolicy-offload[:variant]+psjf``: ttlpolicy-offload whose first calls — which the
-    library serves after every other call, by program arrival — go instead by the least
-    predicted work (``predicted_work``; no foresight).  Bench-side, through the scheduler's
-    ``take``: the library's order of every other call and its pins are unchanged.  Its load
-    control admits programs in arrival order (``AdmissionControl.may_run``: the oldest
-    waiting program first), so a chosen first call it refuses gives way to the library's
-    head — with load control on, the order can change little; ``:admission`` (load
-    control off) lets it act."""
+class TakenOffload(TTLPolicyOffload):
+    """ttlpolicy-offload with some waiting calls served in an order of the bench's own,
+    through the scheduler's ``take``: when a call given to ``reorder`` heads the library's
+    queue, the waiting ``reorder`` call of the least rank runs instead (the subclass gives
+    calls that the library ranks alike, so that only they wait then).  A chosen call that
+    load control refuses (``AdmissionControl.may_run``) gives way to the library's head."""
 
-    def __init__(self, predictor: CrossFitPredictor, **options: Any) -> None:
+    def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self.predictor = predictor
-        self._first: list[tuple[float, int, str]] = []  # (predicted work, call id, request)
-        self._first_waiting: set[str] = set()  # fresh first calls not yet popped
         self._chosen: str | None = None
+        self._ranked: list[tuple[float, int, str]] = []  # (rank, call id, request)
+        self._reordered: set[str] = set()  # calls given to ``reorder`` not yet popped
 
-    def arrive(self, call: Call, now: float) -> bool:
-        if call.turn_index == 0:
-            rid = str(call.call_id)
-            heapq.heappush(self._first, (self.predictor.remaining_work(call), call.call_id, rid))
-            self._first_waiting.add(rid)
-        return super().arrive(call, now)
+    def reorder(self, call: Call, rank: float) -> None:
+        rid = str(call.call_id)
+        heapq.heappush(self._ranked, (rank, call.call_id, rid))
+        self._reordered.add(rid)
 
     def peek(self) -> Call | None:
         head = self.sched.peek()
-        # (the library ranks fresh first calls after every other call: when one heads the
-        # queue, only fresh first calls wait)
-        if head is None or head not in self._first_waiting:
+        if head is None or head not in self._reordered:
             self._chosen = None
             return super().peek()
-        while self._first[0][2] not in self._first_waiting:
-            heapq.heappop(self._first)  # (popped already)
-        rid = self._chosen = self._first[0][2]
+        while self._ranked[0][2] not in self._reordered:
+            heapq.heappop(self._ranked)  # (popped already)
+        rid = self._chosen = self._ranked[0][2]
         call = self._calls[rid]
         if self._gate is not None and not self.life.may_run(self._program(call), self.view.now):
             self._chosen = None  # (refused: the library's head, as load control asks)
@@ -187,8 +179,30 @@ class PredictedFirstOffload(TTLPolicyOffload):
         else:
             self.sched.take(rid, self.view.now)
             call = self._calls[rid]
-        self._first_waiting.discard(str(call.call_id))
+        self._reordered.discard(str(call.call_id))
         return call
+
+
+class PredictedFirstOffload(TakenOffload):
+    """``ttlpolicy-offload[:variant]+psjf``: ttlpolicy-offload whose first calls — which the
+    library serves after every other call, by program arrival — go instead by the least
+    predicted work (``predicted_work``; no foresight).  Bench-side, through the scheduler's
+    ``take``: the library's order of every other call and its pins are unchanged.  Its load
+    control admits programs in arrival order (``AdmissionControl.may_run``: the oldest
+    waiting program first), so a chosen first call it refuses gives way to the library's
+    head — with load control on, the order can change little; ``:admission`` (load
+    control off) lets it act."""
+
+    def __init__(self, predictor: CrossFitPredictor, **options: Any) -> None:
+        super().__init__(**options)
+        self.predictor = predictor
+
+    def arrive(self, call: Call, now: float) -> bool:
+        # (the library ranks fresh first calls after every other call: when one heads the
+        # queue, only fresh first calls wait)
+        if call.turn_index == 0:
+            self.reorder(call, self.predictor.remaining_work(call))
+        return super().arrive(call, now)
 
 
 def free_tier(hw: Hardware) -> Hardware:

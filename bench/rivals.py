@@ -22,6 +22,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,9 @@ import sim_sweep
 from bounds import POINTS, split_folds
 from trace_paths import traces_dir
 from ttlpolicy.sim import make_policy, roofline, simulate
-from ttlpolicy.sim.hardware import MODELS
+from ttlpolicy.sim.hardware import MODELS, Hardware
 from ttlpolicy.sim.kv_cache import KVCache
+from ttlpolicy.sim.workload import Program
 
 POLICIES = "vllm-offload,infercept,continuum,mori,tokencake,kvflow,ttlpolicy-offload"
 #: policies that read the future or run alone: never the strongest rival
@@ -98,6 +100,21 @@ def why(hw, policy, m, cpu_peak: float) -> dict[str, float]:
     return out
 
 
+def point_runs(
+    programs: list[Program], points: str, seeds: str, cpu_gb: float
+) -> Iterator[tuple[str, float, int, Hardware, list[Program]]]:
+    """Each run of ``points`` (``'setup=rate,rate;setup=rate'``) × ``seeds`` (``'0,1'``): its
+    setup, rate and seed, the setup's hardware with a CPU tier of ``cpu_gb`` GB a GPU, and the
+    seed's programs (``agent_sweep.subset``)."""
+    for point in points.split(";"):
+        setup, _, rates = point.partition("=")
+        model, gpu = setup.split("@")
+        hw = roofline(model, gpu, cpu_tier_bytes=cpu_gb * 1e9 * MODELS[model].tp)
+        for rate in (float(r) for r in rates.split(",")):
+            for seed in (int(s) for s in seeds.split(",")):
+                yield setup, rate, seed, hw, agent_sweep.subset(programs, seed, None)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trace", default=None)
@@ -125,31 +142,25 @@ def main() -> int:
     if args.ours not in policies:
         raise SystemExit(f"--ours {args.ours!r} is not one of --policies")
     results = []
-    for point in args.points.split(";"):
-        setup, _, rates = point.partition("=")
-        model, gpu = setup.split("@")
-        hw = roofline(model, gpu, cpu_tier_bytes=args.cpu_gb * 1e9 * MODELS[model].tp)
-        for rate in (float(r) for r in rates.split(",")):
-            for seed in (int(s) for s in args.seeds.split(",")):
-                progs = agent_sweep.subset(programs, seed, None)
-                ids = [p.program_id for p in progs if p.program_id in fold]
-                row: dict = {"setup": setup, "rate": rate, "seed": seed, "programs": len(ids)}
-                for name in policies:
-                    t = time.perf_counter()
-                    policy = make_policy(name)
-                    with CPUPeak() as peak:
-                        m = simulate(hw, policy, progs, rate_per_s=rate, seed=seed)
-                    row[name] = run_figures(m, ids)
-                    row[name]["wall_s"] = time.perf_counter() - t
-                    if args.why:
-                        row[name].update(why(hw, policy, m, peak.fraction))
-                        print(f"  {name}: {row[name]}", flush=True)
-                results.append(row)
-                print(
-                    f"{setup} {rate:g}/s seed {seed}: "
-                    + " ".join(f"{p}={row[p]['jct_mean_s']:,.0f}" for p in policies),
-                    flush=True,
-                )
+    for setup, rate, seed, hw, progs in point_runs(programs, args.points, args.seeds, args.cpu_gb):
+        ids = [p.program_id for p in progs if p.program_id in fold]
+        row: dict = {"setup": setup, "rate": rate, "seed": seed, "programs": len(ids)}
+        for name in policies:
+            t = time.perf_counter()
+            policy = make_policy(name)
+            with CPUPeak() as peak:
+                m = simulate(hw, policy, progs, rate_per_s=rate, seed=seed)
+            row[name] = run_figures(m, ids)
+            row[name]["wall_s"] = time.perf_counter() - t
+            if args.why:
+                row[name].update(why(hw, policy, m, peak.fraction))
+                print(f"  {name}: {row[name]}", flush=True)
+        results.append(row)
+        print(
+            f"{setup} {rate:g}/s seed {seed}: "
+            + " ".join(f"{p}={row[p]['jct_mean_s']:,.0f}" for p in policies),
+            flush=True,
+        )
     _table(results, policies, args.ours)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -1,0 +1,321 @@
+"""Why ttlpolicy-offload's throughput trails the strongest rival's at issue 46's heavy points
+(8B 0.01/s, 70B 0.008/s; docs/investigations/2026-rivals.md, "Throughput at the heavy
+points").
+
+The simulator's throughput (``Metrics.summary()["throughput_tok_s"]``) is the run's output
+tokens over its makespan, the instant the last program's last call ends.  Every policy serves
+the same calls, so two policies' throughputs differ only by their makespans.  This script
+runs each policy through the engine's public step loop (as a cluster drives its engines:
+``prepare``, ``run_length``, ``step``, ``advance``; the figures are ``simulate``'s) and
+splits the makespan:
+
+* ``busy_s`` — seconds the engine computed; ``steps`` and the mean decode batch (calls
+  decoding per step) say how well it batched, and the GPU blocks that running calls, pins
+  and free cached chains held on average while it computed, where its memory went;
+  ``idle_s`` the rest;
+* ``last_program`` — the program that finished last, its start, completion time and tool
+  time, and its completion time ``alone`` (on an engine of its own, same arrivals);
+  ``lead_s`` — how much later it finished than the next-to-last program: what the one
+  program adds to the makespan;
+* ``last_wait_s`` — the last program's queue waits (first call and returns, as
+  ``bounds.Tally`` counts them): what the order made it wait;
+* ``floor_s`` — the latest ``start + alone completion`` of any program: no policy's
+  makespan is below it;
+* ``jct_fold<k>_s`` — the mean completion time of fold ``k``'s programs (``--folds``: the
+  validation fold 3 and the tuning fold 0 by default), as bench/rivals.py counts it.
+
+    PYTHONPATH=python:bench python bench/throughput_tail.py \\
+        [--points 'llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008'] \\
+        [--seeds 0,1,2,3] [--policies mori,kvflow,ttlpolicy-offload] [--folds 0,3] \\
+        [--cpu-gb 256] [--json F]
+
+Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``), and
+``ttlpolicy-offload[:variant]+cap=S`` is ttlpolicy-offload whose returning calls rank by
+``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
+bench-side, a rule the library does not have).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import agent_sweep
+import sim_sweep
+from bounds import Tally, make_variant, split_folds
+from heavy_bound import TakenOffload
+from rivals import point_runs
+from trace_paths import traces_dir
+from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
+from ttlpolicy.sim.call import Call
+from ttlpolicy.sim.hardware import Hardware
+from ttlpolicy.sim.interface import Policy, Verdict
+from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
+from ttlpolicy.sim.workload import Program, poisson_arrivals
+
+POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
+POLICIES = "mori,kvflow,ttlpolicy-offload"
+#: the figures averaged over the seeds
+MEANS = "throughput_tok_s makespan_s floor_s busy_s idle_s mean_decode_batch last_wait_s lead_s"
+
+
+@dataclass
+class Busy:
+    """What the engine computed in a run: seconds, steps, and decode slots (calls decoding,
+    summed over steps); and, over the seconds it computed, the GPU blocks that running calls
+    held (held and private blocks), that pins held, and that free cached chains took
+    (``KVCache.used`` less ``pinned``, ``pinned``, ``cached``), in block-seconds."""
+
+    busy_s: float = 0.0
+    steps: int = 0
+    decode_slots: int = 0
+    running_block_s: float = 0.0
+    pinned_block_s: float = 0.0
+    cached_block_s: float = 0.0
+
+    @property
+    def mean_decode_batch(self) -> float:
+        return self.decode_slots / self.steps if self.steps else 0.0
+
+    def mean_blocks(self) -> dict[str, float]:
+        """The blocks running calls, pins and free cached chains held, on average while the
+        engine computed."""
+        span = self.busy_s or 1.0
+        return {
+            "running_blocks": self.running_block_s / span,
+            "pinned_blocks": self.pinned_block_s / span,
+            "cached_blocks": self.cached_block_s / span,
+        }
+
+
+class CappedAttainedOffload(TakenOffload):
+    """ttlpolicy-offload whose unpinned returning calls — which the library ranks by
+    ``arrival + attained`` (``serve_order="attained"``: the engine seconds the program has
+    run, pop to finish or preemption, read when the call is queued) — rank instead by
+    ``arrival + min(attained, cap_s)``: past ``cap_s`` of service a program waits no longer
+    for it.  Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``):
+    preempted and pinned calls, which the library serves first, and first calls, which it
+    serves last, keep its order."""
+
+    def __init__(self, cap_s: float, **options: Any) -> None:
+        if not cap_s >= 0:
+            raise ValueError(f"cap_s must be >= 0, got {cap_s!r}")
+        super().__init__(**options)
+        self.cap_s = cap_s
+        self._attained_s: dict[str, float] = {}  # program -> engine seconds run
+        self._started_s: dict[int, float] = {}  # running call -> when it (re)started
+
+    def arrive(self, call: Call, now: float) -> bool:
+        pinned = super().arrive(call, now)
+        # (an unpinned returning call heads the library's queue only when no preempted or
+        # pinned call waits: then the waiting unpinned returns are the calls to reorder)
+        if call.turn_index and not pinned:
+            attained = min(self._attained_s.get(call.program_id, 0.0), self.cap_s)
+            self.reorder(call, now + attained)
+        return pinned
+
+    def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
+        super().admitted(call, now, cache_dropped)
+        self._started_s[call.call_id] = now
+
+    def _ran(self, call: Call, now: float) -> None:
+        started = self._started_s.pop(call.call_id, now)
+        self._attained_s[call.program_id] = self._attained_s.get(call.program_id, 0.0) + (
+            now - started
+        )
+
+    def requeue(self, call: Call, now: float) -> None:
+        self._ran(call, now)
+        super().requeue(call, now)
+
+    def finished(self, call: Call, now: float, chain_blocks: int, last_turn: bool) -> Verdict:
+        self._ran(call, now)
+        if last_turn:
+            self._attained_s.pop(call.program_id, None)
+        return super().finished(call, now, chain_blocks, last_turn)
+
+
+def make_run_policy(name: str) -> Policy:
+    """A policy from its name: ``bounds.make_variant``'s, or ``...+cap=S`` (the base name
+    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``."""
+    base, sep, cap = name.rpartition("+cap=")
+    if not sep:
+        return make_variant(name)
+    head, _, variant = base.partition(":")
+    if head != "ttlpolicy-offload":
+        raise ValueError(f"policy {name[:64]!r}: +cap= applies to ttlpolicy-offload only")
+    try:
+        cap_s = float(cap)
+    except ValueError:
+        raise ValueError(f"policy {name[:64]!r}: cap {cap[:32]!r} is not seconds") from None
+    policy = make_ttlpolicy(head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, **o))
+    policy.name = name
+    return policy
+
+
+def run_logged(
+    hw: Hardware,
+    policy: Policy,
+    programs: list[Program],
+    rate_per_s: float,
+    seed: int,
+    config: EngineConfig | None = None,
+) -> tuple[Metrics, Busy]:
+    """``simulate(hw, policy, programs, rate_per_s=..., seed=..., config=...)``'s run, driven
+    step by step through the engine's public loop, with what it computed counted."""
+    engine = Engine(hw, policy, config)
+    engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
+    busy = Busy()
+    while True:
+        plan = engine.prepare()
+        if plan is None:
+            t = engine.next_event_s()
+            if t is None:
+                break
+            engine.advance(max(t, engine.now) - engine.now)
+            continue
+        steps, dt = engine.run_length(plan)
+        busy.busy_s += dt
+        busy.steps += steps
+        busy.decode_slots += len(plan[0]) * steps
+        kv = engine.kv  # (before the step: what the plan ran with, its first blocks allocated)
+        busy.running_block_s += (kv.used - kv.pinned) * dt
+        busy.pinned_block_s += kv.pinned * dt
+        busy.cached_block_s += kv.cached * dt
+        engine.step(plan, (steps, dt))
+    return engine.finish_run(), busy
+
+
+def alone_completion_s(
+    hw: Hardware, programs: list[Program], rate_per_s: float, seed: int
+) -> dict[str, float]:
+    """Each program's completion time on an engine of its own (the ``alone`` bound)."""
+    m = simulate(hw, "alone", programs, rate_per_s=rate_per_s, seed=seed)
+    return {p: m.program_finish_s[p] - m.program_start_s[p] for p in m.program_finish_s}
+
+
+def makespan_split(
+    m: Metrics, busy: Busy, alone_s: dict[str, float], tally: Tally
+) -> dict[str, object]:
+    """The run's makespan split as the module doc says (``alone_s``: each program's
+    completion time alone, from the same arrivals; ``tally``: the run's policy, tallied)."""
+    finish = m.program_finish_s
+    if len(finish) < 2:
+        raise ValueError(f"a makespan split needs >= 2 finished programs, got {len(finish)}")
+    last, before = sorted(finish, key=lambda p: (finish[p], p))[-1:-3:-1]
+    start = m.program_start_s
+    waits: dict[str, float] = dict(tally.per_program.get(last, {}))
+    return {
+        "throughput_tok_s": m.output_tokens / m.makespan_s,
+        "makespan_s": m.makespan_s,
+        "busy_s": busy.busy_s,
+        "idle_s": m.makespan_s - busy.busy_s,
+        "steps": busy.steps,
+        "mean_decode_batch": busy.mean_decode_batch,
+        **busy.mean_blocks(),
+        "output_tokens": m.output_tokens,
+        "prefill_tokens": m.prefill_tokens,
+        "recomputed_tokens": m.recomputed_tokens,
+        "last_program": last,
+        "last_start_s": start[last],
+        "last_jct_s": finish[last] - start[last],
+        "last_think_s": m.program_think_s[last],
+        "last_alone_s": alone_s[last],
+        "last_wait_s": sum(
+            waits.get(k, 0.0) for k in ("wait_first_s", "wait_return_kept_s", "wait_return_lost_s")
+        ),
+        "lead_s": finish[last] - finish[before],
+        "floor_s": max(start[p] + alone_s[p] for p in finish),
+    }
+
+
+def fold_jct(m: Metrics, fold_ids: dict[int, set[str]]) -> dict[str, float]:
+    """The mean completion time of each fold's programs that ran."""
+    out = {}
+    for k, ids in fold_ids.items():
+        jct = [m.program_finish_s[p] - m.program_start_s[p] for p in ids if p in m.program_finish_s]
+        out[f"jct_fold{k}_s"] = statistics.fmean(jct)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--points", default=POINTS, help="'setup=rate,rate;setup=rate'")
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--cpu-gb", type=float, default=256.0, help="CPU tier per GPU, GB")
+    ap.add_argument("--policies", default=POLICIES)
+    ap.add_argument("--folds", default="0,3", help="folds (of 4) whose mean JCT is reported")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    programs = sim_sweep.load_sessions(None, agent_sweep.OPTIONS)
+    if programs is None:
+        return 2
+    folds = split_folds(programs, 4, traces_dir() / "claude-code")
+    fold_ids = {int(k): {p.program_id for p in folds[int(k)]} for k in args.folds.split(",")}
+    rows = []
+    for setup, rate, seed, hw, progs in point_runs(programs, args.points, args.seeds, args.cpu_gb):
+        alone_s = alone_completion_s(hw, progs, rate, seed)
+        for name in args.policies.split(","):
+            tally = Tally(make_run_policy(name))
+            m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
+            row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
+            row.update(makespan_split(m, busy, alone_s, tally))
+            row.update(fold_jct(m, fold_ids))
+            rows.append(row)
+            print(_line(row), flush=True)
+    _means(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+def _line(row: dict) -> str:
+    return (
+        f"{row['setup']} {row['rate']:g}/s seed {row['seed']} {row['policy']}: "
+        f"{row['throughput_tok_s']:.2f} tok/s, makespan {row['makespan_s']:,.0f} s "
+        f"(floor {row['floor_s']:,.0f}), busy {row['busy_s']:,.0f} s, steps {row['steps']:,}, "
+        f"decode batch {row['mean_decode_batch']:.2f} (blocks: running "
+        f"{row['running_blocks']:,.0f}, pinned {row['pinned_blocks']:,.0f}, cached "
+        f"{row['cached_blocks']:,.0f}); last {row['last_program']} "
+        f"start {row['last_start_s']:,.0f} JCT {row['last_jct_s']:,.0f} "
+        f"(alone {row['last_alone_s']:,.0f}, tools {row['last_think_s']:,.0f}, "
+        f"waits {row['last_wait_s']:,.0f}), lead {row['lead_s']:,.0f} s; "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in row.items() if k.startswith("jct_fold"))
+    )
+
+
+def _means(rows: list[dict]) -> None:
+    """Per point and policy, the means over the seeds."""
+    jcts = sorted(k for k in rows[0] if k.startswith("jct_fold"))
+    print("\n| setup | rate /s | policy | tok/s | makespan s | floor s | busy s | idle s "
+          "| decode batch | last's waits s | lead s | " + " | ".join(jcts) + " |")  # fmt: skip
+    print("|---" * (10 + len(jcts)) + "|")
+    keys = dict.fromkeys((r["setup"], r["rate"], r["policy"]) for r in rows)
+    for setup, rate, policy in keys:
+        sel = [r for r in rows if (r["setup"], r["rate"], r["policy"]) == (setup, rate, policy)]
+        f = {k: statistics.fmean(r[k] for r in sel) for k in (*MEANS.split(), *jcts)}
+        print(
+            f"| {setup} | {rate:g} | {policy} | {f['throughput_tok_s']:.2f} "
+            f"| {f['makespan_s']:,.0f} | {f['floor_s']:,.0f} | {f['busy_s']:,.0f} "
+            f"| {f['idle_s']:,.0f} | {f['mean_decode_batch']:.2f} | {f['last_wait_s']:,.0f} "
+            f"| {f['lead_s']:,.0f} | " + " | ".join(f"{f[k]:,.0f}" for k in jcts) + " |"
+        )
+
+
+__all__ = [
+    "Busy",
+    "CappedAttainedOffload",
+    "alone_completion_s",
+    "fold_jct",
+    "make_run_policy",
+    "makespan_split",
+    "run_logged",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())
