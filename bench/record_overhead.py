@@ -63,15 +63,18 @@ class CountingClock:
 HOT_METHODS = ("arrived", "finished")
 
 
-def timed_call_log(clock: Any = time.perf_counter) -> dict[str, float]:
+def timed_call_log(clock: Any = time.perf_counter, hollow: bool = False) -> dict[str, float]:
     """Wrap ``CallLog``'s hot-path methods with ``clock``; returns their times (s), by
-    method and in all (``"all"``), a dict that grows as they run."""
+    method and in all (``"all"``), a dict that grows as they run.  ``hollow``: the methods
+    do nothing (nothing is recorded): what the calls and their timing cost alone."""
     from ttlpolicy_vllm.recording import CallLog
 
     total = dict.fromkeys(("all", *HOT_METHODS), 0.0)
 
     def timed(method: Any) -> Any:
         name = method.__name__
+        if hollow:
+            method = _nothing
 
         def wrapper(log: Any, *args: Any) -> Any:
             t0 = clock()
@@ -89,8 +92,17 @@ def timed_call_log(clock: Any = time.perf_counter) -> dict[str, float]:
     return total
 
 
+def _nothing(*args: Any) -> None:
+    """A hollow ``CallLog`` method (``timed_call_log``)."""
+
+
 def engine_run(
-    programs: int, turns: int, output_tokens: int, cpu_time: bool = False, warm_up_turns: int = 0
+    programs: int,
+    turns: int,
+    output_tokens: int,
+    cpu_time: bool = False,
+    warm_up_turns: int = 0,
+    hollow: bool = False,
 ) -> dict[str, float]:
     """The recording's and the adapter's time per step over the turns after the first
     ``warm_up_turns`` (the recorder's one-off costs, its first file and first calls, fall in
@@ -109,7 +121,7 @@ def engine_run(
     import ttlpolicy_vllm.scheduler as adapter
 
     adapter.time = types.SimpleNamespace(perf_counter=adapter_clock, monotonic=time.monotonic)
-    busy_s = timed_call_log(record_clock)
+    busy_s = timed_call_log(record_clock, hollow)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TTLPOLICY_RECORD"] = str(Path(tmp) / "rec")
         try:
@@ -138,6 +150,8 @@ def engine_run(
         start = dict.fromkeys(snapshot(), 0.0)
         for turn in range(turns):
             if turn == warm_up_turns:  # nothing in flight: count from here
+                # (the warm-up's calls written now, the first file with them: not counted)
+                sched.call_log.recorder.flush()
                 start = snapshot()
             rids = {
                 pid: engine.submit(
@@ -268,8 +282,16 @@ def main() -> None:
     ap.add_argument("--cpu-time", action="store_true", help="engine part: thread CPU time")
     ap.add_argument("--engine-only", action="store_true", help="skip parts 2 and 3")
     ap.add_argument("--warm-up-turns", type=int, default=0, help="turns not counted")
+    ap.add_argument("--hollow", action="store_true", help="CallLog's methods do nothing: the floor")
     args = ap.parse_args()
-    r = engine_run(args.programs, args.turns, args.output_tokens, args.cpu_time, args.warm_up_turns)
+    r = engine_run(
+        args.programs,
+        args.turns,
+        args.output_tokens,
+        args.cpu_time,
+        args.warm_up_turns,
+        args.hollow,
+    )
     clock = "CPU" if args.cpu_time else "wall"
     print(
         f"engine ({clock} time, {args.output_tokens}-token calls): {r['calls']} calls, "
