@@ -247,6 +247,8 @@ class Recorder:
     def flush(self) -> None:
         """Write what is buffered.  A batch that fails (disk full) is dropped, counted and
         logged: recording never fails the engine."""
+        if not self._buffer:  # (the writer also wakes each flush_interval_s: idle, nothing)
+            return
         with self._write_lock:
             t0, cpu0 = time.perf_counter(), time.thread_time()
             try:
