@@ -2,15 +2,17 @@
 
 1. On the tiny real vLLM CPU engine (``vllm_engine``): ``TTLScheduler`` with the recorder on
    serves programs of several turns; the recording's time on the scheduler's thread
-   (``CallLog``'s ``arrived``, ``scheduled`` and ``finished``, timed here from outside: noting
-   arrivals, cached tokens and finished calls, buffering them) is compared with the adapter's
+   (``CallLog``'s ``arrived`` and ``finished``, timed here from outside: noting arrivals,
+   buffering finished calls; no step does recording work) is compared with the adapter's
    time (``adapter_s``, the recording's part included) over the same steps; the writer
-   thread's time (digests, JSON, writes) is given beside it.  Both are wall times (on a loaded
-   machine they include the time the thread was not running), or with ``--cpu-time`` both the
-   scheduler thread's CPU time (``time.thread_time``), so the share is CPU over CPU, not
-   inflated by other processes' load.
+   thread's time (the fields derived from the buffered references, digests, JSON, writes) is
+   given beside it, wall and CPU.  Both sides are wall times (on a loaded machine they
+   include the time the thread was not running), or with ``--cpu-time`` both the scheduler
+   thread's CPU time (``time.thread_time``), so the share is CPU over CPU, not inflated by
+   other processes' load.
 2. The same hot path on CPU time (``time.thread_time``: not inflated by other processes),
-   microseconds per call, on real vLLM ``Request`` objects without the engine.
+   microseconds per call, on real vLLM ``Request`` objects without the engine, and the
+   writer's CPU time per call for the same calls.
 3. The recorder's batch work alone on long prompts (the tiny engine's are <= 512 tokens):
    microseconds per call at 8k and 32k tokens in 16-token engine blocks (written in the
    caller's thread here, to time it), and that cost spread over the decode steps a call takes
@@ -26,9 +28,9 @@ import argparse
 import math
 import random
 import tempfile
+import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import vllm_engine  # noqa: F401  (sets vLLM's environment before vllm is imported)
@@ -57,21 +59,25 @@ class CountingClock:
         return best
 
 
-def timed_call_log(clock: Any = time.perf_counter) -> dict[str, float]:
+#: ``CallLog``'s methods on the scheduler's thread (the clock readings they take are the
+#: scheduler's own: ``TTLScheduler`` reads them for its lifecycle and metrics anyway)
+HOT_METHODS = ("arrived", "finished")
+
+
+def timed_call_log(clock: Any = time.perf_counter, hollow: bool = False) -> dict[str, float]:
     """Wrap ``CallLog``'s hot-path methods with ``clock``; returns their times (s), by
-    method and in all (``"all"``), a dict that grows as they run.  ``scheduled`` is timed
-    on steps that schedule new requests (a decode step's call only finds an empty list), as
-    ``CallLog`` timed itself before the timing moved here."""
+    method and in all (``"all"``), a dict that grows as they run.  ``hollow``: the methods
+    do nothing (nothing is recorded): what the calls and their timing cost alone."""
     from ttlpolicy_vllm.recording import CallLog
 
-    total = dict.fromkeys(("all", "arrived", "scheduled", "finished"), 0.0)
+    total = dict.fromkeys(("all", *HOT_METHODS), 0.0)
 
-    def timed(method: Any, when: Any = None) -> Any:
+    def timed(method: Any) -> Any:
         name = method.__name__
+        if hollow:
+            method = _nothing
 
         def wrapper(log: Any, *args: Any) -> Any:
-            if when is not None and not when(*args):
-                return method(log, *args)
             t0 = clock()
             try:
                 return method(log, *args)
@@ -82,14 +88,22 @@ def timed_call_log(clock: Any = time.perf_counter) -> dict[str, float]:
 
         return wrapper
 
-    setattr(CallLog, "arrived", timed(CallLog.arrived))  # noqa: B010  (patched for the run)
-    setattr(CallLog, "finished", timed(CallLog.finished))  # noqa: B010
-    setattr(CallLog, "scheduled", timed(CallLog.scheduled, lambda out: out.scheduled_new_reqs))  # noqa: B010
+    for name in HOT_METHODS:
+        setattr(CallLog, name, timed(getattr(CallLog, name)))  # (patched for the run)
     return total
 
 
+def _nothing(*args: Any) -> None:
+    """A hollow ``CallLog`` method (``timed_call_log``)."""
+
+
 def engine_run(
-    programs: int, turns: int, output_tokens: int, cpu_time: bool = False, warm_up_turns: int = 0
+    programs: int,
+    turns: int,
+    output_tokens: int,
+    cpu_time: bool = False,
+    warm_up_turns: int = 0,
+    hollow: bool = False,
 ) -> dict[str, float]:
     """The recording's and the adapter's time per step over the turns after the first
     ``warm_up_turns`` (the recorder's one-off costs, its first file and first calls, fall in
@@ -108,7 +122,7 @@ def engine_run(
     import ttlpolicy_vllm.scheduler as adapter
 
     adapter.time = types.SimpleNamespace(perf_counter=adapter_clock, monotonic=time.monotonic)
-    busy_s = timed_call_log(record_clock)
+    busy_s = timed_call_log(record_clock, hollow)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TTLPOLICY_RECORD"] = str(Path(tmp) / "rec")
         try:
@@ -120,6 +134,10 @@ def engine_run(
         rng = random.Random(0)
         contexts = {f"p{i}": [rng.randrange(3, 300) for _ in range(96)] for i in range(programs)}
         sched = engine.scheduler
+        # the writer thread's own CPU clock: all its CPU, its waits and wake-ups included
+        writer_thread = next(t for t in threading.enumerate() if t.name == "ttlpolicy-record")
+        assert writer_thread.ident is not None
+        writer_clock = time.pthread_getcpuclockid(writer_thread.ident)
 
         def snapshot() -> dict[str, float]:
             stats = sched.ttl_stats()
@@ -128,6 +146,8 @@ def engine_run(
                 | busy_s
                 | {
                     "writer_s": sched.call_log.recorder.writer_s,
+                    "writer_cpu_s": sched.call_log.recorder.writer_cpu_s,
+                    "writer_thread_cpu_s": time.clock_gettime(writer_clock),
                     "adapter_reads": adapter_clock.reads,
                     "record_reads": record_clock.reads,
                 }
@@ -136,6 +156,8 @@ def engine_run(
         start = dict.fromkeys(snapshot(), 0.0)
         for turn in range(turns):
             if turn == warm_up_turns:  # nothing in flight: count from here
+                # (the warm-up's calls written now, the first file with them: not counted)
+                sched.call_log.recorder.flush()
                 start = snapshot()
             rids = {
                 pid: engine.submit(
@@ -149,14 +171,15 @@ def engine_run(
                 contexts[pid] = (contexts[pid] + list(out.outputs[0].token_ids) + [7] * 32)[
                     -(512 - output_tokens - 8) :
                 ]
-        sched.call_log.close()
+        end = snapshot()
+        sched.call_log.close()  # (its last batch, in the writer thread: in writer_cpu_s)
         stats = sched.ttl_stats()
         recorded = busy_s["all"] - start["all"]
         calls = programs * (turns - warm_up_turns)
-        by_method = {
-            k: (busy_s[k] - start[k]) / calls * 1e6 for k in ("arrived", "scheduled", "finished")
-        }
+        by_method = {k: (busy_s[k] - start[k]) / calls * 1e6 for k in HOT_METHODS}
         writer = sched.call_log.recorder.writer_s - start["writer_s"]
+        writer_cpu = end["writer_thread_cpu_s"] - start["writer_thread_cpu_s"]
+        writer_cpu += sched.call_log.recorder.writer_cpu_s - end["writer_cpu_s"]
         engine.llm.llm_engine.engine_core.shutdown()
     steps = stats["schedule_calls"] - start["schedule_calls"]
     adapter_s = stats["adapter_s"] - start["adapter_s"]
@@ -167,6 +190,8 @@ def engine_run(
     return {
         "read_us": read_s * 1e6,
         "record_share_less_reads": record_net_s / adapter_net_s,
+        # the writer thread's CPU beside it (meaningful with cpu_time): the whole cost
+        "with_writer_share_less_reads": (record_net_s + writer_cpu) / adapter_net_s,
         "steps": steps,
         "calls": calls,
         **{f"{k}_us_per_call": v for k, v in by_method.items()},
@@ -174,13 +199,15 @@ def engine_run(
         "record_us_per_step": recorded / steps * 1e6,
         "record_share_of_adapter": recorded / adapter_s,
         "writer_us_per_step": writer / steps * 1e6,
+        "writer_cpu_us_per_step": writer_cpu / steps * 1e6,
     }
 
 
 def hot_path_cpu_us(calls: int = 4000, rounds: int = 7) -> dict[str, float]:
-    """CPU microseconds per call of ``CallLog``'s hot path (arrived, its share of a step's
-    ``scheduled`` with 8 new requests, finished and buffered), on real vLLM ``Request``
-    objects of 256 prompt tokens; the writer thread held off; the least of ``rounds``."""
+    """CPU microseconds per call of ``CallLog``'s hot path (arrived, finished and buffered,
+    each with the scheduler's clock reading it is handed), on real vLLM ``Request`` objects
+    of 256 prompt tokens, the writer thread held off; then the writer's CPU per call
+    (``writer``: the fields derived, digests, JSON, the write); the least of ``rounds``."""
     from vllm import SamplingParams
     from vllm.utils.hashing import sha256_cbor
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -200,34 +227,24 @@ def hot_path_cpu_us(calls: int = 4000, rounds: int = 7) -> dict[str, float]:
         r.status = RequestStatus.FINISHED_STOPPED
         reqs.append(r)
     infos = [program_of(r, OPEN_TENANCY) for r in reqs]
-    steps = [
-        SimpleNamespace(
-            scheduled_new_reqs=[
-                SimpleNamespace(req_id=r.request_id, num_computed_tokens=64)
-                for r in reqs[i : i + 8]
-            ]
-        )
-        for i in range(0, calls, 8)
-    ]
     best: dict[str, float] = {}
+    clock = time.monotonic
     for _ in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
-            log = CallLog(RecordSettings(Path(tmp)), 32, OPEN_TENANCY, time.monotonic)
+            log = CallLog(RecordSettings(Path(tmp)), 32, OPEN_TENANCY, clock)
             log.recorder.batch_calls, log.recorder.flush_interval_s = 1 << 30, 1e9
             t = [time.thread_time()]
             for r in reqs:
-                log.arrived(r)
-            t.append(time.thread_time())
-            for s in steps:
-                log.scheduled(s)
+                log.arrived(r, clock())
             t.append(time.thread_time())
             for r, info in zip(reqs, infos, strict=True):
-                log.finished(r, info, "bash")
+                log.finished(r, info, "bash", clock())
             t.append(time.thread_time())
             log.close()
-        for name, a, b in zip(("arrived", "scheduled", "finished"), t, t[1:], strict=False):
+        for name, a, b in zip(HOT_METHODS, t, t[1:], strict=False):
             best[name] = min(best.get(name, math.inf), (b - a) / calls * 1e6)
-    best["total"] = sum(best.values())
+        best["writer"] = min(best.get("writer", math.inf), log.recorder.writer_cpu_s / calls * 1e6)
+    best["total"] = sum(best[k] for k in HOT_METHODS)
     return best
 
 
@@ -273,19 +290,27 @@ def main() -> None:
     ap.add_argument("--cpu-time", action="store_true", help="engine part: thread CPU time")
     ap.add_argument("--engine-only", action="store_true", help="skip parts 2 and 3")
     ap.add_argument("--warm-up-turns", type=int, default=0, help="turns not counted")
+    ap.add_argument("--hollow", action="store_true", help="CallLog's methods do nothing: the floor")
     args = ap.parse_args()
-    r = engine_run(args.programs, args.turns, args.output_tokens, args.cpu_time, args.warm_up_turns)
+    r = engine_run(
+        args.programs,
+        args.turns,
+        args.output_tokens,
+        args.cpu_time,
+        args.warm_up_turns,
+        args.hollow,
+    )
     clock = "CPU" if args.cpu_time else "wall"
     print(
         f"engine ({clock} time, {args.output_tokens}-token calls): {r['calls']} calls, "
         f"{r['steps']:.0f} steps; adapter "
         f"{r['adapter_us_per_step']:.1f} µs/step, recording {r['record_us_per_step']:.2f} "
         f"µs/step = {100 * r['record_share_of_adapter']:.2f} % of the adapter's time; "
-        f"writer thread {r['writer_us_per_step']:.2f} µs/step (wall); less the clock's "
-        f"readings ({r['read_us']:.2f} µs each) {100 * r['record_share_less_reads']:.2f} %; "
-        + ", ".join(
-            f"{k} {r[f'{k}_us_per_call']:.2f}" for k in ("arrived", "scheduled", "finished")
-        )
+        f"writer thread {r['writer_us_per_step']:.2f} µs/step wall, "
+        f"{r['writer_cpu_us_per_step']:.2f} CPU; less the clock's "
+        f"readings ({r['read_us']:.2f} µs each) {100 * r['record_share_less_reads']:.2f} %, "
+        f"with the writer's CPU {100 * r['with_writer_share_less_reads']:.2f} %; "
+        + ", ".join(f"{k} {r[f'{k}_us_per_call']:.2f}" for k in HOT_METHODS)
         + " µs per call"
     )
     if args.engine_only:

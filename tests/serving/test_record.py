@@ -312,3 +312,81 @@ def test_a_failed_write_drops_its_batch_and_the_recorder_goes_on(
     call(rec, "p", 2.0, 3.0, 128)
     rec.close()
     assert rec.calls_recorded == 1 and len(list(read_trace(folder))) == 1
+
+
+def _call_lines(folder: Path) -> list[str]:
+    """The call lines of a recording (its header names the recording: it differs)."""
+    return [line for f in record_files(folder) for line in f.read_text().splitlines()[1:]]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["p", "q", None]),
+            st.sampled_from(["salt-a", "", None]),
+            st.integers(0, 640),
+            st.integers(0, 64),
+            st.sampled_from(["bash", None]),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_entries_unpacked_in_the_writer_are_written_as_the_same_calls_would_be(
+    tmp_path_factory: pytest.TempPathFactory,
+    calls: list[tuple[str | None, str | None, int, int, str | None, bool]],
+) -> None:
+    """``add`` with an ``unpack`` (an adapter deferring its fields to the writer thread)
+    writes byte for byte what ``call`` writes for the same calls under the same key."""
+    direct_dir, deferred_dir = tmp_path_factory.mktemp("call"), tmp_path_factory.mktemp("add")
+    direct = recorder(direct_dir, key=b"k" * 32)
+
+    def unpack(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+        # the entry's own shape: (salt, program, i, prompt, cached, tool, last)
+        salt, program, i, prompt, cached, tool, last = entry
+        tenant = None if not salt else f"tenant-of-{salt}"
+        hashes = engine_hashes(program or f"anon-{i}", prompt // 16)
+        return (program, tenant, float(i), i + 0.5, prompt, 7, cached, hashes, tool, last)
+
+    deferred = recorder(deferred_dir, key=b"k" * 32, unpack=unpack, batch_calls=4)
+    for i, (program, salt, prompt, cached, tool, last) in enumerate(calls):
+        direct.call(
+            program_id=program,
+            tenant=None if not salt else f"tenant-of-{salt}",
+            arrival_s=float(i),
+            finish_s=i + 0.5,
+            prompt_tokens=prompt,
+            output_tokens=7,
+            cached_tokens=cached,
+            block_hashes=engine_hashes(program or f"anon-{i}", prompt // 16),
+            tool=tool,
+            last_turn=last,
+        )
+        deferred.add((salt, program, i, prompt, cached, tool, last), i + 0.5)
+    direct.close()
+    deferred.close()
+    assert deferred.calls_recorded == direct.calls_recorded == len(calls)
+    assert _call_lines(deferred_dir) == _call_lines(direct_dir)
+
+
+def test_an_entry_that_cannot_be_unpacked_is_dropped_alone_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unpack(entry: tuple[Any, ...]) -> tuple[Any, ...]:
+        program, prompt = entry
+        hashes = engine_hashes(program, prompt // 16)
+        return (program, None, 0.0, 1.0, prompt, 1, 0, hashes, None, False)
+
+    rec = recorder(tmp_path, unpack=unpack)
+    rec.add(("p", 128), 1.0)
+    rec.add(("a bad entry",), 1.0)
+    rec.add(("q", 64), 1.0)
+    rec.flush()
+    assert rec.calls_dropped == 1 and rec.calls_recorded == 2
+    assert "could not be recorded" in caplog.text
+    rec.add(("p", 192), 2.0)
+    rec.close()
+    assert rec.calls_recorded == 3 and len(list(read_trace(tmp_path))) == 3
+    assert rec.writer_cpu_s > 0

@@ -19,6 +19,10 @@ Cheap: ``call`` appends a tuple to a buffer (the hashes are not even copied); th
 JSON and the write happen for a batch, every ``batch_calls`` calls or ``flush_interval_s``, in
 a writer thread (``background``; the engine's thread mostly waits on the accelerator, with
 the GIL released).  A program's call reuses the digests of its previous call's blocks.
+Cheaper still: a recorder made with ``unpack`` takes ``add(entry, finish_s)``, ``entry`` the
+references an adapter has at hand, and derives the call's fields from it (``unpack``: the
+tenant key, the counts) in the writer thread; ``entry`` must hold nothing the engine will
+change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``).
 Bounded: at most ``max_files`` files of at most ``max_bytes / max_files`` bytes each in the
 directory (recordings before this one included); the oldest file is removed first.  A call
 whose line alone exceeds a file's bound is dropped and counted.
@@ -122,11 +126,15 @@ class Recorder:
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         key: bytes | None = None,
         background: bool = True,
+        unpack: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
     ) -> None:
         if engine_block_tokens < 1:
             raise ValueError(f"engine_block_tokens must be >= 1, got {engine_block_tokens!r}")
         self.settings = settings
         self.clock = clock
+        # what ``add``'s entries are turned into a call's fields by, in the writer (``call``'s
+        # entries are those fields already)
+        self._unpack = unpack
         self.batch_calls, self.flush_interval_s = batch_calls, flush_interval_s
         # engine blocks per recorded block: the hash of every ``_stride``-th names it
         fits = RECORD_BLOCK_TOKENS % engine_block_tokens == 0
@@ -159,6 +167,7 @@ class Recorder:
         self.bytes_written = 0
         self.files_removed = 0
         self.writer_s = 0.0  # time spent digesting and writing batches (in either thread), s
+        self.writer_cpu_s = 0.0  # ... the CPU time of the thread that did it, s
         settings.directory.mkdir(parents=True, exist_ok=True)
         self._closed = False
         self._wake = threading.Event()
@@ -188,37 +197,45 @@ class Recorder:
         """A finished call: its program (None: anonymous, a one-call program) and tenant as
         the adapter keys them, times on the recorder's clock, token counts, and the engine's
         block hashes (bytes or int; chained) of its prompt's full blocks.  (The caller
-        times it: a clock reading here would be a good part of its cost.)"""
+        times it: a clock reading here would be a good part of its cost.)  For a recorder
+        made without ``unpack``."""
+        self.add(
+            (
+                program_id,
+                tenant,
+                arrival_s,
+                finish_s,
+                prompt_tokens,
+                output_tokens,
+                cached_tokens,
+                block_hashes,
+                tool,
+                last_turn,
+            ),
+            finish_s,
+        )
+
+    def add(self, entry: tuple[Any, ...], finish_s: float) -> None:
+        """Buffer a finished call (at ``finish_s``, the recorder's clock): ``entry`` is its
+        fields in ``call``'s order (a plain tuple: a NamedTuple's construction was a third
+        of ``call``'s time, bench/record_overhead.py) or, for a recorder made with
+        ``unpack``, what ``unpack`` turns into them in the writer thread.  A call past
+        ``MAX_BUFFERED_CALLS`` buffered is dropped and counted."""
         buffer = self._buffer
         buffered = len(buffer)
         if buffered >= MAX_BUFFERED_CALLS:
             self.calls_dropped += 1
-        else:
-            # a plain tuple, named (``_Call``) by the writer: a NamedTuple's construction was
-            # a third of this method's time (bench/record_overhead.py)
-            buffer.append(
-                (
-                    program_id,
-                    tenant,
-                    arrival_s,
-                    finish_s,
-                    prompt_tokens,
-                    output_tokens,
-                    cached_tokens,
-                    block_hashes,
-                    tool,
-                    last_turn,
-                )
-            )
-            if (
-                buffered + 1 >= self.batch_calls
-                or finish_s - self._last_flush_s >= self.flush_interval_s
-            ):
-                self._last_flush_s = finish_s
-                if self._thread is not None:
-                    self._wake.set()
-                else:
-                    self.flush()
+            return
+        buffer.append(entry)
+        if (
+            buffered + 1 >= self.batch_calls
+            or finish_s - self._last_flush_s >= self.flush_interval_s
+        ):
+            self._last_flush_s = finish_s
+            if self._thread is not None:
+                self._wake.set()
+            else:
+                self.flush()
 
     # -- writing -----------------------------------------------------------------------------
     def _writer(self) -> None:
@@ -230,14 +247,17 @@ class Recorder:
     def flush(self) -> None:
         """Write what is buffered.  A batch that fails (disk full) is dropped, counted and
         logged: recording never fails the engine."""
+        if not self._buffer:  # (the writer also wakes each flush_interval_s: idle, nothing)
+            return
         with self._write_lock:
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.thread_time()
             try:
                 self._write_batch()
             except Exception as e:  # (disk full, a bad value): the batch is lost, not the engine
                 logger.warning(
                     "ttlpolicy: recording into %s failed: %s", self.settings.directory, e
                 )
+            self.writer_cpu_s += time.thread_time() - cpu0
             self.writer_s += time.perf_counter() - t0
 
     def close(self) -> None:
@@ -321,16 +341,21 @@ class Recorder:
         return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
     def _write_batch(self) -> None:
-        buffer, calls = self._buffer, []
+        buffer, entries = self._buffer, []
         while buffer:
-            calls.append(_Call._make(buffer.popleft()))
-        if not calls:
+            entries.append(buffer.popleft())
+        if not entries:
             return
         limit = self.settings.file_bytes
         pending: list[bytes] = []
-        self.calls_dropped += len(calls)  # (until written)
-        for c in calls:
-            line = self._line(c)
+        self.calls_dropped += len(entries)  # (until written)
+        unpack, failed = self._unpack, None
+        for entry in entries:
+            try:
+                line = self._line(_Call._make(entry if unpack is None else unpack(entry)))
+            except Exception as e:  # (a bad value): that call is lost, not the batch
+                failed = e
+                continue
             if len(line) + _HEADER_MAX_BYTES > limit:
                 continue
             if self._file is None or self._file_bytes + len(line) > limit:
@@ -339,16 +364,19 @@ class Recorder:
                 self._rotate()
             pending.append(line)
             self._file_bytes += len(line)
-            self.calls_recorded += 1
-            self.calls_dropped -= 1
         self._write(pending)
+        if failed is not None:
+            raise ValueError(f"a call could not be recorded: {failed}") from failed
 
     def _write(self, lines: list[bytes]) -> None:
+        """Append ``lines`` (calls) to the open file; counted as recorded once written."""
         if lines and self._file is not None:
             data = b"".join(lines)
             self._file.write(data)
             self._file.flush()
             self.bytes_written += len(data)
+            self.calls_recorded += len(lines)
+            self.calls_dropped -= len(lines)
 
     def _rotate(self) -> None:
         """Close the current file, remove the oldest beyond the count, open the next."""
@@ -375,4 +403,5 @@ class Recorder:
             "record_bytes_written": float(self.bytes_written),
             "record_files_removed": float(self.files_removed),
             "record_writer_s": self.writer_s,
+            "record_writer_cpu_s": self.writer_cpu_s,
         }

@@ -9,6 +9,7 @@ switching to ``TTLScheduler``.  Aborted calls are not recorded (the simulator ha
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,10 +30,19 @@ _STOPPED = (
 
 
 class CallLog:
-    """The calls of one scheduler: arrival noted at ``arrived``, cached tokens at its first
-    scheduling (``scheduled``: vLLM hands a request's prefill stats to the output at its first
-    token, so they are read from the step), the call written at ``finished`` (times on the
-    scheduler's ``clock``)."""
+    """The calls of one scheduler: a call's arrival noted at ``arrived``, the call buffered
+    at ``finished`` (times on the scheduler's clock, read by the scheduler: ``TTLScheduler``
+    reads it there anyway).  Its cached tokens are vLLM's own: the request's ``PrefillStats``,
+    which vLLM fills at the request's first scheduling and reports in ``usage`` (it hands the
+    object to the output at the first token, so it is kept from the arrival).
+
+    The scheduler's thread does the least: a dict entry at arrival, and at the finish one
+    tuple of references it has at hand; the recorder's writer thread derives the rest
+    (``_unpack``: program id, tenant key, cached tokens).  A buffered call holds alive,
+    until written: its ``ProgramInfo`` and tool, its ``PrefillStats`` (a few ints), its
+    ``cache_salt`` and ``extra_args`` (the client's own, as vLLM bounds them) and its
+    ``block_hashes`` list (not copied; one hash per engine block of the prompt), at most
+    ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls (more are dropped and counted)."""
 
     def __init__(
         self,
@@ -40,56 +50,67 @@ class CallLog:
         block_size: int,
         tenancy: Tenancy,
         clock: Callable[[], float],
+        key: bytes | None = None,  # the recording's secret (None: drawn; tests fix it)
     ) -> None:
-        self.recorder = Recorder(settings, engine_block_tokens=block_size, clock=clock)
-        self.tenancy, self.clock = tenancy, clock
-        # [arrival s, cached tokens (-1: not scheduled yet)] of live requests: popped when freed
-        self._calls: dict[str, list[float]] = {}
-        # (not timed here: four clock readings were a tenth of a call's cost; the bench
-        # times these methods from outside, bench/record_overhead.py)
+        self.recorder = Recorder(
+            settings,
+            engine_block_tokens=block_size,
+            clock=clock,
+            key=key,
+            unpack=functools.partial(_unpack, tenancy),
+        )
+        self.tenancy = tenancy
+        # (arrival s, its PrefillStats) of live requests: popped when freed
+        self._calls: dict[str, tuple[float, Any]] = {}
+        # (not timed here: clock readings were a tenth of a call's cost; the bench times
+        # these methods from outside, bench/record_overhead.py)
 
-    def arrived(self, request: Request) -> None:
-        self._calls[request.request_id] = [self.clock(), -1]
+    def arrived(self, request: Request, now_s: float) -> None:
+        self._calls[request.request_id] = (now_s, request.prefill_stats)
 
-    def scheduled(self, out: Any) -> None:
-        """A step was scheduled (``out``, a SchedulerOutput): its first-scheduled requests'
-        prefix hits."""
-        for new in out.scheduled_new_reqs:  # (most steps only decode: none)
-            call = self._calls.get(new.req_id)
-            if call is not None and call[1] < 0:
-                call[1] = new.num_computed_tokens
-
-    def finished(self, request: Request, info: ProgramInfo | None, tool: str | None) -> None:
-        """``request`` is freed (its program ``info``, None: anonymous; ``tool``: what it
-        ended with); recorded when it stopped on its own."""
+    def finished(
+        self, request: Request, info: ProgramInfo | None, tool: str | None, now_s: float
+    ) -> None:
+        """``request`` is freed at ``now_s`` (its program ``info``, None: anonymous;
+        ``tool``: what it ended with); recorded when it stopped on its own."""
         call = self._calls.pop(request.request_id, None)
         if call is not None and request.status in _STOPPED:
-            self._record(request, info, tool, call[0], max(0, int(call[1])))
-
-    def _record(
-        self,
-        request: Request,
-        info: ProgramInfo | None,
-        tool: str | None,
-        arrival: float,
-        cached_tokens: int,
-    ) -> None:
-        extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
-        self.recorder.call(
-            program_id=None if info is None else info.program_id,
-            tenant=self.tenancy.tenant(getattr(request, "cache_salt", None), extra),
-            arrival_s=arrival,
-            finish_s=self.clock(),
-            prompt_tokens=request.num_prompt_tokens,
-            output_tokens=request.num_output_tokens,
-            cached_tokens=cached_tokens,
-            block_hashes=request.block_hashes,
-            tool=tool,
-            last_turn=info is not None and info.last_turn,
-        )
+            params = request.sampling_params
+            self.recorder.add(
+                (
+                    info,
+                    tool,
+                    call[0],
+                    now_s,
+                    call[1],
+                    request.cache_salt,
+                    None if params is None else params.extra_args,
+                    request.num_prompt_tokens,
+                    request.num_output_tokens,
+                    request.block_hashes,
+                ),
+                now_s,
+            )
 
     def close(self) -> None:
         self.recorder.close()
+
+
+def _unpack(tenancy: Tenancy, entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``CallLog.finished``'s entry as ``Recorder.call``'s fields (in the writer thread)."""
+    info, tool, arrival_s, finish_s, prefill, salt, extra, prompt, output, hashes = entry
+    return (
+        None if info is None else info.program_id,
+        tenancy.tenant(salt, extra),
+        arrival_s,
+        finish_s,
+        prompt,
+        output,
+        getattr(prefill, "num_cached_tokens", 0),  # (None: never scheduled)
+        hashes,
+        tool,
+        info is not None and info.last_turn,
+    )
 
 
 def call_log_or_none(
@@ -120,17 +141,12 @@ class RecordingScheduler(Scheduler):
 
     def add_request(self, request: Request) -> None:
         if request.request_id not in self.requests:
-            self.call_log.arrived(request)
+            self.call_log.arrived(request, self.clock())
         super().add_request(request)
-
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        out = super().schedule(*args, **kwargs)
-        self.call_log.scheduled(out)
-        return out
 
     def _free_request(self, request: Request, delay_free_blocks: bool = False) -> Any:
         info = program_of(request, self.tenancy)
-        self.call_log.finished(request, info, None if info is None else info.tool)
+        self.call_log.finished(request, info, None if info is None else info.tool, self.clock())
         return super()._free_request(request, delay_free_blocks)
 
     def shutdown(self) -> None:

@@ -205,19 +205,21 @@ class TTLScheduler(Scheduler):
     def add_request(self, request: Request) -> None:
         t0 = time.perf_counter()
         rid = request.request_id
-        info = program_of(request, self.tenancy) if rid not in self.requests else None
-        if info is None and self.inferred is not None and rid not in self.requests:
+        new = rid not in self.requests
+        now = self.clock()  # the arrival: the metrics', the inferred program's, the recording's
+        info = program_of(request, self.tenancy) if new else None
+        if info is None and self.inferred is not None and new:
             tenant = tenant_of(request, self.tenancy)
             # (vLLM's block hashes are bytes: the linker reads their first 8 bytes natively)
-            info = self.inferred.arrive(rid, tenant, request.block_hashes, self.clock())
+            info = self.inferred.arrive(rid, tenant, request.block_hashes, now)
         if info is not None:
             self._claim_pin(info.program_id, request.block_hashes)
         if info is not None:
             self._programs_of[rid] = info
         # (a program back, a tool gap recorded: the eviction order may change; asked again)
         self._eviction_valid_until_s = -math.inf
-        if self.call_log is not None and rid not in self.requests:
-            self.call_log.arrived(request)
+        if self.call_log is not None and new:
+            self.call_log.arrived(request, now)
         t1 = time.perf_counter()
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
         t2 = time.perf_counter()
@@ -227,7 +229,7 @@ class TTLScheduler(Scheduler):
             key = scheduler_key(rid)
             pid = info.program_id
             handed = self.life.held(key) is not None or self.programs.pin(pid) is not None
-            self.ttl_metrics.arrived(pid, key, self.clock(), handed)
+            self.ttl_metrics.arrived(pid, key, now, handed)
         self.ttl_metrics.adapter_s += (t1 - t0) + (time.perf_counter() - t2)
 
     def _claim_pin(self, program_id: str, block_hashes: Any) -> None:
@@ -255,8 +257,6 @@ class TTLScheduler(Scheduler):
         out = super().schedule(*args, **kwargs)
         t_after = time.perf_counter()
         prefill_tokens, cached_tokens = self._after_schedule(out, self.clock())
-        if self.call_log is not None:
-            self.call_log.scheduled(out)
         m = self.ttl_metrics
         m.schedule_calls += 1
         self._note_gauges(self.clock())  # (load control has seen a later reading)
@@ -428,14 +428,15 @@ class TTLScheduler(Scheduler):
         t0 = time.perf_counter()
         self._eviction_stale = True  # (its blocks go back to the free queue)
         rid = request.request_id
+        now = self.clock()  # the finish: the lifecycle's, the inferred program's, the recording's
         info = self._programs_of.pop(rid, None)
         if self.inferred is not None:  # a linked request's turn end, or none
             stopped = request.status in _STOPPED and not delay_free_blocks
             if stopped:
                 prompt_blocks = request.num_prompt_tokens // self.block_size
-                self.inferred.finished(rid, request.block_hashes, prompt_blocks, self.clock())
+                self.inferred.finished(rid, request.block_hashes, prompt_blocks, now)
             else:
-                self.inferred.aborted(rid, self.clock())
+                self.inferred.aborted(rid, now)
         state = self.waiting.state(rid)
         self.waiting.forget(rid)
         tool = None if info is None else info.tool
@@ -447,7 +448,7 @@ class TTLScheduler(Scheduler):
             and request.status in _STOPPED
             and not delay_free_blocks
         ):
-            tool = self._finish_program_request(request, info)
+            tool = self._finish_program_request(request, info, now)
         else:
             # An abort, an anonymous request, or one that stopped while preempted: the
             # program ends without a pin and without an η sample.
@@ -455,18 +456,20 @@ class TTLScheduler(Scheduler):
             self._ended(self.life.abort(key), key, program=info is not None)
         self.ttl_metrics.gone(scheduler_key(rid))
         if self.call_log is not None:
-            self.call_log.finished(request, info, tool)
+            self.call_log.finished(request, info, tool, now)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
-    def _finish_program_request(self, request: Request, info: ProgramInfo) -> str | None:
-        """The turn's finish in the lifecycle (pin, or end); the tool it ended with."""
+    def _finish_program_request(
+        self, request: Request, info: ProgramInfo, now: float
+    ) -> str | None:
+        """The turn's finish (at ``now``) in the lifecycle (pin, or end); the tool it ended
+        with."""
         rid, pid = request.request_id, info.program_id
         key = scheduler_key(rid)
         blocks = cached_blocks(self.kv_cache_manager, rid)
         tool = info.tool if info.tool is not None else self._parse_tool(request)
         prefix_tokens = len(blocks) * self.block_size
-        now = self.clock()
         # What the CPU offload tier already holds is a reload away, not a prefill: the pin
         # is kept only when it beats that reload.
         offloaded = min(prefix_tokens, offloaded_prefix_tokens(self.connector, request))
