@@ -41,6 +41,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -54,7 +55,7 @@ from trace_paths import traces_dir
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
-from ttlpolicy.sim.interface import Policy, Verdict
+from ttlpolicy.sim.interface import Policy, StepPlan, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
@@ -91,6 +92,12 @@ class Busy:
             "pinned_blocks": self.pinned_block_s / span,
             "cached_blocks": self.cached_block_s / span,
         }
+
+
+#: Told of each step the engine planned, or stretch it idled (plan None, 0 steps), after
+#: ``prepare`` and before the time passes: ``(engine, plan, steps, seconds, preemptions
+#: before prepare)``.
+Probe = Callable[[Engine, StepPlan | None, int, float, int], None]
 
 
 class CappedAttainedOffload(TakenOffload):
@@ -165,21 +172,34 @@ def run_logged(
     rate_per_s: float,
     seed: int,
     config: EngineConfig | None = None,
+    probe: Probe | None = None,
 ) -> tuple[Metrics, Busy]:
     """``simulate(hw, policy, programs, rate_per_s=..., seed=..., config=...)``'s run, driven
-    step by step through the engine's public loop, with what it computed counted."""
+    step by step through the engine's public loop, with what it computed counted (and
+    ``probe``, if given, told of each step or idle stretch as ``Probe`` says)."""
     engine = Engine(hw, policy, config)
     engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
+    return drive(engine, probe)
+
+
+def drive(engine: Engine, probe: Probe | None = None) -> tuple[Metrics, Busy]:
+    """The engine's run (its programs added), step by step through its public loop, as
+    ``run_logged`` says."""
     busy = Busy()
     while True:
+        preemptions = engine.metrics.preemptions
         plan = engine.prepare()
         if plan is None:
             t = engine.next_event_s()
             if t is None:
                 break
+            if probe is not None:
+                probe(engine, None, 0, max(t, engine.now) - engine.now, preemptions)
             engine.advance(max(t, engine.now) - engine.now)
             continue
         steps, dt = engine.run_length(plan)
+        if probe is not None:
+            probe(engine, plan, steps, dt, preemptions)
         busy.busy_s += dt
         busy.steps += steps
         busy.decode_slots += len(plan[0]) * steps
@@ -311,6 +331,7 @@ __all__ = [
     "Busy",
     "CappedAttainedOffload",
     "alone_completion_s",
+    "drive",
     "fold_jct",
     "make_run_policy",
     "makespan_split",
