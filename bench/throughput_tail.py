@@ -32,7 +32,8 @@ splits the makespan:
 Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``), and
 ``ttlpolicy-offload[:variant]+cap=S`` is ttlpolicy-offload whose returning calls rank by
 ``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
-bench-side, a rule the library does not have).
+bench-side, a rule the library does not have); ``mori+skip=K`` and
+``ttlpolicy-offload[:variant]+skip=K`` pass a head too large for memory (``skip_ahead``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import sim_sweep
 from bounds import Tally, make_variant, split_folds
 from heavy_bound import TakenOffload
 from rivals import point_runs
+from skip_ahead import SKIP, make_skip_policy
 from trace_paths import traces_dir
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
@@ -148,8 +150,11 @@ class CappedAttainedOffload(TakenOffload):
 
 
 def make_run_policy(name: str) -> Policy:
-    """A policy from its name: ``bounds.make_variant``'s, or ``...+cap=S`` (the base name
-    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``."""
+    """A policy from its name: ``bounds.make_variant``'s, ``...+cap=S`` (the base name
+    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``, or ``...+skip=K``
+    (``skip_ahead``)."""
+    if SKIP in name:
+        return make_skip_policy(name)
     base, sep, cap = name.rpartition("+cap=")
     if not sep:
         return make_variant(name)
