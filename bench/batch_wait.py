@@ -35,6 +35,7 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -54,6 +55,11 @@ class WaitWatch(Tally):
     """``Tally`` that also keeps the calls waiting in the policy's queue (arrived or requeued,
     not yet popped), which no policy lists publicly."""
 
+    # (the inner policy's, bound by ``Tally``)
+    peek: Callable[[], Call | None]
+    pop: Callable[[], Call]
+    waiting: Callable[[], int]
+
     def __init__(self, inner: Policy) -> None:
         super().__init__(inner)
         self.waiting_calls: dict[int, Call] = {}
@@ -64,7 +70,7 @@ class WaitWatch(Tally):
             self.waiting_calls.pop(call.call_id, None)
             return call
 
-        self.pop = popped  # type: ignore[method-assign]
+        self.pop = popped
 
     def arrive(self, call: Call, now: float) -> bool:
         self.waiting_calls[call.call_id] = call

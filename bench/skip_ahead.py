@@ -134,7 +134,9 @@ def make_skip_policy(name: str) -> Policy:
     try:
         depth = int(depth_text)
     except ValueError:
-        raise ValueError(f"policy {name[:64]!r}: depth {depth_text[:32]!r} is not an integer") from None
+        raise ValueError(
+            f"policy {name[:64]!r}: depth {depth_text[:32]!r} is not an integer"
+        ) from None
     check_depth(depth)
     if head == "mori":
         return SkipAheadMori(depth)

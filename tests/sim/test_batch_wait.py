@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from sim_hardware import hw_blocks
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, make_policy, simulate
+from ttlpolicy.sim.interface import Policy
 from ttlpolicy.sim.workload import programs_from_trace
 from ttlpolicy.traces import sample_dir
 
@@ -34,7 +36,9 @@ def test_the_probe_changes_no_run_and_its_causes_split_the_makespan(name: str) -
     hw = hw_blocks(2500, 64, 300)  # (contended: calls wait)
     watch = batch_wait.WaitWatch(make_policy(name))
     probe = batch_wait.WaitProbe(watch)
-    m, busy = throughput_tail.run_logged(hw, watch, programs, 0.2, 1, CFG, probe=probe)
+    m, busy = throughput_tail.run_logged(
+        hw, cast(Policy, watch), programs, 0.2, 1, CFG, probe=probe
+    )
     want = simulate(hw, name, programs, rate_per_s=0.2, seed=1, config=CFG)
     assert m.summary() == want.summary()
     assert not watch.waiting_calls  # (every call it saw arrive was popped)
@@ -52,7 +56,8 @@ def program(name: str, prompt_blocks: int, output_tokens: int) -> Program:
 
 
 def run(arrivals: list[tuple[float, Program]]) -> dict[str, float]:
-    engine = Engine(hw_blocks(200, 64), watch := batch_wait.WaitWatch(make_policy("vllm")), CFG)
+    watch = batch_wait.WaitWatch(make_policy("vllm"))
+    engine = Engine(hw_blocks(200, 64), cast(Policy, watch), CFG)
     engine.add_programs(arrivals)
     probe = batch_wait.WaitProbe(watch)
     throughput_tail.drive(engine, probe)

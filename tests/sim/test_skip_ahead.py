@@ -68,5 +68,5 @@ def test_the_skip_looks_no_further_than_its_depth() -> None:
     "name", ["mori+skip=0", "mori+skip=x", "vllm+skip=2", "ttlpolicy+skip=2", "mori+skip=-1"]
 )
 def test_a_bad_skip_is_refused_naming_it(name: str) -> None:
-    with pytest.raises(ValueError, match="skip|depth"):
+    with pytest.raises(ValueError, match=r"skip|depth"):
         skip_ahead.make_skip_policy(name)
