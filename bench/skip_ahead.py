@@ -23,10 +23,11 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from heavy_bound import ChosenOffload
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.interface import EngineView, Policy, Unpin
 from ttlpolicy.sim.policies.mori import Mori
-from ttlpolicy.sim.policies.ttlpolicy_plugin import TTLPolicyOffload, make_ttlpolicy
+from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 
 SKIP = "+skip="
 
@@ -42,14 +43,13 @@ def check_depth(depth: int) -> int:
     return depth
 
 
-class SkipAheadOffload(TTLPolicyOffload):
+class SkipAheadOffload(ChosenOffload):
     """``ttlpolicy-offload+skip=K`` (module doc)."""
 
     def __init__(self, depth: int, **options: Any) -> None:
         super().__init__(**options)
         self.depth = check_depth(depth)
         self._waiting_rids: set[str] = set()
-        self._chosen: str | None = None
         self._giving_way = False
         #: admissions past the library's head
         self.skips = 0
@@ -86,16 +86,9 @@ class SkipAheadOffload(TTLPolicyOffload):
                 return call
         return head
 
-    def pop(self) -> Call:
-        rid, self._chosen = self._chosen, None
-        if rid is None:
-            call = super().pop()
-        else:
-            self.sched.take(rid, self.view.now)
-            call = self._calls[rid]
-            self.skips += 1
+    def popped(self, call: Call, taken: bool) -> None:
         self._waiting_rids.discard(str(call.call_id))
-        return call
+        self.skips += taken
 
 
 class SkipAheadMori(Mori):
