@@ -140,7 +140,30 @@ class OrderedMori(Mori):
         return (call.program_id not in self.resident, late, rank, call.issue_s, call.call_id)
 
 
-class TakenOffload(TTLPolicyOffload):
+class ChosenOffload(TTLPolicyOffload):
+    """ttlpolicy-offload whose ``peek`` may name a waiting call other than the library's head
+    (setting ``_chosen`` to its request id), which ``pop`` then runs through the scheduler's
+    ``take``; ``popped`` hears each call popped, and whether it was so taken."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._chosen: str | None = None
+
+    def pop(self) -> Call:
+        rid, self._chosen = self._chosen, None
+        if rid is None:
+            call = super().pop()
+        else:
+            self.sched.take(rid, self.view.now)
+            call = self._calls[rid]
+        self.popped(call, rid is not None)
+        return call
+
+    def popped(self, call: Call, taken: bool) -> None:
+        """``pop`` returns ``call`` (``taken``: past the library's head)."""
+
+
+class TakenOffload(ChosenOffload):
     """ttlpolicy-offload with some waiting calls served in an order of the bench's own,
     through the scheduler's ``take``: when a call given to ``reorder`` heads the library's
     queue, the waiting ``reorder`` call of the least rank runs instead (the subclass gives
@@ -149,7 +172,6 @@ class TakenOffload(TTLPolicyOffload):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._chosen: str | None = None
         self._ranked: list[tuple[float, int, str]] = []  # (rank, call id, request)
         self._reordered: set[str] = set()  # calls given to ``reorder`` not yet popped
 
@@ -172,15 +194,8 @@ class TakenOffload(TTLPolicyOffload):
             return super().peek()
         return call
 
-    def pop(self) -> Call:
-        rid, self._chosen = self._chosen, None
-        if rid is None:
-            call = super().pop()
-        else:
-            self.sched.take(rid, self.view.now)
-            call = self._calls[rid]
+    def popped(self, call: Call, taken: bool) -> None:
         self._reordered.discard(str(call.call_id))
-        return call
 
 
 class PredictedFirstOffload(TakenOffload):

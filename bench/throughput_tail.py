@@ -32,7 +32,8 @@ splits the makespan:
 Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``), and
 ``ttlpolicy-offload[:variant]+cap=S`` is ttlpolicy-offload whose returning calls rank by
 ``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
-bench-side, a rule the library does not have).
+bench-side, a rule the library does not have); ``mori+skip=K`` and
+``ttlpolicy-offload[:variant]+skip=K`` pass a head too large for memory (``skip_ahead``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -50,11 +52,12 @@ import sim_sweep
 from bounds import Tally, make_variant, split_folds
 from heavy_bound import TakenOffload
 from rivals import point_runs
+from skip_ahead import SKIP, make_skip_policy
 from trace_paths import traces_dir
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
-from ttlpolicy.sim.interface import Policy, Verdict
+from ttlpolicy.sim.interface import Policy, StepPlan, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
@@ -91,6 +94,12 @@ class Busy:
             "pinned_blocks": self.pinned_block_s / span,
             "cached_blocks": self.cached_block_s / span,
         }
+
+
+#: Told of each step the engine planned, or stretch it idled (plan None, 0 steps), after
+#: ``prepare`` and before the time passes: ``(engine, plan, steps, seconds, preemptions
+#: before prepare)``.
+Probe = Callable[[Engine, StepPlan | None, int, float, int], None]
 
 
 class CappedAttainedOffload(TakenOffload):
@@ -141,8 +150,11 @@ class CappedAttainedOffload(TakenOffload):
 
 
 def make_run_policy(name: str) -> Policy:
-    """A policy from its name: ``bounds.make_variant``'s, or ``...+cap=S`` (the base name
-    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``."""
+    """A policy from its name: ``bounds.make_variant``'s, ``...+cap=S`` (the base name
+    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``, or ``...+skip=K``
+    (``skip_ahead``)."""
+    if SKIP in name:
+        return make_skip_policy(name)
     base, sep, cap = name.rpartition("+cap=")
     if not sep:
         return make_variant(name)
@@ -165,21 +177,34 @@ def run_logged(
     rate_per_s: float,
     seed: int,
     config: EngineConfig | None = None,
+    probe: Probe | None = None,
 ) -> tuple[Metrics, Busy]:
     """``simulate(hw, policy, programs, rate_per_s=..., seed=..., config=...)``'s run, driven
-    step by step through the engine's public loop, with what it computed counted."""
+    step by step through the engine's public loop, with what it computed counted (and
+    ``probe``, if given, told of each step or idle stretch as ``Probe`` says)."""
     engine = Engine(hw, policy, config)
     engine.add_programs(poisson_arrivals(programs, rate_per_s, seed))
+    return drive(engine, probe)
+
+
+def drive(engine: Engine, probe: Probe | None = None) -> tuple[Metrics, Busy]:
+    """The engine's run (its programs added), step by step through its public loop, as
+    ``run_logged`` says."""
     busy = Busy()
     while True:
+        preemptions = engine.metrics.preemptions
         plan = engine.prepare()
         if plan is None:
             t = engine.next_event_s()
             if t is None:
                 break
+            if probe is not None:
+                probe(engine, None, 0, max(t, engine.now) - engine.now, preemptions)
             engine.advance(max(t, engine.now) - engine.now)
             continue
         steps, dt = engine.run_length(plan)
+        if probe is not None:
+            probe(engine, plan, steps, dt, preemptions)
         busy.busy_s += dt
         busy.steps += steps
         busy.decode_slots += len(plan[0]) * steps
@@ -311,6 +336,7 @@ __all__ = [
     "Busy",
     "CappedAttainedOffload",
     "alone_completion_s",
+    "drive",
     "fold_jct",
     "make_run_policy",
     "makespan_split",

@@ -1,0 +1,141 @@
+"""A bounded skip-ahead past a head of the queue too large for memory (issue 46, the batching
+part of the throughput gap; docs/investigations/2026-rivals.md, "Throughput at the heavy
+points").
+
+vLLM admits waiting requests in its queue's order and stops at the first whose whole prompt
+does not fit (``scheduler_reserve_full_isl``; the simulator's ``Engine._admit`` does the
+same), so one large head keeps every call behind it waiting though free and free cached
+blocks would hold some of them (``bench/batch_wait.py`` counts how often).  The engine need
+not change for a skip: the order is the policy's (``TTLScheduler`` orders vLLM's waiting
+queue), so a policy may name as its head the first of the next ``depth`` waiting calls, in
+its own order, whose whole prompt fits — when its own head does not.  Bench-side variants,
+not a rule of the library:
+
+* ``ttlpolicy-offload[:variant]+skip=K`` — through the scheduler's ``take``; a call load
+  control refuses is not taken; while pins give way before a step (``give_way``) the head is
+  the library's, so pins are still released for it;
+* ``mori+skip=K`` — the same over MORI's order (resident programs first, then by program
+  arrival, its CPU-tier admission applied).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from heavy_bound import ChosenOffload
+from ttlpolicy.sim.call import Call
+from ttlpolicy.sim.interface import EngineView, Policy, Unpin
+from ttlpolicy.sim.policies.mori import Mori
+from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
+
+SKIP = "+skip="
+
+
+def fits(view: EngineView, call: Call) -> bool:
+    """Whether the call's whole prompt fits in memory now (as admission asks)."""
+    return -(-call.prompt // view.config.block_tokens) <= view.free_blocks_for(call.program_id)
+
+
+def check_depth(depth: int) -> int:
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"skip depth must be an integer >= 1, got {depth!r}")
+    return depth
+
+
+class SkipAheadOffload(ChosenOffload):
+    """``ttlpolicy-offload+skip=K`` (module doc)."""
+
+    def __init__(self, depth: int, **options: Any) -> None:
+        super().__init__(**options)
+        self.depth = check_depth(depth)
+        self._waiting_rids: set[str] = set()
+        self._giving_way = False
+        #: admissions past the library's head
+        self.skips = 0
+
+    def arrive(self, call: Call, now: float) -> bool:
+        pinned = super().arrive(call, now)
+        self._waiting_rids.add(str(call.call_id))
+        return pinned
+
+    def requeue(self, call: Call, now: float) -> None:
+        super().requeue(call, now)
+        self._waiting_rids.add(str(call.call_id))
+
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        self._giving_way = True  # (pins give way for the library's head, as without a skip)
+        try:
+            super().give_way(step_blocks, now, unpin)
+        finally:
+            self._giving_way = False
+
+    def peek(self) -> Call | None:
+        self._chosen = None
+        head = super().peek()
+        if head is None or self._giving_way or fits(self.view, head):
+            return head  # (a head load control refuses: nobody passes it, as it asks)
+        others = (rid for rid in self._waiting_rids if rid != str(head.call_id))
+        now = self.view.now
+        for rid in heapq.nsmallest(self.depth, others, key=self.sched.priority):
+            call = self._calls[rid]
+            if fits(self.view, call) and (
+                self._gate is None or self.life.may_run(self._program(call), now)
+            ):
+                self._chosen = rid
+                return call
+        return head
+
+    def popped(self, call: Call, taken: bool) -> None:
+        self._waiting_rids.discard(str(call.call_id))
+        self.skips += taken
+
+
+class SkipAheadMori(Mori):
+    """``mori+skip=K`` (module doc)."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__()
+        self.depth = check_depth(depth)
+        self.name = f"mori{SKIP}{depth}"
+        self.skips = 0
+        self._skipping = False
+
+    def peek(self) -> Call | None:
+        self._skipping = False
+        head = super().peek()
+        view = self.view
+        if head is None or view is None or fits(view, head):
+            return head
+        ready = (c for c in self._waiting.values() if c is not head and self._cpu_tier_admits(c))
+        for call in heapq.nsmallest(self.depth, ready, key=self._rank):
+            if fits(view, call):
+                self._skipping = True
+                return call
+        return head
+
+    def pop(self) -> Call:
+        skipping = self._skipping
+        call = super().pop()  # (Continuum's pop takes what ``peek`` names)
+        self.skips += skipping
+        return call
+
+
+def make_skip_policy(name: str) -> Policy:
+    """``NAME+skip=K`` as the module doc says."""
+    head, _, depth_text = name.rpartition(SKIP)
+    try:
+        depth = int(depth_text)
+    except ValueError:
+        raise ValueError(
+            f"policy {name[:64]!r}: depth {depth_text[:32]!r} is not an integer"
+        ) from None
+    check_depth(depth)
+    if head == "mori":
+        return SkipAheadMori(depth)
+    policy_name, _, variant = head.partition(":")
+    if policy_name != "ttlpolicy-offload":
+        raise ValueError(f"policy {name[:64]!r}: {SKIP} applies to mori and ttlpolicy-offload")
+    policy = make_ttlpolicy(policy_name, variant, cls=lambda **o: SkipAheadOffload(depth, **o))
+    policy.name = name
+    return policy
