@@ -95,6 +95,15 @@ def split_folds(programs: list[Program], folds: int, trace: Path | None) -> list
     return out
 
 
+def agentic_folds(folds: int = 4) -> tuple[list[Program], list[list[Program]]] | None:
+    """The agentic sessions (``agent_sweep.OPTIONS``, under the documented traces folder) and
+    their ``folds`` folds; None when the traces are missing (``load_sessions`` said why)."""
+    programs = sim_sweep.load_sessions(None, agent_sweep.OPTIONS)
+    if programs is None:
+        return None
+    return programs, split_folds(programs, folds, traces_dir() / "claude-code")
+
+
 def make_variant(spec: str) -> Policy:
     """A policy from its name, or ``ttlpolicy[:variant]/FIELD=VALUE/...``: the plug-in with
     those ``PolicyConfig`` fields replaced in the config it builds for the engine."""

@@ -45,12 +45,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import agent_sweep
-import sim_sweep
-from bounds import split_folds
+from bounds import agentic_folds
 from predicted_work import CrossFitPredictor, fit_cross, turn_work
 from rivals import run_figures
-from trace_paths import traces_dir
 from ttlpolicy.sim import EngineConfig, make_policy, roofline, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import MODELS, Hardware
@@ -288,10 +285,10 @@ def main() -> int:
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    programs = sim_sweep.load_sessions(None, agent_sweep.OPTIONS)
-    if programs is None:
+    loaded = agentic_folds()
+    if loaded is None:
         return 2
-    folds = split_folds(programs, 4, traces_dir() / "claude-code")
+    programs, folds = loaded
     ids = {f: [p.program_id for p in folds[f]] for f in map(int, args.fold.split(","))}
     names = args.runs.split(",")
     # fitted on the training folds only, cross-fitted (``predicted_work``)

@@ -47,13 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import agent_sweep
-import sim_sweep
-from bounds import Tally, make_variant, split_folds
+from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
 from skip_ahead import SKIP, make_skip_policy
-from trace_paths import traces_dir
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
@@ -277,10 +274,10 @@ def main() -> int:
     ap.add_argument("--folds", default="0,3", help="folds (of 4) whose mean JCT is reported")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    programs = sim_sweep.load_sessions(None, agent_sweep.OPTIONS)
-    if programs is None:
+    loaded = agentic_folds()
+    if loaded is None:
         return 2
-    folds = split_folds(programs, 4, traces_dir() / "claude-code")
+    programs, folds = loaded
     fold_ids = {int(k): {p.program_id for p in folds[int(k)]} for k in args.folds.split(",")}
     rows = []
     for setup, rate, seed, hw, progs in point_runs(programs, args.points, args.seeds, args.cpu_gb):
