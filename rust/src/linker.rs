@@ -653,7 +653,7 @@ impl ProgramLinker {
         self.tenant_ref(tenant, 1);
         if self.programs.len() as i64 >= self.max_programs {
             while let Some((seq, serial)) = self.order.pop_front() {
-                if self.is_current(seq, serial) {
+                if is_current(&self.programs, seq, serial) {
                     self.remove(serial);
                     break;
                 }
@@ -704,13 +704,8 @@ impl ProgramLinker {
         if self.order.len() > 2 * self.programs.len() + 16 {
             let programs = &self.programs;
             self.order
-                .retain(|&(seq, s)| programs.get(&s).is_some_and(|p| p.seq == seq));
+                .retain(|&(seq, serial)| is_current(programs, seq, serial));
         }
-    }
-
-    /// Whether `order`'s entry (`seq`, `serial`) is its program's latest use.
-    fn is_current(&self, seq: u64, serial: u64) -> bool {
-        self.programs.get(&serial).is_some_and(|p| p.seq == seq)
     }
 
     /// The tenant's number (made when new; it lives while programs or turn ends hold it).
@@ -738,6 +733,11 @@ impl ProgramLinker {
             self.tenants.remove(&gone.name);
         }
     }
+}
+
+/// Whether the recency entry (`seq`, `serial`) is its program's latest use (not stale).
+fn is_current(programs: &IdMap<u64, Program>, seq: u64, serial: u64) -> bool {
+    programs.get(&serial).is_some_and(|p| p.seq == seq)
 }
 
 /// The distinct hashes at the grid positions (`grid_positions`) of a turn end's prompt

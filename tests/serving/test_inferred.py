@@ -9,11 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ttlpolicy.ids import program_key, tenant_key
+from ttlpolicy.ids import INFERRED_PREFIX, program_key, tenant_key
 from ttlpolicy.serving import AdapterMetrics
 from ttlpolicy.serving.inferred import (
     CHECKPOINT_CHUNKS,
-    LINKED_PREFIX,
     InferredPrograms,
     PrefixHashes,
     count_link,
@@ -66,7 +65,7 @@ def test_links_turns_ends_and_counts() -> None:
     turn2 = PrefixHashes(bytes(range(64)) + b"answer and tool result...", CHUNK)
     tenant = tenant_key("salt-a")
     first = inferred.arrive("r1", tenant, turn1, 1.0)
-    assert first.program_id.startswith(program_key(tenant, LINKED_PREFIX))
+    assert first.program_id.startswith(program_key(tenant, INFERRED_PREFIX))
     assert inferred.tracks("r1")
     inferred.finished("r1", turn2, len(turn1), 2.0)
     assert not inferred.tracks("r1")

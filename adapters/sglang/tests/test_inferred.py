@@ -15,7 +15,7 @@ import pytest
 from ttlpolicy_sglang.headers import routing_key_from_session
 
 from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
-from ttlpolicy.serving.inferred import LINKED_PREFIX
+from ttlpolicy.ids import INFERRED_PREFIX
 
 KV = 512
 TURN1, OUT, TOOL, FILLER = 48, 8, 8, 200
@@ -101,7 +101,7 @@ def owner_then(s: MiniScheduler, clock: FakeClock, stranger: dict[str, Any]) -> 
     [
         {"cache_salt": "salt-b"},  # a copy of the owner's prompt, another tenant
         {},  # ... no tenant
-        {"cache_salt": "salt-b", "routing_key": f"{LINKED_PREFIX}1"},  # a forged id
+        {"cache_salt": "salt-b", "routing_key": f"{INFERRED_PREFIX}1"},  # a forged id
     ],
     ids=["other-tenant", "no-tenant", "forged-id"],
 )

@@ -34,7 +34,6 @@ from ..ids import INFERRED_PREFIX, ProgramInfo, program_key
 
 __all__ = [
     "CHECKPOINT_CHUNKS",
-    "LINKED_PREFIX",
     "LINK_COUNTERS",
     "NO_TENANT",
     "BlockHashSeq",
@@ -46,9 +45,6 @@ __all__ = [
 
 #: The linker's tenant for requests of no tenant (tenant keys are 32 hex digits).
 NO_TENANT = "-"
-#: Prefix of an engine's inferred program's id (within the tenant's namespace): the one load
-#: control reads back (``ids.is_inferred``: such a program away long is not expected back).
-LINKED_PREFIX = INFERRED_PREFIX
 #: The ``AdapterMetrics`` field (and Prometheus counter) each ``Link.kind`` moves.
 LINK_COUNTERS = {"continue": "calls_linked", "fork": "calls_forked", "new": "calls_new_program"}
 _DIGEST_BYTES = 8
@@ -120,7 +116,7 @@ class InferredPrograms:
     starts the programs' names (a router names its own apart from its engines')."""
 
     def __init__(
-        self, on_link: Callable[[str], None] | None = None, prefix: str = LINKED_PREFIX
+        self, on_link: Callable[[str], None] | None = None, prefix: str = INFERRED_PREFIX
     ) -> None:
         if not prefix.startswith("\x00"):
             raise ValueError(f"prefix must start with NUL (no client id can), got {prefix!r}")

@@ -64,7 +64,8 @@ from typing import Any
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
 import ttlpolicy
-from ttlpolicy.serving.inferred import LINK_COUNTERS, LINKED_PREFIX, InferredPrograms
+from ttlpolicy.ids import INFERRED_PREFIX
+from ttlpolicy.serving.inferred import LINK_COUNTERS, InferredPrograms
 from ttlpolicy.serving.knobs import INFER_PROGRAMS, env_bool
 
 from . import _registry
@@ -106,7 +107,7 @@ MAX_GONE_REPLICAS = 4096
 #: Prefix of the id under which an anonymous call is routed (no client id starts with NUL).
 ANONYMOUS = "\x00anonymous:"
 #: Prefix of the router's inferred programs (``infer_programs``): apart from the engines'
-#: (``LINKED_PREFIX``), whose keys their own linkers make and mean nothing here.
+#: (``INFERRED_PREFIX``), whose keys their own linkers make and mean nothing here.
 ROUTED_PREFIX = "\x00routed:"
 
 
@@ -310,7 +311,7 @@ class TTLPolicyRouter(RequestRouter):
             for e in entries[:cap]
             if isinstance(e, list | tuple)
             and len(e) == size
-            and not (isinstance(e[0], str) and LINKED_PREFIX in e[0])
+            and not (isinstance(e[0], str) and INFERRED_PREFIX in e[0])
         ]
         self.counters[f"{kind}_ignored"] += min(cap, len(entries)) - len(read)
         return read

@@ -59,7 +59,6 @@ class CallLog:
             key=key,
             unpack=functools.partial(_unpack, tenancy),
         )
-        self.tenancy = tenancy
         # (arrival s, its PrefillStats) of live requests: popped when freed
         self._calls: dict[str, tuple[float, Any]] = {}
         # (not timed here: clock readings were a tenth of a call's cost; the bench times
