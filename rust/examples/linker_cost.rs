@@ -4,7 +4,11 @@
 //! each continuing a random program with 20 new blocks (its prompt built just before the
 //! call); prints the median and best batch's mean per-call time of each.
 //!
-//! `cargo run --release -p ttlpolicy-core --example linker_cost`
+//! An argument `KIB` writes that many KiB of other memory before each call, as a Python
+//! caller's own work between two calls does (it evicts what the last call left in the
+//! caches): `KIB` 0 (the default) is the core on caches it alone uses.
+//!
+//! `cargo run --release -p ttlpolicy-core --example linker_cost [KIB]`
 
 use std::time::Instant;
 
@@ -30,6 +34,11 @@ fn block(p: u64, i: u64) -> u64 {
 }
 
 fn main() {
+    let other_kib: usize = std::env::args()
+        .nth(1)
+        .map_or(0, |a| a.parse().expect("KIB: a whole number of KiB"));
+    // (one u64 every 64 bytes: each write dirties one cache line)
+    let mut other = vec![0u64; other_kib * 1024 / 8];
     // xorshift64 over a fixed seed (not Python's generator: the same shape, other draws)
     let mut x: u64 = 88_172_645_463_325_252;
     let mut next = move || {
@@ -56,6 +65,9 @@ fn main() {
         for _ in 0..BATCH {
             let p = next() % PROGRAMS;
             let prompt: Vec<u64> = (0..lengths[p as usize] + 20).map(|i| block(p, i)).collect();
+            for word in other.iter_mut().step_by(8) {
+                *word = word.wrapping_add(p);
+            }
             let t0 = Instant::now();
             let link = linker
                 .link("tenant", &mut prompt.as_slice(), now, None)
@@ -74,8 +86,10 @@ fn main() {
     let (link_median, link_best) = timing::median_best(link_ns);
     let (finished_median, finished_best) = timing::median_best(finished_ns);
     println!(
-        "programs={} turn_ends={} points={}\nlink_us median={:.2} best={:.2} \
+        "other_kib={} (checksum {}) programs={} turn_ends={} points={}\nlink_us median={:.2} best={:.2} \
          finished_us median={:.2} best={:.2}",
+        other_kib,
+        other.iter().fold(0u64, |a, w| a.wrapping_add(*w)),
         linker.program_count(),
         linker.turn_end_count(),
         linker.point_count(),
