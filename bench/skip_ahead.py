@@ -14,6 +14,12 @@ not a rule of the library:
 * ``ttlpolicy-offload[:variant]+skip=K`` — through the scheduler's ``take``; a call load
   control refuses is not taken; while pins give way before a step (``give_way``) the head is
   the library's, so pins are still released for it;
+* ``ttlpolicy-offload[:variant]+lcskip=K`` — the same, and past a head that load control
+  refuses too: the first of the next K waiting calls that fits and that load control admits
+  (``ProgramLifecycle.may_run``) runs.  Load control admits programs first-come-first-served
+  and the library ranks every call of a started program before any first call, so behind a
+  refused head wait only younger programs' first calls, which it refuses too: ``lcskips``
+  counts the calls taken so (none is expected);
 * ``mori+skip=K`` — the same over MORI's order (resident programs first, then by program
   arrival, its CPU-tier admission applied).
 """
@@ -30,6 +36,8 @@ from ttlpolicy.sim.policies.mori import Mori
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 
 SKIP = "+skip="
+#: the skip past a head load control refuses as well
+LC_SKIP = "+lcskip="
 
 
 def fits(view: EngineView, call: Call) -> bool:
@@ -46,13 +54,16 @@ def check_depth(depth: int) -> int:
 class SkipAheadOffload(ChosenOffload):
     """``ttlpolicy-offload+skip=K`` (module doc)."""
 
-    def __init__(self, depth: int, **options: Any) -> None:
+    def __init__(self, depth: int, past_refusal: bool = False, **options: Any) -> None:
         super().__init__(**options)
         self.depth = check_depth(depth)
+        self.past_refusal = past_refusal
         self._waiting_rids: set[str] = set()
         self._giving_way = False
-        #: admissions past the library's head
+        #: admissions past the library's head; of them, past a head load control refused
         self.skips = 0
+        self.lcskips = 0
+        self._past_refused = False
 
     def arrive(self, call: Call, now: float) -> bool:
         pinned = super().arrive(call, now)
@@ -72,10 +83,24 @@ class SkipAheadOffload(ChosenOffload):
 
     def peek(self) -> Call | None:
         self._chosen = None
+        self._past_refused = False
         head = super().peek()
-        if head is None or self._giving_way or fits(self.view, head):
-            return head  # (a head load control refuses: nobody passes it, as it asks)
-        others = (rid for rid in self._waiting_rids if rid != str(head.call_id))
+        if self._giving_way:
+            return head
+        if head is None:
+            library_head = self.sched.peek()
+            if library_head is None or not self.past_refusal:
+                return None  # (without ``past_refusal`` nobody passes a refused head)
+            self._past_refused = True
+            return self._skip(library_head) or None
+        if fits(self.view, head):
+            return head
+        return self._skip(str(head.call_id)) or head
+
+    def _skip(self, head_rid: str) -> Call | None:
+        """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
+        that load control admits, named as the head (``_chosen``); None if none."""
+        others = (rid for rid in self._waiting_rids if rid != head_rid)
         now = self.view.now
         for rid in heapq.nsmallest(self.depth, others, key=self.sched.priority):
             call = self._calls[rid]
@@ -84,11 +109,12 @@ class SkipAheadOffload(ChosenOffload):
             ):
                 self._chosen = rid
                 return call
-        return head
+        return None
 
     def popped(self, call: Call, taken: bool) -> None:
         self._waiting_rids.discard(str(call.call_id))
         self.skips += taken
+        self.lcskips += taken and self._past_refused
 
 
 class SkipAheadMori(Mori):
@@ -123,7 +149,8 @@ class SkipAheadMori(Mori):
 
 def make_skip_policy(name: str) -> Policy:
     """``NAME+skip=K`` as the module doc says."""
-    head, _, depth_text = name.rpartition(SKIP)
+    past_refusal = LC_SKIP in name
+    head, _, depth_text = name.rpartition(LC_SKIP if past_refusal else SKIP)
     try:
         depth = int(depth_text)
     except ValueError:
@@ -131,11 +158,13 @@ def make_skip_policy(name: str) -> Policy:
             f"policy {name[:64]!r}: depth {depth_text[:32]!r} is not an integer"
         ) from None
     check_depth(depth)
-    if head == "mori":
+    if head == "mori" and not past_refusal:
         return SkipAheadMori(depth)
     policy_name, _, variant = head.partition(":")
     if policy_name != "ttlpolicy-offload":
         raise ValueError(f"policy {name[:64]!r}: {SKIP} applies to mori and ttlpolicy-offload")
-    policy = make_ttlpolicy(policy_name, variant, cls=lambda **o: SkipAheadOffload(depth, **o))
+    policy = make_ttlpolicy(
+        policy_name, variant, cls=lambda **o: SkipAheadOffload(depth, past_refusal, **o)
+    )
     policy.name = name
     return policy

@@ -32,14 +32,19 @@ splits the makespan:
 Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VALUE``), and
 ``ttlpolicy-offload[:variant]+cap=S`` is ttlpolicy-offload whose returning calls rank by
 ``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
-bench-side, a rule the library does not have); ``mori+skip=K`` and
-``ttlpolicy-offload[:variant]+skip=K`` pass a head too large for memory (``skip_ahead``).
+bench-side, a rule the library does not have); ``+cap=S@T`` caps only programs past ``T``
+seconds of service, ``+age=A`` (cap 0 unless given) only programs in the system longer than
+``A`` seconds (a bound for very long programs); ``+skip=K`` after either passes a head too
+large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
+``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
+import math
 import statistics
 import sys
 from collections.abc import Callable
@@ -50,11 +55,11 @@ from typing import Any, cast
 from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
-from skip_ahead import SKIP, make_skip_policy
+from skip_ahead import LC_SKIP, SKIP, check_depth, fits, make_skip_policy
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
-from ttlpolicy.sim.interface import Policy, StepPlan, Verdict
+from ttlpolicy.sim.interface import Policy, StepPlan, Unpin, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
@@ -108,20 +113,32 @@ class CappedAttainedOffload(TakenOffload):
     preempted and pinned calls, which the library serves first, and first calls, which it
     serves last, keep its order."""
 
-    def __init__(self, cap_s: float, **options: Any) -> None:
-        if not cap_s >= 0:
-            raise ValueError(f"cap_s must be >= 0, got {cap_s!r}")
+    def __init__(
+        self, cap_s: float, above_s: float = 0.0, age_s: float = math.inf, **options: Any
+    ) -> None:
+        for what, value in (("cap_s", cap_s), ("above_s", above_s), ("age_s", age_s)):
+            if not value >= 0:
+                raise ValueError(f"{what} must be >= 0, got {value!r}")
         super().__init__(**options)
         self.cap_s = cap_s
+        #: the cap holds only for programs past this much service (the very long ones), or
+        #: in the system (since their first call's arrival) longer than ``age_s``
+        self.above_s = above_s
+        self.age_s = age_s
+        self._first_s: dict[str, float] = {}  # program -> its first call's arrival
         self._attained_s: dict[str, float] = {}  # program -> engine seconds run
         self._started_s: dict[int, float] = {}  # running call -> when it (re)started
 
     def arrive(self, call: Call, now: float) -> bool:
+        self._first_s.setdefault(call.program_id, now)
         pinned = super().arrive(call, now)
         # (an unpinned returning call heads the library's queue only when no preempted or
         # pinned call waits: then the waiting unpinned returns are the calls to reorder)
         if call.turn_index and not pinned:
-            attained = min(self._attained_s.get(call.program_id, 0.0), self.cap_s)
+            attained = self._attained_s.get(call.program_id, 0.0)
+            age_s = now - self._first_s.get(call.program_id, now)
+            if attained > self.above_s or age_s > self.age_s:
+                attained = min(attained, self.cap_s)
             self.reorder(call, now + attained)
         return pinned
 
@@ -143,26 +160,113 @@ class CappedAttainedOffload(TakenOffload):
         self._ran(call, now)
         if last_turn:
             self._attained_s.pop(call.program_id, None)
+            self._first_s.pop(call.program_id, None)
         return super().finished(call, now, chain_blocks, last_turn)
 
 
+class SkipCappedOffload(CappedAttainedOffload):
+    """``ttlpolicy-offload[:variant]+cap=S[@T]+skip=K``: the capped order above, and when its
+    head's whole prompt does not fit, the first of the next ``depth`` waiting calls in that
+    order that fits and that load control admits runs instead (``skip_ahead``'s rule on the
+    capped order; while pins give way the head is the order's own)."""
+
+    def __init__(
+        self, depth: int, cap_s: float, above_s: float, age_s: float, **options: Any
+    ) -> None:
+        super().__init__(cap_s, above_s, age_s, **options)
+        self.depth = check_depth(depth)
+        self._waiting_rids: set[str] = set()
+        self._cap_rank: dict[str, float] = {}  # reordered call -> its capped rank
+        self._giving_way = False
+        self._skipping = False
+        #: admissions past the capped order's head
+        self.skips = 0
+
+    def arrive(self, call: Call, now: float) -> bool:
+        pinned = super().arrive(call, now)
+        self._waiting_rids.add(str(call.call_id))
+        return pinned
+
+    def reorder(self, call: Call, rank: float) -> None:
+        self._cap_rank[str(call.call_id)] = rank
+        super().reorder(call, rank)
+
+    def requeue(self, call: Call, now: float) -> None:
+        super().requeue(call, now)
+        self._waiting_rids.add(str(call.call_id))
+
+    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
+        self._giving_way = True
+        try:
+            super().give_way(step_blocks, now, unpin)
+        finally:
+            self._giving_way = False
+
+    def _order_key(self, rid: str) -> tuple:
+        key = self.sched.priority(rid)
+        rank = self._cap_rank.get(rid)
+        return key if rank is None else (key[0], key[1], rank, *key[3:])
+
+    def peek(self) -> Call | None:
+        self._skipping = False
+        head = super().peek()
+        if head is None or self._giving_way or fits(self.view, head):
+            return head
+        head_rid = str(head.call_id)
+        others = (rid for rid in self._waiting_rids if rid != head_rid)
+        now = self.view.now
+        for rid in heapq.nsmallest(self.depth, others, key=self._order_key):
+            call = self._calls[rid]
+            if fits(self.view, call) and (
+                self._gate is None or self.life.may_run(self._program(call), now)
+            ):
+                self._chosen, self._skipping = rid, True
+                return call
+        return head
+
+    def popped(self, call: Call, taken: bool) -> None:
+        rid = str(call.call_id)
+        self._waiting_rids.discard(rid)
+        self._cap_rank.pop(rid, None)
+        self.skips += self._skipping
+        self._skipping = False
+        super().popped(call, taken)
+
+
 def make_run_policy(name: str) -> Policy:
-    """A policy from its name: ``bounds.make_variant``'s, ``...+cap=S`` (the base name
-    before it a ttlpolicy-offload policy) as ``CappedAttainedOffload``, or ``...+skip=K``
-    (``skip_ahead``)."""
-    if SKIP in name:
-        return make_skip_policy(name)
-    base, sep, cap = name.rpartition("+cap=")
-    if not sep:
+    """A policy from its name: ``bounds.make_variant``'s; ``...+skip=K`` / ``...+lcskip=K``
+    (``skip_ahead``); or a ttlpolicy-offload policy with ``+cap=S[@T]``, ``+age=A`` (and
+    ``+skip=K`` after them) as ``CappedAttainedOffload`` (``SkipCappedOffload``)."""
+    starts = [i for i in (name.find("+cap="), name.find("+age=")) if i >= 0]
+    if not starts:
+        if SKIP in name or LC_SKIP in name:
+            return make_skip_policy(name)
         return make_variant(name)
+    base = name[: min(starts)]
+    fields = dict(w.partition("=")[::2] for w in name[min(starts) + 1 :].split("+"))
     head, _, variant = base.partition(":")
-    if head != "ttlpolicy-offload":
-        raise ValueError(f"policy {name[:64]!r}: +cap= applies to ttlpolicy-offload only")
+    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "skip"}:
+        raise ValueError(f"policy {name[:64]!r}: +cap=, +age=, +skip= on ttlpolicy-offload only")
+    cap, _, above = fields.get("cap", "0").partition("@")
     try:
         cap_s = float(cap)
+        above_s = float(above or (0 if "cap" in fields else math.inf))
+        age_s = float(fields.get("age", math.inf))
+        depth = int(fields.get("skip", 0))
     except ValueError:
-        raise ValueError(f"policy {name[:64]!r}: cap {cap[:32]!r} is not seconds") from None
-    policy = make_ttlpolicy(head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, **o))
+        raise ValueError(
+            f"policy {name[:64]!r}: cap or age {str(fields)[:64]} is not seconds, or skip "
+            "not an integer"
+        ) from None
+    if "skip" in fields:
+        check_depth(depth)
+        policy = make_ttlpolicy(
+            head, variant, cls=lambda **o: SkipCappedOffload(depth, cap_s, above_s, age_s, **o)
+        )
+    else:
+        policy = make_ttlpolicy(
+            head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, above_s, age_s, **o)
+        )
     policy.name = name
     return policy
 
@@ -283,10 +387,12 @@ def main() -> int:
     for setup, rate, seed, hw, progs in point_runs(programs, args.points, args.seeds, args.cpu_gb):
         alone_s = alone_completion_s(hw, progs, rate, seed)
         for name in args.policies.split(","):
-            tally = Tally(make_run_policy(name))
+            policy = make_run_policy(name)
+            tally = Tally(policy)
             m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
             row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
             row.update(makespan_split(m, busy, alone_s, tally))
+            row.update({k: getattr(policy, k) for k in ("skips", "lcskips") if hasattr(policy, k)})
             row.update(fold_jct(m, fold_ids))
             rows.append(row)
             print(_line(row), flush=True)
@@ -307,7 +413,11 @@ def _line(row: dict) -> str:
         f"start {row['last_start_s']:,.0f} JCT {row['last_jct_s']:,.0f} "
         f"(alone {row['last_alone_s']:,.0f}, tools {row['last_think_s']:,.0f}, "
         f"waits {row['last_wait_s']:,.0f}), lead {row['lead_s']:,.0f} s; "
-        + ", ".join(f"{k} {v:,.0f}" for k, v in row.items() if k.startswith("jct_fold"))
+        + ", ".join(
+            f"{k} {v:,.0f}"
+            for k, v in row.items()
+            if k.startswith(("jct_fold", "skips", "lcskips"))
+        )
     )
 
 
@@ -332,6 +442,7 @@ def _means(rows: list[dict]) -> None:
 __all__ = [
     "Busy",
     "CappedAttainedOffload",
+    "SkipCappedOffload",
     "alone_completion_s",
     "drive",
     "fold_jct",

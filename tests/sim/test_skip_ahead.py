@@ -45,13 +45,25 @@ def test_a_call_that_fits_passes_a_head_that_does_not(name: str) -> None:
     assert skipped["b"] >= skipped["a"]  # b still waited for a's blocks
 
 
-def test_a_head_load_control_refuses_is_not_passed() -> None:
+@pytest.mark.parametrize("skip", ["+skip=2", "+lcskip=2"])
+def test_a_head_load_control_refuses_is_not_passed(skip: str) -> None:
     # (ttlpolicy's load control holds b, the oldest waiting program, back while a runs:
-    # FCFS, nobody younger may pass it, skip or not)
+    # FCFS, nobody younger may pass it, skip or not; ``lcskip`` asks load control of the calls
+    # behind the refused head, and it refuses c as well)
     arrivals = [(0.0, A), (0.5, B), (0.6, C)]
-    policy = skip_ahead.make_skip_policy("ttlpolicy-offload+skip=2")
+    policy = skip_ahead.make_skip_policy(f"ttlpolicy-offload{skip}")
     assert finish_s(policy, arrivals) == finish_s(make_policy("ttlpolicy-offload"), arrivals)
     assert policy.skips == 0  # type: ignore[attr-defined]
+
+
+def test_lcskip_passes_a_head_that_does_not_fit_as_skip_does() -> None:
+    arrivals = [(0.0, A), (0.5, B), (0.6, C)]
+    name = "ttlpolicy-offload:admission"
+    lc = skip_ahead.make_skip_policy(f"{name}+lcskip=2")
+    assert finish_s(lc, arrivals) == finish_s(
+        skip_ahead.make_skip_policy(f"{name}+skip=2"), arrivals
+    )
+    assert lc.skips == 1 and lc.lcskips == 0  # type: ignore[attr-defined]
 
 
 def test_the_skip_looks_no_further_than_its_depth() -> None:

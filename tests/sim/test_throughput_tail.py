@@ -140,10 +140,46 @@ def test_a_cap_on_attained_service_serves_the_long_programs_return_first() -> No
     assert two_returns("ttlpolicy-offload:admission+cap=0.05") == capped  # (light ran 0.1 s less)
 
 
+def test_a_cap_above_a_threshold_or_past_an_age_holds_for_long_programs_only() -> None:
+    library = two_returns("ttlpolicy-offload:admission")
+    capped = two_returns("ttlpolicy-offload:admission+cap=0")
+    assert capped != library
+    # hog has run its 1,000-token first call, light its 8-token one: a threshold above
+    # light's service and below hog's caps hog alone, which is enough to put hog first
+    assert two_returns("ttlpolicy-offload:admission+cap=0@0.5") == capped
+    assert two_returns("ttlpolicy-offload:admission+cap=0@1e18") == library
+    # in the system since 0.0 s (hog) and 0.1 s (light): an age bound below both caps both
+    assert two_returns("ttlpolicy-offload:admission+age=0") == capped
+    assert two_returns("ttlpolicy-offload:admission+age=1e18") == library
+
+
+def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
+    # (a holds 150 of 200 blocks for 400 steps; b's whole prompt does not fit beside it,
+    # c's does: with a skip c passes b, in the capped order as in the library's)
+    def prog(name: str, blocks: int, output: int) -> Program:
+        return Program(name, (Turn(blocks * 64, output, 0, 0.0, None),))
+
+    def finish(name: str) -> dict[str, float]:
+        engine = Engine(hw_blocks(200, 64, 300), throughput_tail.make_run_policy(name), CFG)
+        engine.add_programs([(0.0, prog("a", 150, 400)), (0.5, prog("b", 100, 20)),
+                             (0.6, prog("c", 10, 20))])  # fmt: skip
+        return engine.run().program_finish_s
+
+    skipped = finish("ttlpolicy-offload:admission+skip=2")
+    assert skipped["c"] < skipped["a"]
+    assert finish("ttlpolicy-offload:admission+cap=1e18+skip=2") == skipped
+    assert finish("ttlpolicy-offload:admission+age=1e18+skip=2") == skipped
+
+
 @pytest.mark.parametrize(
     ("name", "match"),
     [("mori+cap=5", "ttlpolicy-offload only"), ("ttlpolicy-offload+cap=x", "not seconds"),
-     ("ttlpolicy-offload+cap=-1", "cap_s must be >= 0")],
+     ("ttlpolicy-offload+cap=-1", "cap_s must be >= 0"),
+     ("ttlpolicy-offload+age=-1", "age_s must be >= 0"),
+     ("ttlpolicy-offload+cap=5@x", "not seconds"),
+     ("ttlpolicy-offload+cap=5+skip=0", "depth must be"),
+     ("ttlpolicy-offload+cap=5+skip=y", "not an integer"),
+     ("ttlpolicy-offload+cap=5+turns=3", "ttlpolicy-offload only")],
 )  # fmt: skip
 def test_a_bad_cap_is_refused(name: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
