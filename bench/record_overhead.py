@@ -9,7 +9,13 @@
    given beside it, wall and CPU.  Both sides are wall times (on a loaded machine they
    include the time the thread was not running), or with ``--cpu-time`` both the scheduler
    thread's CPU time (``time.thread_time``), so the share is CPU over CPU, not inflated by
-   other processes' load.
+   other processes' load.  This times methods: since ``TTLScheduler`` records inline (no
+   method call), it times nothing there; it measures the version before, and ``--hollow``
+   (the methods empty) what calling and timing them costs.
+   ``--ab``: the same engine and share, measured as a difference instead (``ab_run``): half
+   the calls recorded, and a narrow window of each call's adapter time (the recording and
+   a few of the adapter's attribute reads) compared between recorded and unrecorded calls;
+   no clock reading is added for the recording, so the timing's own cost cancels.
 2. The same hot path on CPU time (``time.thread_time``: not inflated by other processes),
    microseconds per call, on real vLLM ``Request`` objects without the engine, and the
    writer's CPU time per call for the same calls.
@@ -97,6 +103,52 @@ def _nothing(*args: Any) -> None:
     """A hollow ``CallLog`` method (``timed_call_log``)."""
 
 
+def adapter_clock_swapped(base: Any) -> CountingClock:
+    """The adapter times its sections with its module's ``time.perf_counter``: counted here,
+    and with ``time.thread_time`` as ``base`` the scheduler thread's CPU time instead (the
+    engine core runs in this thread), as bench/metrics_overhead.py --cpu-time does."""
+    import types
+
+    import ttlpolicy_vllm.scheduler as adapter
+
+    clock = base if isinstance(base, CountingClock) else CountingClock(base)
+    adapter.time = types.SimpleNamespace(perf_counter=clock, monotonic=time.monotonic)
+    return clock
+
+
+def recording_engine(tmp: Path) -> Any:
+    """The tiny vLLM CPU engine on ``TTLScheduler``, recording into ``tmp``/rec."""
+    import os
+
+    from vllm_engine import build_tiny_model, make_engine
+
+    os.environ["TTLPOLICY_RECORD"] = str(tmp / "rec")
+    try:
+        return make_engine(build_tiny_model(tmp / "model"), "ttlpolicy_vllm.TTLScheduler", 201)
+    finally:
+        del os.environ["TTLPOLICY_RECORD"]
+
+
+def first_contexts(programs: int) -> dict[str, list[int]]:
+    rng = random.Random(0)
+    return {f"p{i}": [rng.randrange(3, 300) for _ in range(96)] for i in range(programs)}
+
+
+def run_turn(engine: Any, contexts: dict[str, list[int]], output_tokens: int, last: bool) -> None:
+    """One turn of every program, all at once, run to its end; each context grows by its
+    output and 32 tokens (the last ones kept: prompts stay within the tiny model's 512)."""
+    rids = {
+        pid: engine.submit(ctx, output_tokens, program_id=pid, tool="bash", last_turn=last)
+        for pid, ctx in contexts.items()
+    }
+    engine.run()
+    for pid, rid in rids.items():
+        out = engine.outputs[rid]
+        contexts[pid] = (contexts[pid] + list(out.outputs[0].token_ids) + [7] * 32)[
+            -(512 - output_tokens - 8) :
+        ]
+
+
 def engine_run(
     programs: int,
     turns: int,
@@ -107,32 +159,14 @@ def engine_run(
 ) -> dict[str, float]:
     """The recording's and the adapter's time per step over the turns after the first
     ``warm_up_turns`` (the recorder's one-off costs, its first file and first calls, fall in
-    those)."""
-    import os
-
-    from vllm_engine import build_tiny_model, make_engine
-
+    those): ``CallLog``'s methods timed from outside (a scheduler that records inline, without
+    calling them, times as nothing here: ``ab_run`` measures it)."""
     base = time.thread_time if cpu_time else time.perf_counter
-    adapter_clock, record_clock = CountingClock(base), CountingClock(base)
-    # The adapter times its sections with its module's ``time.perf_counter``: counted here,
-    # and with ``cpu_time`` the scheduler thread's CPU time instead (the engine core runs in
-    # this thread), as bench/metrics_overhead.py --cpu-time does.
-    import types
-
-    import ttlpolicy_vllm.scheduler as adapter
-
-    adapter.time = types.SimpleNamespace(perf_counter=adapter_clock, monotonic=time.monotonic)
+    adapter_clock, record_clock = adapter_clock_swapped(base), CountingClock(base)
     busy_s = timed_call_log(record_clock, hollow)
     with tempfile.TemporaryDirectory() as tmp:
-        os.environ["TTLPOLICY_RECORD"] = str(Path(tmp) / "rec")
-        try:
-            engine = make_engine(
-                build_tiny_model(Path(tmp) / "model"), "ttlpolicy_vllm.TTLScheduler", 201
-            )
-        finally:
-            del os.environ["TTLPOLICY_RECORD"]
-        rng = random.Random(0)
-        contexts = {f"p{i}": [rng.randrange(3, 300) for _ in range(96)] for i in range(programs)}
+        engine = recording_engine(Path(tmp))
+        contexts = first_contexts(programs)
         sched = engine.scheduler
         # the writer thread's own CPU clock: all its CPU, its waits and wake-ups included
         writer_thread = next(t for t in threading.enumerate() if t.name == "ttlpolicy-record")
@@ -159,18 +193,7 @@ def engine_run(
                 # (the warm-up's calls written now, the first file with them: not counted)
                 sched.call_log.recorder.flush()
                 start = snapshot()
-            rids = {
-                pid: engine.submit(
-                    ctx, output_tokens, program_id=pid, tool="bash", last_turn=turn == turns - 1
-                )
-                for pid, ctx in contexts.items()
-            }
-            engine.run()
-            for pid, rid in rids.items():
-                out = engine.outputs[rid]
-                contexts[pid] = (contexts[pid] + list(out.outputs[0].token_ids) + [7] * 32)[
-                    -(512 - output_tokens - 8) :
-                ]
+            run_turn(engine, contexts, output_tokens, turn == turns - 1)
         end = snapshot()
         sched.call_log.close()  # (its last batch, in the writer thread: in writer_cpu_s)
         stats = sched.ttl_stats()
@@ -201,6 +224,143 @@ def engine_run(
         "writer_us_per_step": writer / steps * 1e6,
         "writer_cpu_us_per_step": writer_cpu / steps * 1e6,
     }
+
+
+class WindowClock(CountingClock):
+    """The adapter's clock (``adapter_clock_swapped``), which also times windows: from
+    ``open`` (a reading, with a tag) to the adapter's next reading, each window's time kept
+    by its tag in ``samples`` (when not None) and ``closed`` called after the reading."""
+
+    def __init__(self, clock: Any, closed: Any) -> None:
+        super().__init__(clock)
+        self.opened: float | None = None
+        self.tag: Any = None
+        self.closed = closed
+        self.samples: dict[Any, list[float]] | None = None
+
+    def __call__(self) -> float:
+        self.reads += 1
+        now = self.clock()
+        if self.opened is not None:
+            if self.samples is not None:
+                self.samples.setdefault(self.tag, []).append(now - self.opened)
+            self.opened = None
+            self.closed()
+        return now
+
+    def open(self, tag: Any) -> None:
+        self.tag = tag
+        self.opened = self.clock()
+
+
+def ab_run(
+    programs: int, turns: int, output_tokens: int, cpu_time: bool, warm_up_turns: int
+) -> dict[str, float]:
+    """Recording's cost on the scheduler's thread as a difference: in one engine run each
+    call is recorded or not (alternating by program and turn, so both arms see every program
+    and every place in a step; ``call_log`` set to None for the calls not recorded), and the
+    scheduler's thread CPU (or wall) time of two windows of each call is compared between
+    the arms.  A window runs from the return of the last call the adapter makes before its
+    recording code (``claim_pin`` at the arrival, ``ttl_metrics.gone`` at the finish) to
+    the adapter's next clock reading, which ends its section: the recording (inline, or
+    ``CallLog``'s methods in the version before) and a few attribute reads and stores of
+    the adapter's.  Nothing times the recording itself and the timing is the same in both
+    arms, so the difference is what recording adds, how it is called included.  The
+    difference per call, over every call counted, against the adapter's time over the same
+    steps is the recording's share; ``se``: its standard error (windows as samples)."""
+    import ttlpolicy_vllm.scheduler as adapter
+    from ttlpolicy_vllm.identity import scheduler_key
+
+    sched: Any = None
+    log: Any = None
+
+    def restore() -> None:  # (after a window: every request's recording as configured)
+        sched.call_log = log
+
+    clock = WindowClock(time.thread_time if cpu_time else time.perf_counter, restore)
+    adapter_clock_swapped(clock)
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = recording_engine(Path(tmp))
+        contexts = first_contexts(programs)
+        sched = engine.scheduler
+        log, metrics = sched.call_log, sched.ttl_metrics
+        add, gone, claim_pin = sched.add_request, metrics.gone, adapter.claim_pin
+        arm_of: dict[str, bool] = {}  # request key -> recorded?
+        state: dict[str, Any] = {"arrivals": 0, "turn": 0, "arriving": None}
+
+        def add_request(request: Any) -> None:
+            on = (state["arrivals"] + state["turn"]) % 2 == 0
+            state["arrivals"] += 1
+            arm_of[scheduler_key(request.request_id)] = on
+            sched.call_log, state["arriving"] = (log if on else None), on
+            try:
+                add(request)
+            finally:
+                sched.call_log, state["arriving"] = log, None
+
+        def opening_claim_pin(*args: Any) -> Any:
+            try:
+                return claim_pin(*args)
+            finally:
+                if state["arriving"] is not None:
+                    clock.open(("arrival", state["arriving"]))
+
+        def opening_gone(key: str) -> None:
+            gone(key)
+            on = arm_of.pop(key, None)
+            if on is not None:
+                sched.call_log = log if on else None
+                clock.open(("finish", on))
+
+        sched.add_request, metrics.gone = add_request, opening_gone
+        adapter.claim_pin = opening_claim_pin
+        start: dict[str, float] = {}
+        for turn in range(turns):
+            if turn == warm_up_turns:
+                log.recorder.flush()
+                clock.samples = {}
+                start = sched.ttl_stats()
+            state["turn"], state["arrivals"] = turn, 0
+            run_turn(engine, contexts, output_tokens, turn == turns - 1)
+        stats = sched.ttl_stats()
+        log.close()
+        engine.llm.llm_engine.engine_core.shutdown()
+    samples = clock.samples
+    assert samples is not None
+    steps = stats["schedule_calls"] - start["schedule_calls"]
+    calls = programs * (turns - warm_up_turns)
+    # (every counted call had both its windows: the hooks hold for this scheduler)
+    assert sum(
+        len(samples.get((k, on), [])) for k in ("arrival", "finish") for on in (False, True)
+    ) == (2 * calls), {k: len(v) for k, v in samples.items()}
+    out: dict[str, float] = {"calls": calls, "steps": steps}
+    total, total_var = 0.0, 0.0
+    for kind in ("arrival", "finish"):
+        on, off = samples[(kind, True)], samples[(kind, False)]
+        diff, var = _mean(on) - _mean(off), _var(on) / len(on) + _var(off) / len(off)
+        out |= {f"{kind}_on_us": _mean(on) * 1e6, f"{kind}_off_us": _mean(off) * 1e6}
+        out |= {f"{kind}_diff_us": diff * 1e6, f"{kind}_se_us": math.sqrt(var) * 1e6}
+        total, total_var = total + diff, total_var + var
+    # the adapter's time with no call recorded: the run's, less its recorded calls' part
+    on_calls = len(samples[("finish", True)])
+    adapter_off_s = stats["adapter_s"] - start["adapter_s"] - on_calls * total
+    return out | {
+        "adapter_us_per_step": adapter_off_s / steps * 1e6,
+        "diff_us_per_call": total * 1e6,
+        "se_us_per_call": math.sqrt(total_var) * 1e6,
+        "record_us_per_step": total * calls / steps * 1e6,
+        "share": total * calls / adapter_off_s,
+        "share_se": math.sqrt(total_var) * calls / adapter_off_s,
+    }
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _var(xs: list[float]) -> float:
+    m = _mean(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
 
 
 def hot_path_cpu_us(calls: int = 4000, rounds: int = 7) -> dict[str, float]:
@@ -282,6 +442,22 @@ def recorder_alone(prompt_tokens: int, calls: int, agentic: bool) -> float:
         return (time.perf_counter() - t0) / calls * 1e6
 
 
+def print_ab(r: dict[str, float], args: argparse.Namespace) -> None:
+    clock = "CPU" if args.cpu_time else "wall"
+    print(
+        f"engine A/B ({clock} time, {args.output_tokens}-token calls): {r['calls']} calls "
+        f"(half recorded), {r['steps']:.0f} steps; adapter {r['adapter_us_per_step']:.1f} "
+        f"µs/step unrecorded; recording adds {r['diff_us_per_call']:+.2f} ± "
+        f"{r['se_us_per_call']:.2f} µs a call = {r['record_us_per_step']:+.3f} µs/step = "
+        f"{100 * r['share']:+.2f} ± {100 * r['share_se']:.2f} % of the adapter's time ("
+        + ", ".join(
+            f"{k} window {r[f'{k}_on_us']:.2f} vs {r[f'{k}_off_us']:.2f} µs"
+            for k in ("arrival", "finish")
+        )
+        + ")"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--programs", type=int, default=8)
@@ -291,7 +467,18 @@ def main() -> None:
     ap.add_argument("--engine-only", action="store_true", help="skip parts 2 and 3")
     ap.add_argument("--warm-up-turns", type=int, default=0, help="turns not counted")
     ap.add_argument("--hollow", action="store_true", help="CallLog's methods do nothing: the floor")
+    ap.add_argument(
+        "--ab", action="store_true", help="engine part: recorded and unrecorded calls compared"
+    )
     args = ap.parse_args()
+    if args.ab:
+        print_ab(
+            ab_run(
+                args.programs, args.turns, args.output_tokens, args.cpu_time, args.warm_up_turns
+            ),
+            args,
+        )
+        return
     r = engine_run(
         args.programs,
         args.turns,
@@ -313,6 +500,8 @@ def main() -> None:
         + ", ".join(f"{k} {r[f'{k}_us_per_call']:.2f}" for k in HOT_METHODS)
         + " µs per call"
     )
+    if r["record_us_per_step"] == 0:
+        print("  (nothing timed: this scheduler records inline, without CallLog's methods; --ab)")
     if args.engine_only:
         return
     hot = hot_path_cpu_us()

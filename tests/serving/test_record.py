@@ -390,3 +390,23 @@ def test_an_entry_that_cannot_be_unpacked_is_dropped_alone_and_counted(
     rec.close()
     assert rec.calls_recorded == 3 and len(list(read_trace(tmp_path))) == 3
     assert rec.writer_cpu_s > 0
+
+
+def test_entries_unpacked_to_none_are_neither_written_nor_counted_as_dropped(
+    tmp_path: Path,
+) -> None:
+    """``unpack`` says which entries are calls (an adapter tells its aborts in the writer);
+    the others, appended to ``buffer`` directly as an adapter's hot path does, are skipped."""
+
+    def unpack(entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        program, prompt, stopped = entry
+        hashes = engine_hashes(program, prompt // 16)
+        return (program, None, 0.0, 1.0, prompt, 1, 0, hashes, None, False) if stopped else None
+
+    rec = recorder(tmp_path, unpack=unpack)
+    rec.buffer.append(("p", 128, True))
+    rec.buffer.append(("aborted", 64, False))
+    rec.add(("q", 64, True), 1.0)
+    rec.close()
+    assert rec.calls_recorded == 2 and rec.calls_dropped == 0
+    assert [r.input_tokens for r in read_trace(tmp_path)] == [128, 64]

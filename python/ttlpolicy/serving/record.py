@@ -22,7 +22,11 @@ the GIL released).  A program's call reuses the digests of its previous call's b
 Cheaper still: a recorder made with ``unpack`` takes ``add(entry, finish_s)``, ``entry`` the
 references an adapter has at hand, and derives the call's fields from it (``unpack``: the
 tenant key, the counts) in the writer thread; ``entry`` must hold nothing the engine will
-change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``).
+change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``);
+``unpack`` returns None for an entry not to record (an aborted call, told in the writer).
+Cheapest: an adapter appends such entries to ``buffer`` itself while it holds fewer than
+``batch_calls`` (no call: the writer wakes by itself each ``flush_interval_s``), and hands
+the next to ``add`` (which wakes the writer and keeps the bound).
 Bounded: at most ``max_files`` files of at most ``max_bytes / max_files`` bytes each in the
 directory (recordings before this one included); the oldest file is removed first.  A call
 whose line alone exceeds a file's bound is dropped and counted.
@@ -126,7 +130,7 @@ class Recorder:
         flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
         key: bytes | None = None,
         background: bool = True,
-        unpack: Callable[[tuple[Any, ...]], tuple[Any, ...]] | None = None,
+        unpack: Callable[[tuple[Any, ...]], tuple[Any, ...] | None] | None = None,
     ) -> None:
         if engine_block_tokens < 1:
             raise ValueError(f"engine_block_tokens must be >= 1, got {engine_block_tokens!r}")
@@ -153,9 +157,10 @@ class Recorder:
         self._started = time.strftime("%Y%m%dT%H%M%S", time.gmtime(ns // 10**9)) + (
             f"{ns % 10**9:09d}"
         )
-        # calls not written yet: appended by ``call``, taken by the writer (deque: both ends
-        # are safe from two threads)
-        self._buffer: deque[tuple[Any, ...]] = deque()
+        # calls not written yet: appended by ``add`` (or by an adapter's hot path directly,
+        # below ``batch_calls`` entries: the writer wakes by itself each ``flush_interval_s``),
+        # taken by the writer (deque: both ends are safe from two threads)
+        self.buffer: deque[tuple[Any, ...]] = deque()
         self._last_flush_s = clock()
         self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
         self._file: BinaryIO | None = None
@@ -221,7 +226,7 @@ class Recorder:
         of ``call``'s time, bench/record_overhead.py) or, for a recorder made with
         ``unpack``, what ``unpack`` turns into them in the writer thread.  A call past
         ``MAX_BUFFERED_CALLS`` buffered is dropped and counted."""
-        buffer = self._buffer
+        buffer = self.buffer
         buffered = len(buffer)
         if buffered >= MAX_BUFFERED_CALLS:
             self.calls_dropped += 1
@@ -247,7 +252,7 @@ class Recorder:
     def flush(self) -> None:
         """Write what is buffered.  A batch that fails (disk full) is dropped, counted and
         logged: recording never fails the engine."""
-        if not self._buffer:  # (the writer also wakes each flush_interval_s: idle, nothing)
+        if not self.buffer:  # (the writer also wakes each flush_interval_s: idle, nothing)
             return
         with self._write_lock:
             t0, cpu0 = time.perf_counter(), time.thread_time()
@@ -341,7 +346,7 @@ class Recorder:
         return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
     def _write_batch(self) -> None:
-        buffer, entries = self._buffer, []
+        buffer, entries = self.buffer, []
         while buffer:
             entries.append(buffer.popleft())
         if not entries:
@@ -352,7 +357,11 @@ class Recorder:
         unpack, failed = self._unpack, None
         for entry in entries:
             try:
-                line = self._line(_Call._make(entry if unpack is None else unpack(entry)))
+                fields = entry if unpack is None else unpack(entry)
+                if fields is None:  # not a call to record (``unpack`` said so)
+                    self.calls_dropped -= 1
+                    continue
+                line = self._line(_Call._make(fields))
             except Exception as e:  # (a bad value): that call is lost, not the batch
                 failed = e
                 continue

@@ -36,13 +36,18 @@ class CallLog:
     which vLLM fills at the request's first scheduling and reports in ``usage`` (it hands the
     object to the output at the first token, so it is kept from the arrival).
 
-    The scheduler's thread does the least: a dict entry at arrival, and at the finish one
-    tuple of references it has at hand; the recorder's writer thread derives the rest
-    (``_unpack``: program id, tenant key, cached tokens).  A buffered call holds alive,
-    until written: its ``ProgramInfo`` and tool, its ``PrefillStats`` (a few ints), its
-    ``cache_salt`` and ``extra_args`` (the client's own, as vLLM bounds them) and its
-    ``block_hashes`` list (not copied; one hash per engine block of the prompt), at most
+    The scheduler's thread does the least: a dict entry at arrival (``arrivals``), and at the
+    finish one tuple of references it has at hand appended to the recorder's buffer
+    (``entries``); the recorder's writer thread derives the rest (``_unpack``: whether the
+    call stopped on its own, program id, tenant key, cached tokens).  ``TTLScheduler`` does
+    both inline (no method call on its hot path; ``finished`` is the reference its entries
+    are tested against).  A buffered call holds alive, until written: its ``ProgramInfo``
+    and tool, its status and ``PrefillStats`` (a few ints), its ``cache_salt`` and
+    ``extra_args`` (the client's own, as vLLM bounds them) and its ``block_hashes`` list (not
+    copied; one hash per engine block of the prompt), at most
     ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls (more are dropped and counted)."""
+
+    __slots__ = ("arrivals", "batch_calls", "entries", "recorder")
 
     def __init__(
         self,
@@ -60,44 +65,57 @@ class CallLog:
             unpack=functools.partial(_unpack, tenancy),
         )
         # (arrival s, its PrefillStats) of live requests: popped when freed
-        self._calls: dict[str, tuple[float, Any]] = {}
+        self.arrivals: dict[str, tuple[float, Any]] = {}
+        # the recorder's buffer: appended to directly below ``batch_calls`` entries (the
+        # writer wakes by itself each flush interval), through ``full`` from there
+        self.entries = self.recorder.buffer
+        self.batch_calls = self.recorder.batch_calls
         # (not timed here: clock readings were a tenth of a call's cost; the bench times
-        # these methods from outside, bench/record_overhead.py)
+        # the scheduler's sections with and without recording, bench/record_overhead.py)
 
     def arrived(self, request: Request, now_s: float) -> None:
-        self._calls[request.request_id] = (now_s, request.prefill_stats)
+        self.arrivals[request.request_id] = (now_s, request.prefill_stats)
 
     def finished(
         self, request: Request, info: ProgramInfo | None, tool: str | None, now_s: float
     ) -> None:
         """``request`` is freed at ``now_s`` (its program ``info``, None: anonymous;
-        ``tool``: what it ended with); recorded when it stopped on its own."""
-        call = self._calls.pop(request.request_id, None)
-        if call is not None and request.status in _STOPPED:
+        ``tool``: what it ended with); recorded when it stopped on its own (told in the
+        writer).  ``TTLScheduler._free_request`` does this inline."""
+        arrival = self.arrivals.pop(request.request_id, None)
+        if arrival is not None:
             params = request.sampling_params
-            self.recorder.add(
-                (
-                    info,
-                    tool,
-                    call[0],
-                    now_s,
-                    call[1],
-                    request.cache_salt,
-                    None if params is None else params.extra_args,
-                    request.num_prompt_tokens,
-                    request.num_output_tokens,
-                    request.block_hashes,
-                ),
+            entry = (
+                info,
+                tool,
+                arrival,
                 now_s,
+                request.status,
+                request.cache_salt,
+                None if params is None else params.extra_args,
+                request.num_prompt_tokens,
+                request.num_output_tokens,
+                request.block_hashes,
             )
+            if len(self.entries) < self.batch_calls:
+                self.entries.append(entry)
+            else:
+                self.full(entry, now_s)
+
+    def full(self, entry: tuple[Any, ...], now_s: float) -> None:
+        """``entry`` when ``batch_calls`` are buffered: the writer woken, the bound kept."""
+        self.recorder.add(entry, now_s)
 
     def close(self) -> None:
         self.recorder.close()
 
 
-def _unpack(tenancy: Tenancy, entry: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``CallLog.finished``'s entry as ``Recorder.call``'s fields (in the writer thread)."""
-    info, tool, arrival_s, finish_s, prefill, salt, extra, prompt, output, hashes = entry
+def _unpack(tenancy: Tenancy, entry: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``CallLog.finished``'s entry as ``Recorder.call``'s fields (in the writer thread);
+    None for a call that did not stop on its own (an abort: not recorded)."""
+    info, tool, (arrival_s, prefill), finish_s, status, salt, extra, prompt, output, hashes = entry
+    if status not in _STOPPED:
+        return None
     return (
         None if info is None else info.program_id,
         tenancy.tenant(salt, extra),
