@@ -9,9 +9,8 @@
    given beside it, wall and CPU.  Both sides are wall times (on a loaded machine they
    include the time the thread was not running), or with ``--cpu-time`` both the scheduler
    thread's CPU time (``time.thread_time``), so the share is CPU over CPU, not inflated by
-   other processes' load.  This times methods: since ``TTLScheduler`` records inline (no
-   method call), it times nothing there; it measures the version before, and ``--hollow``
-   (the methods empty) what calling and timing them costs.
+   other processes' load.  This times ``CallLog``'s methods from outside, so it has a
+   floor: ``--hollow`` (the methods empty) says what calling and timing them costs.
    ``--ab``: the same engine and share, measured as a difference instead (``ab_run``): half
    the calls recorded, and a narrow window of each call's adapter time (the recording and
    a few of the adapter's attribute reads) compared between recorded and unrecorded calls;
@@ -159,8 +158,7 @@ def engine_run(
 ) -> dict[str, float]:
     """The recording's and the adapter's time per step over the turns after the first
     ``warm_up_turns`` (the recorder's one-off costs, its first file and first calls, fall in
-    those): ``CallLog``'s methods timed from outside (a scheduler that records inline, without
-    calling them, times as nothing here: ``ab_run`` measures it)."""
+    those): ``CallLog``'s methods timed from outside (``ab_run`` measures it as a difference)."""
     base = time.thread_time if cpu_time else time.perf_counter
     adapter_clock, record_clock = adapter_clock_swapped(base), CountingClock(base)
     busy_s = timed_call_log(record_clock, hollow)
@@ -262,9 +260,9 @@ def ab_run(
     scheduler's thread CPU (or wall) time of two windows of each call is compared between
     the arms.  A window runs from the return of the last call the adapter makes before its
     recording code (``claim_pin`` at the arrival, ``ttl_metrics.gone`` at the finish) to
-    the adapter's next clock reading, which ends its section: the recording (inline, or
-    ``CallLog``'s methods in the version before) and a few attribute reads and stores of
-    the adapter's.  Nothing times the recording itself and the timing is the same in both
+    the adapter's next clock reading, which ends its section: the recording (``CallLog``'s
+    methods, however the adapter calls them) and a few attribute reads and stores of the
+    adapter's.  Nothing times the recording itself and the timing is the same in both
     arms, so the difference is what recording adds, how it is called included.  The
     difference per call, over every call counted, against the adapter's time over the same
     steps is the recording's share; ``se``: its standard error (windows as samples)."""
@@ -501,7 +499,7 @@ def main() -> None:
         + " µs per call"
     )
     if r["record_us_per_step"] == 0:
-        print("  (nothing timed: this scheduler records inline, without CallLog's methods; --ab)")
+        print("  (nothing timed: this scheduler does not call CallLog's methods; --ab)")
     if args.engine_only:
         return
     hot = hot_path_cpu_us()

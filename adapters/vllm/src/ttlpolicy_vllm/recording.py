@@ -39,12 +39,10 @@ class CallLog:
     The scheduler's thread does the least: a dict entry at arrival (``arrivals``), and at the
     finish one tuple of references it has at hand appended to the recorder's buffer
     (``entries``); the recorder's writer thread derives the rest (``_unpack``: whether the
-    call stopped on its own, program id, tenant key, cached tokens).  ``TTLScheduler`` does
-    both inline (no method call on its hot path; ``finished`` is the reference its entries
-    are tested against).  A buffered call holds alive, until written: its ``ProgramInfo``
-    and tool, its status and ``PrefillStats`` (a few ints), its ``cache_salt`` and
-    ``extra_args`` (the client's own, as vLLM bounds them) and its ``block_hashes`` list (not
-    copied; one hash per engine block of the prompt), at most
+    call stopped on its own, program id, tenant key, cached tokens).  A buffered call holds
+    alive, until written: its ``ProgramInfo`` and tool, its status and ``PrefillStats`` (a
+    few ints), its ``cache_salt`` and ``extra_args`` (the client's own, as vLLM bounds them)
+    and its ``block_hashes`` list (not copied; one hash per engine block of the prompt), at most
     ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls (more are dropped and counted)."""
 
     __slots__ = ("arrivals", "batch_calls", "entries", "recorder")
@@ -81,7 +79,7 @@ class CallLog:
     ) -> None:
         """``request`` is freed at ``now_s`` (its program ``info``, None: anonymous;
         ``tool``: what it ended with); recorded when it stopped on its own (told in the
-        writer).  ``TTLScheduler._free_request`` does this inline."""
+        writer)."""
         arrival = self.arrivals.pop(request.request_id, None)
         if arrival is not None:
             params = request.sampling_params

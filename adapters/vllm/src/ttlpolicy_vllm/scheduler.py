@@ -218,9 +218,8 @@ class TTLScheduler(Scheduler):
             self._programs_of[rid] = info
         # (a program back, a tool gap recorded: the eviction order may change; asked again)
         self._eviction_valid_until_s = -math.inf
-        log = self.call_log
-        if log is not None and new:  # (CallLog.arrived, inline: no call on this path)
-            log.arrivals[rid] = (now, request.prefill_stats)
+        if self.call_log is not None and new:
+            self.call_log.arrived(request, now)
         t1 = time.perf_counter()
         super().add_request(request)  # -> ProgramRequestQueue.add_request -> arrive
         t2 = time.perf_counter()
@@ -456,27 +455,8 @@ class TTLScheduler(Scheduler):
             key = scheduler_key(rid)
             self._ended(self.life.abort(key), key, program=info is not None)
         self.ttl_metrics.gone(scheduler_key(rid))
-        log = self.call_log
-        if log is not None:  # CallLog.finished, inline (no call on this path; tested equal)
-            arrival = log.arrivals.pop(rid, None)
-            if arrival is not None:
-                params = request.sampling_params
-                entry = (
-                    info,
-                    tool,
-                    arrival,
-                    now,
-                    request.status,
-                    request.cache_salt,
-                    None if params is None else params.extra_args,
-                    request.num_prompt_tokens,
-                    request.num_output_tokens,
-                    request.block_hashes,
-                )
-                if len(log.entries) < log.batch_calls:
-                    log.entries.append(entry)
-                else:
-                    log.full(entry, now)
+        if self.call_log is not None:
+            self.call_log.finished(request, info, tool, now)
         self.ttl_metrics.adapter_s += time.perf_counter() - t0
         return super()._free_request(request, delay_free_blocks)
 
