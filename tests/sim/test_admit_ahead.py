@@ -8,31 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_skip_ahead import B2, A, B, C, finish_s, program  # (the same small engine and calls)
 
-from sim_hardware import hw_blocks
-from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, make_policy
-from ttlpolicy.sim.interface import Policy
+from ttlpolicy.sim import make_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import admit_ahead  # (bench/)
 
-CFG = EngineConfig(block_tokens=64, token_budget=8192, max_seqs=64)
-
-
-def program(name: str, prompt_blocks: int, output_tokens: int) -> Program:
-    return Program(name, (Turn(prompt_blocks * 64, output_tokens, 0, 0.0, None),))
-
-
-def finish_s(policy: Policy, arrivals: list[tuple[float, Program]]) -> dict[str, float]:
-    engine = Engine(hw_blocks(200, 64, 300), policy, CFG)
-    engine.add_programs(arrivals)
-    return engine.run().program_finish_s
-
-
 # a holds 150 of the 200 blocks for 400 decode steps, alone in flight (load control's mean is
 # then 0): b (100 blocks) is refused (150 + 100 > 200), c (10) would fit (150 + 10)
-A, B, B2, C = (program("a", 150, 400), program("b", 100, 20), program("b2", 100, 20),
-               program("c", 10, 20))  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["ttlpolicy-offload", "ttlpolicy-offload+skip=2"])
