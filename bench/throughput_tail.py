@@ -36,7 +36,8 @@ bench-side, a rule the library does not have); ``+cap=S@T`` caps only programs p
 seconds of service, ``+age=A`` (cap 0 unless given) only programs in the system longer than
 ``A`` seconds (a bound for very long programs); ``+skip=K`` after either passes a head too
 large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
-``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s.
+``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s,
+``ttlpolicy-offload[:variant][+skip=S]+admitskip=K[@P]`` ``admit_ahead``'s.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from admit_ahead import ADMIT_SKIP, make_admit_policy
 from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
@@ -235,10 +237,13 @@ class SkipCappedOffload(CappedAttainedOffload):
 
 def make_run_policy(name: str) -> Policy:
     """A policy from its name: ``bounds.make_variant``'s; ``...+skip=K`` / ``...+lcskip=K``
-    (``skip_ahead``); or a ttlpolicy-offload policy with ``+cap=S[@T]``, ``+age=A`` (and
-    ``+skip=K`` after them) as ``CappedAttainedOffload`` (``SkipCappedOffload``)."""
+    (``skip_ahead``); ``...+admitskip=K[@P]`` (``admit_ahead``); or a ttlpolicy-offload policy
+    with ``+cap=S[@T]``, ``+age=A`` (and ``+skip=K`` after them) as ``CappedAttainedOffload``
+    (``SkipCappedOffload``)."""
     starts = [i for i in (name.find("+cap="), name.find("+age=")) if i >= 0]
     if not starts:
+        if ADMIT_SKIP in name:
+            return make_admit_policy(name)
         if SKIP in name or LC_SKIP in name:
             return make_skip_policy(name)
         return make_variant(name)
@@ -392,7 +397,8 @@ def main() -> int:
             m, busy = run_logged(hw, cast(Policy, tally), progs, rate, seed)
             row = {"setup": setup, "rate": rate, "seed": seed, "policy": name}
             row.update(makespan_split(m, busy, alone_s, tally))
-            row.update({k: getattr(policy, k) for k in ("skips", "lcskips") if hasattr(policy, k)})
+            counts = ("skips", "lcskips", "admitskips")
+            row.update({k: getattr(policy, k) for k in counts if hasattr(policy, k)})
             row.update(fold_jct(m, fold_ids))
             rows.append(row)
             print(_line(row), flush=True)
@@ -416,7 +422,7 @@ def _line(row: dict) -> str:
         + ", ".join(
             f"{k} {v:,.0f}"
             for k, v in row.items()
-            if k.startswith(("jct_fold", "skips", "lcskips"))
+            if k.startswith(("jct_fold", "skips", "lcskips", "admitskips"))
         )
     )
 
