@@ -18,7 +18,12 @@ and after building the state.
 passes them), ``view`` (the same bytes behind a Python ``HashView`` converting each probed item,
 as the vLLM adapter did before the linker read bytes itself).
 
-Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N] [--items int|bytes|view]``
+``--floor``: instead, what any call costs timed the same way right after a prompt is built
+(no state): ``len`` of the prompt, and a ``link`` of an empty prompt on an empty linker (its
+new program then ended) — the floor under which no lookup from Python can be measured here.
+
+Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N]
+[--items int|bytes|view] [--floor]``
 """
 
 from __future__ import annotations
@@ -83,6 +88,38 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def floor_us(mod: Any, batches: int, batch: int, items: str) -> None:
+    """``--floor`` (module doc): per call, the median batch's mean, microseconds."""
+    linker: Any = mod.ProgramLinker()
+    clock = time.thread_time_ns
+    empty = sorted(-(clock() - clock()) for _ in range(10_001))[5_000]  # a read's own cost
+    spent_len: list[float] = []
+    spent_link: list[float] = []
+    for b in range(batches):
+        len_ns = link_ns = 0
+        for p in range(batch):
+            h = prompt_items(p, 1_620, items)  # (the state's mean prompt, built as in main)
+            t0 = clock()
+            len(h)
+            t1 = clock()
+            h = prompt_items(p, 1_620, items)
+            t2 = clock()
+            lk = linker.link("tenant", [], float(b))
+            t3 = clock()
+            linker.end_program("tenant", lk.program)
+            len_ns += t1 - t0 - empty
+            link_ns += t3 - t2 - empty
+        spent_len.append(len_ns / batch)
+        spent_link.append(link_ns / batch)
+    spent_len.sort()
+    spent_link.sort()
+    print(
+        f"floor: len(prompt) {spent_len[len(spent_len) // 2] / 1000:.2f} us, "
+        f"link of an empty prompt {spent_link[len(spent_link) // 2] / 1000:.2f} us "
+        f"(median of {batches} batches of {batch}, each timed right after a prompt is built)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("rust", "python"), default="rust")
@@ -90,11 +127,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=2_000)
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--items", choices=("int", "bytes", "view"), default="int")
+    ap.add_argument("--floor", action="store_true", help="time the floor instead (module doc)")
     args = ap.parse_args(argv)
     if args.backend == "rust":
         from ttlpolicy import _native as mod
     else:
         from ttlpolicy.reference import linker as mod  # type: ignore[no-redef]
+    if args.floor:
+        floor_us(mod, args.batches, args.batch, args.items)
+        return
     rng = random.Random(0)
     lengths = [rng.randrange(300, 3000) for _ in range(args.programs)]
     rss0 = rss_bytes()
