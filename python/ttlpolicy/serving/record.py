@@ -24,9 +24,10 @@ references an adapter has at hand, and derives the call's fields from it (``unpa
 tenant key, the counts) in the writer thread; ``entry`` must hold nothing the engine will
 change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``);
 ``unpack`` returns None for an entry not to record (an aborted call, told in the writer).
-Cheapest: an adapter appends such entries to ``buffer`` itself while it holds fewer than
-``batch_calls`` (no call: the writer wakes by itself each ``flush_interval_s``), and hands
-the next to ``add`` (which wakes the writer and keeps the bound).
+Cheapest: an adapter appends such entries to a background recorder's ``buffer`` itself while
+it holds fewer than ``batch_calls`` (no call: the writer thread wakes by itself each
+``flush_interval_s``), and hands the next to ``add`` (which wakes the writer and keeps the
+bound).
 Bounded: at most ``max_files`` files of at most ``max_bytes / max_files`` bytes each in the
 directory (recordings before this one included); the oldest file is removed first.  A call
 whose line alone exceeds a file's bound is dropped and counted.

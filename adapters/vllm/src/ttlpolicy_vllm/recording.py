@@ -65,7 +65,7 @@ class CallLog:
         # (arrival s, its PrefillStats) of live requests: popped when freed
         self.arrivals: dict[str, tuple[float, Any]] = {}
         # the recorder's buffer: appended to directly below ``batch_calls`` entries (the
-        # writer wakes by itself each flush interval), through ``full`` from there
+        # writer wakes by itself each flush interval), through ``Recorder.add`` from there
         self.entries = self.recorder.buffer
         self.batch_calls = self.recorder.batch_calls
         # (not timed here: clock readings were a tenth of a call's cost; the bench times
@@ -97,12 +97,8 @@ class CallLog:
             )
             if len(self.entries) < self.batch_calls:
                 self.entries.append(entry)
-            else:
-                self.full(entry, now_s)
-
-    def full(self, entry: tuple[Any, ...], now_s: float) -> None:
-        """``entry`` when ``batch_calls`` are buffered: the writer woken, the bound kept."""
-        self.recorder.add(entry, now_s)
+            else:  # (the writer woken, the bound kept)
+                self.recorder.add(entry, now_s)
 
     def close(self) -> None:
         self.recorder.close()
