@@ -1,0 +1,33 @@
+"""bench/linker_cost.py's ``--hot`` mode times the path it says: one program's call that
+continues its own turn end, again and again (a call that linked ``new`` or ``fork`` would time
+another path), on both backends."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import linker_cost  # (bench/)
+from conftest import NATIVE
+
+
+@pytest.mark.parametrize(
+    "backend",
+    ["python", pytest.param("rust", marks=pytest.mark.skipif(NATIVE is None, reason="no native"))],
+)
+def test_hot_calls_continue_their_program(backend: str, capsys: pytest.CaptureFixture[str]) -> None:
+    linker_cost.main(
+        ["--hot", "--backend", backend, "--programs", "30", "--batches", "2", "--batch", "15"]
+    )
+    out = capsys.readouterr().out
+    assert "kinds ['continue']" in out
+    assert re.search(r"hot: link -?\d+\.\d+ us, best -?\d+\.\d+", out)
+
+
+def test_hot_and_floor_are_one_mode_at_a_time() -> None:
+    with pytest.raises(SystemExit):
+        linker_cost.main(["--hot", "--floor", "--programs", "2"])
