@@ -18,8 +18,22 @@ tenant holds every session (the hardest case).  Truth: a call's program is its s
 
 Hash scopes: the sessions number their blocks per file, so the ~15k-token prefix every Claude
 Code session shares (``tool_tokens + system_tokens``) never shows.  ``--common`` makes the first
-blocks of every session (sub-agents too) common ids: ``tools`` = the file's
-``(tool_tokens + system_tokens) // 64`` blocks, or a number (8, 32).
+blocks of every session common ids: ``tools`` = the session's own ``tool_tokens +
+system_tokens`` (the trace reader's ``common_prefix_tokens``: a sub-agent's are its own, a
+subset of the tools and its type's system prompt) in whole blocks, the same ids in every main
+session and other same ids in every sub-agent (whatever its type: the harder case); or a
+number of blocks (8, 32), the same ids in every session.  (Before 2026-12-07 ``tools`` gave
+sub-agents their parent's prefix — longer than most of their prompts, which so became wholly
+common; docs/investigations/program-linkage.md.)
+
+Outputs (``--outputs``): a call is reported finished with its prompt *and its output's*
+blocks, as an engine reports it (``finished(..., prompt_blocks=...)``).  The trace records no
+output hashes, so a call's ``output_tokens // 64`` output blocks are taken from where the
+session's next call carries them — its blocks after this call's prompt, when it begins with
+every block of that prompt — else (no next call, or one that does not extend the prompt)
+made ids of the call's own.  That assumes a chat template re-renders an output as the engine
+generated it; without ``--outputs`` no output is recorded (as if it never were): the two
+bound what a template does.
 
 Mooncake (``--mooncake``): global hashes, shared prefixes, no programs; each request arrives
 at its timestamp and finishes ``0.5 s + 25 ms × output tokens`` later.  Every link is counted
@@ -27,7 +41,7 @@ and a link is *false* when its request does not begin with every full block of i
 program's latest prompt (Mooncake hashes a prompt's last, partial block too): a chat's next
 turn begins with all of them.
 
-Run: ``python bench/linkage.py [--common tools|8|32] [--rate R] [--mooncake]
+Run: ``python bench/linkage.py [--common tools|8|32] [--outputs] [--rate R] [--mooncake]
 [--backend rust|python]``
 """
 
@@ -52,17 +66,26 @@ from ttlpolicy.traces.cache import cached_arrays
 from ttlpolicy.traces.readers import read_agentic, read_mooncake
 
 COMMON_BASE = 1 << 62
+#: added to a sub-agent's common ids (``--common tools``): its prefix is not a main session's
+SUB_COMMON = 1 << 40
+#: the ids of outputs no later call carries (``--outputs``): ``OWN_BASE | call << 20 | block``
+OWN_BASE = 1 << 61
+OUTPUT_BLOCK_TOKENS = 64
+#: the trace cache's name for ``_build_sessions``' arrays (bench/supersede_linkage.py's too)
+SESSIONS_CACHE = "linkage-sessions-v4"
 _HEADER = re.compile(rb'"(tool_tokens|system_tokens)":\s*(\d+)')
 
 
 class Prompt:
     """A call's block hashes, read on demand: the file's local ids made unique per file
-    (``file << 32 | id``), the first ``common`` made common to every session."""
+    (``file << 32 | id``), the first ``common`` made ``common_base | i``."""
 
-    __slots__ = ("base", "common", "ids")
+    __slots__ = ("base", "common", "common_base", "ids")
 
-    def __init__(self, ids: np.ndarray, base: int, common: int) -> None:
-        self.ids, self.base, self.common = ids, base, common
+    def __init__(
+        self, ids: np.ndarray, base: int, common: int, common_base: int = COMMON_BASE
+    ) -> None:
+        self.ids, self.base, self.common, self.common_base = ids, base, common, common_base
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -70,15 +93,35 @@ class Prompt:
     def __getitem__(self, i: int) -> int:
         if i < 0 or i >= len(self.ids):
             raise IndexError(i)
-        return COMMON_BASE | i if i < self.common else self.base | int(self.ids[i])
+        return self.common_base | i if i < self.common else self.base | int(self.ids[i])
 
     def full(self) -> list[int]:
         return [self[i] for i in range(len(self.ids))]
 
+    def with_output(self, after: Prompt | None, blocks: int, call: int) -> list[int]:
+        """The prompt's hashes, then its ``blocks`` output blocks': those that ``after`` (the
+        session's next call) carries after the prompt (``carried_blocks``), then ids of the
+        call's own (``call``: its number)."""
+        n = len(self.ids)
+        carried = carried_blocks(self.ids, None if after is None else after.ids, blocks)
+        made = [OWN_BASE | call << 20 | j for j in range(blocks - carried)]
+        return self.full() + [after[k] for k in range(n, n + carried)] + made  # type: ignore[index]
+
+
+def carried_blocks(ids: np.ndarray, next_ids: np.ndarray | None, blocks: int) -> int:
+    """How many of a call's ``blocks`` output blocks its session's next call carries after
+    the call's prompt ``ids``: none unless that call begins with every block of it."""
+    n = len(ids)
+    if next_ids is None or len(next_ids) <= n or not np.array_equal(next_ids[:n], ids):
+        return 0
+    return min(blocks, len(next_ids) - n)
+
 
 def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
     ids: list[np.ndarray] = []
-    rows: dict[str, list[Any]] = {k: [] for k in ("len", "t", "api", "session", "file_no")}
+    rows: dict[str, list[Any]] = {
+        k: [] for k in ("len", "t", "api", "session", "file_no", "out", "common", "sub")
+    }
     prefix_blocks: list[int] = []
     sessions: dict[str, int] = {}
     files = sorted(x for x in folder.iterdir() if x.name.endswith(".json.gz"))
@@ -94,6 +137,9 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
             rows["api"].append(rec.api_time_s or 0.0)
             rows["session"].append(s)
             rows["file_no"].append(f_no)
+            rows["out"].append(rec.output_tokens)
+            rows["common"].append(rec.common_prefix_tokens // rec.block_tokens)
+            rows["sub"].append("/" in rec.session_id)  # (the reader's name for a sub-agent)
     return {
         "ids": np.concatenate(ids),
         "len": np.asarray(rows["len"], dtype=np.int64),
@@ -101,6 +147,9 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
         "api": np.asarray(rows["api"], dtype=np.float64),
         "session": np.asarray(rows["session"], dtype=np.int64),
         "file_no": np.asarray(rows["file_no"], dtype=np.int64),
+        "out": np.asarray(rows["out"], dtype=np.int64),
+        "common": np.asarray(rows["common"], dtype=np.int64),
+        "sub": np.asarray(rows["sub"], dtype=np.bool_),
         "prefix_blocks": np.asarray(prefix_blocks, dtype=np.int64),
     }
 
@@ -117,13 +166,14 @@ def agentic(args: argparse.Namespace) -> dict[str, Any]:
     folder = traces_dir() / "claude-code"
     if not folder.is_dir():
         sys.exit(missing_message(folder))
-    a = cached_arrays("linkage-sessions-v2", folder, {}, lambda: _build_sessions(folder))
+    a = cached_arrays(SESSIONS_CACHE, folder, {}, lambda: _build_sessions(folder))
     starts = np.concatenate([[0], np.cumsum(a["len"])])
     n_files = int(a["file_no"].max()) + 1
     files = [Program(program_id=str(i), turns=()) for i in range(n_files)]
     file_start = {int(p.program_id): t for t, p in poisson_arrivals(files, args.rate, args.seed)}
     events: list[tuple[float, int, int]] = []  # (time, 0 finish / 1 arrival, call)
     finish_s: dict[int, float] = {}
+    next_call: dict[int, int] = {}  # call -> its session's next call
     by_session: dict[int, list[int]] = {}
     for i in range(len(a["len"])):
         by_session.setdefault(int(a["session"][i]), []).append(i)
@@ -134,6 +184,7 @@ def agentic(args: argparse.Namespace) -> dict[str, Any]:
             end = arrival[i] + a["api"][i]
             if k + 1 < len(calls):
                 end = min(end, arrival[calls[k + 1]])
+                next_call[i] = calls[k + 1]
             events.append((float(arrival[i]), 1, i))
             finish_s[i] = float(end)
     heapq.heapify(events)
@@ -143,13 +194,19 @@ def agentic(args: argparse.Namespace) -> dict[str, Any]:
 
     def prompt(i: int) -> Prompt:
         f = int(a["file_no"][i])
-        if args.common == "none":
-            common = 0
-        elif args.common == "tools":
-            common = int(a["prefix_blocks"][f])
-        else:
-            common = int(args.common)
-        return Prompt(a["ids"][starts[i] : starts[i + 1]], (f + 1) << 32, common)
+        ids = a["ids"][starts[i] : starts[i + 1]]
+        if args.common == "tools":
+            base = COMMON_BASE | (SUB_COMMON if a["sub"][i] else 0)
+            return Prompt(ids, (f + 1) << 32, int(a["common"][i]), base)
+        return Prompt(ids, (f + 1) << 32, 0 if args.common == "none" else int(args.common))
+
+    def turn_end(i: int) -> Prompt | list[int]:
+        """What call ``i``'s finish reports: its prompt, and with ``--outputs`` its output."""
+        if not args.outputs:
+            return prompt(i)
+        j = next_call.get(i)
+        after = None if j is None else prompt(j)
+        return prompt(i).with_output(after, int(a["out"][i]) // OUTPUT_BLOCK_TOKENS, i)
 
     last_session: dict[Any, int] = {}  # program key -> session of its latest call
     key_of: dict[int, Any] = {}
@@ -160,7 +217,7 @@ def agentic(args: argparse.Namespace) -> dict[str, Any]:
         now, kind, i = heapq.heappop(events)
         s = int(a["session"][i])
         if kind == 0:
-            linker.finished("t", key_of.pop(i), prompt(i), now)
+            linker.finished("t", key_of.pop(i), turn_end(i), now, int(a["len"][i]))
             continue
         link = linker.link("t", prompt(i), now)
         key_of[i] = link.program
@@ -244,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--min-depth-fraction", type=float, default=ref_linker.DEFAULT_MIN_DEPTH_FRACTION
     )
+    ap.add_argument("--outputs", action="store_true", help="report outputs (module doc)")
     ap.add_argument("--mooncake", action="store_true")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--backend", choices=("rust", "python"), default="python")

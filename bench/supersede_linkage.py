@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from linkage import _build_sessions
+from linkage import SESSIONS_CACHE, _build_sessions
 from trace_paths import missing_message, traces_dir
 from ttlpolicy.pin_claims import continues_context
 from ttlpolicy.traces.cache import cached_arrays
@@ -105,7 +105,7 @@ def main() -> int:
     if not folder.is_dir():
         print(missing_message(folder), file=sys.stderr)
         return 2
-    a = cached_arrays("linkage-sessions-v2", folder, {}, lambda: _build_sessions(folder))
+    a = cached_arrays(SESSIONS_CACHE, folder, {}, lambda: _build_sessions(folder))
     starts = np.concatenate([[0], np.cumsum(a["len"])])
     by_file: dict[int, list[int]] = {}
     for i in range(len(a["len"])):

@@ -22,7 +22,7 @@ from ttlpolicy.sim.interface import Verdict
 from ttlpolicy.sim.kv_cache import KVCache
 from ttlpolicy.sim.policies import make_policy
 from ttlpolicy.sim.policies.program_ids import COMMON_HASH, ProgramIds
-from ttlpolicy.sim.workload import ConcurrencyArrivals, Program, Turn, common_prefix_tokens
+from ttlpolicy.sim.workload import ConcurrencyArrivals, Program, Turn
 from ttlpolicy.traces import read_trace, sample_dir
 
 SESSIONS = DATA / "sessions"
@@ -125,23 +125,22 @@ def test_books_balance_under_any_sequence(data: st.DataObject) -> None:
         assert kv.used + kv.cached <= kv.capacity
 
 
-def test_common_prefix_tokens_reads_each_files_header() -> None:
-    expected = {}
-    for f in SESSIONS.glob("*.json.gz"):
-        with gzip.open(f) as fh:
-            head = json.load(fh)
-        expected[head["id"]] = head["tool_tokens"] + head["system_tokens"]
-    assert expected and common_prefix_tokens(SESSIONS) == expected
-
-
 def test_programs_with_the_common_prefix() -> None:
-    tokens = common_prefix_tokens(SESSIONS)
     records = list(read_trace(SESSIONS))
     plain = programs_from_records(records)
-    shared = programs_from_records(records, common_tokens=tokens)
+    shared = programs_from_records(records, common_prefix=True)
     assert [p.program_id for p in shared] == [p.program_id for p in plain]
+    heads = {}
+    for f in SESSIONS.glob("*.json.gz"):
+        with gzip.open(f) as fh:
+            doc = json.load(fh)
+        heads[doc["id"]] = doc["tool_tokens"] + doc["system_tokens"]
+        for sub in (r for r in doc["requests"] if r.get("type") == "subagent"):
+            heads[f"{doc['id']}/{sub['agent_id']}"] = sub["tool_tokens"] + sub["system_tokens"]
+    assert any("/" in p.program_id for p in shared)  # (sub-agents are among them)
     for with_prefix, without in zip(shared, plain, strict=True):
-        blocks = tokens[with_prefix.program_id.partition("/")[0]] // 64
+        # a session's own tools + system prompt, a sub-agent's its own (not its parent's)
+        blocks = heads[with_prefix.program_id] // 64
         assert with_prefix.common_blocks == blocks > 0
         assert without.common_blocks == 0
         for t, u in zip(with_prefix.turns, without.turns, strict=True):
@@ -180,11 +179,10 @@ def test_engine_books_balance_with_the_common_prefix(
 ) -> None:
     # the package's 16 sample sessions, cut short, on a memory that holds a few contexts:
     # pins, evictions (a policy's order too), reloads and preemptions meet the common chain
-    tokens = common_prefix_tokens(sample_dir())
     records = list(read_trace(sample_dir()))
     programs = [
         Program(p.program_id, p.turns[:6], common_blocks=p.common_blocks)
-        for p in programs_from_records(records, max_context=24_000, common_tokens=tokens)
+        for p in programs_from_records(records, max_context=24_000, common_prefix=True)
     ]
     checked = 0
 

@@ -63,6 +63,24 @@ def test_agentic_session_with_subagents():
         assert mine[0].arrival_s == pytest.approx(sub["t"] + sub["requests"][0]["t"])
     # One file, one hash scope, shared by its sub-agents.
     assert {r.hash_scope for r in recs} == {doc["id"]}
+    # Each session's shared prefix is its own tools + system prompt (a sub-agent's are its).
+    assert {r.common_prefix_tokens for r in top} == {doc["tool_tokens"] + doc["system_tokens"]}
+    for sub in subagents:
+        own = {r.common_prefix_tokens for r in recs if r.session_id.endswith(sub["agent_id"])}
+        assert own == {sub["tool_tokens"] + sub["system_tokens"]}
+    assert subagents[0]["tool_tokens"] != doc["tool_tokens"]  # (the case that tells them apart)
+
+
+def test_a_subagent_without_its_own_prefix_has_its_parents(tmp_path):
+    req = {"t": 0, "in": 128, "out": 8, "hash_ids": [1, 2]}
+    sub = {"type": "subagent", "agent_id": "a", "t": 1, "requests": [req]}
+    doc = {"id": "s", "block_size": 64, "tool_tokens": 100, "system_tokens": 20}
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({**doc, "requests": [req, sub]}))
+    assert [r.common_prefix_tokens for r in read_trace(path)] == [120, 120]
+    sub.update(tool_tokens=40, system_tokens=2)
+    path.write_text(json.dumps({**doc, "requests": [req, sub]}))
+    assert [r.common_prefix_tokens for r in read_trace(path)] == [120, 42]
 
 
 def test_shipped_sample_sessions_read():

@@ -16,20 +16,20 @@ tool names: an engine sees the stop reason, and tool time and human time differ 
 **The common prefix** (``common_prefix=True``, issue 45): real Claude Code sessions all begin
 with the same tool definitions and system prompt, but the traces number their blocks per file,
 so that sharing never shows.  With the option, a session's first ``(tool_tokens +
-system_tokens) // block_tokens`` blocks (its file's header; sub-agents take their session's)
-are the first blocks of one prefix common to every session — two sessions share the shorter
-of their two lengths, as ``bench/linkage.py --common tools`` — kept by the KV cache once
-(``kv_cache``): ``Program.common_blocks``, and every turn may reuse that many leading blocks
-(its first turn from the common chain; later turns keep at least them, as a compaction
-keeps the system prompt).
+system_tokens) // block_tokens`` blocks (the trace reader's ``common_prefix_tokens``: a main
+session's from its file, a sub-agent's its own) are the first blocks of one prefix common to
+every session — two sessions share the shorter of their two lengths (a sub-agent's, shorter,
+the main sessions' first blocks: one chain, where ``bench/linkage.py --common tools`` gives
+sub-agents ids of their own) — kept by the KV cache once (``kv_cache``):
+``Program.common_blocks``, and every turn may reuse that many leading blocks (its first turn
+from the common chain; later turns keep at least them, as a compaction keeps the system
+prompt).
 """
 
 from __future__ import annotations
 
-import gzip
 import math
 import random
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,6 @@ import numpy as np
 
 from ..traces import TraceRecord, read_trace
 from ..traces.cache import cached_arrays
-from ..traces.readers import session_files
 
 MAX_TOOL_NAME = 64
 
@@ -79,15 +78,15 @@ def programs_from_records(
     think_scale: float = 1.0,
     think_cap_s: float | None = None,
     human_turns: str = "keep",
-    common_tokens: dict[str, int] | None = None,
+    common_prefix: bool = False,
 ) -> list[Program]:
     """Programs from agentic trace records (grouped by session, in order of first appearance).
 
     ``max_context``: contexts above it are truncated to it (``context_mode="truncate"``, the
     output kept within it too) or their whole program is skipped (``"skip"``).
     ``human_turns="drop"`` ends a program at its first ``end_turn`` (one agentic task).
-    ``common_tokens``: session id → tokens of its prompts common to every session (module
-    doc; a sub-agent ``session/agent`` takes its session's).
+    ``common_prefix``: a session's first ``common_prefix_tokens`` (its records') are common to
+    every session (module doc).
     """
     if context_mode not in ("truncate", "skip"):
         raise ValueError(f"context_mode must be 'truncate' or 'skip', got {context_mode!r}")
@@ -105,9 +104,7 @@ def programs_from_records(
         turns: list[Turn] = []
         prev: tuple[int, ...] = ()
         skip = False
-        common = 0
-        if common_tokens:
-            common = common_tokens.get(sid.partition("/")[0], 0) // block_tokens
+        common = recs[0].common_prefix_tokens // block_tokens if common_prefix else 0
         for r in recs:
             if r.block_tokens and r.block_tokens != block_tokens:
                 raise ValueError(
@@ -138,28 +135,6 @@ def programs_from_records(
     return out
 
 
-_HEADER_FIELD = re.compile(rb'"(id|tool_tokens|system_tokens)":\s*("[^"]*"|\d+)')
-
-
-def common_prefix_tokens(path: str | Path) -> dict[str, int]:
-    """Session id → ``tool_tokens + system_tokens`` of the agentic session files at ``path``
-    (a file or a folder), read from each file's header (before its requests); sessions
-    without them are left out."""
-    p = Path(path)
-    out: dict[str, int] = {}
-    for f in session_files(p) if p.is_dir() else [p]:
-        if not f.name.endswith((".json", ".json.gz")):
-            continue
-        opener = gzip.open if f.name.endswith(".gz") else open
-        with opener(f, "rb") as fh:
-            head = fh.read(4096).split(b'"requests"', 1)[0]
-        fields = {k.decode(): v.decode().strip('"') for k, v in _HEADER_FIELD.findall(head)}
-        tokens = int(fields.get("tool_tokens", 0)) + int(fields.get("system_tokens", 0))
-        if tokens:
-            out[fields.get("id", f.name.split(".")[0])] = tokens
-    return out
-
-
 def programs_from_trace(
     path: str | Path, *, records: Callable[[], Iterable[TraceRecord]] | None = None, **options
 ) -> list[Program]:
@@ -168,17 +143,14 @@ def programs_from_trace(
     ``records``: what reads the trace's records on a parse (default ``read_trace(path)``; the
     CLI passes a reader that reports its progress)."""
     read = records if records is not None else lambda: read_trace(path)
-    build = options
-    if options.get("common_prefix"):
-        build = {k: v for k, v in options.items() if k != "common_prefix"}
-        build["common_tokens"] = common_prefix_tokens(path)
-    elif "common_prefix" in options:  # (off: the same cache entry as without the option)
-        options = build = {k: v for k, v in options.items() if k != "common_prefix"}
+    if "common_prefix" in options and not options["common_prefix"]:
+        # (off: the same cache entry as without the option)
+        options = {k: v for k, v in options.items() if k != "common_prefix"}
     arrays = cached_arrays(
         "programs",
         path,
         options,
-        lambda: _program_arrays(programs_from_records(read(), **build)),
+        lambda: _program_arrays(programs_from_records(read(), **options)),
     )
     return _programs_of_arrays(arrays)
 

@@ -38,7 +38,8 @@ import numpy as np
 
 from .readers import HashScopes, TraceRecord, read_trace, session_files
 
-FORMAT_VERSION = 2
+#: what the readers make of a trace: 3 since a sub-agent keeps its own shared prefix
+FORMAT_VERSION = 3
 #: Agentic sessions are replayed at this granularity by default (32 blocks of 64 tokens): the
 #: 471 sessions hold 61 M trace blocks, too many for a per-block replay inside a search.
 DEFAULT_COARSE_TOKENS = 2048

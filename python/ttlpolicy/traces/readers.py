@@ -73,7 +73,7 @@ def _agentic_requests(
     if not isinstance(requests, list):
         raise TraceFormatError(path, where.rstrip(".") or "session", "requests", "must be a list")
     index = 0
-    subagents: list[tuple[str, Any, float, str]] = []
+    subagents: list[tuple[str, Any, float, str, int]] = []
     for i, req in enumerate(requests):
         rwhere = f"{where}requests[{i}]"
         if not isinstance(req, dict):
@@ -81,8 +81,17 @@ def _agentic_requests(
         if req.get("type") == "subagent":
             agent = str(req.get("agent_id", f"agent_{i}"))[:MAX_TEXT_CHARS]
             t = _num(path, rwhere, req, "t")
+            # a sub-agent has tools and a system prompt of its own (a subset of the tools, its
+            # type's prompt): its own shared prefix where it records one, else its parent's
+            own = [_int(path, rwhere, req, k) for k in ("tool_tokens", "system_tokens") if k in req]
             subagents.append(
-                (f"{session_id}/{agent}", req.get("requests"), offset_s + t, rwhere + ".")
+                (
+                    f"{session_id}/{agent}",
+                    req.get("requests"),
+                    offset_s + t,
+                    rwhere + ".",
+                    sum(own) if own else common_tokens,
+                )
             )
             continue
         yield TraceRecord(
@@ -100,10 +109,8 @@ def _agentic_requests(
             common_prefix_tokens=common_tokens,
         )
         index += 1
-    for sid, reqs, t0, swhere in subagents:
-        yield from _agentic_requests(
-            path, sid, reqs, block_tokens, t0, swhere, scope, common_tokens
-        )
+    for sid, reqs, t0, swhere, sub_common in subagents:
+        yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere, scope, sub_common)
 
 
 def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
