@@ -48,9 +48,7 @@ Run: ``python bench/linkage.py [--common tools|8|32] [--outputs] [--rate R] [--m
 from __future__ import annotations
 
 import argparse
-import gzip
 import heapq
-import re
 import sys
 import time
 from collections import Counter
@@ -72,8 +70,7 @@ SUB_COMMON = 1 << 40
 OWN_BASE = 1 << 61
 OUTPUT_BLOCK_TOKENS = 64
 #: the trace cache's name for ``_build_sessions``' arrays (bench/supersede_linkage.py's too)
-SESSIONS_CACHE = "linkage-sessions-v4"
-_HEADER = re.compile(rb'"(tool_tokens|system_tokens)":\s*(\d+)')
+SESSIONS_CACHE = "linkage-sessions-v5"
 
 
 class Prompt:
@@ -122,13 +119,9 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
     rows: dict[str, list[Any]] = {
         k: [] for k in ("len", "t", "api", "session", "file_no", "out", "common", "sub")
     }
-    prefix_blocks: list[int] = []
     sessions: dict[str, int] = {}
     files = sorted(x for x in folder.iterdir() if x.name.endswith(".json.gz"))
     for f_no, path in enumerate(files):
-        with gzip.open(path, "rb") as f:
-            head = dict((k.decode(), int(v)) for k, v in _HEADER.findall(f.read(4096)))
-        prefix_blocks.append((head.get("tool_tokens", 0) + head.get("system_tokens", 0)) // 64)
         for rec in read_agentic(path):
             s = sessions.setdefault(rec.session_id, len(sessions))
             ids.append(np.asarray(rec.hash_ids, dtype=np.uint32))
@@ -150,7 +143,6 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
         "out": np.asarray(rows["out"], dtype=np.int64),
         "common": np.asarray(rows["common"], dtype=np.int64),
         "sub": np.asarray(rows["sub"], dtype=np.bool_),
-        "prefix_blocks": np.asarray(prefix_blocks, dtype=np.int64),
     }
 
 

@@ -21,7 +21,8 @@ linker's own answer misattributes far more (docs/investigations/supersede.md).
     python bench/supersede_linkage.py [--common none|tools|8|32]
 
 ``--common``: as bench/linkage.py, the first blocks of every session made common (the Claude
-Code tools and system prompt every session shares): a match no deeper is ambiguous.
+Code tools and system prompt every session shares; ``tools``: the call's session's own, a
+sub-agent's its own): a match no deeper is ambiguous.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def file_candidates(
-    a: dict[str, Any], calls: list[int], starts: np.ndarray, common: int
+    a: dict[str, Any], calls: list[int], starts: np.ndarray, common: np.ndarray
 ) -> Counter[str]:
     """The partial matches among one file's ``calls`` (module doc), counted by kind; a match
-    no deeper than ``common`` blocks (a prefix every session shares) is ambiguous."""
+    of call ``i`` no deeper than ``common[i]`` blocks (a prefix every session shares) is
+    ambiguous."""
     c: Counter[str] = Counter()
     prompt = lambda i: a["ids"][starts[i] : starts[i + 1]]  # noqa: E731
     order = sorted(calls, key=lambda i: (a["t"][i], i))
@@ -75,7 +77,7 @@ def file_candidates(
         if not matches or matches[0][0] == 0:
             continue
         depth, s_star = matches[0]
-        if (len(matches) > 1 and matches[1][0] == depth) or depth <= common:
+        if (len(matches) > 1 and matches[1][0] == depth) or depth <= common[i]:
             continue  # ambiguous: another program shares as much
         pinned = len(prompt(latest[s_star]))
         if continues_context(pinned, min(depth, pinned)):
@@ -111,9 +113,12 @@ def main() -> int:
     for i in range(len(a["len"])):
         by_file.setdefault(int(a["file_no"][i]), []).append(i)
     total: Counter[str] = Counter()
-    for f, calls in by_file.items():
-        common = {"none": 0, "tools": int(a["prefix_blocks"][f])}.get(args.common)
-        total += file_candidates(a, calls, starts, int(args.common) if common is None else common)
+    if args.common == "tools":
+        common = a["common"]  # (each call's session's own: bench/linkage.py's)
+    else:
+        common = np.full(len(a["len"]), 0 if args.common == "none" else int(args.common))
+    for calls in by_file.values():
+        total += file_candidates(a, calls, starts, common)
     total["calls"] = len(a["len"])
     print(json.dumps(dict(total)))
     return 0
