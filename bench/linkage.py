@@ -28,7 +28,7 @@ common; docs/investigations/program-linkage.md.)
 
 Outputs (``--outputs``): a call is reported finished with its prompt *and its output's*
 blocks, as an engine reports it (``finished(..., prompt_blocks=...)``).  The trace records no
-output hashes, so a call's ``output_tokens // 64`` output blocks are taken from where the
+output hashes, so a call's ``output_tokens // block_size`` output blocks are taken from where the
 session's next call carries them — its blocks after this call's prompt, when it begins with
 every block of that prompt — else (no next call, or one that does not extend the prompt)
 made ids of the call's own.  That assumes a chat template re-renders an output as the engine
@@ -68,9 +68,8 @@ COMMON_BASE = 1 << 62
 SUB_COMMON = 1 << 40
 #: the ids of outputs no later call carries (``--outputs``): ``OWN_BASE | call << 20 | block``
 OWN_BASE = 1 << 61
-OUTPUT_BLOCK_TOKENS = 64
 #: the trace cache's name for ``_build_sessions``' arrays (bench/supersede_linkage.py's too)
-SESSIONS_CACHE = "linkage-sessions-v5"
+SESSIONS_CACHE = "linkage-sessions-v6"
 
 
 class Prompt:
@@ -117,7 +116,7 @@ def carried_blocks(ids: np.ndarray, next_ids: np.ndarray | None, blocks: int) ->
 def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
     ids: list[np.ndarray] = []
     rows: dict[str, list[Any]] = {
-        k: [] for k in ("len", "t", "api", "session", "file_no", "out", "common", "sub")
+        k: [] for k in ("len", "t", "api", "session", "file_no", "out_blocks", "common", "sub")
     }
     sessions: dict[str, int] = {}
     files = sorted(x for x in folder.iterdir() if x.name.endswith(".json.gz"))
@@ -130,7 +129,7 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
             rows["api"].append(rec.api_time_s or 0.0)
             rows["session"].append(s)
             rows["file_no"].append(f_no)
-            rows["out"].append(rec.output_tokens)
+            rows["out_blocks"].append(rec.output_tokens // rec.block_tokens)
             rows["common"].append(rec.common_prefix_tokens // rec.block_tokens)
             rows["sub"].append("/" in rec.session_id)  # (the reader's name for a sub-agent)
     return {
@@ -140,7 +139,7 @@ def _build_sessions(folder: Path) -> dict[str, np.ndarray]:
         "api": np.asarray(rows["api"], dtype=np.float64),
         "session": np.asarray(rows["session"], dtype=np.int64),
         "file_no": np.asarray(rows["file_no"], dtype=np.int64),
-        "out": np.asarray(rows["out"], dtype=np.int64),
+        "out_blocks": np.asarray(rows["out_blocks"], dtype=np.int64),
         "common": np.asarray(rows["common"], dtype=np.int64),
         "sub": np.asarray(rows["sub"], dtype=np.bool_),
     }
@@ -198,7 +197,7 @@ def agentic(args: argparse.Namespace) -> dict[str, Any]:
             return prompt(i)
         j = next_call.get(i)
         after = None if j is None else prompt(j)
-        return prompt(i).with_output(after, int(a["out"][i]) // OUTPUT_BLOCK_TOKENS, i)
+        return prompt(i).with_output(after, int(a["out_blocks"][i]), i)
 
     last_session: dict[Any, int] = {}  # program key -> session of its latest call
     key_of: dict[int, Any] = {}

@@ -91,11 +91,21 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def read_cost_ns(clock: Any) -> int:
+    """What one read of ``clock`` costs, ns (the median of 10,001): taken off each timing."""
+    return sorted(-(clock() - clock()) for _ in range(10_001))[5_000]
+
+
+def median_us(ns: list[float]) -> float:
+    """The median of per-call nanoseconds (sorted), in microseconds."""
+    return ns[len(ns) // 2] / 1000
+
+
 def floor_us(mod: Any, batches: int, batch: int, items: str) -> None:
     """``--floor`` (module doc): per call, the median batch's mean, microseconds."""
     linker: Any = mod.ProgramLinker()
     clock = time.thread_time_ns
-    empty = sorted(-(clock() - clock()) for _ in range(10_001))[5_000]  # a read's own cost
+    empty = read_cost_ns(clock)
     spent_len: list[float] = []
     spent_link: list[float] = []
     for b in range(batches):
@@ -117,8 +127,8 @@ def floor_us(mod: Any, batches: int, batch: int, items: str) -> None:
     spent_len.sort()
     spent_link.sort()
     print(
-        f"floor: len(prompt) {spent_len[len(spent_len) // 2] / 1000:.2f} us, "
-        f"link of an empty prompt {spent_link[len(spent_link) // 2] / 1000:.2f} us "
+        f"floor: len(prompt) {median_us(spent_len):.2f} us, "
+        f"link of an empty prompt {median_us(spent_link):.2f} us "
         f"(median of {batches} batches of {batch}, each timed right after a prompt is built)"
     )
 
@@ -126,7 +136,7 @@ def floor_us(mod: Any, batches: int, batch: int, items: str) -> None:
 def hot_us(linker: Any, p: int, n: int, batches: int, batch: int, items: str, t: float) -> None:
     """``--hot`` (module doc): per call, the median batch's mean, microseconds."""
     clock = time.thread_time_ns
-    empty = sorted(-(clock() - clock()) for _ in range(10_001))[5_000]  # a read's own cost
+    empty = read_cost_ns(clock)
     h = prompt_items(p, n + 20, items)
     spent: list[float] = []
     kinds: set[str] = set()
@@ -143,7 +153,7 @@ def hot_us(linker: Any, p: int, n: int, batches: int, batch: int, items: str, t:
         spent.append(link_ns / batch)
     spent.sort()
     print(
-        f"hot: link {spent[len(spent) // 2] / 1000:.2f} us, best {spent[0] / 1000:.2f} "
+        f"hot: link {median_us(spent):.2f} us, best {spent[0] / 1000:.2f} "
         f"(one program's call again and again, kinds {sorted(kinds)}; median of {batches} "
         f"batches of {batch})"
     )
@@ -187,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     # CPU time of this thread, not wall time: on a shared machine a wall clock also counts
     # the time the process waits for a core (the figures say which machine and load)
     clock = time.thread_time_ns
-    empty = sorted(-(clock() - clock()) for _ in range(10_001))[5_000]  # a read's own cost
+    empty = read_cost_ns(clock)
     for _ in range(args.batches):
         batch = rng.sample(range(args.programs), args.batch)
         t += 1.0
@@ -211,8 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"backend={args.backend} items={args.items} programs={linker.program_count} "
         f"turn_ends={linker.turn_end_count} points={linker.point_count} kinds={kinds}\n"
-        f"link_us median={link_ns[len(link_ns) // 2] / 1000:.2f} best={link_ns[0] / 1000:.2f} "
-        f"finished_us median={finish_ns[len(finish_ns) // 2] / 1000:.2f} "
+        f"link_us median={median_us(link_ns):.2f} best={link_ns[0] / 1000:.2f} "
+        f"finished_us median={median_us(finish_ns):.2f} "
         f"best={finish_ns[0] / 1000:.2f}\n"
         f"state_rss_mb={(rss1 - rss0) / 2**20:.0f} "
         f"per_program_bytes={(rss1 - rss0) / args.programs:.0f}"

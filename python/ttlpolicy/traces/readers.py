@@ -83,14 +83,14 @@ def _agentic_requests(
             t = _num(path, rwhere, req, "t")
             # a sub-agent has tools and a system prompt of its own (a subset of the tools, its
             # type's prompt): its own shared prefix where it records one, else its parent's
-            own = [_int(path, rwhere, req, k) for k in ("tool_tokens", "system_tokens") if k in req]
+            own = _shared_prefix_tokens(path, rwhere, req)
             subagents.append(
                 (
                     f"{session_id}/{agent}",
                     req.get("requests"),
                     offset_s + t,
                     rwhere + ".",
-                    sum(own) if own else common_tokens,
+                    common_tokens if own is None else own,
                 )
             )
             continue
@@ -113,6 +113,13 @@ def _agentic_requests(
         yield from _agentic_requests(path, sid, reqs, block_tokens, t0, swhere, scope, sub_common)
 
 
+def _shared_prefix_tokens(path: Path, where: str, obj: dict[str, Any]) -> int | None:
+    """``tool_tokens + system_tokens`` of a session (or sub-agent) record; None without
+    either."""
+    fields = [_int(path, where, obj, k) for k in ("tool_tokens", "system_tokens") if k in obj]
+    return sum(fields) if fields else None
+
+
 def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
     """Records of one agentic session file: the main conversation first, then each
     sub-agent's (as its own session)."""
@@ -131,7 +138,7 @@ def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
     # Only an explicit "global" scope lets ids meet across files.
     scope = "" if doc.get("hash_id_scope") == "global" else session_id
     # the tool definitions and system prompt every session begins with (optional fields)
-    common = sum(_int(p, "session", doc, k) for k in ("tool_tokens", "system_tokens") if k in doc)
+    common = _shared_prefix_tokens(p, "session", doc) or 0
     yield from _agentic_requests(
         p, session_id, doc.get("requests"), block_tokens, 0.0, "", scope, common
     )
