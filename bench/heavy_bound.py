@@ -159,6 +159,10 @@ class ChosenOffload(TTLPolicyOffload):
     def popped(self, call: Call, taken: bool) -> None:
         """``pop`` returns ``call`` (``taken``: past the library's head)."""
 
+    def load_control_admits(self, call: Call) -> bool:
+        """Whether load control lets ``call``'s program run now (always without it)."""
+        return self._gate is None or self.life.may_run(self._program(call), self.view.now)
+
 
 class TakenOffload(ChosenOffload):
     """ttlpolicy-offload with some waiting calls served in an order of the bench's own,
@@ -186,7 +190,7 @@ class TakenOffload(ChosenOffload):
             heapq.heappop(self._ranked)  # (popped already)
         rid = self._chosen = self._ranked[0][2]
         call = self._calls[rid]
-        if self._gate is not None and not self.life.may_run(self._program(call), self.view.now):
+        if not self.load_control_admits(call):
             self._chosen = None  # (refused: the library's head, as load control asks)
             return super().peek()
         return call

@@ -27,6 +27,7 @@ not a rule of the library:
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from heavy_bound import ChosenOffload
@@ -43,6 +44,18 @@ LC_SKIP = "+lcskip="
 def fits(view: EngineView, call: Call) -> bool:
     """Whether the call's whole prompt fits in memory now (as admission asks)."""
     return -(-call.prompt // view.config.block_tokens) <= view.free_blocks_for(call.program_id)
+
+
+def first_fitting(
+    policy: ChosenOffload, rids: Iterable[str], depth: int, key: Callable[[str], Any]
+) -> str | None:
+    """Of the first ``depth`` waiting ``rids`` by ``key``, the first whose whole prompt fits
+    now and whose program load control lets run; None if none."""
+    for rid in heapq.nsmallest(depth, rids, key=key):
+        call = policy._calls[rid]
+        if fits(policy.view, call) and policy.load_control_admits(call):
+            return rid
+    return None
 
 
 def check_depth(depth: int) -> int:
@@ -101,15 +114,8 @@ class SkipAheadOffload(ChosenOffload):
         """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
         that load control admits, named as the head (``_chosen``); None if none."""
         others = (rid for rid in self._waiting_rids if rid != head_rid)
-        now = self.view.now
-        for rid in heapq.nsmallest(self.depth, others, key=self.sched.priority):
-            call = self._calls[rid]
-            if fits(self.view, call) and (
-                self._gate is None or self.life.may_run(self._program(call), now)
-            ):
-                self._chosen = rid
-                return call
-        return None
+        self._chosen = first_fitting(self, others, self.depth, self.sched.priority)
+        return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:
         self._waiting_rids.discard(str(call.call_id))

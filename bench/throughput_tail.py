@@ -43,7 +43,6 @@ large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 import math
 import statistics
@@ -57,7 +56,7 @@ from admit_ahead import ADMIT_SKIP, make_admit_policy
 from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
-from skip_ahead import LC_SKIP, SKIP, check_depth, fits, make_skip_policy
+from skip_ahead import LC_SKIP, SKIP, check_depth, first_fitting, fits, make_skip_policy
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
@@ -216,15 +215,11 @@ class SkipCappedOffload(CappedAttainedOffload):
             return head
         head_rid = str(head.call_id)
         others = (rid for rid in self._waiting_rids if rid != head_rid)
-        now = self.view.now
-        for rid in heapq.nsmallest(self.depth, others, key=self._order_key):
-            call = self._calls[rid]
-            if fits(self.view, call) and (
-                self._gate is None or self.life.may_run(self._program(call), now)
-            ):
-                self._chosen, self._skipping = rid, True
-                return call
-        return head
+        rid = first_fitting(self, others, self.depth, self._order_key)
+        if rid is None:
+            return head
+        self._chosen, self._skipping = rid, True
+        return self._calls[rid]
 
     def popped(self, call: Call, taken: bool) -> None:
         rid = str(call.call_id)
