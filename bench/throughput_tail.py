@@ -34,8 +34,9 @@ Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VAL
 ``arrival + min(attained, S)`` instead of ``arrival + attained`` (``CappedAttainedOffload``:
 bench-side, a rule the library does not have); ``+cap=S@T`` caps only programs past ``T``
 seconds of service, ``+age=A`` (cap 0 unless given) only programs in the system longer than
-``A`` seconds (a bound for very long programs); ``+skip=K`` after either passes a head too
-large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
+``A`` seconds (a bound for very long programs); ``+w=W`` ranks them by ``arrival + W *
+attained`` (``W = 0``: the returns' arrival order); ``+skip=K`` after any of them passes a
+head too large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
 ``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s,
 ``ttlpolicy-offload[:variant][+skip=S]+admitskip=K[@P]`` ``admit_ahead``'s.
 """
@@ -109,19 +110,28 @@ class CappedAttainedOffload(TakenOffload):
     """ttlpolicy-offload whose unpinned returning calls — which the library ranks by
     ``arrival + attained`` (``serve_order="attained"``: the engine seconds the program has
     run, pop to finish or preemption, read when the call is queued) — rank instead by
-    ``arrival + min(attained, cap_s)``: past ``cap_s`` of service a program waits no longer
-    for it.  Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``):
-    preempted and pinned calls, which the library serves first, and first calls, which it
-    serves last, keep its order."""
+    ``arrival + min(weight * attained, cap_s)``: past ``cap_s`` of service a program waits
+    no longer for it, and it waits for ``weight`` of its service (1: the library's).
+    Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``): preempted
+    and pinned calls, which the library serves first, and first calls, which it serves last,
+    keep its order."""
 
     def __init__(
-        self, cap_s: float, above_s: float = 0.0, age_s: float = math.inf, **options: Any
+        self,
+        cap_s: float,
+        above_s: float = 0.0,
+        age_s: float = math.inf,
+        weight: float = 1.0,
+        **options: Any,
     ) -> None:
-        for what, value in (("cap_s", cap_s), ("above_s", above_s), ("age_s", age_s)):
+        checks = (("cap_s", cap_s), ("above_s", above_s), ("age_s", age_s), ("weight", weight))
+        for what, value in checks:
             if not value >= 0:
                 raise ValueError(f"{what} must be >= 0, got {value!r}")
         super().__init__(**options)
         self.cap_s = cap_s
+        #: the share of its service a program's returns wait for (1: the library's order)
+        self.weight = weight
         #: the cap holds only for programs past this much service (the very long ones), or
         #: in the system (since their first call's arrival) longer than ``age_s``
         self.above_s = above_s
@@ -136,9 +146,10 @@ class CappedAttainedOffload(TakenOffload):
         # (an unpinned returning call heads the library's queue only when no preempted or
         # pinned call waits: then the waiting unpinned returns are the calls to reorder)
         if call.turn_index and not pinned:
-            attained = self._attained_s.get(call.program_id, 0.0)
+            served_s = self._attained_s.get(call.program_id, 0.0)
             age_s = now - self._first_s.get(call.program_id, now)
-            if attained > self.above_s or age_s > self.age_s:
+            attained = self.weight * served_s
+            if served_s > self.above_s or age_s > self.age_s:
                 attained = min(attained, self.cap_s)
             self.reorder(call, now + attained)
         return pinned
@@ -172,9 +183,9 @@ class SkipCappedOffload(CappedAttainedOffload):
     capped order; while pins give way the head is the order's own)."""
 
     def __init__(
-        self, depth: int, cap_s: float, above_s: float, age_s: float, **options: Any
+        self, depth: int, cap_s: float, above_s: float, age_s: float, weight: float, **options: Any
     ) -> None:
-        super().__init__(cap_s, above_s, age_s, **options)
+        super().__init__(cap_s, above_s, age_s, weight, **options)
         self.depth = check_depth(depth)
         self._waiting_rids: set[str] = set()
         self._cap_rank: dict[str, float] = {}  # reordered call -> its capped rank
@@ -233,9 +244,10 @@ class SkipCappedOffload(CappedAttainedOffload):
 def make_run_policy(name: str) -> Policy:
     """A policy from its name: ``bounds.make_variant``'s; ``...+skip=K`` / ``...+lcskip=K``
     (``skip_ahead``); ``...+admitskip=K[@P]`` (``admit_ahead``); or a ttlpolicy-offload policy
-    with ``+cap=S[@T]``, ``+age=A`` (and ``+skip=K`` after them) as ``CappedAttainedOffload``
+    with ``+cap=S[@T]``, ``+age=A``, ``+w=W`` (and ``+skip=K`` after them) as
+    ``CappedAttainedOffload``
     (``SkipCappedOffload``)."""
-    starts = [i for i in (name.find("+cap="), name.find("+age=")) if i >= 0]
+    starts = [i for i in (name.find("+cap="), name.find("+age="), name.find("+w=")) if i >= 0]
     if not starts:
         if ADMIT_SKIP in name:
             return make_admit_policy(name)
@@ -245,27 +257,32 @@ def make_run_policy(name: str) -> Policy:
     base = name[: min(starts)]
     fields = dict(w.partition("=")[::2] for w in name[min(starts) + 1 :].split("+"))
     head, _, variant = base.partition(":")
-    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "skip"}:
-        raise ValueError(f"policy {name[:64]!r}: +cap=, +age=, +skip= on ttlpolicy-offload only")
+    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "w", "skip"}:
+        raise ValueError(
+            f"policy {name[:64]!r}: +cap=, +age=, +w=, +skip= on ttlpolicy-offload only"
+        )
     cap, _, above = fields.get("cap", "0").partition("@")
     try:
         cap_s = float(cap)
         above_s = float(above or (0 if "cap" in fields else math.inf))
         age_s = float(fields.get("age", math.inf))
+        weight = float(fields.get("w", 1.0))
         depth = int(fields.get("skip", 0))
     except ValueError:
         raise ValueError(
-            f"policy {name[:64]!r}: cap or age {str(fields)[:64]} is not seconds, or skip "
+            f"policy {name[:64]!r}: cap, age or w {str(fields)[:64]} is not a number, or skip "
             "not an integer"
         ) from None
     if "skip" in fields:
         check_depth(depth)
         policy = make_ttlpolicy(
-            head, variant, cls=lambda **o: SkipCappedOffload(depth, cap_s, above_s, age_s, **o)
+            head,
+            variant,
+            cls=lambda **o: SkipCappedOffload(depth, cap_s, above_s, age_s, weight, **o),
         )
     else:
         policy = make_ttlpolicy(
-            head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, above_s, age_s, **o)
+            head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, above_s, age_s, weight, **o)
         )
     policy.name = name
     return policy

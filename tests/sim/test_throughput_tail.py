@@ -153,6 +153,17 @@ def test_a_cap_above_a_threshold_or_past_an_age_holds_for_long_programs_only() -
     assert two_returns("ttlpolicy-offload:admission+age=1e18") == library
 
 
+def test_a_weight_on_attained_service_scales_how_long_returns_wait_for_it() -> None:
+    library = two_returns("ttlpolicy-offload:admission")
+    by_arrival = two_returns("ttlpolicy-offload:admission+cap=0")
+    assert two_returns("ttlpolicy-offload:admission+w=1") == library
+    assert two_returns("ttlpolicy-offload:admission+w=0") == by_arrival
+    # hog's return came 0.1 s before light's, with ~1,000 tokens more service: a weight that
+    # scales that lead below 0.1 s puts hog first, one that keeps it above does not
+    assert two_returns("ttlpolicy-offload:admission+w=1e-9") == by_arrival
+    assert two_returns("ttlpolicy-offload:admission+w=0.5") == library
+
+
 def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
     # (a holds 150 of 200 blocks for 400 steps; b's whole prompt does not fit beside it,
     # c's does: with a skip c passes b, in the capped order as in the library's)
@@ -173,10 +184,12 @@ def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
 
 @pytest.mark.parametrize(
     ("name", "match"),
-    [("mori+cap=5", "ttlpolicy-offload only"), ("ttlpolicy-offload+cap=x", "not seconds"),
+    [("mori+cap=5", "ttlpolicy-offload only"), ("ttlpolicy-offload+cap=x", "not a number"),
      ("ttlpolicy-offload+cap=-1", "cap_s must be >= 0"),
      ("ttlpolicy-offload+age=-1", "age_s must be >= 0"),
-     ("ttlpolicy-offload+cap=5@x", "not seconds"),
+     ("ttlpolicy-offload+w=-0.5", "weight must be >= 0"),
+     ("ttlpolicy-offload+w=x", "not a number"),
+     ("ttlpolicy-offload+cap=5@x", "not a number"),
      ("ttlpolicy-offload+cap=5+skip=0", "depth must be"),
      ("ttlpolicy-offload+cap=5+skip=y", "not an integer"),
      ("ttlpolicy-offload+cap=5+turns=3", "ttlpolicy-offload only")],
