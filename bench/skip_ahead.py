@@ -27,7 +27,7 @@ not a rule of the library:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from heavy_bound import ChosenOffload
@@ -47,12 +47,17 @@ def fits(view: EngineView, call: Call) -> bool:
 
 
 def first_fitting(
-    policy: ChosenOffload, rids: Iterable[str], depth: int, key: Callable[[str], Any]
+    policy: ChosenOffload,
+    calls: Mapping[str, Call],
+    rids: Iterable[str],
+    depth: int,
+    key: Callable[[str], Any],
 ) -> str | None:
-    """Of the first ``depth`` waiting ``rids`` by ``key``, the first whose whole prompt fits
-    now and whose program load control lets run; None if none."""
+    """Of the first ``depth`` waiting ``rids`` by ``key`` (their calls in ``calls``), the
+    first whose whole prompt fits now and whose program load control lets run; None if
+    none."""
     for rid in heapq.nsmallest(depth, rids, key=key):
-        call = policy._calls[rid]
+        call = calls[rid]
         if fits(policy.view, call) and policy.load_control_admits(call):
             return rid
     return None
@@ -114,7 +119,7 @@ class SkipAheadOffload(ChosenOffload):
         """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
         that load control admits, named as the head (``_chosen``); None if none."""
         others = (rid for rid in self._waiting_rids if rid != head_rid)
-        self._chosen = first_fitting(self, others, self.depth, self.sched.priority)
+        self._chosen = first_fitting(self, self._calls, others, self.depth, self.sched.priority)
         return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:

@@ -226,7 +226,7 @@ class SkipCappedOffload(CappedAttainedOffload):
             return head
         head_rid = str(head.call_id)
         others = (rid for rid in self._waiting_rids if rid != head_rid)
-        rid = first_fitting(self, others, self.depth, self._order_key)
+        rid = first_fitting(self, self._calls, others, self.depth, self._order_key)
         if rid is None:
             return head
         self._chosen, self._skipping = rid, True
