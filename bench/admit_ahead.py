@@ -25,7 +25,6 @@ counts the programs admitted past a refused head.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 from heavy_bound import ChosenOffload
@@ -115,8 +114,8 @@ class AdmitAheadOffload(SkipAheadOffload):
         now = self.view.now
         room = gate.total_blocks - gate.working_set_blocks(now)
         mean = self._mean_blocks()
-        others = (rid for rid in self._waiting_rids if rid != head_rid)
-        for rid in heapq.nsmallest(self.admit_depth, others, key=self.sched.priority):
+        ahead = self.sched.first_waiting(self.admit_depth + 1)
+        for rid in [rid for rid in ahead if rid != head_rid][: self.admit_depth]:
             call = self._calls[rid]
             pid = self._program(call)
             if pid == head_pid or not fits(self.view, call):

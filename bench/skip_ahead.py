@@ -76,21 +76,11 @@ class SkipAheadOffload(ChosenOffload):
         super().__init__(**options)
         self.depth = check_depth(depth)
         self.past_refusal = past_refusal
-        self._waiting_rids: set[str] = set()
         self._giving_way = False
         #: admissions past the library's head; of them, past a head load control refused
         self.skips = 0
         self.lcskips = 0
         self._past_refused = False
-
-    def arrive(self, call: Call, now: float) -> bool:
-        pinned = super().arrive(call, now)
-        self._waiting_rids.add(str(call.call_id))
-        return pinned
-
-    def requeue(self, call: Call, now: float) -> None:
-        super().requeue(call, now)
-        self._waiting_rids.add(str(call.call_id))
 
     def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
         self._giving_way = True  # (pins give way for the library's head, as without a skip)
@@ -118,12 +108,13 @@ class SkipAheadOffload(ChosenOffload):
     def _skip(self, head_rid: str) -> Call | None:
         """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
         that load control admits, named as the head (``_chosen``); None if none."""
-        others = (rid for rid in self._waiting_rids if rid != head_rid)
+        # (the library's next waiting calls in its order: O(depth log depth), not a scan)
+        ahead = self.sched.first_waiting(self.depth + 1)
+        others = [rid for rid in ahead if rid != head_rid][: self.depth]
         self._chosen = first_fitting(self, self._calls, others, self.depth, self.sched.priority)
         return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:
-        self._waiting_rids.discard(str(call.call_id))
         self.skips += taken
         self.lcskips += taken and self._past_refused
 

@@ -100,6 +100,7 @@ def scheduler_snapshot(s: Any) -> tuple:
             s.mean_active_blocks,
             s.pins(),
             s.peek(),
+            s.first_waiting(8),
             s.serve_order,
         )
     )

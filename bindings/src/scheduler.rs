@@ -485,6 +485,14 @@ impl PyProgramScheduler {
         Ok(popped.map(|id| PyString::new(py, &id).unbind()))
     }
 
+    /// Up to ``n`` waiting requests, in the order ``pop`` would return them if nothing
+    /// changed: what a caller may run out of turn (``take``) when the head cannot run.
+    /// Changes nothing.
+    fn first_waiting(&self, n: Arg<i64>) -> PyResult<Vec<String>> {
+        let waiting = call1("n", n, |n| self.inner.first_waiting(n))?;
+        Ok(waiting.iter().map(|s| s.to_string()).collect())
+    }
+
     /// Up to ``n`` requests, as ``pop`` would return them one by one.
     fn pop_many(
         slf: &Bound<'_, Self>,

@@ -291,6 +291,20 @@ def test_batched_forms(impl):
     assert s.pop_many(5, 2.0) == ["r1", "r3"]
 
 
+def test_first_waiting_is_the_pop_order_and_changes_nothing(impl):
+    s, _ = make(impl)
+    for i, (rid, pid) in enumerate([("b1", "B"), ("a1", "A"), ("c1", "C"), ("b2", "B")]):
+        s.arrive(rid, pid, float(i), 1)
+    s.arrive("d1", "D", 4.0, 1)
+    s.abort("c1")  # (buried in the native heap: passed over, not returned)
+    before = snapshot(s)
+    assert s.first_waiting(0) == []
+    assert s.first_waiting(3) == ["b1", "b2", "a1"]
+    assert snapshot(s) == before
+    assert s.first_waiting(10) == s.pop_many(10, 5.0) == ["b1", "b2", "a1", "d1"]
+    assert s.first_waiting(1) == []
+
+
 def test_policy_object_is_shared(impl):
     s, policy = make(impl)
     assert s.policy is policy
@@ -346,6 +360,8 @@ BAD_CALLS = [
     (ValueError, lambda s: s.preempt("c1", 4.0)),  # waiting
     (ValueError, lambda s: s.preempt("b1", 1.0)),
     (ValueError, lambda s: s.pop(1.0)),
+    (ValueError, lambda s: s.first_waiting(-1)),
+    (TypeError, lambda s: s.first_waiting(1.5)),
     (ValueError, lambda s: s.pop_many(-1, 4.0)),
     (ValueError, lambda s: s.pop_many(1, 1.0)),
     (ValueError, lambda s: s.expire(1.0)),

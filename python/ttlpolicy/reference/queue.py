@@ -50,6 +50,10 @@ class WaitingQueue:
             heapq.heappop(heap)  # stale: removed, or re-queued with another key
         return None
 
+    def smallest(self, n: int) -> list[str]:
+        """The ``n`` live request ids of the smallest keys, smallest first."""
+        return [key[-1] for key in heapq.nsmallest(n, self._keys.values())]
+
     def pop(self) -> str | None:
         request_id = self.peek()
         if request_id is not None:

@@ -416,6 +416,12 @@ class ProgramScheduler:
         """The request ``pop`` would return, or None when nothing waits."""
         return self._queue.peek()
 
+    def first_waiting(self, n: Any) -> list[str]:
+        """Up to ``n`` waiting requests, in the order ``pop`` would return them if nothing
+        changed: what a caller may run out of turn (``take``) when the head cannot run.
+        Changes nothing."""
+        return self._queue.smallest(int_in("n", n, 0, MAX_BLOCKS))
+
     def pop(self, now: Any) -> str | None:
         """The waiting request with the smallest priority tuple, now running; None if none."""
         t = self._check_now(now)

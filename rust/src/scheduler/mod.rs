@@ -612,6 +612,18 @@ impl ProgramScheduler {
         self.queue.peek().map(|(_, k)| &k.request_id)
     }
 
+    /// Up to `n` waiting requests, in the order `pop` would return them if nothing changed:
+    /// what a caller may run out of turn (`take`) when the head cannot run. Changes nothing.
+    pub fn first_waiting(&self, n: i64) -> Result<Vec<Arc<str>>> {
+        let count = int_in("n", n, 0, MAX_BLOCKS)? as usize;
+        Ok(self
+            .queue
+            .smallest(count)
+            .into_iter()
+            .map(|k| k.request_id.clone())
+            .collect())
+    }
+
     /// The waiting request with the smallest priority tuple, now running.
     pub fn pop(&mut self, policy: &mut TTLPolicy, now: f64) -> Result<Option<Arc<str>>> {
         let t = self.check_now(now)?;

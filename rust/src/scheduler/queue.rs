@@ -11,7 +11,8 @@
 //! taken until the heap gives it back ([`IndexedHeap::drain_freed`]), so a slab slot is not
 //! reused while its dead entry still names it.
 
-use std::cmp::Ordering;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
 
 const ABSENT: usize = usize::MAX;
 /// The bit of an entry's handle that marks it dead (buried).
@@ -172,6 +173,30 @@ impl<K: Ord> IndexedHeap<K> {
     /// The buried handles whose entries have left the heap: free to reuse now.
     pub fn drain_freed(&mut self) -> std::vec::Drain<'_, usize> {
         self.freed.drain(..)
+    }
+
+    /// The `n` smallest live keys, smallest first: a walk down from the top that keeps the
+    /// frontier in a small heap, so it reads O(n log n) entries whatever the heap's size
+    /// (a dead entry is passed, its children read: its key still bounds theirs).
+    pub fn smallest(&self, n: usize) -> Vec<&K> {
+        let mut out = Vec::with_capacity(n.min(self.len()));
+        let mut frontier: BinaryHeap<Reverse<(&K, usize)>> = BinaryHeap::new();
+        if let Some((k, _)) = self.heap.first() {
+            frontier.push(Reverse((k, 0)));
+        }
+        while out.len() < n {
+            let Some(Reverse((k, i))) = frontier.pop() else {
+                break;
+            };
+            if self.heap[i].1 & DEAD == 0 {
+                out.push(k);
+            }
+            let first_child = ARITY * i + 1;
+            for c in first_child..(first_child + ARITY).min(self.heap.len()) {
+                frontier.push(Reverse((&self.heap[c].0, c)));
+            }
+        }
+        out
     }
 
     /// Every live entry, in heap (not sorted) order.
@@ -383,6 +408,14 @@ mod tests {
             }
             for &h in &buried {
                 assert!(!heap.contains(h));
+            }
+            if step % 16 == 0 {
+                // the smallest live keys, in order, past the buried ones
+                let mut keys: Vec<u64> = model.iter().map(|&(k, _)| k).collect();
+                keys.sort_unstable();
+                let n = (lcg(&mut seed) % 40) as usize;
+                let got: Vec<u64> = heap.smallest(n).into_iter().copied().collect();
+                assert_eq!(got, keys[..n.min(keys.len())], "step {step}");
             }
         }
     }
