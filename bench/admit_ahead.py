@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from heavy_bound import ChosenOffload
-from skip_ahead import SKIP, SkipAheadOffload, check_depth, fits
+from skip_ahead import SKIP, SkipAheadOffload, check_depth, fits, waiting_after
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.interface import Policy, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
@@ -114,8 +114,7 @@ class AdmitAheadOffload(SkipAheadOffload):
         now = self.view.now
         room = gate.total_blocks - gate.working_set_blocks(now)
         mean = self._mean_blocks()
-        ahead = self.sched.first_waiting(self.admit_depth + 1)
-        for rid in [rid for rid in ahead if rid != head_rid][: self.admit_depth]:
+        for rid in waiting_after(self.sched, head_rid, self.admit_depth):
             call = self._calls[rid]
             pid = self._program(call)
             if pid == head_pid or not fits(self.view, call):

@@ -27,7 +27,7 @@ not a rule of the library:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from heavy_bound import ChosenOffload
@@ -46,17 +46,18 @@ def fits(view: EngineView, call: Call) -> bool:
     return -(-call.prompt // view.config.block_tokens) <= view.free_blocks_for(call.program_id)
 
 
+def waiting_after(sched: Any, head_rid: str, depth: int) -> list[str]:
+    """The library's next ``depth`` waiting calls after ``head_rid``, in its order (the
+    scheduler's ``first_waiting``: no scan of the queue)."""
+    return [rid for rid in sched.first_waiting(depth + 1) if rid != head_rid][:depth]
+
+
 def first_fitting(
-    policy: ChosenOffload,
-    calls: Mapping[str, Call],
-    rids: Iterable[str],
-    depth: int,
-    key: Callable[[str], Any],
+    policy: ChosenOffload, calls: Mapping[str, Call], rids: Iterable[str]
 ) -> str | None:
-    """Of the first ``depth`` waiting ``rids`` by ``key`` (their calls in ``calls``), the
-    first whose whole prompt fits now and whose program load control lets run; None if
-    none."""
-    for rid in heapq.nsmallest(depth, rids, key=key):
+    """Of ``rids`` (in the order to try them; their calls in ``calls``), the first whose whole
+    prompt fits now and whose program load control lets run; None if none."""
+    for rid in rids:
         call = calls[rid]
         if fits(policy.view, call) and policy.load_control_admits(call):
             return rid
@@ -108,10 +109,8 @@ class SkipAheadOffload(ChosenOffload):
     def _skip(self, head_rid: str) -> Call | None:
         """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
         that load control admits, named as the head (``_chosen``); None if none."""
-        # (the library's next waiting calls in its order: O(depth log depth), not a scan)
-        ahead = self.sched.first_waiting(self.depth + 1)
-        others = [rid for rid in ahead if rid != head_rid][: self.depth]
-        self._chosen = first_fitting(self, self._calls, others, self.depth, self.sched.priority)
+        others = waiting_after(self.sched, head_rid, self.depth)
+        self._chosen = first_fitting(self, self._calls, others)
         return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:

@@ -44,6 +44,7 @@ head too large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import math
 import statistics
@@ -226,7 +227,8 @@ class SkipCappedOffload(CappedAttainedOffload):
             return head
         head_rid = str(head.call_id)
         others = (rid for rid in self._waiting_rids if rid != head_rid)
-        rid = first_fitting(self, self._calls, others, self.depth, self._order_key)
+        ranked = heapq.nsmallest(self.depth, others, key=self._order_key)
+        rid = first_fitting(self, self._calls, ranked)
         if rid is None:
             return head
         self._chosen, self._skipping = rid, True
