@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from heavy_bound import ChosenOffload
-from skip_ahead import SKIP, SkipAheadOffload, check_depth, fits, waiting_after
+from skip_ahead import SKIP, SkipAheadOffload, check_depth, waiting_after
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.interface import Policy, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
@@ -41,13 +41,15 @@ DEFAULT_PASSES = 8
 class AdmitAheadOffload(SkipAheadOffload):
     """``ttlpolicy-offload[:variant][+skip=S]+admitskip=K[@P]`` (module doc)."""
 
-    def __init__(self, depth: int, max_passes: int, skip_depth: int = 0, **options: Any) -> None:
-        super().__init__(skip_depth or 1, **options)
+    def __init__(
+        self, depth: int, max_passes: int, large_skip_depth: int = 0, **options: Any
+    ) -> None:
+        super().__init__(large_skip_depth or 1, **options)
         self.admit_depth = check_depth(depth)
         if not isinstance(max_passes, int) or max_passes < 0:
             raise ValueError(f"max_passes must be an integer >= 0, got {max_passes!r}")
         self.max_passes = max_passes
-        self.skip_depth = skip_depth
+        self.large_skip_depth = large_skip_depth
         #: program -> its footprint (load control's ``blocks``); program -> live calls
         self._footprint_blocks: dict[str, int] = {}
         self._live: dict[str, int] = {}
@@ -79,7 +81,7 @@ class AdmitAheadOffload(SkipAheadOffload):
 
     def peek(self) -> Call | None:
         self._admitting = None
-        if self.skip_depth:
+        if self.large_skip_depth:
             head = super().peek()
         else:
             self._chosen, self._past_refused = None, False
@@ -117,7 +119,7 @@ class AdmitAheadOffload(SkipAheadOffload):
         for rid in waiting_after(self.sched, head_rid, self.admit_depth):
             call = self._calls[rid]
             pid = self._program(call)
-            if pid == head_pid or not fits(self.view, call):
+            if pid == head_pid or not self.prompt_fits(rid):
                 continue
             if gate.admitted(pid) or max(self._footprint_blocks.get(pid, 0), mean) <= room:
                 self._chosen, self._admitting = rid, (rid, pid)

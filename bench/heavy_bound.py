@@ -143,6 +143,10 @@ class ChosenOffload(TTLPolicyOffload):
     ``take``; ``popped`` hears each call popped, and whether it was so taken."""
 
     def __init__(self, **options: Any) -> None:
+        # (the library's skip past a large head stays off: these variants order by their own
+        # rules, and the rows measured with them were measured so)
+        if options.get("skip_depth") is None:
+            options["skip_depth"] = 0
         super().__init__(**options)
         self._chosen: str | None = None
 
@@ -158,10 +162,6 @@ class ChosenOffload(TTLPolicyOffload):
 
     def popped(self, call: Call, taken: bool) -> None:
         """``pop`` returns ``call`` (``taken``: past the library's head)."""
-
-    def load_control_admits(self, call: Call) -> bool:
-        """Whether load control lets ``call``'s program run now (always without it)."""
-        return self._gate is None or self.life.may_run(self._program(call), self.view.now)
 
 
 class TakenOffload(ChosenOffload):
@@ -190,7 +190,7 @@ class TakenOffload(ChosenOffload):
             heapq.heappop(self._ranked)  # (popped already)
         rid = self._chosen = self._ranked[0][2]
         call = self._calls[rid]
-        if not self.load_control_admits(call):
+        if not self.may_run(rid):
             self._chosen = None  # (refused: the library's head, as load control asks)
             return super().peek()
         return call

@@ -5,15 +5,14 @@ points").
 vLLM admits waiting requests in its queue's order and stops at the first whose whole prompt
 does not fit (``scheduler_reserve_full_isl``; the simulator's ``Engine._admit`` does the
 same), so one large head keeps every call behind it waiting though free and free cached
-blocks would hold some of them (``bench/batch_wait.py`` counts how often).  The engine need
-not change for a skip: the order is the policy's (``TTLScheduler`` orders vLLM's waiting
-queue), so a policy may name as its head the first of the next ``depth`` waiting calls, in
-its own order, whose whole prompt fits — when its own head does not.  Bench-side variants,
-not a rule of the library:
+blocks would hold some of them (``bench/batch_wait.py`` counts how often).  The skip is now
+the library's rule (``ttlpolicy.serving.skip_ahead``: the adapters and the simulator's
+ttlpolicy take it by default with a tier; ``ttlpolicy-offload:skip=0`` is the order before
+it).  This module keeps the bench's variants of it, each through that rule:
 
-* ``ttlpolicy-offload[:variant]+skip=K`` — through the scheduler's ``take``; a call load
-  control refuses is not taken; while pins give way before a step (``give_way``) the head is
-  the library's, so pins are still released for it;
+* ``ttlpolicy-offload[:variant]+skip=K`` — the rule with depth K, for the bench's other
+  orders to build on (``throughput_tail``, ``admit_ahead``: their variants run without the
+  library's skip unless they name ``+skip=K``);
 * ``ttlpolicy-offload[:variant]+lcskip=K`` — the same, and past a head that load control
   refuses too: the first of the next K waiting calls that fits and that load control admits
   (``ProgramLifecycle.may_run``) runs.  Load control admits programs first-come-first-served
@@ -27,12 +26,12 @@ not a rule of the library:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
 from typing import Any
 
 from heavy_bound import ChosenOffload
+from ttlpolicy.serving.skip_ahead import skip_past
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.interface import EngineView, Policy, Unpin
+from ttlpolicy.sim.interface import EngineView, Policy
 from ttlpolicy.sim.policies.mori import Mori
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 
@@ -52,18 +51,6 @@ def waiting_after(sched: Any, head_rid: str, depth: int) -> list[str]:
     return [rid for rid in sched.first_waiting(depth + 1) if rid != head_rid][:depth]
 
 
-def first_fitting(
-    policy: ChosenOffload, calls: Mapping[str, Call], rids: Iterable[str]
-) -> str | None:
-    """Of ``rids`` (in the order to try them; their calls in ``calls``), the first whose whole
-    prompt fits now and whose program load control lets run; None if none."""
-    for rid in rids:
-        call = calls[rid]
-        if fits(policy.view, call) and policy.load_control_admits(call):
-            return rid
-    return None
-
-
 def check_depth(depth: int) -> int:
     if not isinstance(depth, int) or depth < 1:
         raise ValueError(f"skip depth must be an integer >= 1, got {depth!r}")
@@ -77,18 +64,10 @@ class SkipAheadOffload(ChosenOffload):
         super().__init__(**options)
         self.depth = check_depth(depth)
         self.past_refusal = past_refusal
-        self._giving_way = False
         #: admissions past the library's head; of them, past a head load control refused
         self.skips = 0
         self.lcskips = 0
         self._past_refused = False
-
-    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
-        self._giving_way = True  # (pins give way for the library's head, as without a skip)
-        try:
-            super().give_way(step_blocks, now, unpin)
-        finally:
-            self._giving_way = False
 
     def peek(self) -> Call | None:
         self._chosen = None
@@ -102,15 +81,14 @@ class SkipAheadOffload(ChosenOffload):
                 return None  # (without ``past_refusal`` nobody passes a refused head)
             self._past_refused = True
             return self._skip(library_head) or None
-        if fits(self.view, head):
+        if self.prompt_fits(str(head.call_id)):
             return head
         return self._skip(str(head.call_id)) or head
 
     def _skip(self, head_rid: str) -> Call | None:
-        """The first of the next ``depth`` waiting calls after ``head_rid`` that fits and
-        that load control admits, named as the head (``_chosen``); None if none."""
-        others = waiting_after(self.sched, head_rid, self.depth)
-        self._chosen = first_fitting(self, self._calls, others)
+        """The library's skip (``skip_ahead.skip_past``) past ``head_rid``, named as the head
+        (``_chosen``); None if none."""
+        self._chosen = skip_past(self.sched, head_rid, self.depth, self.prompt_fits, self.may_run)
         return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:

@@ -58,11 +58,11 @@ from admit_ahead import ADMIT_SKIP, make_admit_policy
 from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
-from skip_ahead import LC_SKIP, SKIP, check_depth, first_fitting, fits, make_skip_policy
+from skip_ahead import LC_SKIP, SKIP, check_depth, make_skip_policy
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
-from ttlpolicy.sim.interface import Policy, StepPlan, Unpin, Verdict
+from ttlpolicy.sim.interface import Policy, StepPlan, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 from ttlpolicy.sim.workload import Program, poisson_arrivals
 
@@ -190,7 +190,6 @@ class SkipCappedOffload(CappedAttainedOffload):
         self.depth = check_depth(depth)
         self._waiting_rids: set[str] = set()
         self._cap_rank: dict[str, float] = {}  # reordered call -> its capped rank
-        self._giving_way = False
         self._skipping = False
         #: admissions past the capped order's head
         self.skips = 0
@@ -208,13 +207,6 @@ class SkipCappedOffload(CappedAttainedOffload):
         super().requeue(call, now)
         self._waiting_rids.add(str(call.call_id))
 
-    def give_way(self, step_blocks: int, now: float, unpin: Unpin) -> None:
-        self._giving_way = True
-        try:
-            super().give_way(step_blocks, now, unpin)
-        finally:
-            self._giving_way = False
-
     def _order_key(self, rid: str) -> tuple:
         key = self.sched.priority(rid)
         rank = self._cap_rank.get(rid)
@@ -223,12 +215,13 @@ class SkipCappedOffload(CappedAttainedOffload):
     def peek(self) -> Call | None:
         self._skipping = False
         head = super().peek()
-        if head is None or self._giving_way or fits(self.view, head):
+        if head is None or self._giving_way or self.prompt_fits(str(head.call_id)):
             return head
         head_rid = str(head.call_id)
         others = (rid for rid in self._waiting_rids if rid != head_rid)
         ranked = heapq.nsmallest(self.depth, others, key=self._order_key)
-        rid = first_fitting(self, self._calls, ranked)
+        # (the library's skip, ``skip_ahead.skip_past``, over the capped order)
+        rid = next((r for r in ranked if self.prompt_fits(r) and self.may_run(r)), None)
         if rid is None:
             return head
         self._chosen, self._skipping = rid, True

@@ -15,6 +15,7 @@ KNOBS = (
     "TTLPOLICY_POLICY",
     "TTLPOLICY_METRICS",
     "TTLPOLICY_TENANT_WEIGHTS",
+    "TTLPOLICY_SKIP_DEPTH",
 )
 
 
@@ -29,6 +30,7 @@ def test_unset_knobs_take_their_defaults_and_load_control_is_on() -> None:
     assert knobs.pin_budget_fraction == 0.5 and knobs.log_interval_s == 10.0
     assert knobs.policy.admission and knobs.policy.evict_by_next_use
     assert knobs.policy.prefill_chunk_tokens is None and knobs.policy.serve_order == "program"
+    assert knobs.skip_depth == 0  # (no reload tier: the skip was measured with one)
 
 
 def test_the_engine_passes_its_chunk_and_tier_through(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,6 +40,11 @@ def test_the_engine_passes_its_chunk_and_tier_through(monkeypatch: pytest.Monkey
     assert knobs.pin_budget_fraction == 0.25
     assert not knobs.policy.admission and knobs.policy.evict_by_next_use  # the JSON wins
     assert knobs.policy.prefill_chunk_tokens == 2048 and knobs.policy.serve_order == "attained"
+    assert knobs.skip_depth == 8  # (skip_ahead.SKIP_DEPTH with a reload tier)
+    monkeypatch.setenv("TTLPOLICY_SKIP_DEPTH", " 0 ")
+    assert EngineKnobs.from_env(2048, reload_tier=True).skip_depth == 0  # the knob wins
+    monkeypatch.setenv("TTLPOLICY_SKIP_DEPTH", "3")
+    assert EngineKnobs.from_env().skip_depth == 3
 
 
 @pytest.mark.parametrize(
@@ -47,6 +54,9 @@ def test_the_engine_passes_its_chunk_and_tier_through(monkeypatch: pytest.Monkey
         ("TTLPOLICY_PIN_BUDGET_FRACTION", "half", "must be a number in [0.0, 1.0], got 'half'"),
         ("TTLPOLICY_PIN_BUDGET_FRACTION", "nan", "must be in [0.0, 1.0], got nan"),
         ("TTLPOLICY_LOG_INTERVAL_S", "-1", "must be in [0.0, 1000000000.0], got -1.0"),
+        ("TTLPOLICY_SKIP_DEPTH", "65", "must be an integer in [0, 64], got '65'"),
+        ("TTLPOLICY_SKIP_DEPTH", "2.5", "must be an integer in [0, 64], got '2.5'"),
+        ("TTLPOLICY_SKIP_DEPTH", "-1", "must be an integer in [0, 64], got '-1'"),
     ],
 )
 def test_a_bad_value_is_refused_with_the_knob_and_the_value(

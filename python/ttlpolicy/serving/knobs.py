@@ -14,6 +14,7 @@ from ..config import PolicyConfig
 from ..ids import OPEN_TENANCY, Tenancy, tenant_key
 from ..reference.tenants import MAX_TENANT_WEIGHT, check_tenant_weights
 from .record import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, RecordSettings
+from .skip_ahead import MAX_SKIP_DEPTH, skip_depth_for
 
 #: the knobs' names
 PIN_BUDGET_FRACTION = "TTLPOLICY_PIN_BUDGET_FRACTION"
@@ -27,6 +28,7 @@ INFER_PROGRAMS = "TTLPOLICY_INFER_PROGRAMS"
 RECORD = "TTLPOLICY_RECORD"
 RECORD_MAX_BYTES = "TTLPOLICY_RECORD_MAX_BYTES"
 RECORD_FILES = "TTLPOLICY_RECORD_FILES"
+SKIP_DEPTH = "TTLPOLICY_SKIP_DEPTH"
 
 
 def env_float(name: str, default: float, low: float, high: float) -> float:
@@ -42,6 +44,18 @@ def env_float(name: str, default: float, low: float, high: float) -> float:
     if not low <= value <= high:  # (NaN fails too)
         raise ValueError(f"{name} must be in [{low}, {high}], got {value!r}")
     return value
+
+
+def env_int(name: str, default: int, low: int, high: int) -> int:
+    """The environment variable ``name`` as an integer in ``[low, high]``; unset or blank:
+    ``default``.  Anything else is refused with the name and the value."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+        raise ValueError(f"{name} must be an integer in [{low}, {high}], got {raw[:64]!r}")
+    return int(text)
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -74,6 +88,9 @@ class EngineKnobs:
     # TTLPOLICY_RECORD (a directory; unset: no recording), TTLPOLICY_RECORD_MAX_BYTES,
     # TTLPOLICY_RECORD_FILES: ``ttlpolicy.serving.record``
     record: RecordSettings | None = None
+    # TTLPOLICY_SKIP_DEPTH: waiting requests asked past a head too large for memory
+    # (``skip_ahead``; 0: never); default ``SKIP_DEPTH`` with a reload tier, else 0
+    skip_depth: int = 0
 
     @classmethod
     def from_env(
@@ -93,6 +110,7 @@ class EngineKnobs:
             tenant_weights=tenant_weights_from_env(),
             infer_programs=env_bool(INFER_PROGRAMS, False),
             record=record_from_env(),
+            skip_depth=env_int(SKIP_DEPTH, skip_depth_for(reload_tier), 0, MAX_SKIP_DEPTH),
         )
 
 

@@ -110,6 +110,12 @@ METRICS: dict[str, MetricSpec] = {
         "Pins released at once because their program's new call did not continue them"
         " (compaction, an edited history, a retry from an earlier point).",
     ),
+    "queue_skips": MetricSpec(
+        P + "queue_skips",
+        "counter",
+        "Requests run past a queue head whose whole prompt did not fit the free memory"
+        " (the first of the next few that fit: TTLPOLICY_SKIP_DEPTH).",
+    ),
     "programs_ended": MetricSpec(
         P + "programs_ended", "counter", "Programs ended (last turn, abort, end of program)."
     ),

@@ -15,7 +15,10 @@ from two places:
   load control holds back: the pass stops at it, as vLLM's queue gate and the simulator
   do), and the queue is sorted by ``ProgramScheduler.priority`` — with a held-back head, the
   requests ``ttlpolicy.serving.tenant_probe`` names that load control lets run (other
-  tenants' first programs) are moved before it;
+  tenants' first programs) are moved before it; with a head load control lets run that still
+  does not fit after that, the request ``ttlpolicy.serving.skip_ahead`` names (the first of
+  the next ``TTLPOLICY_SKIP_DEPTH`` that fits and may run; on by default with HiCache) is,
+  and is taken out of turn (``ProgramScheduler.take``) when SGLang admits it;
 * SGLang's prefill admission (``may_run``, called for each candidate through the
   ``PrefillAdder.add_one_req`` hook): with load control on (``ttlpolicy.AdmissionControl``,
   the default) a request whose program the working-set rule refuses stops the pass there, as
@@ -56,6 +59,7 @@ from ttlpolicy.ids import tenant_of as tenant_of_program
 from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
+from ttlpolicy.serving.skip_ahead import HeadSkips
 from ttlpolicy.serving.tenant_probe import ask_in_turn
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
@@ -122,6 +126,8 @@ class ProgramTracker:
             else None
         )
         self.log_interval_s = knobs.log_interval_s
+        self._head_skips = HeadSkips(knobs.skip_depth)  # TTLPOLICY_SKIP_DEPTH
+        self._skipped_to: str | None = None  # the request this pass runs past a large head
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
         self._running: dict[str, Any] = {}
@@ -173,6 +179,7 @@ class ProgramTracker:
             # ``ordering``): pins released for it would lose contexts for no call
             if self._held_back(head) is None:
                 self._reclaim_for_head(head, running_batch)
+        self._past_large_head(waiting_queue, present, running_batch)
         self.note_pinned()
         if self.admission is not None:
             self.metrics.admitted_programs_now = self.admission.admitted_count
@@ -200,6 +207,35 @@ class ProgramTracker:
         if ahead:
             chosen = {id(req) for req in ahead}
             waiting_queue[:] = ahead + [req for req in waiting_queue if id(req) not in chosen]
+
+    def _past_large_head(
+        self, waiting_queue: list[Any], present: dict[str, Any], running_batch: Any
+    ) -> None:
+        """When the library's head may run but its prompt does not fit (after pins gave way
+        for it), the request ``skip_past`` names goes first this pass; the pass then stops at
+        the head (SGLang's ``NO_TOKEN``), as vLLM's scan does."""
+        self._skipped_to = None
+        if not self._head_skips.depth or not waiting_queue:
+            return
+        head = waiting_queue[0]
+        key = request_key(head.rid)
+        if key != self.programs.peek() or self._held_back(head) is not None:
+            return
+        if self._shortfall(head, running_batch)[0] <= 0:
+            return
+
+        def fits(rid: str) -> bool:
+            req = present.get(rid)
+            return req is not None and self._shortfall(req, running_batch)[0] <= 0
+
+        def may_run(rid: str) -> bool:
+            return self._held_back(present[rid]) is None
+
+        chosen = self._head_skips.choose(self.programs, key, fits, may_run)
+        if chosen is not None:
+            self._skipped_to = chosen
+            req = present[chosen]
+            waiting_queue[:] = [req, *(r for r in waiting_queue if r is not req)]
 
     def _may_run_now(self, req: Any) -> bool:
         return self._held_back(req) is None
@@ -275,21 +311,31 @@ class ProgramTracker:
         order: requests it pops that SGLang skipped go back to the queue as preempted."""
         left = set(keys)
         skipped = []
+        taken, self._skipped_to = self._skipped_to, None
+        if taken in left:  # run past a large head (``_past_large_head``): out of turn
+            self.programs.take(taken, now)
+            self._admitted(taken, now)
+            left.discard(taken)
+            self._head_skips.taken()
+            self.metrics.queue_skips += 1
         while left:
             key = self.programs.pop(now)
             if key is None:
                 break
             if key in left:
                 left.discard(key)
-                self._running[key] = self._waiting.pop(key)
-                self.life.admitted(key)
-                held_tokens = self.handover.release(key)  # its own lock holds the prefix now
-                program_id = self._program_id(key, self._info[key])
-                self.metrics.admitted(program_id, key, now, held_tokens)
+                self._admitted(key, now)
             else:
                 skipped.append(key)
         for key in skipped:
             self.programs.preempt(key, now)
+
+    def _admitted(self, key: str, now: float) -> None:
+        self._running[key] = self._waiting.pop(key)
+        self.life.admitted(key)
+        held_tokens = self.handover.release(key)  # its own lock holds the prefix now
+        program_id = self._program_id(key, self._info[key])
+        self.metrics.admitted(program_id, key, now, held_tokens)
 
     def _reclaim_for_head(self, head: Any, running_batch: Any) -> None:
         """What gives way when the queue's head could not be admitted: its uncached tokens,
@@ -299,22 +345,29 @@ class ProgramTracker:
         request would end to free memory for the head: a retracted request heads the queue,
         and prefixes held behind it can leave it too little), as
         ``ttlpolicy_vllm.TTLScheduler``'s do — ``ProgramLifecycle.give_way``'s rule."""
-        ids = array("q", head.origin_input_ids)
-        ids.extend(head.output_ids)
-        match = self._cache.match_prefix(
-            MatchPrefixParams(key=RadixKey(ids, head.extra_key, cache_salt=head.cache_salt))
-        )
-        max_new = head.sampling_params.max_new_tokens or 0
-        need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
-        if running_batch is not None:
-            need += self.page_size * len(running_batch.reqs)
-        node = match.last_device_node
+        short, node = self._shortfall(head, running_batch)
         self.give_way(
-            need - self._available_besides(node),
+            short,
             stalled=_nothing_runs(running_batch),
             keep=request_key(head.rid),
             available=lambda: self._available_besides(node),
         )
+
+    def _shortfall(self, req: Any, running_batch: Any) -> tuple[int, Any]:
+        """Tokens ``req`` lacks to be admitted now — its uncached tokens, its first decode
+        reservation (as SGLang's PrefillAdder clips it) and a page per running request,
+        beside the free plus evictable ones — and the tree node its cached prefix ends on."""
+        ids = array("q", req.origin_input_ids)
+        ids.extend(req.output_ids)
+        match = self._cache.match_prefix(
+            MatchPrefixParams(key=RadixKey(ids, req.extra_key, cache_salt=req.cache_salt))
+        )
+        max_new = req.sampling_params.max_new_tokens or 0
+        need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
+        if running_batch is not None:
+            need += self.page_size * len(running_batch.reqs)
+        node = match.last_device_node
+        return need - self._available_besides(node), node
 
     def _available_besides(self, node: Any) -> int:
         """Free plus evictable tokens once ``node``'s path is locked (admission locks the

@@ -22,6 +22,13 @@ tenants.  An anonymous request (no program id: a one-request program) is never h
 load control: at the head it is admitted whatever the working set
 (``AdmissionControl.admit``), as stock vLLM serves it.
 
+Past a head whose whole prompt does not fit the free blocks now (vLLM's scan stops at it:
+``allocate_slots`` fails) while load control lets it run, the first of the next
+``skip_depth`` waiting requests in the library's order that fits and may run goes next, out
+of turn (``ttlpolicy.serving.skip_ahead``, through ``ProgramScheduler.take``); ``fits`` says
+what fits (``TTLScheduler``: the free blocks and the request's own held chain).
+``head_request`` is the head without that skip: pins give way for the library's head.
+
 A request the library cannot track (its program tables are full: ``AdmissionControl``
 tracks at most ``MAX_PROGRAMS`` live programs, and ``arrive`` refuses a new one beyond them)
 is served as stock would, not failed: it waits *untracked*, first in first out, and is
@@ -38,6 +45,7 @@ from itertools import islice
 from typing import Any
 
 from ttlpolicy.ids import tenant_of
+from ttlpolicy.serving.skip_ahead import HeadSkips
 from ttlpolicy.serving.tenant_probe import MAX_SCANNED, ask_in_turn
 
 from .compat import Request, RequestQueue
@@ -54,6 +62,8 @@ class ProgramRequestQueue(RequestQueue):
         program_id_of: Callable[[Request], str],
         blocks_needed: Callable[[Request], int],
         anonymous: Callable[[Request], bool] = lambda request: False,
+        fits: Callable[[Request], bool] | None = None,
+        skip_depth: int = 0,
     ) -> None:
         self._life = life  # a ttlpolicy.ProgramLifecycle
         self._programs = life.scheduler
@@ -61,6 +71,8 @@ class ProgramRequestQueue(RequestQueue):
         self._program_id_of = program_id_of
         self._blocks_needed = blocks_needed
         self._anonymous = anonymous
+        self._fits = fits
+        self._head_skips = HeadSkips(skip_depth if fits is not None else 0)
         self._requests: dict[str, Request] = {}  # queued, by id
         self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
         self._removed: set[str] = set()  # removed by vLLM, not yet settled
@@ -73,6 +85,12 @@ class ProgramRequestQueue(RequestQueue):
         self._detour: str | None = None
         self._refused_programs: set[str] = set()
         self._refused_tenants: set[str] = set()
+        # the head too large for memory and the request run past it (None: none fits),
+        # asked once per admission; ``head_request`` asks with no skip
+        self._skip: tuple[str, str | None] | None = None
+        self._no_skip = False
+        #: requests run past a head too large for memory (``ttlpolicy_queue_skips``)
+        self.skips = 0
 
     # -- vLLM's RequestQueue interface ----------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -109,10 +127,16 @@ class ProgramRequestQueue(RequestQueue):
             return request
         rid = self._passing()
         if rid is None:
+            rid = self._skipping()
+            if rid is not None:
+                self._head_skips.taken()
+                self.skips += 1
+        if rid is None:
             rid = self._programs.pop(self._clock())
-        else:  # past a head load control refused (module doc)
+        else:  # past a head load control refused, or too large for memory (module doc)
             self._programs.take(rid, self._clock())
             self._detour = None
+        self._skip = None  # (memory changes with each admission: asked again)
         if rid is None:
             raise IndexError("pop from an empty queue")
         self._popped.add(rid)
@@ -121,10 +145,19 @@ class ProgramRequestQueue(RequestQueue):
     def peek_request(self) -> Request:
         if not self._tracked_first():
             return next(iter(self._untracked.values()))
-        rid = self._passing() or self._programs.peek()
+        rid = self._passing() or self._skipping() or self._programs.peek()
         if rid is None:
             raise IndexError("peek from an empty queue")
         return self._requests[rid]
+
+    def head_request(self) -> Request:
+        """What ``peek_request`` returns, with no skip past a head too large for memory: the
+        request pins give way for (module doc)."""
+        self._no_skip = True
+        try:
+            return self.peek_request()
+        finally:
+            self._no_skip = False
 
     def prepend_request(self, request: Request) -> None:
         self.add_request(request)
@@ -156,6 +189,7 @@ class ProgramRequestQueue(RequestQueue):
         """A scheduling step begins: what was refused in the last one may be asked again."""
         self._order = None
         self._detour = None
+        self._skip = None
         self._refused_programs.clear()
         self._refused_tenants.clear()
 
@@ -165,7 +199,7 @@ class ProgramRequestQueue(RequestQueue):
         head = self._programs.peek()
         if head is None or self._may_run(head):
             self._detour = None
-            return head
+            return head if head is None else self._past_large(head)
         if self._passing() is not None:
             return self._detour
         self._detour = None
@@ -183,6 +217,37 @@ class ProgramRequestQueue(RequestQueue):
         head, if still waiting: peek and pop take it without asking again, as they take the
         head the gate let run (asking twice could change load control's answer)."""
         return self._detour if self._detour in self._requests else None
+
+    def _past_large(self, head: str) -> str:
+        """``head``, or when its whole prompt does not fit now, the request ``skip_past``
+        names after it (module doc); asked once per admission (``_skip``)."""
+        if self._no_skip or not self._head_skips.depth:
+            return head
+        skip = self._skip
+        if (
+            skip is None
+            or skip[0] != head
+            or (skip[1] is not None and skip[1] not in self._requests)
+        ):
+            chosen = None
+            if head in self._requests and not self._request_fits(head):
+                chosen = self._head_skips.choose(
+                    self._programs, head, self._request_fits, self._may_run
+                )
+            skip = self._skip = (head, chosen)
+        return skip[1] or head
+
+    def _skipping(self) -> str | None:
+        """The request ``_past_large`` runs past the head, if the head is still the head."""
+        skip = self._skip
+        if self._no_skip or skip is None or skip[1] not in self._requests:
+            return None
+        return skip[1] if skip[0] == self._programs.peek() else None
+
+    def _request_fits(self, key: str) -> bool:
+        """Whether queued request ``key``'s prompt fits now (False: not queued here)."""
+        request = self._requests.get(key)
+        return request is not None and (self._fits is None or self._fits(request))
 
     def _program_of_key(self, key: str) -> str:
         return str(self._program_id_of(self._requests[key]))

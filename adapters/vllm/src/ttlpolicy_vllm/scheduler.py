@@ -184,6 +184,8 @@ class TTLScheduler(Scheduler):
             self._program_id_of,
             self._blocks_needed,
             anonymous=lambda request: request.request_id not in self._programs_of,
+            fits=self._prompt_fits,
+            skip_depth=knobs.skip_depth,
         )
         # TTLPOLICY_RECORD: the calls served, as sessions the simulator reads
         self.call_log = call_log_or_none(
@@ -200,6 +202,23 @@ class TTLScheduler(Scheduler):
     def _blocks_needed(self, request: Request) -> int:
         needed = math.ceil(request.num_tokens / self.block_size)
         return min(needed, self.total_blocks)
+
+    def _own_blocks(self, request: Request) -> int:
+        """Blocks of a waiting request's prefix that it holds already: the chain of its
+        program's pin handed over to it (held for it until it is admitted)."""
+        handed = self.life.held(scheduler_key(request.request_id))
+        return 0 if handed is None else self.pins.blocks_of(handed)
+
+    def _prompt_fits(self, request: Request) -> bool:
+        """Whether a waiting request's whole prompt fits now, as ``allocate_slots`` asks
+        (``scheduler_reserve_full_isl``): its blocks, less those it holds, within the free
+        ones (free cached blocks it would find are free blocks too), less vLLM's watermark
+        while requests run."""
+        manager = self.kv_cache_manager
+        free = manager.block_pool.get_num_free_blocks()
+        if self.running:
+            free -= getattr(manager, "watermark_blocks", 0)
+        return self._blocks_needed(request) - self._own_blocks(request) <= free
 
     # -- arrival --------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -259,6 +278,7 @@ class TTLScheduler(Scheduler):
         prefill_tokens, cached_tokens = self._after_schedule(out, self.clock())
         m = self.ttl_metrics
         m.schedule_calls += 1
+        m.queue_skips = self.waiting.skips
         self._note_gauges(self.clock())  # (load control has seen a later reading)
         t_end = time.perf_counter()  # (the gauges and publishing are the adapter's time too)
         m.adapter_s += (t_vllm - t_start) + (t_end - t_after)
@@ -303,12 +323,9 @@ class TTLScheduler(Scheduler):
         need = self._step_blocks()
         keep = None
         if self.waiting:
-            head = self.waiting.peek_request()
-            need += self._blocks_needed(head)
+            head = self.waiting.head_request()  # (the library's head: no skip past it)
+            need += self._blocks_needed(head) - self._own_blocks(head)
             keep = scheduler_key(head.request_id)
-            handed = life.held(keep)
-            if handed is not None:
-                need -= self.pins.blocks_of(handed)  # those blocks are its own prefix
         stalled = keep is not None and not self.running
         life.give_way(now, need - pool.get_num_free_blocks(), self._give_way, stalled, keep)
 
@@ -552,6 +569,7 @@ class TTLScheduler(Scheduler):
     # -- views ------------------------------------------------------------------------------
     def ttl_stats(self) -> dict[str, float]:
         """The adapter's counters (see ``AdapterMetrics``)."""
+        self.ttl_metrics.queue_skips = self.waiting.skips
         self.ttl_metrics.pinned_blocks_now = self.pins.held_blocks()
         self.ttl_metrics.pinned_programs_now = self.programs.pin_count
         if self.admission is not None and self.policy.config.admission:

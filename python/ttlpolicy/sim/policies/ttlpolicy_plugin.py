@@ -23,6 +23,7 @@ from collections.abc import Callable
 import ttlpolicy as tp
 from ttlpolicy.pin_claims import PinClaim, claim_pin, continues_context
 from ttlpolicy.prefill_sample import step_prefill_sample
+from ttlpolicy.serving.skip_ahead import HeadSkips, check_skip_depth, skip_depth_for
 
 from ..call import Call
 from ..interface import EngineView, PolicyHooks, Unpin, Verdict
@@ -42,6 +43,9 @@ class TTLPolicyPlugin(PolicyHooks):
     #: pins give way before each step (``give_way``), as TTLScheduler releases them, not
     #: when the head of the queue does not fit
     reclaims_ahead = True
+    #: whether lost blocks reload from a tier (the default skip depth's condition, as the
+    #: adapters': ``skip_ahead.skip_depth_for``)
+    reload_tier = False
     # set by ``bind``, before the engine calls anything else
     view: EngineView
     ttl_policy: tp.TTLPolicy
@@ -60,6 +64,7 @@ class TTLPolicyPlugin(PolicyHooks):
         attained_order: bool = True,
         ids: str = "explicit",
         pin_claims: str = "supersede",
+        skip_depth: int | None = None,
     ) -> None:
         if ids not in MODES:
             raise ValueError(f"ids must be one of {', '.join(MODES)}, got {ids[:64]!r}")
@@ -82,6 +87,16 @@ class TTLPolicyPlugin(PolicyHooks):
         # (``TTLPolicyOffload``; without a tier the order stays program FCFS)
         self.attained_order = attained_order and not classic
         self.pin_budget_fraction = pin_budget_fraction
+        # past a head too large for memory, the first of the next ``skip_depth`` waiting calls
+        # that fits runs (``ttlpolicy.serving.skip_ahead``; None: the engine's default)
+        self._head_skips = HeadSkips(
+            skip_depth_for(self.reload_tier) if skip_depth is None else skip_depth
+        )
+        self.skip_depth = self._head_skips.depth
+        self._skip_to: str | None = None  # the call ``peek`` named past the head, if any
+        self._giving_way = False  # (pins give way for the library's head, not a skip)
+        #: calls run past a head too large for memory
+        self.skips = 0
         # what a program's call that does not continue its pinned context does (``PIN_CLAIMS``)
         self.pin_claims = pin_claims
         # calls served as anonymous one-call programs (``refuse``): request id -> their program
@@ -255,6 +270,7 @@ class TTLPolicyPlugin(PolicyHooks):
         self.sched.preempt(str(call.call_id), now)
 
     def peek(self) -> Call | None:
+        self._skip_to = None
         rid = self.sched.peek()
         if rid is None:
             return None
@@ -269,10 +285,34 @@ class TTLPolicyPlugin(PolicyHooks):
                 self._refused_rid = rid
                 self._refused_until_s = gate.next_shrink_s(now)
                 return None
+        if self.skip_depth and not self._giving_way and not self.prompt_fits(rid):
+            self._skip_to = self._head_skips.choose(self.sched, rid, self.prompt_fits, self.may_run)
+            if self._skip_to is not None:
+                return self._calls[self._skip_to]
         return call
 
+    def prompt_fits(self, rid: str) -> bool:
+        """Whether waiting call ``rid``'s whole prompt fits in memory now (as the engine
+        admits it: free blocks, free cached ones it may evict, its program's own pinned
+        chain)."""
+        call = self._calls[rid]
+        return -(-call.prompt // self._block_tokens) <= self.view.free_blocks_for(call.program_id)
+
+    def may_run(self, rid: str) -> bool:
+        """Whether load control lets waiting call ``rid``'s program run now (always without
+        it); a yes admits the program."""
+        return self._gate is None or self.life.may_run(
+            self._program(self._calls[rid]), self.view.now
+        )
+
     def pop(self) -> Call:
-        return self._calls[self.sched.pop(self.view.now)]
+        rid, self._skip_to = self._skip_to, None
+        if rid is None:
+            return self._calls[self.sched.pop(self.view.now)]
+        self.sched.take(rid, self.view.now)  # (past the head: the others keep their places)
+        self._head_skips.taken()
+        self.skips += 1
+        return self._calls[rid]
 
     def waiting(self) -> int:
         return self.sched.waiting_count
@@ -377,7 +417,11 @@ class TTLPolicyPlugin(PolicyHooks):
         So the step's growth takes a released pin's blocks in the eviction order, not the
         chain next in it before."""
         view = self.view
-        short, head = step_shortfall(self, view, step_blocks, self._total)
+        self._giving_way = True
+        try:
+            short, head = step_shortfall(self, view, step_blocks, self._total)
+        finally:
+            self._giving_way = False
         if short <= 0:
             return
         program = None if head is None else head.program_id
@@ -460,6 +504,7 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 
     name = "ttlpolicy-offload"
     uses_cpu_tier = True
+    reload_tier = True
 
     def default_config(self, view: EngineView) -> tp.PolicyConfig:
         """The plug-in's default config (``TTLPolicyPlugin.default_config``) with the host
@@ -501,6 +546,19 @@ CLAIM_WORDS = {"refuse-claims": "refuse", "take-claims": "take"}
 EXACT = "exact"
 #: The adapter's pricing, the default; the word is kept for commands written before it was.
 ADAPTER = "adapter"
+#: A variant word that sets the skip depth (``skip=0``: never skip; the default is the
+#: adapters', ``ttlpolicy.serving.skip_ahead.skip_depth_for``)
+SKIP_WORD = "skip="
+
+
+def skip_depth_of(word: str, policy: str) -> int:
+    """The depth ``skip=K`` names, refused with the policy's name unless ``K`` is a depth."""
+    text = word[len(SKIP_WORD) :]
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{policy}: skip depth must be an integer, got {text[:32]!r}")
+    return check_skip_depth(int(text), f"{policy}: skip depth")
+
+
 #: Variant words for the program ids the policy sees (``program_ids``; default: the trace's)
 IDS_WORDS = {"inferred-ids": "inferred", "no-ids": "none"}
 
@@ -528,6 +586,7 @@ def make_ttlpolicy(
     with the simulator's exact prefill time instead of the adapter's fitted price;
     ``inferred-ids`` / ``no-ids`` give the policy linked program ids / none (``program_ids``);
     ``refuse-claims`` / ``take-claims`` what a call not continuing its pin does (``PIN_CLAIMS``);
+    ``skip=K`` the skip depth past a head too large for memory (``SKIP_WORD``);
     ``cls`` builds it instead of the base's class (``ttlpolicy_park.make_park``)."""
     if cls is None:
         cls = TTLPolicyOffload if base == "ttlpolicy-offload" else TTLPolicyPlugin
@@ -543,9 +602,17 @@ def make_ttlpolicy(
     if len(claim_words) > 1:
         raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(claim_words))} clash")
     claims = CLAIM_WORDS[claim_words.pop()] if claim_words else "supersede"
-    off = words - {EXACT, ADAPTER} - IDS_WORDS.keys() - CLAIM_WORDS.keys()  # (ADAPTER: default)
+    skip_words = {w for w in words if w.startswith(SKIP_WORD)}
+    if len(skip_words) > 1:
+        raise ValueError(f"{base}:{variant[:64]}: {' and '.join(sorted(skip_words))} clash")
+    skip = skip_words.pop() if skip_words else None
+    skip_depth = None if skip is None else skip_depth_of(skip, f"{base}:{variant[:64]}")
+    # (ADAPTER: the default)
+    off = words - {EXACT, ADAPTER, skip} - IDS_WORDS.keys() - CLAIM_WORDS.keys()
     if off == {"classic"}:
-        plugin = cls(classic=True, adapter=adapter, ids=ids, pin_claims=claims)
+        plugin = cls(
+            classic=True, adapter=adapter, ids=ids, pin_claims=claims, skip_depth=skip_depth
+        )
     else:
         unknown = off - set(MECHANISMS)
         if unknown:
@@ -561,6 +628,7 @@ def make_ttlpolicy(
             attained_order="order" not in off,
             ids=ids,
             pin_claims=claims,
+            skip_depth=skip_depth,
         )
     if words:
         plugin.name = f"{base}:{'+'.join(sorted(words))}"
