@@ -9,9 +9,10 @@ load control lets run (asked in that order: ``fits`` first) go ahead of it, thro
 ``ProgramScheduler.take`` (the others keep their places).  Past a head load control refuses
 nothing skips: load control admits programs first come, first served.
 
-On with a reload tier (``skip_depth_for``), where the runs measured it: over 32 arrival
-seeds it raised throughput 0.27/0.21 % and cut mean completion 1.1/0.7 % (8B/70B,
-docs/investigations/2026-rivals.md, "32 arrival seeds").  Bounded: ``first_waiting`` reads
+On with a reload tier (``skip_depth_for``): over 32 arrival seeds it raised throughput
+0.27/0.21 % and cut mean completion 1.1/0.7 % (8B/70B, docs/investigations/2026-rivals.md,
+"The skip made a rule").  Off without one: the call run early evicts cached contexts that
+must then be recomputed, and mean completion rose 2.6-5.1 % at the heavy points there.  Bounded: ``first_waiting`` reads
 ``depth + 1`` requests, and each is asked at most once.  A head is passed at most
 ``MAX_PASSES`` times (``HeadSkips``): a stream of small requests, one client's or many, cannot
 keep taking the memory a large head waits for (backfilling's starvation); the runs passed one
@@ -50,8 +51,8 @@ def check_skip_depth(depth: object, field: str = "skip_depth") -> int:
 
 
 def skip_depth_for(reload_tier: bool) -> int:
-    """The default depth: ``SKIP_DEPTH`` on an engine with a reload tier, else 0 (not measured
-    without one)."""
+    """The default depth: ``SKIP_DEPTH`` on an engine with a reload tier, else 0 (module
+    doc)."""
     return SKIP_DEPTH if reload_tier else 0
 
 
