@@ -12,11 +12,11 @@ nothing skips: load control admits programs first come, first served.
 On with a reload tier (``skip_depth_for``): over 32 arrival seeds it raised throughput
 0.27/0.21 % and cut mean completion 1.1/0.7 % (8B/70B, docs/investigations/2026-rivals.md,
 "The skip made a rule").  Off without one: the call run early evicts cached contexts that
-must then be recomputed, and mean completion rose 2.6-5.1 % at the heavy points there.  Bounded: ``first_waiting`` reads
-``depth + 1`` requests, and each is asked at most once.  A head is passed at most
-``MAX_PASSES`` times (``HeadSkips``): a stream of small requests, one client's or many, cannot
-keep taking the memory a large head waits for (backfilling's starvation); the runs passed one
-head at most 19 times.
+must then be recomputed, and mean completion rose 2.6-5.1 % at the heavy points there.
+Bounded: ``first_waiting`` reads ``depth + 1`` requests, and each is asked at most once.  A
+head is passed at most ``MAX_PASSES`` times (``HeadSkips``): a stream of small requests, one
+client's or many, cannot keep taking the memory a large head waits for (backfilling's
+starvation); the runs passed one head at most 19 times.
 """
 
 from __future__ import annotations

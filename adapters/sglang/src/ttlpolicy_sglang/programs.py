@@ -221,12 +221,12 @@ class ProgramTracker:
         key = request_key(head.rid)
         if key != self.programs.peek() or self._held_back(head) is not None:
             return
-        if self._shortfall(head, running_batch)[0] <= 0:
+        if self._fits(head, running_batch):
             return
 
         def fits(rid: str) -> bool:
             req = present.get(rid)
-            return req is not None and self._shortfall(req, running_batch)[0] <= 0
+            return req is not None and self._fits(req, running_batch)
 
         def may_run(rid: str) -> bool:
             return self._held_back(present[rid]) is None
@@ -352,6 +352,17 @@ class ProgramTracker:
             keep=request_key(head.rid),
             available=lambda: self._available_besides(node),
         )
+
+    def _fits(self, req: Any, running_batch: Any) -> bool:
+        """Whether SGLang would find room for ``req`` now (``_shortfall``); the tree is not
+        searched when the free tokens alone hold its whole prompt (no pressure: every pass)."""
+        extra = min(req.sampling_params.max_new_tokens or 0, CLIP_MAX_NEW_TOKENS)
+        if running_batch is not None:
+            extra += self.page_size * len(running_batch.reqs)
+        tokens = len(req.origin_input_ids) + len(req.output_ids) + extra
+        if tokens <= self._cache.token_to_kv_pool_allocator.available_size():
+            return True
+        return self._shortfall(req, running_batch)[0] <= 0
 
     def _shortfall(self, req: Any, running_batch: Any) -> tuple[int, Any]:
         """Tokens ``req`` lacks to be admitted now — its uncached tokens, its first decode
