@@ -19,6 +19,7 @@ import pytest
 from ttlpolicy import PolicyConfig
 from ttlpolicy.reference import policy as ref_policy
 from ttlpolicy.reference import scheduler as ref_scheduler
+from ttlpolicy.serving.skip_ahead import SKIP_DEPTH, skip_past
 
 _native: ModuleType | None
 try:
@@ -179,3 +180,19 @@ def attained(request):
 def test_pop_attained(benchmark, attained):
     s, now = attained
     run(benchmark, lambda: s.pop(now))
+
+
+@pytest.mark.benchmark(group="scheduler: first_waiting(9) (per op)")
+def test_first_waiting(benchmark, loaded):
+    """What the skip past a large head reads of the queue (``skip_ahead.SKIP_DEPTH + 1``)."""
+    s = loaded.s
+    run(benchmark, lambda: s.first_waiting(SKIP_DEPTH + 1))
+
+
+@pytest.mark.benchmark(group="scheduler: skip past a large head, none fits (per op)")
+def test_skip_past_none_fits(benchmark, loaded):
+    """The skip's whole decision when it asks the most: every one of the next ``SKIP_DEPTH``
+    waiting requests asked whether it fits (none does; the engine's own check not counted)."""
+    s = loaded.s
+    head = s.peek()
+    run(benchmark, lambda: skip_past(s, head, SKIP_DEPTH, lambda rid: False, lambda rid: True))

@@ -51,8 +51,21 @@ class WaitingQueue:
         return None
 
     def smallest(self, n: int) -> list[str]:
-        """The ``n`` live request ids of the smallest keys, smallest first."""
-        return [key[-1] for key in heapq.nsmallest(n, self._keys.values())]
+        """The ``n`` live request ids of the smallest keys, smallest first: the heap walked down
+        from its top, smallest entry first (a frontier of the entries whose parents were
+        read), stale entries and second copies of a live key passed over — not a scan of
+        every key."""
+        heap, keys = self._heap, self._keys
+        out: list[str] = []
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier and len(out) < n:
+            key, i = heapq.heappop(frontier)
+            if keys.get(key[-1]) == key and key[-1] not in out:  # (out: at most n ids)
+                out.append(key[-1])
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
 
     def pop(self) -> str | None:
         request_id = self.peek()
