@@ -101,8 +101,8 @@ def test_an_unknown_order_is_refused() -> None:
 
 def test_the_bounds_are_no_slower_than_the_policies_on_contended_sessions() -> None:
     programs, hw = sessions(), hw_with(2500, 5000)
-    # (the bounds admit in their order, as the rivals do: ttlpolicy-offload without its skip
-    # past a head too large for memory, which no bound takes)
+    # (the bound checked, free:mori+srpt, admits in its order, as the rivals do:
+    # ttlpolicy-offload without its skip past a head too large for memory, which it lacks)
     ours = "ttlpolicy-offload:skip=0"
     real = {n: mean_jct(run(n, hw, programs)) for n in (*heavy_bound.RIVALS, ours)}
     alone = mean_jct(run("alone", hw, programs))
