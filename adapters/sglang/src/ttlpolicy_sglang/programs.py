@@ -128,6 +128,8 @@ class ProgramTracker:
         self.log_interval_s = knobs.log_interval_s
         self._head_skips = HeadSkips(knobs.skip_depth)  # TTLPOLICY_SKIP_DEPTH
         self._skipped_to: str | None = None  # the request this pass runs past a large head
+        # request -> (tokens it needs, the node its cached prefix ends on), this pass only
+        self._needs: dict[str, tuple[int, Any]] = {}
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
         self._running: dict[str, Any] = {}
@@ -151,6 +153,7 @@ class ProgramTracker:
         """Bring the ProgramScheduler up to date with the queue, expire and reclaim pins, and
         sort ``waiting_queue`` in place (smallest priority first)."""
         now = self._now()
+        self._needs.clear()  # (this pass's tree searches: ``_shortfall``)
         present = {request_key(req.rid): req for req in waiting_queue}
         admitted = []
         for key in [k for k in self._waiting if k not in present]:
@@ -367,17 +370,23 @@ class ProgramTracker:
     def _shortfall(self, req: Any, running_batch: Any) -> tuple[int, Any]:
         """Tokens ``req`` lacks to be admitted now — its uncached tokens, its first decode
         reservation (as SGLang's PrefillAdder clips it) and a page per running request,
-        beside the free plus evictable ones — and the tree node its cached prefix ends on."""
-        ids = array("q", req.origin_input_ids)
-        ids.extend(req.output_ids)
-        match = self._cache.match_prefix(
-            MatchPrefixParams(key=RadixKey(ids, req.extra_key, cache_salt=req.cache_salt))
-        )
-        max_new = req.sampling_params.max_new_tokens or 0
-        need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
-        if running_batch is not None:
-            need += self.page_size * len(running_batch.reqs)
-        node = match.last_device_node
+        beside the free plus evictable ones — and the tree node its cached prefix ends on.
+        The tree is searched once per request a pass (``_needs``: giving way releases pins,
+        which leaves their prefixes in the tree; only the free tokens change)."""
+        key = request_key(req.rid)
+        found = self._needs.get(key)
+        if found is None:
+            ids = array("q", req.origin_input_ids)
+            ids.extend(req.output_ids)
+            match = self._cache.match_prefix(
+                MatchPrefixParams(key=RadixKey(ids, req.extra_key, cache_salt=req.cache_salt))
+            )
+            max_new = req.sampling_params.max_new_tokens or 0
+            need = len(ids) - match.device_prefix_len + min(max_new, CLIP_MAX_NEW_TOKENS)
+            if running_batch is not None:
+                need += self.page_size * len(running_batch.reqs)
+            found = self._needs[key] = (need, match.last_device_node)
+        need, node = found
         return need - self._available_besides(node), node
 
     def _available_besides(self, node: Any) -> int:
