@@ -28,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from heavy_bound import ChosenOffload
-from skip_ahead import SKIP, SkipAheadOffload, check_depth, waiting_after
+from skip_ahead import SKIP, SkipAheadOffload, check_depth
+from ttlpolicy.serving.skip_ahead import waiting_after
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.interface import Policy, Verdict
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy

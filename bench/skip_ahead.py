@@ -31,24 +31,14 @@ from typing import Any
 from heavy_bound import ChosenOffload
 from ttlpolicy.serving.skip_ahead import skip_past
 from ttlpolicy.sim.call import Call
-from ttlpolicy.sim.interface import EngineView, Policy
+from ttlpolicy.sim.interface import Policy
+from ttlpolicy.sim.policies.base import prompt_fits
 from ttlpolicy.sim.policies.mori import Mori
 from ttlpolicy.sim.policies.ttlpolicy_plugin import make_ttlpolicy
 
 SKIP = "+skip="
 #: the skip past a head load control refuses as well
 LC_SKIP = "+lcskip="
-
-
-def fits(view: EngineView, call: Call) -> bool:
-    """Whether the call's whole prompt fits in memory now (as admission asks)."""
-    return -(-call.prompt // view.config.block_tokens) <= view.free_blocks_for(call.program_id)
-
-
-def waiting_after(sched: Any, head_rid: str, depth: int) -> list[str]:
-    """The library's next ``depth`` waiting calls after ``head_rid``, in its order (the
-    scheduler's ``first_waiting``: no scan of the queue)."""
-    return [rid for rid in sched.first_waiting(depth + 1) if rid != head_rid][:depth]
 
 
 def check_depth(depth: int) -> int:
@@ -110,11 +100,11 @@ class SkipAheadMori(Mori):
         self._skipping = False
         head = super().peek()
         view = self.view
-        if head is None or view is None or fits(view, head):
+        if head is None or view is None or prompt_fits(view, head):
             return head
         ready = (c for c in self._waiting.values() if c is not head and self._cpu_tier_admits(c))
         for call in heapq.nsmallest(self.depth, ready, key=self._rank):
-            if fits(view, call):
+            if prompt_fits(view, call):
                 self._skipping = True
                 return call
         return head

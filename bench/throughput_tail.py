@@ -59,6 +59,7 @@ from bounds import Tally, agentic_folds, make_variant
 from heavy_bound import TakenOffload
 from rivals import point_runs
 from skip_ahead import LC_SKIP, SKIP, check_depth, make_skip_policy
+from ttlpolicy.serving.skip_ahead import first_runnable
 from ttlpolicy.sim import Engine, EngineConfig, Metrics, simulate
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.hardware import Hardware
@@ -220,8 +221,7 @@ class SkipCappedOffload(CappedAttainedOffload):
         head_rid = str(head.call_id)
         others = (rid for rid in self._waiting_rids if rid != head_rid)
         ranked = heapq.nsmallest(self.depth, others, key=self._order_key)
-        # (the library's skip, ``skip_ahead.skip_past``, over the capped order)
-        rid = next((r for r in ranked if self.prompt_fits(r) and self.may_run(r)), None)
+        rid = first_runnable(ranked, self.prompt_fits, self.may_run)  # (the library's test)
         if rid is None:
             return head
         self._chosen, self._skipping = rid, True

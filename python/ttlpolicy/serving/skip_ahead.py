@@ -21,7 +21,7 @@ starvation); the runs passed one head at most 19 times.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -30,8 +30,10 @@ __all__ = [
     "SKIP_DEPTH",
     "HeadSkips",
     "check_skip_depth",
+    "first_runnable",
     "skip_depth_for",
     "skip_past",
+    "waiting_after",
 ]
 
 #: Waiting requests after the head asked whether they fit (the runs' depth).
@@ -69,8 +71,21 @@ def skip_past(
     yes; None if none (the head stays the head)."""
     if depth <= 0:
         return None
-    after = [rid for rid in scheduler.first_waiting(depth + 1) if rid != head][:depth]
-    for rid in after:
+    return first_runnable(waiting_after(scheduler, head, depth), fits, may_run)
+
+
+def waiting_after(scheduler: Any, head: str, depth: int) -> list[str]:
+    """The scheduler's next ``depth`` waiting requests after ``head``, in its order
+    (``first_waiting``: no scan of the queue)."""
+    return [rid for rid in scheduler.first_waiting(depth + 1) if rid != head][:depth]
+
+
+def first_runnable(
+    rids: Iterable[str], fits: Callable[[str], bool], may_run: Callable[[str], bool]
+) -> str | None:
+    """The first of ``rids`` (in the order to try them) for which ``fits`` and then
+    ``may_run`` say yes; None if none."""
+    for rid in rids:
         if fits(rid) and may_run(rid):
             return rid
     return None

@@ -569,7 +569,6 @@ class TTLScheduler(Scheduler):
     # -- views ------------------------------------------------------------------------------
     def ttl_stats(self) -> dict[str, float]:
         """The adapter's counters (see ``AdapterMetrics``)."""
-        self.ttl_metrics.queue_skips = self.waiting.skips
         self.ttl_metrics.pinned_blocks_now = self.pins.held_blocks()
         self.ttl_metrics.pinned_programs_now = self.programs.pin_count
         if self.admission is not None and self.policy.config.admission:

@@ -13,6 +13,13 @@ from ..call import Call
 from ..interface import EngineView, Policy, PolicyHooks, Verdict
 
 
+def prompt_fits(view: EngineView, call: Call) -> bool:
+    """Whether ``call``'s whole prompt fits in memory now, as the engine admits a call
+    (``scheduler_reserve_full_isl``): free blocks, free cached ones it may evict, and its
+    program's own pinned chain."""
+    return -(-call.prompt // view.config.block_tokens) <= view.free_blocks_for(call.program_id)
+
+
 def step_shortfall(
     policy: Policy, view: EngineView, step_blocks: int, total_blocks: int
 ) -> tuple[int, Call | None]:

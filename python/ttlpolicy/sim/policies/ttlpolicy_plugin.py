@@ -27,7 +27,7 @@ from ttlpolicy.serving.skip_ahead import HeadSkips, check_skip_depth, skip_depth
 
 from ..call import Call
 from ..interface import EngineView, PolicyHooks, Unpin, Verdict
-from .base import step_shortfall
+from .base import prompt_fits, step_shortfall
 from .program_ids import MODES, ProgramIds
 
 
@@ -43,9 +43,6 @@ class TTLPolicyPlugin(PolicyHooks):
     #: pins give way before each step (``give_way``), as TTLScheduler releases them, not
     #: when the head of the queue does not fit
     reclaims_ahead = True
-    #: whether lost blocks reload from a tier (the default skip depth's condition, as the
-    #: adapters': ``skip_ahead.skip_depth_for``)
-    reload_tier = False
     # set by ``bind``, before the engine calls anything else
     view: EngineView
     ttl_policy: tp.TTLPolicy
@@ -89,10 +86,10 @@ class TTLPolicyPlugin(PolicyHooks):
         self.pin_budget_fraction = pin_budget_fraction
         # past a head too large for memory, the first of the next ``skip_depth`` waiting calls
         # that fits runs (``ttlpolicy.serving.skip_ahead``; None: the engine's default)
+        # (the default is the adapters': on where lost blocks reload from a tier)
         self._head_skips = HeadSkips(
-            skip_depth_for(self.reload_tier) if skip_depth is None else skip_depth
+            skip_depth_for(self.uses_cpu_tier) if skip_depth is None else skip_depth
         )
-        self.skip_depth = self._head_skips.depth
         self._skip_to: str | None = None  # the call ``peek`` named past the head, if any
         self._giving_way = False  # (pins give way for the library's head, not a skip)
         #: calls run past a head too large for memory
@@ -285,7 +282,7 @@ class TTLPolicyPlugin(PolicyHooks):
                 self._refused_rid = rid
                 self._refused_until_s = gate.next_shrink_s(now)
                 return None
-        if self.skip_depth and not self._giving_way and not self.prompt_fits(rid):
+        if self._head_skips.depth and not self._giving_way and not self.prompt_fits(rid):
             self._skip_to = self._head_skips.choose(self.sched, rid, self.prompt_fits, self.may_run)
             if self._skip_to is not None:
                 return self._calls[self._skip_to]
@@ -295,8 +292,7 @@ class TTLPolicyPlugin(PolicyHooks):
         """Whether waiting call ``rid``'s whole prompt fits in memory now (as the engine
         admits it: free blocks, free cached ones it may evict, its program's own pinned
         chain)."""
-        call = self._calls[rid]
-        return -(-call.prompt // self._block_tokens) <= self.view.free_blocks_for(call.program_id)
+        return prompt_fits(self.view, self._calls[rid])
 
     def may_run(self, rid: str) -> bool:
         """Whether load control lets waiting call ``rid``'s program run now (always without
@@ -504,7 +500,6 @@ class TTLPolicyOffload(TTLPolicyPlugin):
 
     name = "ttlpolicy-offload"
     uses_cpu_tier = True
-    reload_tier = True
 
     def default_config(self, view: EngineView) -> tp.PolicyConfig:
         """The plug-in's default config (``TTLPolicyPlugin.default_config``) with the host
