@@ -24,9 +24,12 @@ new program then ended) — the floor under which no lookup from Python can be m
 ``--hot``: after building the state, one program's next call linked and finished again and
 again (the same prompt, built once): the call on caches it alone uses — what the binding and
 the rule's instructions cost, with no memory to wait for.
+``--together``: each batch's prompts built first, then its calls linked back to back and timed
+together (wall time over the batch, per call), then finished: whether the caller's own work
+between two calls is what a call costs above the core (it is not: bench/RESULTS.md).
 
 Run: ``python bench/linker_cost.py [--backend rust|python] [--programs N]
-[--items int|bytes|view] [--floor | --hot]``
+[--items int|bytes|view] [--floor | --hot | --together]``
 """
 
 from __future__ import annotations
@@ -159,6 +162,29 @@ def hot_us(linker: Any, p: int, n: int, batches: int, batch: int, items: str, t:
     )
 
 
+def together_us(linker: Any, lengths: list[int], args: Any, rng: random.Random, t: float) -> None:
+    """``--together`` (module doc): per call, the median batch's mean, microseconds."""
+    spent: list[float] = []
+    kinds: dict[str, int] = {}
+    for _ in range(args.batches):
+        batch = rng.sample(range(len(lengths)), args.batch)
+        t += 1.0
+        prompts = [prompt_items(p, lengths[p] + 20, args.items) for p in batch]
+        t0 = time.perf_counter_ns()
+        links = [linker.link("tenant", h, t) for h in prompts]
+        spent.append((time.perf_counter_ns() - t0) / len(batch))
+        for p, h, lk in zip(batch, prompts, links, strict=True):
+            linker.finished("tenant", lk.program, h, t)
+            kinds[lk.kind] = kinds.get(lk.kind, 0) + 1
+            lengths[p] = len(h)
+    spent.sort()
+    print(
+        f"together: link {median_us(spent):.2f} us, best {spent[0] / 1000:.2f} (a batch's "
+        f"{args.batch} prompts built first, its calls linked back to back; kinds {kinds}; "
+        f"median of {args.batches} batches)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("rust", "python"), default="rust")
@@ -169,6 +195,9 @@ def main(argv: list[str] | None = None) -> None:
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--floor", action="store_true", help="time the floor instead (module doc)")
     mode.add_argument("--hot", action="store_true", help="time hot calls instead (module doc)")
+    mode.add_argument(
+        "--together", action="store_true", help="time a batch's calls back to back (module doc)"
+    )
     args = ap.parse_args(argv)
     if args.backend == "rust":
         from ttlpolicy import _native as mod
@@ -190,6 +219,9 @@ def main(argv: list[str] | None = None) -> None:
     rss1 = rss_bytes()
     if args.hot:
         hot_us(linker, 0, lengths[0], args.batches, args.batch, args.items, t)
+        return
+    if args.together:
+        together_us(linker, lengths, args, rng, t)
         return
     link_ns: list[float] = []
     finish_ns: list[float] = []
