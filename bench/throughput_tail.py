@@ -35,7 +35,8 @@ Policies take ``bench/bounds.py``'s config fields (``ttlpolicy-offload/FIELD=VAL
 bench-side, a rule the library does not have); ``+cap=S@T`` caps only programs past ``T``
 seconds of service, ``+age=A`` (cap 0 unless given) only programs in the system longer than
 ``A`` seconds (a bound for very long programs); ``+w=W`` ranks them by ``arrival + W *
-attained`` (``W = 0``: the returns' arrival order); ``+skip=K`` after any of them passes a
+attained`` (``W = 0``: the returns' arrival order); ``+start=B`` ranks them ``B`` of their
+program's age earlier (``B = 1``: by the program's start); ``+skip=K`` after any of them passes a
 head too large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
 ``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s,
 ``ttlpolicy-offload[:variant][+skip=S]+admitskip=K[@P]`` ``admit_ahead``'s.
@@ -112,8 +113,10 @@ class CappedAttainedOffload(TakenOffload):
     """ttlpolicy-offload whose unpinned returning calls — which the library ranks by
     ``arrival + attained`` (``serve_order="attained"``: the engine seconds the program has
     run, pop to finish or preemption, read when the call is queued) — rank instead by
-    ``arrival + min(weight * attained, cap_s)``: past ``cap_s`` of service a program waits
-    no longer for it, and it waits for ``weight`` of its service (1: the library's).
+    ``arrival - start_share * age + min(weight * attained, cap_s)``: past ``cap_s`` of service
+    a program waits no longer for it, it waits for ``weight`` of its service (1: the
+    library's), and its returns rank earlier by ``start_share`` of its age (the time since its
+    first call arrived; 1: by the program's start instead of the return's arrival).
     Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``): preempted
     and pinned calls, which the library serves first, and first calls, which it serves last,
     keep its order."""
@@ -124,12 +127,15 @@ class CappedAttainedOffload(TakenOffload):
         above_s: float = 0.0,
         age_s: float = math.inf,
         weight: float = 1.0,
+        start_share: float = 0.0,
         **options: Any,
     ) -> None:
         checks = (("cap_s", cap_s), ("above_s", above_s), ("age_s", age_s), ("weight", weight))
         for what, value in checks:
             if not value >= 0:
                 raise ValueError(f"{what} must be >= 0, got {value!r}")
+        if not 0 <= start_share <= 1:
+            raise ValueError(f"start_share must be in [0, 1], got {start_share!r}")
         super().__init__(**options)
         self.cap_s = cap_s
         #: the share of its service a program's returns wait for (1: the library's order)
@@ -138,6 +144,7 @@ class CappedAttainedOffload(TakenOffload):
         #: in the system (since their first call's arrival) longer than ``age_s``
         self.above_s = above_s
         self.age_s = age_s
+        self.start_share = start_share
         self._first_s: dict[str, float] = {}  # program -> its first call's arrival
         self._attained_s: dict[str, float] = {}  # program -> engine seconds run
         self._started_s: dict[int, float] = {}  # running call -> when it (re)started
@@ -153,7 +160,7 @@ class CappedAttainedOffload(TakenOffload):
             attained = self.weight * served_s
             if served_s > self.above_s or age_s > self.age_s:
                 attained = min(attained, self.cap_s)
-            self.reorder(call, now + attained)
+            self.reorder(call, now - self.start_share * age_s + attained)
         return pinned
 
     def admitted(self, call: Call, now: float, cache_dropped: bool) -> None:
@@ -239,10 +246,11 @@ class SkipCappedOffload(CappedAttainedOffload):
 def make_run_policy(name: str) -> Policy:
     """A policy from its name: ``bounds.make_variant``'s; ``...+skip=K`` / ``...+lcskip=K``
     (``skip_ahead``); ``...+admitskip=K[@P]`` (``admit_ahead``); or a ttlpolicy-offload policy
-    with ``+cap=S[@T]``, ``+age=A``, ``+w=W`` (and ``+skip=K`` after them) as
+    with ``+cap=S[@T]``, ``+age=A``, ``+w=W``, ``+start=B`` (and ``+skip=K`` after them) as
     ``CappedAttainedOffload``
     (``SkipCappedOffload``)."""
-    starts = [i for i in (name.find("+cap="), name.find("+age="), name.find("+w=")) if i >= 0]
+    fronts = ("+cap=", "+age=", "+w=", "+start=")
+    starts = [i for i in (name.find(f) for f in fronts) if i >= 0]
     if not starts:
         if ADMIT_SKIP in name:
             return make_admit_policy(name)
@@ -252,9 +260,9 @@ def make_run_policy(name: str) -> Policy:
     base = name[: min(starts)]
     fields = dict(w.partition("=")[::2] for w in name[min(starts) + 1 :].split("+"))
     head, _, variant = base.partition(":")
-    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "w", "skip"}:
+    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "w", "start", "skip"}:
         raise ValueError(
-            f"policy {name[:64]!r}: +cap=, +age=, +w=, +skip= on ttlpolicy-offload only"
+            f"policy {name[:64]!r}: +cap=, +age=, +w=, +start=, +skip= on ttlpolicy-offload only"
         )
     cap, _, above = fields.get("cap", "0").partition("@")
     try:
@@ -262,22 +270,29 @@ def make_run_policy(name: str) -> Policy:
         above_s = float(above or (0 if "cap" in fields else math.inf))
         age_s = float(fields.get("age", math.inf))
         weight = float(fields.get("w", 1.0))
+        start = float(fields.get("start", 0.0))
         depth = int(fields.get("skip", 0))
     except ValueError:
         raise ValueError(
-            f"policy {name[:64]!r}: cap, age or w {str(fields)[:64]} is not a number, or skip "
-            "not an integer"
+            f"policy {name[:64]!r}: cap, age, w or start {str(fields)[:64]} is not a number, or "
+            "skip not an integer"
         ) from None
     if "skip" in fields:
         check_depth(depth)
         policy = make_ttlpolicy(
             head,
             variant,
-            cls=lambda **o: SkipCappedOffload(depth, cap_s, above_s, age_s, weight, **o),
+            cls=lambda **o: SkipCappedOffload(
+                depth, cap_s, above_s, age_s, weight, start_share=start, **o
+            ),
         )
     else:
         policy = make_ttlpolicy(
-            head, variant, cls=lambda **o: CappedAttainedOffload(cap_s, above_s, age_s, weight, **o)
+            head,
+            variant,
+            cls=lambda **o: CappedAttainedOffload(
+                cap_s, above_s, age_s, weight, start_share=start, **o
+            ),
         )
     policy.name = name
     return policy

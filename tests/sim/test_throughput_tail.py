@@ -165,6 +165,32 @@ def test_a_weight_on_attained_service_scales_how_long_returns_wait_for_it() -> N
     assert two_returns("ttlpolicy-offload:admission+w=0.5") == library
 
 
+def early_and_late(name: str) -> dict[str, float]:
+    """On a GPU that runs one call at a time, ``early`` (arrives at 0.0, a 3 s tool) and
+    ``late`` (0.1, a 0.5 s tool) each run a short first call; ``late`` returns first, and
+    both returns wait while ``blocker``'s long first call runs.  Each program's finish."""
+
+    def prog(pid: str, output: int, tool_s: float) -> Program:
+        first = Turn(100 * 64, output, 0, 0.0, "bash")
+        return Program(pid, (first, Turn(120 * 64, 8, 100, tool_s, None)))
+
+    engine = Engine(hw_blocks(160, 64, 10_000), throughput_tail.make_run_policy(name), CFG)
+    engine.add_programs([(0.0, prog("early", 8, 3.0)), (0.1, prog("late", 8, 0.5)),
+                         (0.2, prog("blocker", 1000, 0.5))])  # fmt: skip
+    return engine.run().program_finish_s
+
+
+def test_a_start_share_ranks_a_return_by_its_programs_start() -> None:
+    by_arrival = early_and_late("ttlpolicy-offload:admission+w=0")
+    assert by_arrival["late"] < by_arrival["early"]  # late's return came first
+    assert early_and_late("ttlpolicy-offload:admission+w=0+start=0") == by_arrival
+    by_start = early_and_late("ttlpolicy-offload:admission+w=0+start=1")
+    assert by_start["early"] < by_start["late"]  # early's program started first
+    # late's return came ~2.5 s before early's, late started 0.1 s after it: earlier by a
+    # share of their ages (~3 s and ~0.5 s) only past ~0.96 of it
+    assert early_and_late("ttlpolicy-offload:admission+w=0+start=0.5") == by_arrival
+
+
 def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
     # (a holds 150 of 200 blocks for 400 steps; b's whole prompt does not fit beside it,
     # c's does: with a skip c passes b, in the capped order as in the library's)
@@ -190,6 +216,8 @@ def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
      ("ttlpolicy-offload+age=-1", "age_s must be >= 0"),
      ("ttlpolicy-offload+w=-0.5", "weight must be >= 0"),
      ("ttlpolicy-offload+w=x", "not a number"),
+     ("ttlpolicy-offload+start=1.5", "start_share must be in"),
+     ("ttlpolicy-offload+start=-0.1", "start_share must be in"),
      ("ttlpolicy-offload+cap=5@x", "not a number"),
      ("ttlpolicy-offload+cap=5+skip=0", "depth must be"),
      ("ttlpolicy-offload+cap=5+skip=y", "not an integer"),
