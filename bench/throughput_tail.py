@@ -36,7 +36,9 @@ bench-side, a rule the library does not have); ``+cap=S@T`` caps only programs p
 seconds of service, ``+age=A`` (cap 0 unless given) only programs in the system longer than
 ``A`` seconds (a bound for very long programs); ``+w=W`` ranks them by ``arrival + W *
 attained`` (``W = 0``: the returns' arrival order); ``+start=B`` ranks them ``B`` of their
-program's age earlier (``B = 1``: by the program's start); ``+skip=K`` after any of them passes a
+program's age earlier (``B = 1``: by the program's start); ``+top=N`` ranks the returns of the
+``N`` live programs with the most service at their arrival (no wait for it: the one program
+likeliest to end the run is not held back); ``+skip=K`` after any of them passes a
 head too large for memory in that order (``SkipCappedOffload``); ``mori+skip=K``,
 ``ttlpolicy-offload[:variant]+skip=K`` and ``+lcskip=K`` are ``skip_ahead``'s,
 ``ttlpolicy-offload[:variant][+skip=S]+admitskip=K[@P]`` ``admit_ahead``'s.
@@ -116,7 +118,9 @@ class CappedAttainedOffload(TakenOffload):
     ``arrival - start_share * age + min(weight * attained, cap_s)``: past ``cap_s`` of service
     a program waits no longer for it, it waits for ``weight`` of its service (1: the
     library's), and its returns rank earlier by ``start_share`` of its age (the time since its
-    first call arrived; 1: by the program's start instead of the return's arrival).
+    first call arrived; 1: by the program's start instead of the return's arrival); the
+    returns of the ``top_n`` live programs with the most service (when at least ``top_n`` are
+    live; 0: none) rank at their arrival.
     Bench-side, through the scheduler's ``take`` (``heavy_bound.TakenOffload``): preempted
     and pinned calls, which the library serves first, and first calls, which it serves last,
     keep its order."""
@@ -128,6 +132,7 @@ class CappedAttainedOffload(TakenOffload):
         age_s: float = math.inf,
         weight: float = 1.0,
         start_share: float = 0.0,
+        top_n: int = 0,
         **options: Any,
     ) -> None:
         checks = (("cap_s", cap_s), ("above_s", above_s), ("age_s", age_s), ("weight", weight))
@@ -136,6 +141,8 @@ class CappedAttainedOffload(TakenOffload):
                 raise ValueError(f"{what} must be >= 0, got {value!r}")
         if not 0 <= start_share <= 1:
             raise ValueError(f"start_share must be in [0, 1], got {start_share!r}")
+        if top_n < 0:
+            raise ValueError(f"top_n must be >= 0, got {top_n!r}")
         super().__init__(**options)
         self.cap_s = cap_s
         #: the share of its service a program's returns wait for (1: the library's order)
@@ -145,6 +152,7 @@ class CappedAttainedOffload(TakenOffload):
         self.above_s = above_s
         self.age_s = age_s
         self.start_share = start_share
+        self.top_n = top_n
         self._first_s: dict[str, float] = {}  # program -> its first call's arrival
         self._attained_s: dict[str, float] = {}  # program -> engine seconds run
         self._started_s: dict[int, float] = {}  # running call -> when it (re)started
@@ -160,6 +168,10 @@ class CappedAttainedOffload(TakenOffload):
             attained = self.weight * served_s
             if served_s > self.above_s or age_s > self.age_s:
                 attained = min(attained, self.cap_s)
+            if self.top_n and served_s > 0:
+                most = heapq.nlargest(self.top_n, self._attained_s.values())
+                if len(most) == self.top_n and served_s >= most[-1]:
+                    attained = 0.0
             self.reorder(call, now - self.start_share * age_s + attained)
         return pinned
 
@@ -246,10 +258,11 @@ class SkipCappedOffload(CappedAttainedOffload):
 def make_run_policy(name: str) -> Policy:
     """A policy from its name: ``bounds.make_variant``'s; ``...+skip=K`` / ``...+lcskip=K``
     (``skip_ahead``); ``...+admitskip=K[@P]`` (``admit_ahead``); or a ttlpolicy-offload policy
-    with ``+cap=S[@T]``, ``+age=A``, ``+w=W``, ``+start=B`` (and ``+skip=K`` after them) as
+    with ``+cap=S[@T]``, ``+age=A``, ``+w=W``, ``+start=B``, ``+top=N`` (and ``+skip=K`` after
+    them) as
     ``CappedAttainedOffload``
     (``SkipCappedOffload``)."""
-    fronts = ("+cap=", "+age=", "+w=", "+start=")
+    fronts = ("+cap=", "+age=", "+w=", "+start=", "+top=")
     starts = [i for i in (name.find(f) for f in fronts) if i >= 0]
     if not starts:
         if ADMIT_SKIP in name:
@@ -260,9 +273,17 @@ def make_run_policy(name: str) -> Policy:
     base = name[: min(starts)]
     fields = dict(w.partition("=")[::2] for w in name[min(starts) + 1 :].split("+"))
     head, _, variant = base.partition(":")
-    if head != "ttlpolicy-offload" or not set(fields) <= {"cap", "age", "w", "start", "skip"}:
+    if head != "ttlpolicy-offload" or not set(fields) <= {
+        "cap",
+        "age",
+        "w",
+        "start",
+        "top",
+        "skip",
+    }:
         raise ValueError(
-            f"policy {name[:64]!r}: +cap=, +age=, +w=, +start=, +skip= on ttlpolicy-offload only"
+            f"policy {name[:64]!r}: +cap=, +age=, +w=, +start=, +top=, +skip= on ttlpolicy-offload "
+            "only"
         )
     cap, _, above = fields.get("cap", "0").partition("@")
     try:
@@ -271,11 +292,12 @@ def make_run_policy(name: str) -> Policy:
         age_s = float(fields.get("age", math.inf))
         weight = float(fields.get("w", 1.0))
         start = float(fields.get("start", 0.0))
+        top_n = int(fields.get("top", 0))
         depth = int(fields.get("skip", 0))
     except ValueError:
         raise ValueError(
             f"policy {name[:64]!r}: cap, age, w or start {str(fields)[:64]} is not a number, or "
-            "skip not an integer"
+            "top or skip not an integer"
         ) from None
     if "skip" in fields:
         check_depth(depth)
@@ -283,7 +305,7 @@ def make_run_policy(name: str) -> Policy:
             head,
             variant,
             cls=lambda **o: SkipCappedOffload(
-                depth, cap_s, above_s, age_s, weight, start_share=start, **o
+                depth, cap_s, above_s, age_s, weight, start_share=start, top_n=top_n, **o
             ),
         )
     else:
@@ -291,7 +313,7 @@ def make_run_policy(name: str) -> Policy:
             head,
             variant,
             cls=lambda **o: CappedAttainedOffload(
-                cap_s, above_s, age_s, weight, start_share=start, **o
+                cap_s, above_s, age_s, weight, start_share=start, top_n=top_n, **o
             ),
         )
     policy.name = name

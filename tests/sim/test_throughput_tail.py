@@ -191,6 +191,14 @@ def test_a_start_share_ranks_a_return_by_its_programs_start() -> None:
     assert early_and_late("ttlpolicy-offload:admission+w=0+start=0.5") == by_arrival
 
 
+# (hog has the most service of the three live programs: with a top of 1 its return ranks at
+# its arrival; a top larger than the live programs, or none, exempts nobody)
+@pytest.mark.parametrize(("top", "like"), [(1, "+cap=0"), (10, ""), (0, "")])
+def test_the_programs_with_the_most_service_wait_for_none_of_it(top: int, like: str) -> None:
+    want = two_returns(f"ttlpolicy-offload:admission{like}")
+    assert two_returns(f"ttlpolicy-offload:admission+top={top}") == want
+
+
 def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
     # (a holds 150 of 200 blocks for 400 steps; b's whole prompt does not fit beside it,
     # c's does: with a skip c passes b, in the capped order as in the library's)
@@ -218,6 +226,8 @@ def test_uncapped_with_a_skip_the_order_is_the_skips() -> None:
      ("ttlpolicy-offload+w=x", "not a number"),
      ("ttlpolicy-offload+start=1.5", "start_share must be in"),
      ("ttlpolicy-offload+start=-0.1", "start_share must be in"),
+     ("ttlpolicy-offload+top=-1", "top_n must be >= 0"),
+     ("ttlpolicy-offload+top=1.5", "not an integer"),
      ("ttlpolicy-offload+cap=5@x", "not a number"),
      ("ttlpolicy-offload+cap=5+skip=0", "depth must be"),
      ("ttlpolicy-offload+cap=5+skip=y", "not an integer"),
