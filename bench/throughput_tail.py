@@ -73,6 +73,8 @@ from ttlpolicy.sim.workload import Program, poisson_arrivals
 POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
 POLICIES = "mori,kvflow,ttlpolicy-offload"
 #: the figures averaged over the seeds
+#: the order fields of ``+FIELD=VALUE`` after ttlpolicy-offload (``make_run_policy``)
+ORDER_FIELDS = ("cap", "age", "w", "start", "top")
 MEANS = "throughput_tok_s makespan_s floor_s busy_s idle_s mean_decode_batch last_wait_s lead_s"
 
 
@@ -262,8 +264,7 @@ def make_run_policy(name: str) -> Policy:
     them) as
     ``CappedAttainedOffload``
     (``SkipCappedOffload``)."""
-    fronts = ("+cap=", "+age=", "+w=", "+start=", "+top=")
-    starts = [i for i in (name.find(f) for f in fronts) if i >= 0]
+    starts = [i for i in (name.find(f"+{f}=") for f in ORDER_FIELDS) if i >= 0]
     if not starts:
         if ADMIT_SKIP in name:
             return make_admit_policy(name)
@@ -273,18 +274,9 @@ def make_run_policy(name: str) -> Policy:
     base = name[: min(starts)]
     fields = dict(w.partition("=")[::2] for w in name[min(starts) + 1 :].split("+"))
     head, _, variant = base.partition(":")
-    if head != "ttlpolicy-offload" or not set(fields) <= {
-        "cap",
-        "age",
-        "w",
-        "start",
-        "top",
-        "skip",
-    }:
-        raise ValueError(
-            f"policy {name[:64]!r}: +cap=, +age=, +w=, +start=, +top=, +skip= on ttlpolicy-offload "
-            "only"
-        )
+    if head != "ttlpolicy-offload" or not set(fields) <= {*ORDER_FIELDS, "skip"}:
+        words = ", ".join(f"+{f}=" for f in (*ORDER_FIELDS, "skip"))
+        raise ValueError(f"policy {name[:64]!r}: {words} on ttlpolicy-offload only")
     cap, _, above = fields.get("cap", "0").partition("@")
     try:
         cap_s = float(cap)
