@@ -29,7 +29,7 @@ import heapq
 from typing import Any
 
 from heavy_bound import ChosenOffload
-from ttlpolicy.serving.skip_ahead import skip_past
+from ttlpolicy.serving.skip_ahead import HeadSkips
 from ttlpolicy.sim.call import Call
 from ttlpolicy.sim.interface import Policy
 from ttlpolicy.sim.policies.base import prompt_fits
@@ -53,6 +53,8 @@ class SkipAheadOffload(ChosenOffload):
     def __init__(self, depth: int, past_refusal: bool = False, **options: Any) -> None:
         super().__init__(**options)
         self.depth = check_depth(depth)
+        # (the library's rule with its bound on passes of one head, as the engines keep it)
+        self._head_skips = HeadSkips(depth)
         self.past_refusal = past_refusal
         #: admissions past the library's head; of them, past a head load control refused
         self.skips = 0
@@ -76,12 +78,14 @@ class SkipAheadOffload(ChosenOffload):
         return self._skip(str(head.call_id)) or head
 
     def _skip(self, head_rid: str) -> Call | None:
-        """The library's skip (``skip_ahead.skip_past``) past ``head_rid``, named as the head
+        """The library's skip (``skip_ahead.HeadSkips``) past ``head_rid``, named as the head
         (``_chosen``); None if none."""
-        self._chosen = skip_past(self.sched, head_rid, self.depth, self.prompt_fits, self.may_run)
+        self._chosen = self._head_skips.choose(self.sched, head_rid, self.prompt_fits, self.may_run)
         return None if self._chosen is None else self._calls[self._chosen]
 
     def popped(self, call: Call, taken: bool) -> None:
+        if taken:
+            self._head_skips.taken()
         self.skips += taken
         self.lcskips += taken and self._past_refused
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sim_hardware import hw_blocks
+from ttlpolicy.serving.skip_ahead import MAX_PASSES
 from ttlpolicy.sim import Engine, EngineConfig, Program, Turn, make_policy
 from ttlpolicy.sim.interface import Policy
 
@@ -83,3 +84,14 @@ def test_the_skip_looks_no_further_than_its_depth() -> None:
 def test_a_bad_skip_is_refused_naming_it(name: str) -> None:
     with pytest.raises(ValueError, match=r"skip|depth"):
         skip_ahead.make_skip_policy(name)
+
+
+def test_a_head_is_passed_no_more_often_than_the_librarys_bound() -> None:
+    # (the library's rule, ``skip_ahead.HeadSkips``: a stream of small calls, each fitting
+    # beside a, would otherwise keep b waiting for as long as it lasts)
+    small = [(0.6 + i / 1000, program(f"c{i}", 10, 20)) for i in range(MAX_PASSES + 6)]
+    policy = skip_ahead.make_skip_policy("ttlpolicy-offload:admission+skip=2")
+    done = finish_s(policy, [(0.0, A), (0.5, B), *small])
+    assert policy.skips == MAX_PASSES  # type: ignore[attr-defined]
+    assert done[f"c{MAX_PASSES - 1}"] < done["a"]  # (the last passed ran beside a)
+    assert done[f"c{MAX_PASSES}"] > done["a"]  # the first not passed waited for b
