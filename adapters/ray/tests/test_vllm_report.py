@@ -102,3 +102,40 @@ def test_evicted_context_is_listed_with_what_a_next_call_finds(engine: Any) -> N
     engine.turn(prompt(15, 8), 2, program_id="y", last_turn=True)
     assert report(engine, evictions)["evicted"] == [] and len(evictions) == 0  # both ended
     assert sched.admission.program_count == 0
+
+
+@pytest.fixture(scope="module")
+def tenant_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An engine whose tenants come from a gateway's field and whose anonymous calls are
+    linked to programs: the report must name programs as this scheduler does."""
+    model = vllm_engine.build_tiny_model(Path(tmp_path_factory.mktemp("tiny-llama-tenants")))
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TTLPOLICY_POLICY", vllm_engine.TEST_POLICY)
+    mp.setenv("TTLPOLICY_PIN_BUDGET_FRACTION", "0")
+    mp.setenv("TTLPOLICY_TENANT_FIELD", "tenant")
+    mp.setenv("TTLPOLICY_INFER_PROGRAMS", "1")
+    eng = vllm_engine.make_engine(model, "ttlpolicy_vllm.TTLScheduler", NUM_BLOCKS)
+    mp.undo()
+    yield eng
+    eng.llm.llm_engine.engine_core.shutdown()
+
+
+def test_programs_are_named_as_the_scheduler_names_them(tenant_engine: Any) -> None:
+    from ttlpolicy.ids import program_key, tenant_key
+
+    engine, evictions = tenant_engine, VllmEvictions()
+    x_of_acme = program_key(tenant_key("acme"), "x")  # (the gateway's field, not the salt)
+    # acme's x (6 full blocks) ends its turn without a tool (not expected back: its blocks go
+    # first); a stranger (tenant "evil") puts acme's name in its cache salt and names x too,
+    # a call of 6 full blocks of its own that ends calling a tool
+    engine.submit(prompt(21, 200), 8, program_id="x", tenant="acme")
+    engine.submit(prompt(22, 200), 8, cache_salt="acme", program_id="x", tenant="evil", tool="bash")
+    watched = report(tenant_engine, evictions)
+    assert watched["evicted"] == [] and len(evictions) == 2  # both watched, apart
+    engine.run()
+    engine.clock.advance(0.1)
+    # an anonymous 15-block call of a third tenant takes the 12 empty blocks and 3 cached
+    # ones: acme's x's (the older chain)
+    engine.turn(prompt(23, 14 * BLOCK), 8, tenant="other")
+    evicted = [pid for pid, _ in report(tenant_engine, evictions)["evicted"]]
+    assert evicted == [x_of_acme]  # listed under acme's key (was: never, keyed by the salt)

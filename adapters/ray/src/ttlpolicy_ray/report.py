@@ -228,13 +228,12 @@ class VllmEvictions:
         return len(self._contexts)
 
     def __call__(self, scheduler: Any) -> list[tuple[str, int]]:
-        from ttlpolicy_vllm.identity import program_of  # (the vLLM process only)
-
         pool = scheduler.kv_cache_manager.block_pool
         live: dict[str, tuple[Any, ...]] = {}
         ended: set[str] = set()
         for request in list(scheduler.requests.values()):
-            info = program_of(request)
+            # (the scheduler's own: its tenancy, client ids and inferred programs)
+            info = scheduler.program_of_request(request.request_id)
             if info is None:
                 continue
             if info.last_turn:
@@ -290,8 +289,6 @@ def vllm_scheduler_stats(
     reported (the router takes the whole queue).  ``evictions``: the scheduler's
     ``VllmEvictions`` (kept across reports), which lists the evicted contexts; None: no
     ``evicted`` list."""
-    from ttlpolicy_vllm.identity import program_of  # (the vLLM process only)
-
     now = scheduler.clock()
     total = int(scheduler.total_blocks)
     free = min(total, int(scheduler.kv_cache_manager.block_pool.get_num_free_blocks()))
@@ -303,7 +300,7 @@ def vllm_scheduler_stats(
         working = int(admission.working_set_blocks(now))
         n = tokens = 0
         for request, left in zip(waiting, uncomputed, strict=True):
-            info = program_of(request)
+            info = scheduler.program_of_request(request.request_id)
             if info is not None and admission.admitted(info.program_id):
                 n += 1
                 tokens += left

@@ -193,6 +193,12 @@ class TTLScheduler(Scheduler):
         )
 
     # -- identity ---------------------------------------------------------------------------
+    def program_of_request(self, request_id: str) -> ProgramInfo | None:
+        """The program this scheduler placed live request ``request_id`` in (its tenancy,
+        client ids and inference applied); None: anonymous, or not live.  What a reader of
+        the scheduler (``ttlpolicy_ray.report``) names programs by."""
+        return self._programs_of.get(request_id)
+
     def _program_id_of(self, request: Request) -> str:
         info = self._programs_of.get(request.request_id)
         return (
