@@ -25,6 +25,7 @@ from ttlpolicy_sglang.host_tier import (
     HostTierOrder,
     chunk_hashes,
     host_prefix_tokens,
+    tree_namespace,
 )
 
 from conftest import TEST_POLICY, FakeClock, MiniScheduler, make_scheduler, tokens
@@ -147,8 +148,27 @@ def test_a_node_s_group_is_its_path_s_as_a_finished_turn_names_it(policy_env) ->
     req = turn(s, prompt, "agent")
     path = [*req.origin_input_ids, *req.output_ids][: req.kv.cache_protected_len]
     node = s.cache.tree_core.node_by_id(req.last_node)
-    head = chunk_hashes(path, order.chunk_tokens)[: order.depth]
+    head = chunk_hashes(path, order.chunk_tokens, tree_namespace(req))[: order.depth]
     assert order.group_of(node) == tuple(head)
+
+
+def test_one_tenant_s_turns_leave_another_s_group_alone(policy_env) -> None:
+    # two tenants (their cache salts) send the same prompt: SGLang keeps two paths, and the
+    # host tier two groups — one tenant's ended program does not end the other's, which
+    # waits on a tool (an ended program's group ranks first, (0, ...))
+    s = hicache(FakeClock())
+    order = s.cache.host_order
+    prompt = tokens(10_000, TURN)
+    waiting = turn(s, prompt, "agent", cache_salt="tenant-b")
+    ended = turn(s, prompt, "agent", cache_salt="tenant-a", last_turn=True)
+    node = {
+        salt: s.cache.tree_core.node_by_id(req.last_node)
+        for salt, req in (("b", waiting), ("a", ended))
+    }
+    assert node["a"] is not node["b"]  # (SGLang's own separation)
+    assert order.group_of(node["a"]) != order.group_of(node["b"])
+    rank = order.ranker()
+    assert rank(node["a"])[0] == 0.0 and rank(node["b"])[0] != 0.0
 
 
 def test_the_model_s_time_starts_at_the_clock_s_first_reading() -> None:

@@ -94,7 +94,7 @@ class TTLRadixCache(UnifiedRadixCache):
         ids = [*req.origin_input_ids, *req.output_ids][:path_tokens]
         self.host_order.accessed(  # type: ignore[union-attr]
             ids,
-            req.extra_key,
+            host_tier.tree_namespace(req),
             waiting_until_s=pin.deadline_s if pin is not None else None,
             ended=info is not None and info.last_turn,
         )

@@ -14,8 +14,10 @@ the key, for the duration of the call, to ``HostTierOrder.rank``:
 * the model is ``OffloadSettings.group_ttl`` (``TTLPOLICY_OFFLOAD``, read at start-up; a bad
   value stops the server with the field named).  One access of the model is one finished
   request's path, cut into chunks of ``chunk_tokens`` tokens, each chunk named by a chained
-  hash of its tokens (and the request's ``extra_key``); a node's group is the first
-  ``group_depth`` chunk hashes of its path from the root.
+  hash of its tokens, seeded with what SGLang's tree keeps apart (``tree_namespace``: the
+  request's ``extra_key`` and ``cache_salt``, so two tenants' equal prompts are two groups, as
+  they are two paths); a node's group is the first ``group_depth`` chunk hashes of its path
+  from the root.
 
 A component other than SGLang's own makes SGLang build the Python TreeCore ("custom components
 require the Python TreeCore"): with HiCache on, the ``ttlpolicy`` backend runs on it.
@@ -36,11 +38,20 @@ from ttlpolicy.serving import OffloadSettings
 GroupKey = tuple[int, ...]
 
 
-def chunk_hashes(token_ids: Sequence[int], chunk_tokens: int, extra_key: Any = None) -> list[int]:
+def tree_namespace(key: Any) -> tuple[Any, Any]:
+    """What SGLang's tree keeps apart besides the tokens, read from a request or a node's
+    ``RadixKey`` (both carry them): its ``extra_key`` and its ``cache_salt`` (a tenant's)."""
+    return getattr(key, "extra_key", None), getattr(key, "cache_salt", None)
+
+
+def chunk_hashes(
+    token_ids: Sequence[int], chunk_tokens: int, namespace: tuple[Any, Any] = (None, None)
+) -> list[int]:
     """One signed 64-bit id per ``chunk_tokens`` tokens (the last chunk may be short), each
-    chained on the one before it, so a chunk's id names its whole prefix (as block hashes do)."""
+    chained on the one before it, so a chunk's id names its whole prefix (as block hashes do)
+    within its ``namespace`` (``tree_namespace``)."""
     ids = []
-    h = hash(("ttlpolicy", extra_key))
+    h = hash(("ttlpolicy", namespace))
     for start in range(0, len(token_ids), chunk_tokens):
         h = hash((h, tuple(token_ids[start : start + chunk_tokens])))  # a signed 64-bit int
         ids.append(h)
@@ -89,16 +100,16 @@ class HostTierOrder:
     def accessed(
         self,
         token_ids: Sequence[int],
-        extra_key: Any = None,
+        namespace: tuple[Any, Any] = (None, None),
         *,
         waiting_until_s: float | None = None,
         ended: bool = False,
     ) -> GroupKey:
-        """A request finished on ``token_ids`` (its cached path): one access of the model.
-        ``waiting_until_s`` (the clock's seconds): its program waits on a tool until then;
-        ``ended``: its program ended.  Returns the path's group."""
+        """A request finished on ``token_ids`` (its cached path, in its tree ``namespace``):
+        one access of the model.  ``waiting_until_s`` (the clock's seconds): its program waits
+        on a tool until then; ``ended``: its program ended.  Returns the path's group."""
         now = self.now()
-        path = chunk_hashes(token_ids, self.chunk_tokens, extra_key)
+        path = chunk_hashes(token_ids, self.chunk_tokens, namespace)
         if not path:
             return ()
         self.model.access(path, now)
@@ -132,7 +143,7 @@ class HostTierOrder:
             tokens.extend(key.token_ids[: want - len(tokens)])
             if len(tokens) >= want:
                 break
-        return tuple(chunk_hashes(tokens, self.chunk_tokens, keys[0].extra_key))
+        return tuple(chunk_hashes(tokens, self.chunk_tokens, tree_namespace(keys[0])))
 
     def ranker(self) -> Callable[[Any], tuple[float, ...]]:
         """The key of one ``drive_host_eviction`` call (groups memoised for the call)."""
