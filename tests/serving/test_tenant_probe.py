@@ -83,3 +83,97 @@ def test_names_each_tenants_first_unrefused_program_and_never_a_refused_one(
     assert asked <= MAX_OTHER_TENANTS + 1
     unasked = {tenant_of(q) for q in waiting[:MAX_SCANNED]} - tenants
     assert not unasked or asked == MAX_OTHER_TENANTS + 1
+
+
+# -- TenantQueue: what the probe reads -----------------------------------------------------
+
+
+def test_one_tenant_s_many_requests_hide_no_other_tenant_s() -> None:
+    from ttlpolicy.serving.tenant_probe import PER_TENANT, TenantQueue
+
+    queue: TenantQueue[str] = TenantQueue()
+    for i in range(10 * MAX_SCANNED):
+        queue.add(pid("A", f"p{i}"), tenant_key("A") or "")
+    queue.add(pid("B", "x"), tenant_key("B") or "")
+    read = queue.candidates(set())
+    assert read == [pid("A", f"p{i}") for i in range(PER_TENANT)] + [pid("B", "x")]
+    assert queue.candidates({tenant_key("A") or ""}) == [pid("B", "x")]
+
+
+def test_every_tenant_is_asked_however_many_over_their_share_wait_ahead_of_it() -> None:
+    # tenants T0..T9 over their share (refused), each waiting before B, which may run: a step
+    # refuses at most MAX_OTHER_TENANTS tenants besides the head's, and each refused tenant
+    # goes behind the others, so B is asked within ceil(10 / MAX_OTHER_TENANTS) + 1 steps
+    from ttlpolicy.ids import tenant_of
+    from ttlpolicy.serving.tenant_probe import TenantQueue, ask_in_turn
+
+    queue: TenantQueue[str] = TenantQueue()
+    over = [pid(f"T{i}", "x") for i in range(10)]
+    for p in [*over, pid("B", "x")]:
+        queue.add(p, tenant_of(p))
+    head = over[0]
+    for step in range(1, 6):
+        programs, tenants = refused(head)
+        read = queue.candidates(tenants)
+        ran = list(ask_in_turn(read, lambda p: p, lambda p: p == pid("B", "x"),
+                               programs, tenants, queue.refused))  # fmt: skip
+        if ran:
+            assert ran == [pid("B", "x")] and step <= -(-10 // MAX_OTHER_TENANTS) + 1
+            return
+    raise AssertionError("B was never asked")
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "discard", "refused"]),
+            st.sampled_from("ABCD"),
+            st.integers(0, 12),
+        ),
+        max_size=80,
+    )
+)
+def test_reads_each_tenant_s_first_requests_refused_tenants_last(
+    ops: list[tuple[str, str, int]],
+) -> None:
+    from ttlpolicy.serving.tenant_probe import PER_TENANT, TenantQueue
+
+    queue: TenantQueue[str] = TenantQueue()
+    joined: dict[str, list[str]] = {}  # the model: each tenant's keys in the order they joined
+    tenant_order: list[str] = []  # tenants by their first waiting key, refused ones moved last
+    for op, tenant, n in ops:
+        key = f"{tenant}{n}"
+        if op == "refused":
+            queue.refused(tenant)
+            if tenant in tenant_order:
+                tenant_order.remove(tenant)
+                tenant_order.append(tenant)
+            continue
+        for keys in joined.values():  # (a key re-added leaves, then joins at the end)
+            if key in keys:
+                keys.remove(key)
+        for t in [t for t, keys in joined.items() if not keys]:
+            del joined[t]
+            tenant_order.remove(t)
+        if op == "add":
+            queue.add(key, tenant)
+            joined.setdefault(tenant, []).append(key)
+            if tenant not in tenant_order:
+                tenant_order.append(tenant)
+        else:
+            queue.discard(key)
+    expected = [k for t in tenant_order for k in joined[t][:PER_TENANT]]
+    assert queue.candidates(set()) == expected[:MAX_SCANNED]
+    assert len(queue) == sum(map(len, joined.values()))
+
+
+def test_sync_keeps_the_places_of_requests_still_waiting() -> None:
+    from ttlpolicy.serving.tenant_probe import TenantQueue
+
+    queue: TenantQueue[str] = TenantQueue()
+    queue.sync([("a1", "A"), ("b1", "B"), ("a2", "A")])
+    queue.refused("A")
+    queue.sync([("c1", "C"), ("a2", "A"), ("b1", "B"), ("b2", "B")])  # a1 left; c1, b2 joined
+    assert queue.candidates(set()) == ["b1", "b2", "a2", "c1"]
+    assert queue.candidates(set(), priority=lambda k: k != "b2") == ["b2", "b1", "a2", "c1"]
+    assert len(queue) == 4

@@ -55,3 +55,23 @@ def test_with_one_tenant_the_later_program_waits_behind_the_refused_one(s, clock
     a_new, b_new = newcomers(s, clock, tenants=False)
     assert s.schedule() == []
     assert set(map(id, s.waiting)) == {id(a_new), id(b_new)}
+
+
+def test_one_tenant_s_many_waiting_programs_hide_no_other_tenant_s(s, clock) -> None:
+    # A queues more newcomers than the probe reads in all (``MAX_SCANNED``), each refused
+    # (A is over its share): B's program, behind them all, is still asked and starts at once
+    from ttlpolicy.serving.tenant_probe import MAX_SCANNED
+
+    a0 = s.submit(tokens(10_000, PROMPT), program="a0", tool="bash", cache_salt="salt-a")
+    a1 = s.submit(tokens(20_000, PROMPT), program="a1", tool="bash", cache_salt="salt-a")
+    assert s.schedule() == [a0, a1]
+    clock.advance(0.5)
+    flood = [
+        s.submit(tokens(50_000 + 1_000 * i, PROMPT), program=f"a-new{i}", cache_salt="salt-a")
+        for i in range(MAX_SCANNED + 1)
+    ]
+    assert s.schedule() == []  # load control holds A's newcomers
+    clock.advance(0.5)
+    b_new = s.submit(tokens(40_000, 40), program="b-new", cache_salt="salt-b")
+    assert s.schedule() == [b_new]
+    assert {id(r) for r in s.waiting} == {id(r) for r in flood}

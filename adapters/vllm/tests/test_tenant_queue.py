@@ -46,9 +46,9 @@ class SaltedRig(Rig):
         self.sched.add_request(req)
 
 
-def run(bench: Any, model: Path, tenants: bool) -> tuple[SaltedRig, float]:
-    """A's two programs in flight; A's newcomer, then B's new program, arrive after A's first
-    turns.  Returns the rig and when B's program was sent."""
+def run(bench: Any, model: Path, tenants: bool, more: int = 0) -> tuple[SaltedRig, float]:
+    """A's two programs in flight; A's newcomer (and ``more`` others), then B's new program,
+    arrive after A's first turns.  Returns the rig and when B's program was sent."""
     rig = SaltedRig(bench, model)
     salt_a, salt_b = ("salt-a", "salt-b") if tenants else (None, None)
     turns = {"a0": 0, "a1": 0}
@@ -65,6 +65,8 @@ def run(bench: Any, model: Path, tenants: bool) -> tuple[SaltedRig, float]:
                 rig.send_salted(f"{p}.{turn + 1}", BIG_TOKENS, 4, p, salt_a)
         if sent_a < 0 and min(turns.values()) >= 1:
             rig.send_salted("a-new", BIG_TOKENS, 4, "a-new", salt_a)
+            for i in range(more):
+                rig.send_salted(f"a-new{i}", BIG_TOKENS, 4, f"a-new{i}", salt_a)
             sent_a = rig.now
         elif sent_b < 0 <= sent_a:  # a step later: not of A's newcomer's cohort
             rig.send_salted("b-new", BLOCK - 8, 4, "b-new", salt_b)
@@ -89,3 +91,16 @@ def test_with_one_tenant_the_later_program_waits_behind_the_refused_one(
     rig, sent_b = run(bench, tiny_model, tenants=False)
     assert rig.started.get("a-new", float("inf")) > sent_b  # refused: the scenario holds it
     assert rig.started.get("b-new", float("inf")) >= rig.started.get("a-new", float("inf"))
+
+
+@pytest.mark.slow
+def test_one_tenant_s_many_waiting_programs_hide_no_other_tenant_s(
+    bench: Any, tiny_model: Path
+) -> None:
+    # A queues more newcomers than the probe reads in all (``MAX_SCANNED``), each refused:
+    # B's program, behind them all, still starts at the next step
+    from ttlpolicy.serving.tenant_probe import MAX_SCANNED
+
+    rig, sent_b = run(bench, tiny_model, tenants=True, more=MAX_SCANNED)
+    assert rig.started.get("b-new") == sent_b, (rig.started.get("b-new"), sent_b)
+    assert rig.started.get("a-new", float("inf")) > sent_b

@@ -13,28 +13,105 @@ passed over keep their places), and asks again:
 * otherwise the request is its tenant's first not yet refused: asked, as long as at most
   ``MAX_OTHER_TENANTS`` tenants besides the head's were refused this step.
 
-Each call reads at most ``MAX_SCANNED`` waiting requests.  With one tenant nothing passes a
-refused head: the queue behaves as without tenants.  The tenant of a request is its
+Which waiting requests are read (``TenantQueue``, kept beside the engine's queue): each
+tenant's first ``PER_TENANT`` in the queue's order, at most ``MAX_SCANNED`` in all, the tenants
+taken by their first waiting request's arrival — except that a tenant refused goes behind
+every other.  So one tenant queuing thousands of requests hides nobody else's, and however
+many tenants over their share wait ahead of a tenant (each step refuses at most
+``MAX_OTHER_TENANTS`` of them), it is asked within a few steps.  With one tenant nothing passes
+a refused head: the queue behaves as without tenants.  The tenant of a request is its
 program's (``ids.tenant_of``: "" for a program without a tenant, an anonymous request's among
 them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Hashable, Iterable, Iterator
 from itertools import islice
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..ids import tenant_of
 
-__all__ = ["MAX_OTHER_TENANTS", "MAX_SCANNED", "ask_in_turn", "next_to_ask"]
+__all__ = [
+    "MAX_OTHER_TENANTS",
+    "MAX_SCANNED",
+    "PER_TENANT",
+    "TenantQueue",
+    "ask_in_turn",
+    "next_to_ask",
+]
 
 #: Tenants, besides the refused head's, whose first waiting program one step may ask about.
 MAX_OTHER_TENANTS = 3
 #: Waiting requests one call reads (the rest of the queue is not looked at).
 MAX_SCANNED = 256
+#: Waiting requests of one tenant read (its first in the queue's order).
+PER_TENANT = 8
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
+
+
+class TenantQueue(Generic[K]):
+    """The waiting requests' keys by tenant, for the probe (module doc): each tenant's in the
+    order they joined, the tenants by their first waiting request's, a refused tenant moved
+    behind every other.  An engine's queue tells it what joins and leaves (``add``,
+    ``discard``), or lists its whole queue each pass (``sync``)."""
+
+    def __init__(self) -> None:
+        self._by_tenant: dict[str, dict[K, None]] = {}
+        self._tenant_of: dict[K, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._tenant_of)
+
+    def add(self, key: K, tenant: str) -> None:
+        """``key`` of ``tenant`` waits (again: it joins at its tenant's end)."""
+        self.discard(key)
+        self._tenant_of[key] = tenant
+        self._by_tenant.setdefault(tenant, {})[key] = None
+
+    def discard(self, key: K) -> None:
+        """``key`` no longer waits (nothing if it did not)."""
+        tenant = self._tenant_of.pop(key, None)
+        if tenant is None:
+            return
+        keys = self._by_tenant[tenant]
+        del keys[key]
+        if not keys:
+            del self._by_tenant[tenant]
+
+    def sync(self, waiting: Iterable[tuple[K, str]]) -> None:
+        """The waiting requests are exactly ``waiting`` (key, tenant), in the queue's order:
+        for an engine that lists its queue each pass."""
+        now = dict(waiting)
+        for key in [k for k in self._tenant_of if now.get(k) != self._tenant_of[k]]:
+            self.discard(key)
+        for key, tenant in now.items():
+            if key not in self._tenant_of:
+                self.add(key, tenant)
+
+    def refused(self, tenant: str) -> None:
+        """Load control refused ``tenant``: it goes behind every other tenant."""
+        keys = self._by_tenant.pop(tenant, None)
+        if keys is not None:
+            self._by_tenant[tenant] = keys
+
+    def candidates(
+        self, skip_tenants: Container[str], priority: Callable[[K], Any] | None = None
+    ) -> list[K]:
+        """What the probe reads (module doc): the tenants not in ``skip_tenants`` in their
+        order, each one's first ``PER_TENANT`` keys (in ``priority`` order if given), at most
+        ``MAX_SCANNED`` in all."""
+        out: list[K] = []
+        for tenant, keys in self._by_tenant.items():
+            if len(out) >= MAX_SCANNED:
+                break
+            if tenant in skip_tenants:
+                continue
+            first = list(islice(keys, min(PER_TENANT, MAX_SCANNED - len(out))))
+            out.extend(first if priority is None else sorted(first, key=priority))
+        return out
 
 
 def next_to_ask(
@@ -61,9 +138,11 @@ def ask_in_turn(
     may_run: Callable[[T], bool],
     refused_programs: set[str],
     refused_tenants: set[str],
+    on_refused: Callable[[str], None] | None = None,
 ) -> Iterator[T]:
     """Each request ``next_to_ask`` names, in turn, that ``may_run`` (load control) lets run;
-    a refusal is added to ``refused_programs`` and ``refused_tenants`` (this step's)."""
+    a refusal is added to ``refused_programs`` and ``refused_tenants`` (this step's), and its
+    tenant told to ``on_refused`` (``TenantQueue.refused``)."""
     pending = list(islice(waiting, MAX_SCANNED))
     while (request := next_to_ask(pending, program_of, refused_programs,
                                   refused_tenants)) is not None:  # fmt: skip
@@ -74,3 +153,5 @@ def ask_in_turn(
             program_id = program_of(request)
             refused_programs.add(program_id)
             refused_tenants.add(tenant_of(program_id))
+            if on_refused is not None:
+                on_refused(tenant_of(program_id))

@@ -60,7 +60,7 @@ from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
 from ttlpolicy.serving.skip_ahead import HeadSkips
-from ttlpolicy.serving.tenant_probe import ask_in_turn
+from ttlpolicy.serving.tenant_probe import TenantQueue, ask_in_turn
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key, tenant_of
@@ -132,6 +132,8 @@ class ProgramTracker:
         self._needs: dict[str, tuple[int, Any]] = {}
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
+        # the waiting requests by tenant, as the last held head's pass listed them
+        self._by_tenant: TenantQueue[str] = TenantQueue()
         self._running: dict[str, Any] = {}
         self._t = -math.inf  # latest time given to the ProgramScheduler
         self._last_log = -math.inf
@@ -196,17 +198,27 @@ class ProgramTracker:
 
     def _past_held_head(self, waiting_queue: list[Any]) -> None:
         """When load control holds the head back, the requests ``tenant_probe.next_to_ask``
-        names that it lets run (other tenants' first programs) go first this pass; the pass
-        then stops at the held head (``ordering``)."""
+        names that it lets run (other tenants' first programs, read as ``TenantQueue`` says)
+        go first this pass; the pass then stops at the held head (``ordering``)."""
         if not waiting_queue or self.admission is None:
             return
         held = self._held_back(waiting_queue[0])
         if held is None:
             return
         programs, tenants = {held}, {tenant_of_program(held)}
-        tracked = [req for req in waiting_queue if request_key(req.rid) in self._waiting]
-        may_run = self._may_run_now
-        ahead = list(ask_in_turn(tracked, self._program_of_req, may_run, programs, tenants))
+        tracked = {  # (a duplicate rid is not the tracked request)
+            key: req
+            for req in waiting_queue
+            if self._waiting.get(key := request_key(req.rid)) is req
+        }
+        by_tenant = self._by_tenant
+        by_tenant.sync(
+            (key, tenant_of_program(self._program_of_req(req))) for key, req in tracked.items()
+        )
+        order = by_tenant.candidates(tenants, lambda key: self._sort_key(tracked[key]))
+        asked = [tracked[key] for key in order]
+        may_run, refused = self._may_run_now, by_tenant.refused
+        ahead = list(ask_in_turn(asked, self._program_of_req, may_run, programs, tenants, refused))
         if ahead:
             chosen = {id(req) for req in ahead}
             waiting_queue[:] = ahead + [req for req in waiting_queue if id(req) not in chosen]

@@ -41,12 +41,11 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from itertools import islice
 from typing import Any
 
 from ttlpolicy.ids import tenant_of
 from ttlpolicy.serving.skip_ahead import HeadSkips
-from ttlpolicy.serving.tenant_probe import MAX_SCANNED, ask_in_turn
+from ttlpolicy.serving.tenant_probe import TenantQueue, ask_in_turn
 
 from .compat import Request, RequestQueue
 from .identity import scheduler_key
@@ -74,6 +73,7 @@ class ProgramRequestQueue(RequestQueue):
         self._fits = fits
         self._head_skips = HeadSkips(skip_depth if fits is not None else 0)
         self._requests: dict[str, Request] = {}  # queued, by id
+        self._by_tenant: TenantQueue[str] = TenantQueue()  # the same keys, by tenant
         self._popped: set[str] = set()  # popped and not finished: a re-queue is a preemption
         self._removed: set[str] = set()  # removed by vLLM, not yet settled
         # not tracked by the library (its tables full): waiting in arrival order, and popped
@@ -112,7 +112,7 @@ class ProgramRequestQueue(RequestQueue):
             logger.warning("ttlpolicy: request %s served untracked: %s", key, e)
             self._untracked[key] = request
             return
-        self._requests[key] = request
+        self._waits(key, request)
 
     def _tracked_first(self) -> bool:
         """Whether a tracked request goes next (else the oldest untracked request does)."""
@@ -140,6 +140,7 @@ class ProgramRequestQueue(RequestQueue):
         if rid is None:
             raise IndexError("pop from an empty queue")
         self._popped.add(rid)
+        self._by_tenant.discard(rid)
         return self._requests.pop(rid)
 
     def peek_request(self) -> Request:
@@ -177,6 +178,7 @@ class ProgramRequestQueue(RequestQueue):
             key = scheduler_key(request.request_id)
             if self._requests.pop(key, None) is not None:
                 self._removed.add(key)
+            self._by_tenant.discard(key)
             self._untracked.pop(key, None)
 
     def __bool__(self) -> bool:
@@ -204,11 +206,12 @@ class ProgramRequestQueue(RequestQueue):
             return self._detour
         self._detour = None
         self._refuse(head)
-        if self._order is None:  # the queue's order this step, of the earliest arrivals
-            self._order = sorted(islice(self._requests, MAX_SCANNED), key=self._programs.priority)
+        if self._order is None:  # what the probe reads this step (``TenantQueue``)
+            self._order = self._by_tenant.candidates(self._refused_tenants, self._programs.priority)
         waiting = [key for key in self._order if key in self._requests]
         allowed = ask_in_turn(waiting, self._program_of_key, self._may_run,
-                              self._refused_programs, self._refused_tenants)  # fmt: skip
+                              self._refused_programs, self._refused_tenants,
+                              self._by_tenant.refused)  # fmt: skip
         self._detour = next(allowed, None)
         return self._detour
 
@@ -283,7 +286,11 @@ class ProgramRequestQueue(RequestQueue):
         # Preempted (or popped then skipped by vLLM's scan): back into the queue, first.
         self._programs.preempt(key, self._clock())
         self._popped.discard(key)
+        self._waits(key, request)
+
+    def _waits(self, key: str, request: Request) -> None:
         self._requests[key] = request
+        self._by_tenant.add(key, tenant_of(self._program_id_of(request)))
 
     def forget(self, request_id: str) -> None:
         """The request finished: it will not come back."""
@@ -291,6 +298,7 @@ class ProgramRequestQueue(RequestQueue):
         self._popped.discard(key)
         self._removed.discard(key)
         self._requests.pop(key, None)
+        self._by_tenant.discard(key)
         self._untracked.pop(key, None)
         self._untracked_popped.discard(key)
 
@@ -300,6 +308,7 @@ class ProgramRequestQueue(RequestQueue):
         are no longer tracked there (their finish is then skipped)."""
         for key in keys:
             request = self._requests.pop(key, None)
+            self._by_tenant.discard(key)
             if request is not None:
                 self.add_request(request)
             self._popped.discard(key)
