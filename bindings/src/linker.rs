@@ -229,7 +229,10 @@ impl PyProgramLinker {
             None => None,
             Some(obj) => match obj.downcast::<PyString>() {
                 Ok(s) => Some(s.to_str().map_err(|_| {
-                    PyValueError::new_err(format!("program must be valid Unicode, got {s}"))
+                    PyValueError::new_err(format!(
+                        "program must be valid Unicode, got {}",
+                        short_repr(obj)
+                    ))
                 })?),
                 Err(_) => {
                     args.record(

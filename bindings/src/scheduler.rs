@@ -17,7 +17,7 @@ use ttlpolicy_core::scheduler::{
 };
 use ttlpolicy_core::tenants::TenantWeights;
 
-use crate::convert::{call1, call2, core_err, type_name, Arg, Args, Fault};
+use crate::convert::{call1, call2, core_err, short_repr, type_name, Arg, Args, Fault};
 use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
 use crate::tenants::tenant_weights_arg;
 use crate::turn_end::{FinishCall, TurnFields};
@@ -39,9 +39,12 @@ pub(crate) fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a
     let s = obj.downcast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(obj)))
     })?;
-    let text = s
-        .to_str()
-        .map_err(|_| PyValueError::new_err(format!("{field} must be valid Unicode, got {s}")))?;
+    let text = s.to_str().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{field} must be valid Unicode, got {}",
+            short_repr(obj)
+        ))
+    })?;
     check_id(field, text).map_err(core_err)?;
     Ok(text)
 }

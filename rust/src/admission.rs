@@ -9,7 +9,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::config::PolicyConfig;
-use crate::error::{Error, PyStr, Result};
+use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
@@ -401,7 +401,7 @@ impl AdmissionControl {
             return Err(Error::invalid_f64(
                 "now",
                 t,
-                format!(">= {:?} (time never goes back)", self.now),
+                format!(">= {} (time never goes back)", PyFloat(self.now)),
             ));
         }
         Ok(t)

@@ -90,7 +90,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, SupportsFloat, SupportsIndex, TypedDict
 
-from .._validate import finite, int_in, non_negative, positive, tool_key
+from .._validate import finite, int_in, non_negative, positive, short_repr, tool_key
 from ._sync import synchronized
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
@@ -205,7 +205,7 @@ def check_id(field: str, value: Any) -> str:
         try:
             size = len(value.encode("utf-8"))
         except UnicodeEncodeError:
-            raise ValueError(f"{field} must be valid Unicode, got {value!r}") from None
+            raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
     if not 0 < size <= MAX_ID_BYTES:
         raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
     return value
