@@ -406,3 +406,32 @@ def test_shrunk_fit_and_value_given_idle_time_against_the_windows(kw, ops, k, id
             assert value == math.inf
         else:
             assert value == pytest.approx(gain / hold, rel=1e-9, abs=1e-12)
+
+
+_durations = st.floats(0.0, 50.0, allow_nan=False).map(lambda x: round(x, 1))  # (ties)
+
+
+@given(
+    st.lists(st.lists(_durations, min_size=1, max_size=12), max_size=30),
+    st.lists(_durations, min_size=1, max_size=40),
+    st.floats(0.0, 20.0),
+    st.floats(0.0, 5.0),
+    st.floats(0.0, 2.0),
+    st.floats(0.0, 60.0),
+)
+def test_the_batched_shrunk_fit_is_the_rule_group_by_group(
+    windows: list[list[float]],
+    pooled: list[float],
+    k: float,
+    benefit: float,
+    price: float,
+    cap: float,
+) -> None:
+    # ``shrunk_ttl`` states the rule; the refit runs ``shrunk_ttls`` on every group at once
+    from ttlpolicy.groups.online import pooled_sketch, shrunk_ttl, shrunk_ttls
+
+    windows = [sorted(w) for w in windows]
+    pooled = sorted(pooled)
+    sketch = pooled_sketch(pooled, min(cap, pooled[len(pooled) // 2]))
+    expected = [shrunk_ttl(w, pooled, sketch, k, benefit, price, cap) for w in windows]
+    assert shrunk_ttls(windows, pooled, sketch, (k, benefit, price, cap)) == expected
