@@ -136,13 +136,13 @@ impl PyAdmissionControl {
         now: Arg<f64>,
     ) -> PyResult<f64> {
         let pid = id_str("program_id", program_id)?;
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         call1("now", now, |t| self.inner.next_use_s(policy.core(), pid, t))
     }
 
     /// The working set at ``now`` (see the module doc).
     fn working_set_blocks(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<i64> {
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         call1("now", now, |t| {
             self.inner.working_set_blocks(policy.core(), t)
         })
@@ -152,7 +152,7 @@ impl PyAdmissionControl {
     /// (``arrive``, ``finish``, ``end``, a recorded tool duration) in between: an admitted program
     /// away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.
     fn next_shrink_s(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<f64> {
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         call1("now", now, |t| self.inner.next_shrink_s(policy.core(), t))
     }
 
@@ -165,7 +165,7 @@ impl PyAdmissionControl {
         now: Arg<f64>,
     ) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
     }
 
@@ -190,7 +190,7 @@ impl PyAdmissionControl {
     ) -> PyResult<Bound<'py, PyList>> {
         let items = items("program_ids", "str", program_ids)?;
         let ids = program_ids_of(&items)?;
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         let ranks = call1("now", now, |t| {
             self.inner.eviction_ranks(policy.core(), &ids, t)
         })?;
@@ -209,7 +209,7 @@ impl PyAdmissionControl {
     ) -> PyResult<f64> {
         let items = items("program_ids", "str", program_ids)?;
         let ids = program_ids_of(&items)?;
-        let policy = self.policy.borrow(py);
+        let policy = self.policy.try_borrow(py)?;
         call2(("now", now), ("until_s", until_s), |t, until| {
             self.inner
                 .next_order_change_s(policy.core(), &ids, t, until)

@@ -121,8 +121,9 @@ impl PyToolHistory {
         duration_s: Arg<f64>,
     ) -> PyResult<()> {
         let tool = tool_now(tool)?;
+        let mut this = slf.try_borrow_mut()?;
         call1("duration_s", duration_s, |d| {
-            slf.borrow_mut().inner.observe(tool.as_deref(), d)
+            this.inner.observe(tool.as_deref(), d)
         })
     }
 
@@ -152,7 +153,7 @@ impl PyToolHistory {
         let mut args = Args::new();
         let t = args.take("t_s", t_s);
         let tool = tool_later(&mut args, tool);
-        let r = slf.borrow().inner.cdf(tool.as_deref(), t);
+        let r = slf.try_borrow()?.inner.cdf(tool.as_deref(), t);
         args.finish(r)
     }
 
@@ -165,7 +166,7 @@ impl PyToolHistory {
         let mut args = Args::new();
         let q = args.take("q", q);
         let tool = tool_later(&mut args, tool);
-        let r = slf.borrow().inner.quantile(tool.as_deref(), q);
+        let r = slf.try_borrow()?.inner.quantile(tool.as_deref(), q);
         args.finish(r)
     }
 
@@ -208,9 +209,8 @@ impl PyEtaEstimator {
 
     /// Records a finished program of ``total_turns`` turns.
     fn observe(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
-        call1("total_turns", total_turns, |n| {
-            slf.borrow_mut().inner.observe(n)
-        })
+        let mut this = slf.try_borrow_mut()?;
+        call1("total_turns", total_turns, |n| this.inner.observe(n))
     }
 
     /// η = −corr(k, N−k) over the window's programs; 1.0 until ``min_programs`` are seen.
@@ -261,7 +261,8 @@ impl PyOutOfOrderCost {
 
     /// Records one queueing delay of ``delay_s`` seconds.
     fn observe(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
-        call1("delay_s", delay_s, |d| slf.borrow_mut().inner.observe(d))
+        let mut this = slf.try_borrow_mut()?;
+        call1("delay_s", delay_s, |d| this.inner.observe(d))
     }
 
     /// T: the mean queueing delay in seconds over the window; 0.0 until a delay is observed.
@@ -360,8 +361,9 @@ impl PyCacheMissModel {
         seconds: Arg<f64>,
         cached_tokens: Arg<i64>,
     ) -> PyResult<()> {
+        let mut this = slf.try_borrow_mut()?;
         observe_prefill_args(tokens, seconds, cached_tokens, |n, s, k| {
-            slf.borrow_mut().inner.observe_prefill(n, s, k)
+            this.inner.observe_prefill(n, s, k)
         })
     }
 
@@ -417,12 +419,14 @@ impl PyCacheMissModel {
 
     /// Predicted prefill seconds of ``tokens`` tokens (never negative).
     fn prefill_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<f64> {
-        call1("tokens", tokens, |n| slf.borrow().inner.prefill_s(n))
+        let this = slf.try_borrow()?;
+        call1("tokens", tokens, |n| this.inner.prefill_s(n))
     }
 
     /// Seconds to load ``tokens`` of KV back from the offload tier; None without a tier.
     fn reload_s(slf: &Bound<'_, Self>, tokens: Arg<i64>) -> PyResult<Option<f64>> {
-        call1("tokens", tokens, |n| slf.borrow().inner.reload_s(n))
+        let this = slf.try_borrow()?;
+        call1("tokens", tokens, |n| this.inner.reload_s(n))
     }
 
     /// Cost of losing ``prefix_tokens`` of cache, of which ``offloaded_tokens`` are still held by
@@ -434,10 +438,11 @@ impl PyCacheMissModel {
         prefix_tokens: Arg<i64>,
         offloaded_tokens: Arg<i64>,
     ) -> PyResult<f64> {
+        let this = slf.try_borrow()?;
         call2(
             ("prefix_tokens", prefix_tokens),
             ("offloaded_tokens", offloaded_tokens),
-            |p, o| slf.borrow().inner.miss_cost_s(p, o),
+            |p, o| this.inner.miss_cost_s(p, o),
         )
     }
 }
@@ -712,23 +717,24 @@ impl PyTTLPolicy {
         duration_s: Arg<f64>,
     ) -> PyResult<()> {
         let tool = tool_now(tool)?;
+        let mut this = slf.try_borrow_mut()?;
         call1("duration_s", duration_s, |d| {
-            slf.borrow_mut().inner.observe_tool(tool.as_deref(), d)
+            this.inner.observe_tool(tool.as_deref(), d)
         })
     }
 
     /// Records a finished program of ``total_turns`` turns (for η).
     fn observe_program(slf: &Bound<'_, Self>, total_turns: Arg<i64>) -> PyResult<()> {
+        let mut this = slf.try_borrow_mut()?;
         call1("total_turns", total_turns, |n| {
-            slf.borrow_mut().inner.observe_program(n)
+            this.inner.observe_program(n)
         })
     }
 
     /// Records a queueing delay (s) of a request that returned to a dropped cache (for T).
     fn observe_queueing_delay(slf: &Bound<'_, Self>, delay_s: Arg<f64>) -> PyResult<()> {
-        call1("delay_s", delay_s, |d| {
-            slf.borrow_mut().inner.observe_queueing_delay(d)
-        })
+        let mut this = slf.try_borrow_mut()?;
+        call1("delay_s", delay_s, |d| this.inner.observe_queueing_delay(d))
     }
 
     /// Records a measured prefill (for the cache-miss model): ``tokens`` new tokens after
@@ -741,8 +747,9 @@ impl PyTTLPolicy {
         seconds: Arg<f64>,
         cached_tokens: Arg<i64>,
     ) -> PyResult<()> {
+        let mut this = slf.try_borrow_mut()?;
         observe_prefill_args(tokens, seconds, cached_tokens, |n, s, k| {
-            slf.borrow_mut().inner.observe_prefill(n, s, k)
+            this.inner.observe_prefill(n, s, k)
         })
     }
 
@@ -773,10 +780,11 @@ impl PyTTLPolicy {
         prefix_tokens: Arg<i64>,
         offloaded_tokens: Arg<i64>,
     ) -> PyResult<f64> {
+        let this = slf.try_borrow()?;
         call2(
             ("prefix_tokens", prefix_tokens),
             ("offloaded_tokens", offloaded_tokens),
-            |p, o| slf.borrow().inner.miss_cost_s(p, o),
+            |p, o| this.inner.miss_cost_s(p, o),
         )
     }
 
@@ -817,7 +825,7 @@ impl PyTTLPolicy {
         let prefix = args.take("prefix_tokens", prefix_tokens);
         let now = args.take("now", now);
         let offloaded = args.take("offloaded_tokens", offloaded_tokens);
-        let decision = slf.borrow().inner.decide(&DecideArgs {
+        let decision = slf.try_borrow()?.inner.decide(&DecideArgs {
             tool: tool.as_deref(),
             request_blocks: blocks,
             mean_active_blocks: mean_active,

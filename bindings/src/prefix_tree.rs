@@ -65,7 +65,8 @@ fn hashes(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             type_name(obj)
         ))
     })?;
-    let mut out = Vec::with_capacity(obj.len().unwrap_or(0));
+    // (the length only as a hint, and a bounded one: a sequence's `__len__` may say anything)
+    let mut out = Vec::with_capacity(obj.len().unwrap_or(0).min(1 << 16));
     for (i, item) in iter.enumerate() {
         out.push(hash_i64(&format!("{field}[{i}]"), &item?)?);
     }
@@ -256,7 +257,7 @@ impl PyPrefixTree {
     /// Leading blocks of ``hash_ids`` held now (as of the last insert or expire).
     fn match_len(slf: &Bound<'_, Self>, hash_ids: &Bound<'_, PyAny>) -> PyResult<usize> {
         let h = hashes("hash_ids", hash_ids)?;
-        Ok(slf.borrow().0.match_len(&h))
+        Ok(slf.try_borrow()?.0.match_len(&h))
     }
 
     /// Every remembered group, in creation order.
@@ -277,7 +278,7 @@ impl PyPrefixTree {
         let b = args.take("benefit_per_hit", benefit_per_hit);
         let p = args.take("price_per_block_s", price_per_block_s);
         let m = args.take("max_ttl_s", max_ttl_s);
-        let ttls = slf.borrow().0.group_ttls(b, p, m);
+        let ttls = slf.try_borrow()?.0.group_ttls(b, p, m);
         let ttls = args.finish(ttls)?;
         let out = PyDict::new(py);
         for (key, ttl) in ttls {
@@ -290,7 +291,7 @@ impl PyPrefixTree {
     fn block_seconds(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<f64> {
         let mut args = Args::new();
         let t = args.take("now", now);
-        let r = slf.borrow().0.block_seconds(t);
+        let r = slf.try_borrow()?.0.block_seconds(t);
         args.finish(r)
     }
 
@@ -304,7 +305,7 @@ impl PyPrefixTree {
         let h = hashes("hash_ids", hash_ids)?;
         let mut args = Args::new();
         let t = args.take("now", now);
-        let r = slf.borrow_mut().0.insert(&h, t);
+        let r = slf.try_borrow_mut()?.0.insert(&h, t);
         args.finish(r)
     }
 
@@ -312,7 +313,7 @@ impl PyPrefixTree {
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<usize> {
         let mut args = Args::new();
         let t = args.take("now", now);
-        let r = slf.borrow_mut().0.expire(t);
+        let r = slf.try_borrow_mut()?.0.expire(t);
         args.finish(r)
     }
 
@@ -335,7 +336,7 @@ impl PyPrefixTree {
             let ttl = args.take_named(format!("ttls[{key:?}]").into(), ttl.extract::<Arg<f64>>()?);
             out.push((key, ttl));
         }
-        let r = slf.borrow_mut().0.set_group_ttls(&out);
+        let r = slf.try_borrow_mut()?.0.set_group_ttls(&out);
         args.finish(r)
     }
 }

@@ -368,7 +368,7 @@ impl PyProgramScheduler {
         // The pin handover and the serving order are part of the policy's model: read from
         // its config, as the reference does.
         let (handover, order) = {
-            let policy = policy.borrow();
+            let policy = policy.try_borrow()?;
             let config = policy.core().config();
             (config.pin_handover, config.serve_order)
         };
@@ -416,8 +416,8 @@ impl PyProgramScheduler {
     ) -> PyResult<Option<PyPin>> {
         let rid = id_str("request_id", request_id)?;
         let pid = id_str("program_id", program_id)?;
-        let this = &mut *slf.borrow_mut();
-        let policy = &mut *this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let policy = &mut *this.policy.try_borrow_mut(py)?;
         call2(("now", now), ("blocks_needed", blocks_needed), |t, b| {
             this.inner.arrive(policy.core_mut(), rid, pid, t, b)
         })
@@ -465,8 +465,8 @@ impl PyProgramScheduler {
             }
             Err(e) => return Err(e),
         };
-        let this = &mut *slf.borrow_mut();
-        let mut policy = this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let mut policy = this.policy.try_borrow_mut(py)?;
         let r = this
             .inner
             .arrive_many(policy.core_mut(), &rids, &pids, t, &blocks);
@@ -482,8 +482,8 @@ impl PyProgramScheduler {
 
     /// The waiting request with the smallest priority tuple, now running; None if none.
     fn pop(slf: &Bound<'_, Self>, py: Python<'_>, now: Arg<f64>) -> PyResult<Option<Py<PyString>>> {
-        let this = &mut *slf.borrow_mut();
-        let policy = &mut *this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let policy = &mut *this.policy.try_borrow_mut(py)?;
         let popped = call1("now", now, |t| this.inner.pop(policy.core_mut(), t))?;
         Ok(popped.map(|id| PyString::new(py, &id).unbind()))
     }
@@ -503,8 +503,8 @@ impl PyProgramScheduler {
         n: Arg<i64>,
         now: Arg<f64>,
     ) -> PyResult<Vec<String>> {
-        let this = &mut *slf.borrow_mut();
-        let policy = &mut *this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let policy = &mut *this.policy.try_borrow_mut(py)?;
         let popped = call2(("n", n), ("now", now), |n, t| {
             this.inner.pop_many(policy.core_mut(), n, t)
         })?;
@@ -519,8 +519,8 @@ impl PyProgramScheduler {
         now: Arg<f64>,
     ) -> PyResult<()> {
         let rid = id_str("request_id", request_id)?;
-        let this = &mut *slf.borrow_mut();
-        let policy = &mut *this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let policy = &mut *this.policy.try_borrow_mut(py)?;
         call1("now", now, |t| this.inner.take(policy.core_mut(), rid, t))
     }
 
@@ -531,7 +531,8 @@ impl PyProgramScheduler {
         now: Arg<f64>,
     ) -> PyResult<()> {
         let rid = id_str("request_id", request_id)?;
-        call1("now", now, |t| slf.borrow_mut().inner.preempt(rid, t))
+        let mut this = slf.try_borrow_mut()?;
+        call1("now", now, |t| this.inner.preempt(rid, t))
     }
 
     // -- finishing and pins -----------------------------------------------------------------
@@ -552,8 +553,8 @@ impl PyProgramScheduler {
     ) -> PyResult<PyFinished> {
         let turn = TurnFields::read(py, turn, fields)?;
         let call = FinishCall::convert(request_id, now, blocks_held, &turn)?;
-        let this = &mut *slf.borrow_mut();
-        let mut policy = this.policy.borrow_mut(py);
+        let this = &mut *slf.try_borrow_mut()?;
+        let mut policy = this.policy.try_borrow_mut(py)?;
         let r = (this.inner).finish(
             policy.core_mut(),
             call.rid,
@@ -568,7 +569,8 @@ impl PyProgramScheduler {
     /// schedule (``pin_handover``), those with deadline ``< now`` whose program has no request
     /// waiting.
     fn expire(slf: &Bound<'_, Self>, now: Arg<f64>) -> PyResult<Vec<PyPin>> {
-        call1("now", now, |t| slf.borrow_mut().inner.expire(t)).map(pins_list)
+        let mut this = slf.try_borrow_mut()?;
+        call1("now", now, |t| this.inner.expire(t)).map(pins_list)
     }
 
     /// Releases pins until at least ``blocks_needed`` blocks are released or no pin is left: the
@@ -585,8 +587,9 @@ impl PyProgramScheduler {
             Some(obj) if !obj.is_none() => Some(id_str("for_program", obj)?),
             _ => None,
         };
+        let mut this = slf.try_borrow_mut()?;
         call2(("blocks_needed", blocks_needed), ("now", now), |need, t| {
-            slf.borrow_mut().inner.reclaim_for(need, t, pid)
+            this.inner.reclaim_for(need, t, pid)
         })
         .map(pins_list)
     }
@@ -597,8 +600,8 @@ impl PyProgramScheduler {
         py: Python<'_>,
         delay_s: Arg<f64>,
     ) -> PyResult<()> {
-        let this = &*slf.borrow();
-        let policy = &mut *this.policy.borrow_mut(py);
+        let this = &*slf.try_borrow()?;
+        let policy = &mut *this.policy.try_borrow_mut(py)?;
         call1("delay_s", delay_s, |d| {
             this.inner.record_queueing_delay(policy.core_mut(), d)
         })
@@ -611,7 +614,7 @@ impl PyProgramScheduler {
     fn end_program(&mut self, py: Python<'_>, program_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         // An id is a str: converting it runs no Python code, so `&mut self` is safe here.
         let pid = id_str("program_id", program_id)?;
-        let policy = &mut *self.policy.borrow_mut(py);
+        let policy = &mut *self.policy.try_borrow_mut(py)?;
         let inner = self
             .inner
             .end_program(policy.core_mut(), pid)
@@ -622,7 +625,7 @@ impl PyProgramScheduler {
     /// The request was aborted (its client went away): its whole program ends, without observing η.
     fn abort(&mut self, py: Python<'_>, request_id: &Bound<'_, PyAny>) -> PyResult<PyEnded> {
         let rid = id_str("request_id", request_id)?;
-        let policy = &mut *self.policy.borrow_mut(py);
+        let policy = &mut *self.policy.try_borrow_mut(py)?;
         let inner = self.inner.abort(policy.core_mut(), rid).map_err(core_err)?;
         Ok(PyEnded { inner })
     }

@@ -25,18 +25,51 @@ pub const MAX_TURNS_AHEAD: u32 = 256;
 /// doc).
 pub const SHRINK_LOOKS: usize = 256;
 
-/// The first instant `t` whose time since `since_s` (`t - since_s`, as the rules compute it)
-/// is at least `elapsed_s` (`beyond`: more than); `inf` if none is finite. `since_s +
-/// elapsed_s` alone can round a few ulps short.
+/// The first instant `t` from `since_s + elapsed_s` on whose time since `since_s` (`t -
+/// since_s`, as the rules compute it) is at least `elapsed_s` (`beyond`: more than); `inf` if
+/// none is finite. `since_s + elapsed_s` alone can round a few ulps short; past a few steps
+/// (near 0 the float grid is fine: `since_s = -elapsed_s` would take ~10^18 steps) the
+/// boundary is bisected over the floats' order, where `t - since_s` never falls.
 fn first_instant(since_s: f64, elapsed_s: f64, beyond: bool) -> f64 {
+    let reached = |t: f64| t - since_s > elapsed_s || (!beyond && t - since_s == elapsed_s);
     let mut t = since_s + elapsed_s;
     if !t.is_finite() {
         return f64::INFINITY;
     }
-    while t - since_s < elapsed_s || (beyond && t - since_s == elapsed_s) {
+    for _ in 0..FIRST_INSTANT_STEPS {
+        if reached(t) {
+            return t;
+        }
         t = t.next_up();
     }
-    t
+    // (`t` not reached, `inf` reached: the first reached float lies in between)
+    let (mut lo, mut hi) = (
+        i128::from(float_order(t)),
+        i128::from(float_order(f64::INFINITY)),
+    );
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if reached(float_at_order(mid as i64)) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    float_at_order(hi as i64)
+}
+
+/// `next_up` steps `first_instant` takes before it bisects.
+const FIRST_INSTANT_STEPS: usize = 4;
+
+/// A float's place in the floats' order (as `f64::total_cmp`), as an integer.
+fn float_order(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    b ^ ((((b >> 63) as u64) >> 1) as i64)
+}
+
+/// The float at that place (`float_order`'s inverse).
+fn float_at_order(k: i64) -> f64 {
+    f64::from_bits((k ^ ((((k >> 63) as u64) >> 1) as i64)) as u64)
 }
 
 /// Where a program stands in the eviction order by itself, first to go first (the
@@ -1229,6 +1262,24 @@ mod tests {
 
     fn policy() -> TTLPolicy {
         TTLPolicy::new(PolicyConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn the_first_instant_past_a_wait_is_found_near_zero_too() {
+        // (since = -elapsed: the first float past 0 that reads as more than the wait; one
+        // float at a time that took ~10^18 steps)
+        for (since, elapsed, beyond) in [
+            (-300.0, 300.0, true),
+            (-300.0, 300.0, false),
+            (1e9, 0.1, true),
+            (-1e-300, 1e-300, true),
+        ] {
+            let t = first_instant(since, elapsed, beyond);
+            let reached = |t: f64| t - since > elapsed || (!beyond && t - since == elapsed);
+            assert!(reached(t) && t >= since + elapsed);
+            assert!(t.next_down() < since + elapsed || !reached(t.next_down()));
+        }
+        assert_eq!(first_instant(f64::MAX, f64::MAX, true), f64::INFINITY);
     }
 
     #[test]

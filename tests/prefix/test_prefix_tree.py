@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -268,3 +269,23 @@ def test_idle_groups_are_bounded(impl):
     tree.expire(100.0)
     keys = [g.key for g in tree.groups()]
     assert keys == [(3,), (4,)]  # the two most recently idled are remembered
+
+
+class _LenSaysMore:
+    """Three hashes whose ``__len__`` claims far more (a caller's bug, not a reason to crash)."""
+
+    def __init__(self, claimed: int) -> None:
+        self.claimed = claimed
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([1, 2, 3])
+
+    def __len__(self) -> int:
+        return self.claimed
+
+
+@pytest.mark.parametrize("claimed", [2**40, 2**62])
+def test_a_sequence_s_length_is_only_a_hint(impl, claimed):
+    tree = impl.PrefixTree(max_nodes=10)
+    assert tree.insert(_LenSaysMore(claimed), 0.0) == 0
+    assert tree.match_len([1, 2, 3]) == 3

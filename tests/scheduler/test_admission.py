@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ttlpolicy import PolicyConfig
 from ttlpolicy.reference.admission import MAX_TURNS_AHEAD
@@ -590,3 +592,35 @@ def test_only_an_engines_inferred_id_is_inferred(impl):
     ):
         ac = away_beside(impl, pid)
         assert (ac.next_use_s(pid, 10.5) == math.inf) is inferred, pid
+
+
+def test_a_wait_that_ends_at_time_zero_is_found_at_once(impl):
+    # programs away since -300 s with a 300 s limit: the instant their wait ends is just past
+    # 0, where the float grid is fine (stepping one float at a time took ~10^18 steps)
+    policy = impl.TTLPolicy(PolicyConfig())
+    policy.observe_tool("bash", 5.0)
+    ac = impl.AdmissionControl(policy, 1000)
+    for p in ["p", "q"]:
+        ac.arrive(p, -300.0, 10)
+        ac.may_run(p, -300.0)
+        ac.finish(p, -300.0, 10, tool="bash", rebuild_s=1.0)
+    assert ac.next_shrink_s(-300.0) >= -300.0
+    assert ac.next_order_change_s(["p", "q"], -300.0, 1e9) >= -300.0
+
+
+@given(
+    st.floats(-1e12, 1e12, allow_nan=False) | st.sampled_from([-300.0, -1e-300, 0.0, -0.0]),
+    st.floats(0.0, 1e6, allow_nan=False) | st.sampled_from([300.0, 1e-300]),
+    st.booleans(),
+)
+def test_the_first_instant_is_the_first_float_past_the_wait(since_s, elapsed_s, beyond):
+    from ttlpolicy.reference.admission import _first_instant
+
+    def reached(t: float) -> bool:
+        return t - since_s > elapsed_s or (not beyond and t - since_s == elapsed_s)
+
+    t = _first_instant(since_s, elapsed_s, beyond)
+    start = since_s + elapsed_s
+    assert reached(t) and t >= start
+    before = math.nextafter(t, -math.inf)
+    assert before < start or not reached(before)

@@ -151,6 +151,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+import struct
 from collections import OrderedDict
 from typing import Any
 
@@ -182,15 +183,49 @@ SHRINK_LOOKS = 256
 
 
 def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
-    """The first instant ``t`` whose time since ``since_s`` (``t - since_s``, as the rules
-    compute it) is at least ``elapsed_s`` (``beyond``: more than); ``inf`` if none is finite.
-    ``since_s + elapsed_s`` alone can round a few ulps short."""
+    """The first instant ``t`` from ``since_s + elapsed_s`` on whose time since ``since_s``
+    (``t - since_s``, as the rules compute it) is at least ``elapsed_s`` (``beyond``: more
+    than); ``inf`` if none is finite.  ``since_s + elapsed_s`` alone can round a few ulps
+    short; past a few steps (near 0 the float grid is fine: ``since_s = -elapsed_s`` would take
+    ~10^18 steps) the boundary is bisected over the floats' order, where ``t - since_s`` never
+    falls."""
+
+    def reached(t: float) -> bool:
+        return t - since_s > elapsed_s or (not beyond and t - since_s == elapsed_s)
+
     t = since_s + elapsed_s
     if not math.isfinite(t):
         return math.inf
-    while t - since_s < elapsed_s or (beyond and t - since_s == elapsed_s):
+    for _ in range(_FIRST_INSTANT_STEPS):
+        if reached(t):
+            return t
         t = math.nextafter(t, math.inf)
-    return t
+    # (``t`` not reached, ``inf`` reached: the first reached float lies in between)
+    lo, hi = _float_order(t), _float_order(math.inf)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if reached(_float_at_order(mid)):
+            hi = mid
+        else:
+            lo = mid
+    return _float_at_order(hi)
+
+
+#: ``math.nextafter`` steps ``_first_instant`` takes before it bisects.
+_FIRST_INSTANT_STEPS = 4
+_SIGN_CLEARED = (1 << 63) - 1
+
+
+def _float_order(x: float) -> int:
+    """A float's place in the floats' order (as ``f64::total_cmp``), as an integer."""
+    (b,) = struct.unpack("<q", struct.pack("<d", x))
+    return b ^ _SIGN_CLEARED if b < 0 else b
+
+
+def _float_at_order(k: int) -> float:
+    """The float at that place (``_float_order``'s inverse)."""
+    (x,) = struct.unpack("<d", struct.pack("<q", k ^ _SIGN_CLEARED if k < 0 else k))
+    return float(x)
 
 
 class _Program:
