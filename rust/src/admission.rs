@@ -42,6 +42,9 @@ fn first_instant(since_s: f64, elapsed_s: f64, beyond: bool) -> f64 {
         }
         t = t.next_up();
     }
+    if reached(t) {
+        return t;
+    }
     // (`t` not reached, `inf` reached: the first reached float lies in between)
     let (mut lo, mut hi) = (
         i128::from(float_order(t)),

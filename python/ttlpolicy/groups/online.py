@@ -163,12 +163,12 @@ def shrunk_ttls(
     windows: list[list[float]], pooled: list[float], sketch: list[float], terms: tuple[float, ...]
 ) -> list[float]:
     """``shrunk_ttl`` of each window (sorted, non-empty) at once, ``terms`` its last four
-    arguments (k, benefit, price, cap); the same floats: a refit of thousands of groups runs
-    on an engine's step (every ``refit_every``-th finished request), and the loop costs ~14
-    µs a group from Python.  Each group's candidates (0, its
-    samples, the sketch) sorted by (group, τ) and deduplicated; its count of samples <= τ
-    from the same sort (its samples ahead of equal candidates); the pooled count by one
-    ``searchsorted``; the same arithmetic in the same order; the first best τ."""
+    arguments (k, benefit, price, cap); the same floats.  A refit of thousands of groups runs
+    on an engine's step (every ``refit_every``-th finished request), where the loop costs
+    ~14 µs a group.  Each group's candidates (0, its samples, the sketch) are sorted by
+    (group, τ) and deduplicated; its count of samples <= τ comes from the same sort (its
+    samples go ahead of equal candidates), the pooled count from one ``searchsorted``; then
+    the same arithmetic in the same order, and the first best τ."""
     k, benefit, price, cap = terms
     n_groups = len(windows)
     if n_groups == 0:

@@ -200,6 +200,8 @@ def _first_instant(since_s: float, elapsed_s: float, beyond: bool) -> float:
         if reached(t):
             return t
         t = math.nextafter(t, math.inf)
+    if reached(t):
+        return t
     # (``t`` not reached, ``inf`` reached: the first reached float lies in between)
     lo, hi = _float_order(t), _float_order(math.inf)
     while hi - lo > 1:
