@@ -52,9 +52,8 @@ class SkipAheadOffload(ChosenOffload):
 
     def __init__(self, depth: int, past_refusal: bool = False, **options: Any) -> None:
         super().__init__(**options)
-        self.depth = check_depth(depth)
         # (the library's rule with its bound on passes of one head, as the engines keep it)
-        self._head_skips = HeadSkips(depth)
+        self._head_skips = HeadSkips(check_depth(depth))
         self.past_refusal = past_refusal
         #: admissions past the library's head; of them, past a head load control refused
         self.skips = 0

@@ -72,9 +72,9 @@ from ttlpolicy.sim.workload import Program, poisson_arrivals
 
 POINTS = "llama-3.1-8b@h100-80g=0.01;llama-3.1-70b@h100-80g=0.008"
 POLICIES = "mori,kvflow,ttlpolicy-offload"
-#: the figures averaged over the seeds
 #: the order fields of ``+FIELD=VALUE`` after ttlpolicy-offload (``make_run_policy``)
 ORDER_FIELDS = ("cap", "age", "w", "start", "top")
+#: the figures averaged over the seeds
 MEANS = "throughput_tok_s makespan_s floor_s busy_s idle_s mean_decode_batch last_wait_s lead_s"
 
 

@@ -84,10 +84,10 @@ class TenantQueue(Generic[K]):
     def sync(self, waiting: Iterable[tuple[K, str]]) -> None:
         """The waiting requests are exactly ``waiting`` (key, tenant), in the queue's order:
         for an engine that lists its queue each pass."""
-        now = dict(waiting)
-        for key in [k for k in self._tenant_of if now.get(k) != self._tenant_of[k]]:
+        listed = dict(waiting)
+        for key in [k for k in self._tenant_of if listed.get(k) != self._tenant_of[k]]:
             self.discard(key)
-        for key, tenant in now.items():
+        for key, tenant in listed.items():
             if key not in self._tenant_of:
                 self.add(key, tenant)
 

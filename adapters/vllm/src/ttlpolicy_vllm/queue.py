@@ -104,15 +104,14 @@ class ProgramRequestQueue(RequestQueue):
             self._untracked.move_to_end(key, last=False)
             return
         # (a pin it consumes stays held for it until it is admitted: the lifecycle's hold)
+        program_id = self._program_id_of(request)
         try:
-            self._life.arrive(
-                key, self._program_id_of(request), self._clock(), self._blocks_needed(request)
-            )
+            self._life.arrive(key, program_id, self._clock(), self._blocks_needed(request))
         except ValueError as e:  # the library's tables are full: served untracked (module doc)
             logger.warning("ttlpolicy: request %s served untracked: %s", key, e)
             self._untracked[key] = request
             return
-        self._waits(key, request)
+        self._waits(key, request, program_id)
 
     def _tracked_first(self) -> bool:
         """Whether a tracked request goes next (else the oldest untracked request does)."""
@@ -286,11 +285,11 @@ class ProgramRequestQueue(RequestQueue):
         # Preempted (or popped then skipped by vLLM's scan): back into the queue, first.
         self._programs.preempt(key, self._clock())
         self._popped.discard(key)
-        self._waits(key, request)
+        self._waits(key, request, self._program_id_of(request))
 
-    def _waits(self, key: str, request: Request) -> None:
+    def _waits(self, key: str, request: Request, program_id: str) -> None:
         self._requests[key] = request
-        self._by_tenant.add(key, tenant_of(self._program_id_of(request)))
+        self._by_tenant.add(key, tenant_of(program_id))
 
     def forget(self, request_id: str) -> None:
         """The request finished: it will not come back."""
