@@ -86,6 +86,21 @@ def test_links_turns_ends_and_counts() -> None:
     inferred.finished("unknown", turn2, 1, 4.0)
 
 
+def test_a_retried_request_keeps_its_link() -> None:
+    """An engine asks again for a request it could not track (SGLang, each pass): the
+    program it was linked to, linked and counted once; once ended, it links anew."""
+    metrics = AdapterMetrics()
+    inferred = InferredPrograms(lambda kind: count_link(metrics, kind))
+    turn1 = PrefixHashes(bytes(range(64)), CHUNK)
+    tenant = tenant_key("salt-a")
+    first = inferred.arrive("r1", tenant, turn1, 1.0)
+    assert inferred.arrive("r1", tenant, turn1, 2.0) == first
+    assert inferred.linker.program_count == 1 and metrics.calls_new_program == 1
+    inferred.aborted("r1", 3.0)
+    assert inferred.arrive("r1", tenant, turn1, 4.0) != first
+    assert metrics.calls_new_program == 2
+
+
 def test_routed_records_the_prompt_as_the_turn_end() -> None:
     """A router sees no finish: the call's next call, extending its prompt, links to it."""
     inferred = InferredPrograms()

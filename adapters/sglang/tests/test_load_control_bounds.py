@@ -54,3 +54,30 @@ def test_a_request_beyond_the_librarys_program_table_is_served(s) -> None:
     assert s.schedule() == []
     assert admission.program_count == MAX_PROGRAMS
     assert s.ttl.programs.program_count == 0 and s.ttl.live_requests() == 0
+
+
+def test_a_request_the_full_table_refuses_is_linked_once(policy_env) -> None:
+    """A request without an id that the library cannot track waits in SGLang's queue and is
+    asked again each pass: it keeps the program it was linked to the first time, so a long
+    wait neither counts a new program a pass nor makes the linker forget others."""
+    policy_env.setenv("TTLPOLICY_INFER_PROGRAMS", "1")
+    clock = FakeClock()
+    s = make_scheduler(KV, "ttlpolicy", clock)
+    big = s.submit(tokens(10_000, 480))
+    assert s.schedule() == [big]  # (running: what is left does not hold the next one)
+    clock.advance(1.0)
+    admission = s.ttl.admission
+    for i in range(MAX_PROGRAMS - admission.program_count):  # the table full
+        admission.arrive(f"x{i}", clock.now, 0)
+    waiting = s.submit(tokens(20_000, 200))
+    for _ in range(5):
+        assert s.schedule() == []
+    stats = s.cache.ttl_stats()
+    assert stats["calls_new_program"] == 2, stats  # big's and the waiting one's, once each
+    assert s.ttl.inferred.linker.program_count == 2
+    s.finish(big, tokens(11_000, 4))
+    assert s.schedule() == [waiting]  # untracked, served as stock
+    s.finish(waiting, tokens(21_000, 4))
+    assert s.schedule() == []
+    assert s.ttl.inferred.linker.program_count == 1  # big's turn end; the untracked one's gone
+    assert not s.ttl.inferred.tracks(waiting.rid)

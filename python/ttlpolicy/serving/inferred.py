@@ -121,7 +121,8 @@ class InferredPrograms:
         if not prefix.startswith("\x00"):
             raise ValueError(f"prefix must start with NUL (no client id can), got {prefix!r}")
         self.linker = ttlpolicy.ProgramLinker()
-        self._live: dict[str, tuple[str, Any]] = {}  # request id -> (linker tenant, key)
+        # request id -> (linker tenant, key, its program)
+        self._live: dict[str, tuple[str, Any, ProgramInfo]] = {}
         self._on_link = on_link
         self._prefix = prefix
 
@@ -136,10 +137,16 @@ class InferredPrograms:
         self, request_id: str, tenant: str | None, hashes: BlockHashSeq, now: float
     ) -> ProgramInfo:
         """The program of a request of ``tenant`` (a tenant key, None: none) whose prompt
-        hashes are ``hashes``; it runs until ``finished`` or ``aborted``."""
+        hashes are ``hashes``; it runs until ``finished`` or ``aborted``.  Asked again for a
+        request that has not ended (an engine retrying one it could not track), the program
+        it was linked to: a retry is not a new call."""
+        live = self._live.get(request_id)
+        if live is not None:
+            return live[2]
         t, key = self._link(tenant, hashes, now)
-        self._live[request_id] = (t, key)
-        return ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
+        info = ProgramInfo(program_key(tenant, f"{self._prefix}{key}"), False, None)
+        self._live[request_id] = (t, key, info)
+        return info
 
     def routed(self, tenant: str | None, hashes: BlockHashSeq, now: float) -> ProgramInfo:
         """``arrive`` for a caller that sees no finish (a router): the prompt is recorded

@@ -37,7 +37,7 @@ pinned, ended without an η sample, and never held back by load control
 program whose recent turn its prompt continues (``inference.py``), within its tenant.  A request
 the library cannot track (its program tables are full: ``arrive`` refuses a new program beyond
 ``MAX_PROGRAMS`` live ones) is served as stock SGLang would, untracked (after the tracked ones,
-in queue order; asked again each pass), not failed.
+in queue order; asked again each pass, keeping the program it was first linked to), not failed.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ class ProgramTracker:
         # request -> (tokens it needs, the node its cached prefix ends on), this pass only
         self._needs: dict[str, tuple[int, Any]] = {}
         self._info: dict[str, ProgramInfo | None] = {}  # tracked live requests
+        self._untracked: set[str] = set()  # waiting requests the library's tables refused
         self._waiting: dict[str, Any] = {}  # as the ProgramScheduler sees them
         # the waiting requests by tenant, as the last held head's pass listed them
         self._by_tenant: TenantQueue[str] = TenantQueue()
@@ -173,8 +174,11 @@ class ProgramTracker:
                     now = self._arrive(key, req, now)
                 except ValueError as e:  # the library's tables are full (module doc)
                     logger.debug("ttlpolicy: request %s served untracked: %s", key, e)
-                    if self.inferred is not None:
-                        self.inferred.aborted(key, now)
+                    self._untracked.add(key)  # (its link is kept for the next pass's retry)
+        for key in [k for k in self._untracked if k in self._info or k not in present]:
+            self._untracked.discard(key)  # tracked now, or left the queue
+            if key not in self._info and self.inferred is not None:
+                self.inferred.aborted(key, now)  # (its finish is not followed: no turn end)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
         self._past_held_head(waiting_queue)
