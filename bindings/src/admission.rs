@@ -81,7 +81,7 @@ impl PyAdmissionControl {
 
     /// A request of the program arrives (its first one makes the program known).
     fn arrive(
-        &mut self,
+        slf: &Bound<'_, Self>,
         program_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
         blocks_needed: Arg<i64>,
@@ -90,7 +90,8 @@ impl PyAdmissionControl {
         let mut args = Args::new();
         let t = args.take("now", now);
         let b = args.take("blocks_needed", blocks_needed);
-        let r = self.inner.arrive(pid, t, b);
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        let r = this.inner.arrive(pid, t, b);
         args.finish(r)
     }
 
@@ -102,7 +103,7 @@ impl PyAdmissionControl {
         rebuild_s=0.0, last_turn=False)"
     )]
     fn finish(
-        &mut self,
+        slf: &Bound<'_, Self>,
         program_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
         blocks_held: Arg<i64>,
@@ -117,63 +118,70 @@ impl PyAdmissionControl {
         let t = args.take("now", now);
         let b = args.take("blocks_held", blocks_held);
         let rb = args.take("rebuild_s", rebuild_s);
-        let r = self.inner.finish(pid, t, b, tool.as_deref(), rb, last);
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        let r = this.inner.finish(pid, t, b, tool.as_deref(), rb, last);
         args.finish(r)
     }
 
     /// The program ended (or was aborted): forget it.
-    fn end(&mut self, program_id: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn end(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>) -> PyResult<()> {
         let pid = id_str("program_id", program_id)?;
-        Args::new().finish(self.inner.end(pid))
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        Args::new().finish(this.inner.end(pid))
     }
 
     /// Expected seconds until the program uses its context again (see the module doc); ``inf`` for
     /// an unknown program.
     fn next_use_s(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         program_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
     ) -> PyResult<f64> {
         let pid = id_str("program_id", program_id)?;
-        let policy = self.policy.try_borrow(py)?;
-        call1("now", now, |t| self.inner.next_use_s(policy.core(), pid, t))
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
+        call1("now", now, |t| this.inner.next_use_s(policy.core(), pid, t))
     }
 
     /// The working set at ``now`` (see the module doc).
-    fn working_set_blocks(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<i64> {
-        let policy = self.policy.try_borrow(py)?;
+    fn working_set_blocks(slf: &Bound<'_, Self>, py: Python<'_>, now: Arg<f64>) -> PyResult<i64> {
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
         call1("now", now, |t| {
-            self.inner.working_set_blocks(policy.core(), t)
+            this.inner.working_set_blocks(policy.core(), t)
         })
     }
 
     /// The first instant after ``now`` at which the working set may shrink with no event
     /// (``arrive``, ``finish``, ``end``, a recorded tool duration) in between: an admitted program
     /// away on a tool leaves it (see ``_leave_s``); ``inf`` if none will.
-    fn next_shrink_s(&self, py: Python<'_>, now: Arg<f64>) -> PyResult<f64> {
-        let policy = self.policy.try_borrow(py)?;
-        call1("now", now, |t| self.inner.next_shrink_s(policy.core(), t))
+    fn next_shrink_s(slf: &Bound<'_, Self>, py: Python<'_>, now: Arg<f64>) -> PyResult<f64> {
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
+        call1("now", now, |t| this.inner.next_shrink_s(policy.core(), t))
     }
 
     /// May a request of the program be scheduled now? True for an admitted program; for the oldest
     /// program not yet admitted, admits it (and says True) when the rule allows; False otherwise.
     fn may_run(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         program_id: &Bound<'_, PyAny>,
         now: Arg<f64>,
     ) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
-        let policy = self.policy.try_borrow(py)?;
-        call1("now", now, |t| self.inner.may_run(policy.core(), pid, t))
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
+        call1("now", now, |t| this.inner.may_run(policy.core(), pid, t))
     }
 
     /// Admit the program now, whatever the working set: for requests load control must not hold
     /// back (an engine's anonymous one-request programs, served as stock).
-    fn admit(&mut self, program_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
+    fn admit(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>, now: Arg<f64>) -> PyResult<()> {
         let pid = id_str("program_id", program_id)?;
-        call1("now", now, |t| self.inner.admit(pid, t))
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        call1("now", now, |t| this.inner.admit(pid, t))
     }
 
     /// ``program_ids`` (programs whose cached contexts may be evicted) sorted so that the first
@@ -183,16 +191,17 @@ impl PyAdmissionControl {
     /// The order as the very `str` objects given (the reference returns them too): no copy
     /// of an id is made on either side, and a caller's dict lookups keep their cached hashes.
     fn eviction_order<'py>(
-        &mut self,
+        slf: &Bound<'_, Self>,
         py: Python<'py>,
         program_ids: &Bound<'py, PyAny>,
         now: Arg<f64>,
     ) -> PyResult<Bound<'py, PyList>> {
         let items = items("program_ids", "str", program_ids)?;
         let ids = program_ids_of(&items)?;
-        let policy = self.policy.try_borrow(py)?;
+        let this = &mut *slf.try_borrow_mut()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
         let ranks = call1("now", now, |t| {
-            self.inner.eviction_ranks(policy.core(), &ids, t)
+            this.inner.eviction_ranks(policy.core(), &ids, t)
         })?;
         PyList::new(py, ranks.into_iter().map(|i| &items[i]))
     }
@@ -201,7 +210,7 @@ impl PyAdmissionControl {
     /// from its answer at ``now`` with no event in between; ``inf`` if none (it looks no further
     /// than ``until_s``).
     fn next_order_change_s(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         program_ids: &Bound<'_, PyAny>,
         now: Arg<f64>,
@@ -209,23 +218,26 @@ impl PyAdmissionControl {
     ) -> PyResult<f64> {
         let items = items("program_ids", "str", program_ids)?;
         let ids = program_ids_of(&items)?;
-        let policy = self.policy.try_borrow(py)?;
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        let policy = this.policy.try_borrow(py)?;
         call2(("now", now), ("until_s", until_s), |t, until| {
-            self.inner
+            this.inner
                 .next_order_change_s(policy.core(), &ids, t, until)
         })
     }
 
     /// Whether the program is tracked (arrived, not ended, not forgotten while idle).
-    fn knows(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn knows(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
-        Args::new().finish(self.inner.knows(pid))
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        Args::new().finish(this.inner.knows(pid))
     }
 
     /// Whether the program is admitted (False for an unknown program).
-    fn admitted(&self, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn admitted(slf: &Bound<'_, Self>, program_id: &Bound<'_, PyAny>) -> PyResult<bool> {
         let pid = id_str("program_id", program_id)?;
-        Args::new().finish(self.inner.admitted(pid))
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        Args::new().finish(this.inner.admitted(pid))
     }
 
     /// Programs admitted (in the working set).

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::GILOnceCell;
 use pyo3::types::{PyBytes, PyFloat, PyInt, PyList, PyString};
 use ttlpolicy_core::Error;
 
@@ -138,11 +139,20 @@ impl<'py> FromPyObject<'py> for Arg<i64> {
 /// the reference's `as_float`. The outer error is an unrelated exception raised by the
 /// object itself, passed through.
 fn to_f64(obj: &Bound<'_, PyAny>) -> Result<f64, PyResult<Fault>> {
-    if let Ok(f) = obj.downcast::<PyFloat>() {
+    if let Ok(f) = obj.downcast_exact::<PyFloat>() {
         return Ok(f.value());
     }
     let py = obj.py();
-    match obj.extract::<f64>() {
+    // A float subclass is read through its `__float__`, as `float(value)` reads it (pyo3's
+    // f64 extraction would take the stored value).
+    let converted = if obj.is_instance_of::<PyFloat>() {
+        py.get_type::<PyFloat>()
+            .call1((obj,))
+            .and_then(|f| f.extract::<f64>())
+    } else {
+        obj.extract::<f64>()
+    };
+    match converted {
         Ok(x) => Ok(x),
         Err(e) if e.is_instance_of::<PyOverflowError>(py) => Err(Ok(Fault::FloatOverflow)),
         Err(e) if e.is_instance_of::<PyTypeError>(py) || e.is_instance_of::<PyValueError>(py) => {
@@ -159,17 +169,34 @@ fn to_f64(obj: &Bound<'_, PyAny>) -> Result<f64, PyResult<Fault>> {
 /// floats are refused even when whole.
 pub fn to_i64(obj: &Bound<'_, PyAny>) -> Result<i64, PyResult<Fault>> {
     let py = obj.py();
+    if let Ok(i) = obj.downcast_exact::<PyInt>() {
+        return i.extract::<i64>().map_err(|e| {
+            if e.is_instance_of::<PyOverflowError>(py) {
+                Ok(Fault::IntOutOfRange { got: int_text(i) })
+            } else {
+                Err(e)
+            }
+        });
+    }
     if !obj.is_instance_of::<PyFloat>() {
-        match obj.extract::<i64>() {
-            Ok(n) => return Ok(n),
-            Err(e) if e.is_instance_of::<PyOverflowError>(py) => {
-                // `__index__` gave an int (an int subclass, or numpy's uint64): print that.
-                let got = obj
-                    .call_method0("__index__")
-                    .ok()
-                    .and_then(|i| i.downcast_into::<PyInt>().ok())
-                    .map_or_else(|| short_repr(obj), |i| int_text(&i));
-                return Err(Ok(Fault::IntOutOfRange { got }));
+        // `__index__` once (as `operator.index`): the int it gives is read, and printed
+        // when out of range.
+        static INDEX: GILOnceCell<Py<PyAny>> = GILOnceCell::new();
+        let index = INDEX
+            .get_or_try_init(py, || {
+                Ok::<_, PyErr>(py.import("operator")?.getattr("index")?.unbind())
+            })
+            .map_err(Err)?;
+        match index.bind(py).call1((obj,)) {
+            Ok(i) => {
+                let i = i.downcast_into::<PyInt>().map_err(|e| Err(e.into()))?;
+                return i.extract::<i64>().map_err(|e| {
+                    if e.is_instance_of::<PyOverflowError>(py) {
+                        Ok(Fault::IntOutOfRange { got: int_text(&i) })
+                    } else {
+                        Err(e)
+                    }
+                });
             }
             Err(e) if !e.is_instance_of::<PyTypeError>(py) => return Err(Err(e)),
             Err(_) => {}
@@ -179,6 +206,41 @@ pub fn to_i64(obj: &Bound<'_, PyAny>) -> Result<i64, PyResult<Fault>> {
         expected: "an integer",
         got: short_repr(obj),
     }))
+}
+
+/// An integer field of a result type (any i64), refused as the reference's `as_int` and
+/// `int_in` refuse it.
+pub fn int_field(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    to_i64(obj).or_else(|fault| Err(fault?.to_err(field)))
+}
+
+/// A count field of a result type: an integer in `[0, i64::MAX]`.
+pub fn count_field(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    let range = |got: String| {
+        PyValueError::new_err(format!("{field} must be in [0, {}], got {got}", i64::MAX))
+    };
+    match to_i64(obj) {
+        Ok(n) if n >= 0 => Ok(n as u64),
+        Ok(n) => Err(range(n.to_string())),
+        Err(Ok(Fault::IntOutOfRange { got })) => Err(range(got)),
+        Err(fault) => Err(fault?.to_err(field)),
+    }
+}
+
+/// A float field of a result type, converted as the reference's `as_float` converts it.
+pub fn float_field(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<f64> {
+    to_f64(obj).or_else(|fault| Err(fault?.to_err(field)))
+}
+
+/// Whether `obj` is an iterable as `isinstance(obj, collections.abc.Iterable)` says: its type
+/// has `__iter__` (an object with only `__getitem__` is not).
+pub fn is_iterable(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_instance_of::<PyList>()
+        || obj.is_instance_of::<pyo3::types::PyTuple>()
+        || obj
+            .get_type()
+            .getattr("__iter__")
+            .is_ok_and(|f| !f.is_none())
 }
 
 /// A value that every core check refuses: stands in for an argument that failed to convert.

@@ -16,7 +16,7 @@ use ttlpolicy_core::linker::{
 };
 use ttlpolicy_core::Error;
 
-use crate::convert::{core_err, short_repr, type_name, Arg, Args, Fault};
+use crate::convert::{core_err, int_field, short_repr, type_name, Arg, Args, Fault};
 use crate::scheduler::id_str;
 use crate::value::{self, Fields};
 
@@ -374,29 +374,39 @@ impl Fields for PyLink {
 impl PyLink {
     #[new]
     fn new(
-        kind: &str,
+        kind: &Bound<'_, PyAny>,
         program: &Bound<'_, PyAny>,
         parent: Option<&Bound<'_, PyAny>>,
-        depth_blocks: i64,
-        context_blocks: i64,
+        depth_blocks: &Bound<'_, PyAny>,
+        context_blocks: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        let kind = match kind {
-            "continue" => LinkKind::Continue,
-            "fork" => LinkKind::Fork,
-            "new" => LinkKind::New,
-            other => {
+        let named = kind
+            .downcast::<PyString>()
+            .ok()
+            .and_then(|k| k.to_str().ok());
+        let kind = match named {
+            Some("continue") => LinkKind::Continue,
+            Some("fork") => LinkKind::Fork,
+            Some("new") => LinkKind::New,
+            _ => {
                 return Err(PyValueError::new_err(format!(
-                    "kind must be 'continue', 'fork' or 'new', got {other:?}"
+                    "kind must be 'continue', 'fork' or 'new', got {}",
+                    short_repr(kind)
                 )))
             }
         };
+        let program = program_key(program)?;
+        let parent = parent
+            .filter(|p| !p.is_none())
+            .map(program_key)
+            .transpose()?;
         Ok(PyLink {
             inner: Link {
                 kind,
-                program: program_key(program)?,
-                parent: parent.map(program_key).transpose()?,
-                depth_blocks,
-                context_blocks,
+                program,
+                parent,
+                depth_blocks: int_field("depth_blocks", depth_blocks)?,
+                context_blocks: int_field("context_blocks", context_blocks)?,
             },
         })
     }

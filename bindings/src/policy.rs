@@ -23,6 +23,7 @@ use ttlpolicy_core::solver;
 use crate::convert::{
     call1, call2, call3, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
 };
+use crate::scheduler::Flag;
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -195,10 +196,11 @@ impl PyEtaEstimator {
     #[pyo3(signature = (
         window = Arg::Ok(EtaEstimator::DEFAULT_WINDOW),
         min_programs = Arg::Ok(EtaEstimator::DEFAULT_MIN_PROGRAMS),
-        clip = true,
+        clip = Flag(Ok(true)),
     ))]
     #[pyo3(text_signature = "(window=256, min_programs=8, clip=True)")]
-    fn new(window: Arg<i64>, min_programs: Arg<i64>, clip: bool) -> PyResult<Self> {
+    fn new(window: Arg<i64>, min_programs: Arg<i64>, clip: Flag) -> PyResult<Self> {
+        let clip = clip.get("clip")?; // first, as the reference checks it
         let inner = call2(
             ("window", window),
             ("min_programs", min_programs),

@@ -9,7 +9,10 @@ use pyo3::types::{PyBytes, PyDict, PyMapping, PyString, PyTuple, PyType};
 
 use ttlpolicy_core::prefix_tree as core;
 
-use crate::convert::{to_i64, type_name, Arg, Args, Fault};
+use crate::convert::{
+    count_field, float_field, int_field, is_iterable, to_i64, type_name, Arg, Args, Fault,
+};
+use crate::scheduler::each_item;
 use crate::value::{self, Fields};
 
 /// One hash, as the reference's `check_hashes`: `TypeError` for a non-integer, `ValueError`
@@ -59,12 +62,16 @@ fn hashes(field: &str, obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
             return buf.to_vec(obj.py());
         }
     }
-    let iter = obj.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{field} must be a sequence of integers, got {}",
-            type_name(obj)
-        ))
-    })?;
+    let iter = obj
+        .try_iter()
+        .ok()
+        .filter(|_| is_iterable(obj))
+        .ok_or_else(|| {
+            PyTypeError::new_err(format!(
+                "{field} must be a sequence of integers, got {}",
+                type_name(obj)
+            ))
+        })?;
     // (the length only as a hint, and a bounded one: a sequence's `__len__` may say anything)
     let mut out = Vec::with_capacity(obj.len().unwrap_or(0).min(1 << 16));
     for (i, item) in iter.enumerate() {
@@ -107,23 +114,34 @@ impl Fields for PyGroupStats {
 impl PyGroupStats {
     #[new]
     fn new(
-        key: Vec<i64>,
-        blocks: usize,
-        accesses: u64,
-        hits: u64,
-        reuse_s: Vec<f64>,
-        ttl_s: f64,
-        last_access_s: Option<f64>,
-    ) -> Self {
-        PyGroupStats(core::GroupStats {
+        key: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+        accesses: &Bound<'_, PyAny>,
+        hits: &Bound<'_, PyAny>,
+        reuse_s: &Bound<'_, PyAny>,
+        ttl_s: &Bound<'_, PyAny>,
+        last_access_s: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let key = each_item("key", "integers", key, int_field)?;
+        let blocks = count_field("blocks", blocks)?;
+        let accesses = count_field("accesses", accesses)?;
+        let hits = count_field("hits", hits)?;
+        let reuse_s = each_item("reuse_s", "numbers", reuse_s, float_field)?;
+        let ttl_s = float_field("ttl_s", ttl_s)?;
+        let last_access_s = if last_access_s.is_none() {
+            None
+        } else {
+            Some(float_field("last_access_s", last_access_s)?)
+        };
+        Ok(PyGroupStats(core::GroupStats {
             key,
-            blocks,
+            blocks: usize::try_from(blocks).unwrap_or(usize::MAX),
             accesses,
             hits,
             reuse_s,
             ttl_s,
             last_access_s,
-        })
+        }))
     }
     /// The hashes of the group's head path (length ≤ ``group_depth``).
     #[getter]

@@ -12,12 +12,16 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyString, PyTuple, PyType};
+use pyo3::PyClass;
 use ttlpolicy_core::scheduler::{
     check_id, Ended, Finished, Pin, ProgramScheduler, RequestState, DEFAULT_MAX_IDLE_PROGRAMS,
 };
 use ttlpolicy_core::tenants::TenantWeights;
 
-use crate::convert::{call1, call2, core_err, short_repr, type_name, Arg, Args, Fault};
+use crate::convert::{
+    call1, call2, core_err, float_field, int_field, is_iterable, short_repr, type_name, Arg, Args,
+    Fault,
+};
 use crate::policy::{policy_arg, PyPinDecision, PyTTLPolicy};
 use crate::tenants::tenant_weights_arg;
 use crate::turn_end::{FinishCall, TurnFields};
@@ -58,7 +62,7 @@ pub(crate) fn items<'py>(
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let text = obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>();
     let iter = match obj.try_iter() {
-        Ok(iter) if !text => iter,
+        Ok(iter) if !text && is_iterable(obj) => iter,
         _ => {
             return Err(PyTypeError::new_err(format!(
                 "{field} must be a sequence of {kind}, got {}",
@@ -67,6 +71,39 @@ pub(crate) fn items<'py>(
         }
     };
     iter.collect()
+}
+
+/// The items of a sequence of `kind`, each converted by `convert` (item `i` named
+/// `field[i]` in an error).
+pub(crate) fn each_item<T>(
+    field: &str,
+    kind: &str,
+    obj: &Bound<'_, PyAny>,
+    convert: fn(&str, &Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    items(field, kind, obj)?
+        .iter()
+        .enumerate()
+        .map(|(i, item)| convert(&format!("{field}[{i}]"), item))
+        .collect()
+}
+
+/// An object of the result type `T` or None (`what`: "a Pin"), refused as the reference's
+/// result types refuse another type.
+fn instance_or_none<'a, 'py, T: PyClass>(
+    field: &str,
+    what: &str,
+    obj: &'a Bound<'py, PyAny>,
+) -> PyResult<Option<&'a Bound<'py, T>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    obj.downcast::<T>().map(Some).map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{field} must be {what} or None, got {}",
+            type_name(obj)
+        ))
+    })
 }
 
 /// A `bool` argument (numbers and None are refused, as in the reference); the fault is kept
@@ -113,14 +150,18 @@ impl Fields for PyPin {
 #[pymethods]
 impl PyPin {
     #[new]
-    fn new(program_id: &str, blocks: i64, deadline_s: f64) -> Self {
-        PyPin {
+    fn new(
+        program_id: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+        deadline_s: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(PyPin {
             inner: Pin {
-                program_id: Arc::from(program_id),
-                blocks,
-                deadline_s,
+                program_id: Arc::from(id_str("program_id", program_id)?),
+                blocks: int_field("blocks", blocks)?,
+                deadline_s: float_field("deadline_s", deadline_s)?,
             },
-        }
+        })
     }
     /// The program whose blocks are kept.
     #[getter]
@@ -185,19 +226,27 @@ impl PyEnded {
 impl PyEnded {
     #[new]
     fn new(
-        program_id: &str,
-        turns: i64,
-        pin: Option<PyRef<'_, PyPin>>,
-        request_ids: Vec<String>,
-    ) -> Self {
-        PyEnded {
+        program_id: &Bound<'_, PyAny>,
+        turns: &Bound<'_, PyAny>,
+        pin: &Bound<'_, PyAny>,
+        request_ids: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let program_id = Arc::from(id_str("program_id", program_id)?);
+        let turns = int_field("turns", turns)?;
+        let pin = instance_or_none::<PyPin>("pin", "a Pin", pin)?.map(|p| p.get().inner.clone());
+        let ids = items("request_ids", "str", request_ids)?;
+        let request_ids = ids
+            .iter()
+            .map(|id| id_str("request_ids", id).map(Arc::from))
+            .collect::<PyResult<_>>()?;
+        Ok(PyEnded {
             inner: Ended {
-                program_id: Arc::from(program_id),
+                program_id,
                 turns,
-                pin: pin.map(|p| p.inner.clone()),
-                request_ids: request_ids.into_iter().map(Arc::from).collect(),
+                pin,
+                request_ids,
             },
-        }
+        })
     }
     /// The program that ended.
     #[getter]
@@ -268,23 +317,38 @@ impl Fields for PyFinished {
 impl PyFinished {
     #[new]
     #[pyo3(
-        signature = (decision, pin, ended, released = Vec::new()),
+        signature = (decision, pin, ended, released = None),
         text_signature = "(decision, pin, ended, released=())"
     )]
     fn new(
-        decision: Option<PyRef<'_, PyPinDecision>>,
-        pin: Option<PyRef<'_, PyPin>>,
-        ended: Option<PyRef<'_, PyEnded>>,
-        released: Vec<PyRef<'_, PyPin>>,
-    ) -> Self {
-        PyFinished {
-            inner: Finished {
-                decision: decision.map(|d| d.inner),
-                pin: pin.map(|p| p.inner.clone()),
-                ended: ended.map(|e| e.inner.clone()),
-                released: released.iter().map(|p| p.inner.clone()).collect(),
-            },
+        decision: &Bound<'_, PyAny>,
+        pin: &Bound<'_, PyAny>,
+        ended: &Bound<'_, PyAny>,
+        released: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let decision = instance_or_none::<PyPinDecision>("decision", "a PinDecision", decision)?;
+        let pin = instance_or_none::<PyPin>("pin", "a Pin", pin)?;
+        let ended = instance_or_none::<PyEnded>("ended", "an Ended", ended)?;
+        let mut pins = Vec::new();
+        if let Some(released) = released {
+            for item in items("released", "Pin", released)? {
+                let p = item.downcast::<PyPin>().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "released must be a sequence of Pin, got {}",
+                        type_name(&item)
+                    ))
+                })?;
+                pins.push(p.get().inner.clone());
+            }
         }
+        Ok(PyFinished {
+            inner: Finished {
+                decision: decision.map(|d| d.get().inner),
+                pin: pin.map(|p| p.get().inner.clone()),
+                ended: ended.map(|e| e.get().inner.clone()),
+                released: pins,
+            },
+        })
     }
     /// Pins of other tenants released to make room within its share (the engine frees their
     /// blocks).
@@ -491,8 +555,9 @@ impl PyProgramScheduler {
     /// Up to ``n`` waiting requests, in the order ``pop`` would return them if nothing
     /// changed: what a caller may run out of turn (``take``) when the head cannot run.
     /// Changes nothing.
-    fn first_waiting(&self, n: Arg<i64>) -> PyResult<Vec<String>> {
-        let waiting = call1("n", n, |n| self.inner.first_waiting(n))?;
+    fn first_waiting(slf: &Bound<'_, Self>, n: Arg<i64>) -> PyResult<Vec<String>> {
+        let this = &*slf.try_borrow()?; // (arguments converted first: they may call back)
+        let waiting = call1("n", n, |n| this.inner.first_waiting(n))?;
         Ok(waiting.iter().map(|s| s.to_string()).collect())
     }
 

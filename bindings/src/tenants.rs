@@ -27,9 +27,13 @@ pub fn tenant_weights_arg(
         args.record(FIELD, wrong(KIND, obj));
         return Ok(refused());
     };
-    let mut out = Vec::with_capacity(dict.len());
+    // A snapshot of the entries (as the reference's `list(dict.items(value))`): a weight's
+    // `__index__` may change the dict while the entries are converted.
+    let entries = dict.items();
+    let mut out = Vec::with_capacity(entries.len());
     let mut too_large = None;
-    for (key, weight) in dict.iter() {
+    for entry in entries.iter() {
+        let (key, weight): (Bound<'_, PyAny>, Bound<'_, PyAny>) = entry.extract()?;
         let Ok(key) = key.downcast::<PyString>() else {
             args.record(FIELD, wrong(KIND, &key));
             return Ok(refused());

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 #: Tool names come from model output: they are cut to this many code points.
@@ -17,6 +18,9 @@ MAX_TOOL_NAME_CHARS = 128
 MAX_REPR_CHARS = 80
 #: Larger ints are shown as their size (printing a huge int is slow, or refused).
 MAX_PRINTED_INT_BITS = 256
+#: Ids (programs, requests, tenants) are at most this many bytes of UTF-8.
+MAX_ID_BYTES = 1024
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
 
 
 def short_repr(value: Any) -> str:
@@ -99,3 +103,47 @@ def tool_key(tool: Any) -> str | None:
     if not tool.isascii():
         tool = tool.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return tool[:MAX_TOOL_NAME_CHARS]
+
+
+def check_id(field: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
+    if value.isascii():
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
+    if not 0 < size <= MAX_ID_BYTES:
+        raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
+    return str(value)
+
+
+def seq_items(field: str, kind: str, values: Any) -> list[Any]:
+    """The items of a sequence of ``kind`` (a str or bytes is refused: it would read as one
+    item per character)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{field} must be a sequence of {kind}, got {type(values).__name__}")
+    return [v for v in values]  # (not list(): it would trust a lying __len__ as a size)
+
+
+def check_ids(field: str, values: Any) -> list[str]:
+    return [check_id(field, v) for v in seq_items(field, "str", values)]
+
+
+# -- the fields of a result type built by a caller (the native classes convert them alike) ---
+
+
+def i64_field(field: str, value: Any) -> int:
+    return int_in(field, value, I64_MIN, I64_MAX)
+
+
+def count_field(field: str, value: Any) -> int:
+    return int_in(field, value, 0, I64_MAX)
+
+
+def instance_or_none(field: str, what: str, value: Any, cls: type) -> Any:
+    if value is not None and not isinstance(value, cls):
+        raise TypeError(f"{field} must be {what} or None, got {type(value).__name__}")
+    return value

@@ -26,9 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ._validate import tool_key
+from ._validate import MAX_ID_BYTES, tool_key
 from .reference.pins import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
-from .reference.scheduler import MAX_ID_BYTES
 from .reference.tenants import INFERRED_PREFIX, is_inferred
 
 __all__ = [

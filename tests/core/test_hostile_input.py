@@ -115,6 +115,101 @@ def test_out_of_range_ints_name_the_allowed_range(backends, make, expected):
     assert kind == "raised" and exc is ValueError and expected in message
 
 
+class OwnFloat(float):
+    """A float whose ``__float__`` says otherwise: ``float(x)`` reads that."""
+
+    def __float__(self) -> float:
+        return 99.0
+
+
+class CountedIndex:
+    """An int too large for the core, a larger one each time it is read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def __index__(self) -> int:
+        self.reads += 1
+        return 2**70 + self.reads
+
+
+def test_numbers_are_read_once_as_python_reads_them(backends):
+    """A float subclass is read through its ``__float__``; ``__index__`` is called once, and
+    the int it gave is the one the error names."""
+    results = []
+    for be in backends:
+        h = be.ToolHistory(8, 4)
+        h.observe("a", OwnFloat(1.0))
+        index = CountedIndex()
+        refused = outcome(partial(be.ProgramScheduler, be.TTLPolicy(), index, 1))
+        results.append((h.samples("a"), be.solve_ttl([OwnFloat(1.0)], 10.0, 0.1, 100.0),
+                        refused, index.reads))  # fmt: skip
+    assert_same(results[0], results[1])
+    assert results[0][0] == [99.0] and results[0][3] == 1
+    assert str(2**70 + 1) in results[0][2][1][1]
+
+
+class GrowsDict:
+    """A weight whose ``__index__`` adds a tenant to the dict being read."""
+
+    def __init__(self, table: dict[str, Any]) -> None:
+        self.table = table
+
+    def __index__(self) -> int:
+        self.table["a" * 32] = 1
+        return 2
+
+
+class OwnItems(dict):
+    """A dict whose ``items()`` says otherwise: the dict's own entries are read."""
+
+    def items(self) -> Any:
+        return [("0" * 32, 7)]
+
+
+def growing_weights() -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    table["0" * 32] = GrowsDict(table)
+    return table
+
+
+def test_tenant_weights_are_read_from_a_snapshot_of_the_dict(backends):
+    results: list[tuple[str, Any]] = []
+    for be in backends:
+        makes = (
+            partial(be.ProgramScheduler, be.TTLPolicy(), 10, 1),
+            partial(be.AdmissionControl, be.TTLPolicy(), total_blocks=10),
+        )
+        for make in makes:
+            for weights in (growing_weights(), OwnItems({"0" * 32: "x"})):
+                kind, result = outcome(partial(make, tenant_weights=weights))
+                results.append((kind, None if kind == "ok" else result))
+    assert results[:4] == results[4:]
+    assert results[0] == results[2] == ("ok", None)  # (the weight read, 2, is in range)
+    assert results[1] == ("raised", (TypeError, results[1][1][1]))  # the entry "x"
+
+
+class LyingLength(list):
+    """A list whose ``__len__`` claims 2**40 items: a size taken on trust aborts the process."""
+
+    def __len__(self) -> int:
+        return 2**40
+
+
+def test_a_lying_length_is_not_taken_as_a_size(backends):
+    results = []
+    for be in backends:
+        pin = be.Pin("p", 1, 1.0)
+        built = (
+            be.Ended("p", 1, None, LyingLength(["r1"])),
+            be.Finished(None, None, None, LyingLength([pin])),
+            be.GroupStats(LyingLength([1]), 1, 1, 1, LyingLength([1.0]), 1.0, None),
+        )
+        results.append(([plain(x) for x in built], built[0].request_ids, built[2].reuse_s))
+    assert_same(results[0], results[1])
+    assert results[0][1:] == (("r1",), (1.0,))
+
+
 # -- re-entrant arguments ------------------------------------------------------------------------
 
 
@@ -150,6 +245,14 @@ def test_arguments_calling_back_into_the_same_object_work(backends):
         s.pop(CallsBack(2.0, lambda s=s: s.pop(1.5)))
         t = be.PrefixTree()
         t.insert([1, CallsBack(2, lambda t=t: t.insert([7], 0.5))], 1.0)
+        first = s.first_waiting(CallsBack(2, lambda s=s: s.arrive("r2", "Y", 2.5, 1)))
+        a = be.AdmissionControl(be.TTLPolicy(), total_blocks=100)
+        a.arrive("x", CallsBack(1.0, lambda a=a: a.arrive("y", 0.5, 1)), 1)
+        a.admit("x", CallsBack(1.0, lambda a=a: a.program_count))
+        used = a.working_set_blocks(CallsBack(2.0, lambda a=a: a.arrive("z", 1.5, 1)))
+        order = a.eviction_order(
+            (pid for pid in ("x", "y") if a.knows(pid)), CallsBack(2.0, lambda a=a: a.end("z"))
+        )
         views.append(
             (
                 [(x, h.samples(x)) for x in (None, "a", "b")],
@@ -158,6 +261,8 @@ def test_arguments_calling_back_into_the_same_object_work(backends):
                 s.waiting_count,
                 s.running_count,
                 plain(t.groups()),
+                first,
+                (a.program_count, a.admitted_count, used, order),
             )
         )
     assert_same(views[0], views[1], "after re-entrant calls")

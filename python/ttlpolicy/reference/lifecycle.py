@@ -51,11 +51,11 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from .._validate import finite, int_in
+from .._validate import check_id, finite, int_in
 from ._sync import lock_of, synchronized
 from .admission import AdmissionControl
 from .policy import MAX_BLOCKS
-from .scheduler import Ended, Finished, Pin, ProgramScheduler, check_id, turn_end
+from .scheduler import Ended, Finished, Pin, ProgramScheduler, turn_end
 
 __all__ = ["ProgramLifecycle"]
 

@@ -92,9 +92,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import finite, int_in, short_repr
+from .._validate import check_id, finite, i64_field, int_in, short_repr
 from ._sync import synchronized
-from .scheduler import check_id
 
 __all__ = [
     "DEFAULT_MAX_AGE_S",
@@ -125,6 +124,7 @@ _MASK = (1 << 64) - 1
 MAX_PROGRAM_KEY = (1 << 63) - 1
 
 ProgramKey = int | str
+LINK_KINDS = ("continue", "fork", "new")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +137,28 @@ class Link:
     parent: int | str | None
     depth_blocks: int
     context_blocks: int
+
+    def __post_init__(self) -> None:
+        # checked for callers (and unpickling) as the native class converts them
+        if not (isinstance(self.kind, str) and self.kind in LINK_KINDS):
+            raise ValueError(
+                f"kind must be 'continue', 'fork' or 'new', got {short_repr(self.kind)}"
+            )
+        object.__setattr__(self, "kind", str(self.kind))
+        object.__setattr__(self, "program", check_program(self.program))
+        if self.parent is not None:
+            object.__setattr__(self, "parent", check_program(self.parent))
+        object.__setattr__(self, "depth_blocks", i64_field("depth_blocks", self.depth_blocks))
+        object.__setattr__(self, "context_blocks", i64_field("context_blocks", self.context_blocks))
+
+
+def check_program(program: Any) -> ProgramKey:
+    """A program key: a linker's int key, or a named program's id."""
+    if isinstance(program, str):
+        return check_id("program", program)
+    if isinstance(program, int) and not isinstance(program, bool):
+        return int_in("program", program, 1, MAX_PROGRAM_KEY)
+    raise TypeError(f"program must be an int or a str, got {type(program).__name__}")
 
 
 def grid_positions(n: int) -> list[int]:
@@ -309,7 +331,7 @@ class ProgramLinker:
         an aborted call, nothing recorded.  False when the program is unknown (forgotten, or
         an int key the linker did not make); a named program is made when unknown."""
         t = check_id("tenant", tenant)
-        key = self._check_program(program)
+        key = check_program(program)
         n, item = _reader("hashes", hashes)
         now_s = self._check_now(now)
         k = n if prompt_blocks is None else int_in("prompt_blocks", prompt_blocks, 0, n)
@@ -354,7 +376,7 @@ class ProgramLinker:
         """The program is done: forgotten (a call matching its turn ends starts a new one).
         False: it was not known."""
         t = check_id("tenant", tenant)
-        key = self._check_program(program)
+        key = check_program(program)
         serial = self._serial(t, key)
         if serial is None:
             return False
@@ -365,7 +387,7 @@ class ProgramLinker:
     def running(self, tenant: Any, program: Any) -> int:
         """Calls of the program running (linked, not finished); 0 for an unknown one."""
         t = check_id("tenant", tenant)
-        serial = self._serial(t, self._check_program(program))
+        serial = self._serial(t, check_program(program))
         return 0 if serial is None else self._programs[serial].live
 
     @property
@@ -409,14 +431,6 @@ class ProgramLinker:
         if t < self._now:
             raise ValueError(f"now must be >= the last call's now ({self._now!r}), got {t!r}")
         return t
-
-    @staticmethod
-    def _check_program(program: Any) -> ProgramKey:
-        if isinstance(program, str):
-            return check_id("program", program)
-        if isinstance(program, int) and not isinstance(program, bool):
-            return int_in("program", program, 1, MAX_PROGRAM_KEY)
-        raise TypeError(f"program must be an int or a str, got {type(program).__name__}")
 
     def _serial(self, tenant: str, key: ProgramKey) -> int | None:
         if isinstance(key, str):

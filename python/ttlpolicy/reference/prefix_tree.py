@@ -48,7 +48,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import as_float, as_int, int_in, non_negative, short_repr
+from .._validate import (
+    as_float,
+    as_int,
+    count_field,
+    i64_field,
+    int_in,
+    non_negative,
+    seq_items,
+    short_repr,
+)
 from ._sync import synchronized
 from .solver import solve_ttl
 
@@ -70,6 +79,20 @@ class GroupStats:
     reuse_s: tuple[float, ...]  # the last `window` reuse intervals, oldest first
     ttl_s: float  # math.inf: no TTL
     last_access_s: float | None
+
+    def __post_init__(self) -> None:
+        # checked for callers (and unpickling) as the native class converts them
+        key = seq_items("key", "integers", self.key)
+        object.__setattr__(self, "key", tuple(i64_field(f"key[{i}]", h) for i, h in enumerate(key)))
+        for name in ("blocks", "accesses", "hits"):
+            object.__setattr__(self, name, count_field(name, getattr(self, name)))
+        reuse = seq_items("reuse_s", "numbers", self.reuse_s)
+        object.__setattr__(
+            self, "reuse_s", tuple(as_float(f"reuse_s[{i}]", r) for i, r in enumerate(reuse))
+        )
+        object.__setattr__(self, "ttl_s", as_float("ttl_s", self.ttl_s))
+        if self.last_access_s is not None:
+            object.__setattr__(self, "last_access_s", as_float("last_access_s", self.last_access_s))
 
 
 def check_hashes(field: str, hash_ids: Any) -> list[int]:

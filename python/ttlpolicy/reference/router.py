@@ -76,10 +76,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from .._validate import finite, int_in
+from .._validate import check_id, finite, int_in
 from ._sync import synchronized
 from .policy import MAX_BLOCKS, TTLPolicy
-from .scheduler import check_id
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_MAX_PROGRAMS", "ProgramRouter"]
 

@@ -90,7 +90,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, SupportsFloat, SupportsIndex, TypedDict
 
-from .._validate import finite, int_in, non_negative, positive, short_repr, tool_key
+from .._validate import (
+    check_id,
+    check_ids,
+    finite,
+    i64_field,
+    instance_or_none,
+    int_in,
+    non_negative,
+    positive,
+    seq_items,
+    tool_key,
+)
 from ._sync import synchronized
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
@@ -99,7 +110,6 @@ from .tenants import check_tenant_weights
 
 __all__ = ["Ended", "Finished", "Pin", "ProgramScheduler", "TurnEnd"]
 
-MAX_ID_BYTES = 1024
 MEAN_ACTIVE_WINDOW = 256
 #: η is observed on at most this many turns (the estimator's own bound).
 MAX_TURNS = 1_000_000
@@ -117,6 +127,13 @@ class Ended:
     pin: Pin | None
     request_ids: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        # checked for callers (and unpickling) as the native class converts them
+        object.__setattr__(self, "program_id", check_id("program_id", self.program_id))
+        object.__setattr__(self, "turns", i64_field("turns", self.turns))
+        instance_or_none("pin", "a Pin", self.pin, Pin)
+        object.__setattr__(self, "request_ids", tuple(check_ids("request_ids", self.request_ids)))
+
 
 @dataclass(frozen=True, slots=True)
 class Finished:
@@ -129,6 +146,17 @@ class Finished:
     pin: Pin | None
     ended: Ended | None
     released: tuple[Pin, ...] = ()
+
+    def __post_init__(self) -> None:
+        # checked for callers (and unpickling) as the native class converts them
+        instance_or_none("decision", "a PinDecision", self.decision, PinDecision)
+        instance_or_none("pin", "a Pin", self.pin, Pin)
+        instance_or_none("ended", "an Ended", self.ended, Ended)
+        released = () if self.released is None else seq_items("released", "Pin", self.released)
+        for pin in released:
+            if not isinstance(pin, Pin):
+                raise TypeError(f"released must be a sequence of Pin, got {type(pin).__name__}")
+        object.__setattr__(self, "released", tuple(released))
 
     @property
     def pinned(self) -> bool:
@@ -194,27 +222,6 @@ def turn_end(turn: Any, keywords: dict[str, Any]) -> TurnEnd:
             f"{next(iter(keywords))!r}"
         )
     return turn
-
-
-def check_id(field: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
-    if value.isascii():
-        size = len(value)
-    else:
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
-    if not 0 < size <= MAX_ID_BYTES:
-        raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
-    return value
-
-
-def check_ids(field: str, values: Any) -> list[str]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f"{field} must be a sequence of str, got {type(values).__name__}")
-    return [check_id(field, v) for v in values]
 
 
 def check_bool(field: str, value: Any) -> bool:

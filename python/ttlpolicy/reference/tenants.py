@@ -81,23 +81,24 @@ def check_tenant_weights(value: Any) -> dict[str, int]:
     kind = "a dict of str tenant keys to integer weights"
     if not isinstance(value, dict):
         raise TypeError(f"{_FIELD} must be {kind}, got {short_repr(value)}")
-    items = list(value.items())
-    for key, weight in items:
+    # a snapshot of the dict's own entries (a weight's __index__ may change it), each weight
+    # read once
+    items = []
+    for key, weight in list(dict.items(value)):
         if not isinstance(key, str):
             raise TypeError(f"{_FIELD} must be {kind}, got {short_repr(key)}")
-        as_int(_FIELD, weight)
+        items.append((key, as_int(_FIELD, weight)))
     if len(items) > MAX_WEIGHTED_TENANTS:
         raise ValueError(
             f"{_FIELD} must be at most {MAX_WEIGHTED_TENANTS} tenants, got {len(items)}"
         )
     out: dict[str, int] = {}
-    for key, weight in items:
+    for key, w in items:
         if not _is_key(key):
             raise ValueError(
                 f"{_FIELD} must be keyed by tenant keys ({TENANT_KEY_CHARS} lowercase hex "
                 f"digits, ids.tenant_key), got {short_repr(key)}"
             )
-        w = as_int(_FIELD, weight)
         if not 1 <= w <= MAX_TENANT_WEIGHT:
             raise ValueError(
                 f"{_FIELD} must be a weight in [1, {MAX_TENANT_WEIGHT}] for tenant "
