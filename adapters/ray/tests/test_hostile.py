@@ -2,11 +2,14 @@
 ``test_router.py``): replicas that come and go keep every other program's home; a policy
 whose miss cost is inf does not route by scan order; a report's block size is its own and
 bounded; its pins are capped and checked (no claim on a program routed elsewhere, none
-expired); a tenant's ``last_turn`` ends its own program only."""
+expired); a tenant's ``last_turn`` ends its own program only; calls naming no program take
+no program's place in a full table; a prompt is read no further than the bytes hashed."""
 
 from __future__ import annotations
 
 import time
+import tracemalloc
+from array import array
 from typing import Any
 
 import pytest
@@ -14,7 +17,9 @@ import pytest
 pytest.importorskip("ray")
 from ray.serve._private.common import DeploymentHandleSource
 from test_router import BIG, DEPLOYMENT, IDLE, Replica, body, choose, make_router
-from ttlpolicy_ray.identity import program_key, tenant_key
+from ttlpolicy_ray import inference
+from ttlpolicy_ray.identity import _field, program_key, tenant_key
+from ttlpolicy_ray.inference import MAX_HASHED_BYTES, prompt_bytes
 from ttlpolicy_ray.router import MAX_BLOCK_SIZE, MAX_REPORT_PINS, TTLPolicyRouter
 
 from ttlpolicy.ids import program_info
@@ -196,3 +201,113 @@ def test_program_keys_do_not_collide() -> None:
     keys = [program_key(t, pid) for t in (None, *tenants) for pid in ids]
     assert len(set(keys)) == len(keys)
     assert all(0 < len(k.encode("utf-8")) <= 1024 for k in keys)
+
+
+def test_calls_naming_no_program_take_no_programs_place() -> None:
+    """The table holds 4, all tenant B's programs.  Tenant A's calls naming no program are
+    no program: routing one through the library would enter it in the full table (pushing
+    out B's least recent program) before the router forgets it, so they go to Ray's choice
+    and every one of B's programs keeps its home."""
+    router = router_with(max_programs=4)
+    a, b = Replica("a"), Replica("b")
+    a.report()
+    b.report()
+    keys = []
+    for k in range(4):
+        choose(router, [a, b], body(f"victim{k}", cache_salt="tenant-b"))
+        keys.append(program_key(tenant_key("tenant-b"), f"victim{k}"))
+    homes = [router.program_router.home(key) for key in keys]
+    assert None not in homes and router.program_router.program_count == 4
+    anonymous = {"prompt": "y" * 400, "cache_salt": "tenant-a"}
+    ranks = [choose(router, [a, b], anonymous) for _ in range(4)]
+    assert [router.program_router.home(key) for key in keys] == homes
+    assert ranks == [[["a", "b"]]] * 4  # (Ray's choice: by queue length)
+    assert router.counters["anonymous_unrouted"] == 4
+    # with room in the table one is routed by the library, and forgotten at once
+    router.program_router.end_program(keys[0])
+    assert len(choose(router, [a, b], anonymous)) == 2 and router.counters["anonymous"] == 1
+    assert router.program_router.program_count == 3
+
+
+def _prompt_bytes_unbounded(body: Any, cap: int) -> bytes:
+    """``prompt_bytes`` as it was: all the text joined and encoded, then cut (the answer a
+    bounded reading must keep, so that no call routes otherwise)."""
+    prompt = _field(body, "prompt")
+    if isinstance(prompt, list | tuple) and prompt and all(type(t) is int for t in prompt):
+        return array("q", prompt[: cap // 8]).tobytes()
+    out: list[str] = []
+
+    def text(value: Any, depth: int = 0) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, list | tuple) and depth < 4:
+            for part in value:
+                text(_field(part, "text") if not isinstance(part, str) else part, depth + 1)
+
+    if prompt is not None:
+        text(prompt)
+    else:
+        messages = _field(body, "messages")
+        for message in messages if isinstance(messages, list | tuple) else ():
+            role = _field(message, "role")
+            out.append(role if isinstance(role, str) else "")
+            out.append("\x1f")
+            text(_field(message, "content"))
+            out.append("\x1e")
+    return "".join(out).encode("utf-8", "surrogatepass")[:cap]
+
+
+# (multi-byte characters, so that the cap falls inside one: 2, 3 and 4 bytes, and a lone
+# surrogate, passed as 3)
+TEXTS = ["a\u00e9b", "\u20ac\u20acx", "\U0001f600y\U0001f600", "z\ud800z", ""]
+BODIES: list[Any] = [
+    {"prompt": "".join(TEXTS)},
+    {"prompt": TEXTS},
+    {"prompt": [1, 2, 3]},
+    {"messages": [{"role": "user", "content": t} for t in TEXTS]},
+    {"messages": [{"role": 3, "content": [{"text": t}, t, {"image": "x"}]} for t in TEXTS]},
+    {"messages": [{"role": "system"}, {"content": [[["\u00e9" * 3, ["deep"]]]]}]},
+    {"messages": "not a list"},
+    None,
+]
+
+
+def test_prompt_bytes_are_the_first_bytes_of_the_whole_prompt(monkeypatch: Any) -> None:
+    """Under the cap the bytes are the whole prompt's; over it, its first ``cap`` bytes (a
+    character the cap cuts is cut as before): the same hashes, the same routes."""
+    small = {"messages": [{"role": "user", "content": "h\u00e9llo"}]}
+    assert prompt_bytes(small) == b"user\x1fh\xc3\xa9llo\x1e"
+    for request in BODIES:
+        assert prompt_bytes(request) == _prompt_bytes_unbounded(request, MAX_HASHED_BYTES)
+    for cap in range(0, 70):
+        monkeypatch.setattr(inference, "MAX_HASHED_BYTES", cap)
+        for request in BODIES:
+            assert prompt_bytes(request) == _prompt_bytes_unbounded(request, cap), (cap, request)
+
+
+class _Unread:
+    """Text past the cap: reading it fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"read past the cap ({name})")
+
+
+def test_a_prompt_is_not_read_past_the_cap() -> None:
+    """What follows ``MAX_HASHED_BYTES`` of text is not read (the old reading joined and
+    encoded all of it: 4 x 64 MB took 316 ms and 384 MiB on the router's event loop)."""
+    full = "\u00e9" * (MAX_HASHED_BYTES // 2)  # (2 bytes a character: exactly the cap)
+    messages = [{"role": "user", "content": full}, _Unread()]
+    assert len(prompt_bytes({"messages": messages})) == MAX_HASHED_BYTES
+    parts = [{"role": "user", "content": [{"text": full}, _Unread()]}]
+    assert len(prompt_bytes({"messages": parts})) == MAX_HASHED_BYTES
+    # one long text: only the characters within the cap are copied and encoded
+    text = "x" * (4 * MAX_HASHED_BYTES)
+    messages = [{"role": "user", "content": text}] * 2
+    tracemalloc.start()
+    try:
+        got = prompt_bytes({"messages": messages})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == b"user\x1f" + b"x" * (MAX_HASHED_BYTES - 5)
+    assert peak < 4 * MAX_HASHED_BYTES  # (all of it: 16 x the cap, joined then encoded)

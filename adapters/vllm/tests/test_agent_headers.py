@@ -31,9 +31,11 @@ def through(
     headers: dict[str, str],
     path: str = "/v1/completions",
     chunk_bytes: int = 0,
+    content_length: bytes | None = None,
     **kwargs: Any,
 ) -> tuple[bytes, dict[bytes, bytes]]:
-    """What the app behind ``AgentHeaders`` receives of a POST: (body, headers)."""
+    """What the app behind ``AgentHeaders`` receives of a POST: (body, headers);
+    ``content_length``: the header as sent (default: the body's length)."""
     seen: dict[str, Any] = {}
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
@@ -56,7 +58,8 @@ def through(
         return messages.pop(0)
 
     raw = [(k.encode(), v.encode()) for k, v in headers.items()]
-    raw.append((b"content-length", str(len(body)).encode()))
+    length = str(len(body)).encode() if content_length is None else content_length
+    raw.append((b"content-length", length))
     scope = {"type": "http", "method": "POST", "path": path, "headers": raw}
     asyncio.run(AgentHeaders(app, **kwargs)(scope, receive, lambda m: asyncio.sleep(0)))
     return seen["body"], seen["headers"]
@@ -86,6 +89,52 @@ def test_everything_else_passes_byte_for_byte() -> None:
     big = json.dumps({"prompt": "x" * 300}).encode()
     assert through(big, {CLAUDE_SESSION: "s"}, max_body_bytes=100)[0] == big
     assert through(big, {CLAUDE_SESSION: "s"}, chunk_bytes=30, max_body_bytes=100)[0] == big
+
+
+def test_anthropic_messages_carry_the_session() -> None:
+    """``/v1/messages`` (vLLM's Anthropic API, the one Claude Code calls) passes
+    ``vllm_xargs`` on to its chat completion: the session is carried there too."""
+    body = json.dumps({"model": "m", "max_tokens": 4, "messages": []}).encode()
+    out, _ = through(body, {CLAUDE_SESSION: "s-1"}, path="/v1/messages")
+    assert xargs_of(out) == {SESSION_FIELD: "s-1"}
+    assert through(body, {CLAUDE_SESSION: "s-1"}, path="/v1/messages/count_tokens")[0] == body
+
+
+@pytest.mark.parametrize(
+    "length",
+    ["\u00b2".encode("latin-1"), "\u0663".encode(), b"-5", b" 9", b"0x10", b""],
+)
+def test_a_content_length_that_is_no_number_is_read_within_the_cap(length: bytes) -> None:
+    """A Content-Length of anything but ASCII digits (``"²".isdigit()`` is true, and ``int``
+    refuses it) raises nothing: the body is read, within the cap, as without the header."""
+    body = json.dumps({"prompt": "x"}).encode()
+    out, _ = through(body, {CLAUDE_SESSION: "s"}, content_length=length)
+    assert xargs_of(out) == {SESSION_FIELD: "s"}
+    # digits: leading zeros are still the number; many digits (``int`` refuses over 4300)
+    # are over the cap, passed on as they came
+    out, _ = through(body, {CLAUDE_SESSION: "s"}, content_length=b"0" * 40 + b"9")
+    assert xargs_of(out) == {SESSION_FIELD: "s"}
+    for many in (b"9" * 40, b"1" * 5000):
+        assert through(body, {CLAUDE_SESSION: "s"}, content_length=many)[0] == body
+
+
+def test_a_rewritten_body_grows_by_the_added_field_only() -> None:
+    """Text is written as itself (UTF-8), not as ``\\u`` escapes (``é`` took 6 bytes for 2: a
+    body within the cap came out ~3 x it); a lone surrogate, which UTF-8 cannot hold, stays
+    escaped; a body that would still grow (numbers written back longer) passes as it came."""
+    added = len(b',"vllm_xargs":{"ttlpolicy_session":"s-1"}')
+    request = {"prompt": "h\u00e9llo \u65e5\u672c \U0001f600 " * 500 + '"\\\n\x7f', "n": 1}
+    body = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode()
+    out, headers = through(body, {CLAUDE_SESSION: "s-1"})
+    assert len(out) <= len(body) + added
+    assert json.loads(out.decode("utf-8")) == {**request, "vllm_xargs": {SESSION_FIELD: "s-1"}}
+    assert headers[b"content-length"] == str(len(out)).encode()
+    lone = b'{"prompt":"a\\ud800b\\udfff"}'
+    out, _ = through(lone, {CLAUDE_SESSION: "s-1"})
+    assert len(out) <= len(lone) + added
+    assert json.loads(out.decode("utf-8"))["prompt"] == "a\ud800b\udfff"
+    grows = b'{"prompt":[' + b",".join([b"1e9"] * 1000) + b"]}"
+    assert through(grows, {CLAUDE_SESSION: "s-1"})[0] == grows
 
 
 def request(extra: Any = None, salt: Any = None, session_id: Any = None) -> SimpleNamespace:
@@ -162,3 +211,52 @@ def test_agent_headers_over_http(tiny_model: Path, tmp_path: Path) -> None:
         assert counters() == (4, 1, 1)
         hit_tokens = turn2["usage"]["prompt_tokens_details"]["cached_tokens"]
         assert hit_tokens == ((len(context) - 1) // BLOCK) * BLOCK
+
+
+#: A chat template for the tiny model (it has none): each message's role and text.
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+
+
+def anthropic(base: str, text: str, headers: dict[str, str]) -> dict[str, Any]:
+    """A call to vLLM's Anthropic Messages API, as Claude Code makes it."""
+    body = {
+        "model": "tiny", "max_tokens": 8, "temperature": 0.0, "cache_salt": "tenant-a",
+        "messages": [{"role": "user", "content": text}],
+    }  # fmt: skip
+    req = urllib.request.Request(
+        base + "/v1/messages",
+        json.dumps(body).encode(),
+        {"Content-Type": "application/json", "anthropic-version": "2023-06-01", **headers},
+    )
+    with urllib.request.urlopen(req, timeout=REQUEST_TIMEOUT_S) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_claude_codes_messages_api_over_http(tiny_model: Path, tmp_path: Path) -> None:
+    """On vLLM's real server, a ``/v1/messages`` call naming no session is anonymous (no
+    pin), and the same call with ``X-Claude-Code-Session-Id`` is that session's program: the
+    middleware carried the header into ``vllm_xargs``, which vLLM's Anthropic API passes on
+    to the engine (it was left out of the middleware's paths: never a program)."""
+    prom_dir = tmp_path / "prometheus"
+    prom_dir.mkdir()
+    template = tmp_path / "chat.jinja"
+    template.write_text(CHAT_TEMPLATE)
+    env = {
+        "TTLPOLICY_POLICY": '{"prefill_base_s": 100.0, "prior_mean_s": 60.0, "max_ttl_s": 300.0}',
+        "PROMETHEUS_MULTIPROC_DIR": str(prom_dir),
+    }
+    extra = ("--middleware", "ttlpolicy_vllm.middleware.AgentHeaders", "--chat-template",
+             str(template))  # fmt: skip
+    text = "the agent reads the file and calls a tool; KV cache blocks are pinned " * 3
+    with serve(tiny_model, tmp_path, NUM_BLOCKS, env, *extra) as (base, _, log):
+
+        def pins() -> float:
+            return scrape(base).get(("ttlpolicy_pins_total", ()), -1.0)
+
+        reply = anthropic(base, text, {})
+        assert reply["type"] == "message", reply
+        assert pins() == 0, log.read_text()[-3000:]  # anonymous: its own one-call program
+        anthropic(base, "bash: ls -la; " + text, {CLAUDE_SESSION: "cc-session-1"})
+        assert pins() == 1, log.read_text()[-3000:]

@@ -37,38 +37,67 @@ ROLE_END, MESSAGE_END = "\x1f", "\x1e"
 _MAX_DEPTH = 4
 
 
-def _text(value: Any, out: list[str], depth: int = 0) -> None:
+class _Capped:
+    """Text's UTF-8 bytes (surrogates passed), collected up to ``limit`` of them: a string is
+    read only as far as the limit reaches, so a prompt's length past it costs nothing."""
+
+    __slots__ = ("left", "parts")
+
+    def __init__(self, limit: int) -> None:
+        self.parts: list[bytes] = []
+        self.left = limit
+
+    def add(self, text: str) -> None:
+        if self.left <= 0:
+            return
+        # A character is 1 to 4 bytes, so the first ``left`` characters hold at least
+        # ``left`` bytes (or are all of it); UTF-8 encodes each character on its own, so
+        # the pieces' bytes, joined, are the joined text's.
+        data = text[: self.left].encode("utf-8", "surrogatepass")[: self.left]
+        self.parts.append(data)
+        self.left -= len(data)
+
+    @property
+    def full(self) -> bool:
+        return self.left <= 0
+
+
+def _text(value: Any, out: _Capped, depth: int = 0) -> None:
     """The text in a message's content: a string, or the ``text`` of its parts."""
     if isinstance(value, str):
-        out.append(value)
+        out.add(value)
     elif isinstance(value, list | tuple) and depth < _MAX_DEPTH:
         for part in value:
+            if out.full:
+                return  # (the rest is past the cap: not read)
             text = _field(part, "text") if not isinstance(part, str) else part
             _text(text, out, depth + 1)
 
 
 def prompt_bytes(body: Any) -> bytes:
     """The bytes of ``body``'s prompt (a string, token ids, strings) or chat ``messages``
-    (role and text of each), at most ``MAX_HASHED_BYTES``."""
+    (role and text of each), at most ``MAX_HASHED_BYTES``: the first ``MAX_HASHED_BYTES`` of
+    the whole prompt's, read no further."""
     prompt = _field(body, "prompt")
     if isinstance(prompt, list | tuple) and prompt and all(type(t) is int for t in prompt):
         try:
             return array("q", prompt[: MAX_HASHED_BYTES // 8]).tobytes()
         except OverflowError:
             return b""  # not token ids: nothing to link by
-    out: list[str] = []
+    out = _Capped(MAX_HASHED_BYTES)
     if prompt is not None:
         _text(prompt, out)
     else:
         messages = _field(body, "messages")
         for message in messages if isinstance(messages, list | tuple) else ():
+            if out.full:
+                break  # (the rest is past the cap: not read)
             role = _field(message, "role")
-            out.append(role if isinstance(role, str) else "")
-            out.append(ROLE_END)
+            out.add(role if isinstance(role, str) else "")
+            out.add(ROLE_END)
             _text(_field(message, "content"), out)
-            out.append(MESSAGE_END)
-    data = "".join(out).encode("utf-8", "surrogatepass")
-    return data[:MAX_HASHED_BYTES]
+            out.add(MESSAGE_END)
+    return b"".join(out.parts)
 
 
 def prompt_hashes(pending: Any) -> PrefixHashes:

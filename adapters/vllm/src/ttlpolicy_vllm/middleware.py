@@ -9,11 +9,15 @@ JSON body of completion requests, as ``vllm_xargs`` fields ``ttlpolicy_session``
 ``session_id`` (and which tenancy then namespaces, like any client id).  It never overwrites a
 field the client set, and leaves every other request byte for byte as it came: other paths
 and methods, bodies that are not a JSON object, requests naming no session, and bodies over
-``MAX_BODY_BYTES`` (read no further than that, then passed on as they stream)."""
+``MAX_BODY_BYTES`` (read no further than that, then passed on as they stream).  The body it
+rewrites is compact UTF-8 JSON, no longer than the one that came plus the fields added (and
+``_SLACK_BYTES``: a rewrite longer still, as many ``1e9`` written back as ``1000000000.0``, is
+not made)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -32,11 +36,32 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
-#: The endpoints whose requests reach the scheduler with ``vllm_xargs``.
-PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses"})
+#: The endpoints whose requests reach the scheduler with ``vllm_xargs`` (``/v1/messages``:
+#: vLLM's Anthropic API, Claude Code's, which passes them on to its chat completion).
+PATHS = frozenset({"/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages"})
 #: Largest body read to find the session, in bytes; a larger one passes through untouched
 #: (anonymous unless it names its program itself), so memory per request stays bounded.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Digits of the largest Content-Length compared as a number (more: larger than any cap).
+_MAX_LENGTH_DIGITS = 18
+#: Bytes a rewritten body may grow beyond the fields added: numbers written back a little
+#: longer (``1e-7`` as ``1e-07``).
+_SLACK_BYTES = 1024
+#: Lone surrogates (a JSON body may escape one): UTF-8 has no bytes for them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _declared_over(declared: str, cap: int) -> bool:
+    """Does a Content-Length value exceed ``cap``?  False when it is not a number (ASCII
+    digits only: ``"²".isdigit()`` is true, and ``int`` refuses over 4300 digits)."""
+    if not (declared.isascii() and declared.isdigit()):
+        return False  # read, bounded by the cap, like a request without one
+    digits = declared.lstrip("0")
+    return len(digits) > _MAX_LENGTH_DIGITS or int(digits or "0") > cap
 
 
 def carried(body: bytes, headers: dict[str, str]) -> bytes | None:
@@ -59,11 +84,25 @@ def carried(body: bytes, headers: dict[str, str]) -> bytes | None:
     xargs = {} if xargs is None else xargs
     if SESSION_FIELD in xargs or AGENT_FIELD in xargs:
         return None  # the client's own fields win
-    xargs[SESSION_FIELD] = session.session_id
+    added = {SESSION_FIELD: session.session_id}
     if session.agent_id is not None:
-        xargs[AGENT_FIELD] = session.agent_id
+        added[AGENT_FIELD] = session.agent_id
+    xargs.update(added)
     parsed["vllm_xargs"] = xargs
-    return json.dumps(parsed).encode()
+    # Text as itself, not \u escapes (up to 6 bytes a character), and no spaces: the body
+    # grows by the added fields only.
+    text = _dumps(parsed)
+    try:
+        out = text.encode()
+    except UnicodeEncodeError:  # lone surrogates: escaped, as the client sent them
+        out = _SURROGATE.sub(_escaped, text).encode()
+    if len(out) > len(body) + len(_dumps({"vllm_xargs": added}).encode()) + _SLACK_BYTES:
+        return None  # numbers written back much longer (``1e9``): not worth the memory
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:
@@ -95,8 +134,7 @@ class AgentHeaders:
         headers: dict[str, str] = {}
         for name, value in scope.get("headers") or ():
             headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
-        declared = headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self.max_body_bytes:
+        if _declared_over(headers.get("content-length", ""), self.max_body_bytes):
             await self.app(scope, receive, send)
             return
         messages: list[Message] = []
