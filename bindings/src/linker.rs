@@ -372,6 +372,10 @@ impl Fields for PyLink {
 
 #[pymethods]
 impl PyLink {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     #[new]
     fn new(
         kind: &Bound<'_, PyAny>,

@@ -498,6 +498,10 @@ fn source_str(py: Python<'_>, s: Source) -> Bound<'_, PyString> {
 
 #[pymethods]
 impl PyPinDecision {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     /// Fields as the reference's dataclass, whose `__post_init__` checks them alike.
     #[new]
     fn new(

@@ -112,6 +112,10 @@ impl Fields for PyGroupStats {
 
 #[pymethods]
 impl PyGroupStats {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     #[new]
     fn new(
         key: &Bound<'_, PyAny>,

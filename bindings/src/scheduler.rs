@@ -149,6 +149,10 @@ impl Fields for PyPin {
 
 #[pymethods]
 impl PyPin {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     #[new]
     fn new(
         program_id: &Bound<'_, PyAny>,
@@ -224,6 +228,10 @@ impl PyEnded {
 
 #[pymethods]
 impl PyEnded {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     #[new]
     fn new(
         program_id: &Bound<'_, PyAny>,
@@ -315,6 +323,10 @@ impl Fields for PyFinished {
 
 #[pymethods]
 impl PyFinished {
+    #[classattr]
+    fn __match_args__(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        value::match_args::<Self>(py)
+    }
     #[new]
     #[pyo3(
         signature = (decision, pin, ended, released = None),

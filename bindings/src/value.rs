@@ -36,3 +36,9 @@ pub fn repr<T: Fields>(x: &T, py: Python<'_>, name: &str) -> PyResult<String> {
     }
     Ok(format!("{name}({})", parts.join(", ")))
 }
+
+/// The field names as a tuple: a class's `__match_args__`, as a dataclass has them (`case
+/// Pin(program_id, blocks, _)`).
+pub fn match_args<T: Fields>(py: Python<'_>) -> PyResult<Py<PyTuple>> {
+    Ok(PyTuple::new(py, T::NAMES)?.unbind())
+}

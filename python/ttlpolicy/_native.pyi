@@ -193,6 +193,8 @@ class PinDecision:
     ``source`` is one of "tool_cdf", "global_cdf", "exponential_prior", "capped",
     "no_benefit" (the constructor refuses any other with ValueError)."""
 
+    __match_args__ = ("ttl_s", "benefit_s", "cost_per_s", "p_return", "source")
+
     def __new__(
         cls,
         ttl_s: SupportsFloat,
@@ -260,6 +262,8 @@ class TTLPolicy:
 @final
 class Pin:
     """``blocks`` KV blocks of ``program_id`` kept in memory until ``deadline_s``."""
+
+    __match_args__ = ("program_id", "blocks", "deadline_s")
     def __new__(cls, program_id: str, blocks: int, deadline_s: float) -> Pin: ...
     @property
     def program_id(self) -> str: ...
@@ -274,6 +278,8 @@ class Pin:
 class Ended:
     """A program that ended: finished ``turns``, the ``pin`` released, the live requests
     dropped with it (``request_ids``, sorted)."""
+
+    __match_args__ = ("program_id", "turns", "pin", "request_ids")
     def __new__(
         cls, program_id: str, turns: int, pin: Pin | None, request_ids: Sequence[str]
     ) -> Ended: ...
@@ -293,6 +299,8 @@ class Finished:
     """What ``finish`` did: the policy's ``decision`` (None on a last turn), the program's
     ``pin`` if this request was pinned, ``ended`` on a last turn, the pins of other tenants
     ``released`` to make room for it within its share."""
+
+    __match_args__ = ("decision", "pin", "ended", "released")
     def __new__(
         cls,
         decision: PinDecision | None,
@@ -417,6 +425,8 @@ class ProgramScheduler:
 @final
 class GroupStats:
     """A snapshot of one group of blocks (see ``ttlpolicy.reference.prefix_tree``)."""
+
+    __match_args__ = ("key", "blocks", "accesses", "hits", "reuse_s", "ttl_s", "last_access_s")
 
     def __new__(
         cls,
@@ -718,6 +728,8 @@ class Link:
     """Which program a call belongs to: ``kind`` (``"continue"``, ``"fork"``, ``"new"``),
     ``program`` (an int the linker made, or a deployment's str id), ``parent`` (forks),
     ``depth_blocks``, ``context_blocks``."""
+
+    __match_args__ = ("kind", "program", "parent", "depth_blocks", "context_blocks")
     def __new__(
         cls,
         kind: str,

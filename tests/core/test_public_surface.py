@@ -518,6 +518,8 @@ def test_result_types_compare_hash_pickle_and_print_alike(backends):
             assert type(copy) is type(x) and copy == x and hash(copy) == hash(x), what
             fields = [getattr(x, f) for f in inspect.signature(type(x)).parameters]
             assert type(x)(*fields) == x, what
+            # matched by position, as a dataclass is (``case Pin(program_id, blocks, _)``)
+            assert type(x).__match_args__ == tuple(inspect.signature(type(x)).parameters), what
     # different values differ, and nothing equals a plain tuple
     for results in (ref_results, nat_results):
         assert results[1] != results[-2]  # two pins
