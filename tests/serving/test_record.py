@@ -4,7 +4,10 @@ client sent is written, the files stay within their bound, bad lines are named."
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ttlpolicy.cli import main as cli_main
-from ttlpolicy.serving import Recorder, RecordSettings, record_from_env
+from ttlpolicy.serving import Recorder, RecordSettings, record, record_from_env
 from ttlpolicy.serving.record import MIN_FILE_BYTES, RECORD_BLOCK_TOKENS
 from ttlpolicy.traces import TraceFormatError, detect_format, has_programs, read_trace
 from ttlpolicy.traces.recording import record_files
@@ -268,12 +271,20 @@ def test_the_knobs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     s = record_from_env()
     assert s is not None and s.directory == tmp_path / "rec" and s.max_files == 16
     assert s.max_bytes == 1 << 30
-    monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "1000")
-    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*1000"):
-        record_from_env()
-    monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "x")
-    with pytest.raises(ValueError, match=r"TTLPOLICY_RECORD_MAX_BYTES.*'x'"):
-        record_from_env()
+    refusals = [
+        ("TTLPOLICY_RECORD_MAX_BYTES", "1000", r"TTLPOLICY_RECORD_MAX_BYTES.*1000"),
+        ("TTLPOLICY_RECORD_MAX_BYTES", "x", r"TTLPOLICY_RECORD_MAX_BYTES.*'x'"),
+        ("TTLPOLICY_RECORD_MAX_BYTES", "2e6.5", r"TTLPOLICY_RECORD_MAX_BYTES.*'2e6.5'"),
+        ("TTLPOLICY_RECORD_MAX_BYTES", "1000000.5", "TTLPOLICY_RECORD_MAX_BYTES must be a whole"),
+        ("TTLPOLICY_RECORD_FILES", "2.9", r"TTLPOLICY_RECORD_FILES must be an integer.*'2.9'"),
+    ]  # (2.9 files was read as 2)
+    for name, value, message in refusals:
+        monkeypatch.setenv(name, value)
+        with pytest.raises(ValueError, match=message):
+            record_from_env()
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("TTLPOLICY_RECORD_MAX_BYTES", "1e9")  # (a whole number, written short)
+    assert getattr(record_from_env(), "max_bytes", None) == 10**9
     monkeypatch.delenv("TTLPOLICY_RECORD_MAX_BYTES")
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("TTLPOLICY_RECORD", str(tmp_path / "file"))
@@ -410,3 +421,191 @@ def test_entries_unpacked_to_none_are_neither_written_nor_counted_as_dropped(
     rec.close()
     assert rec.calls_recorded == 2 and rec.calls_dropped == 0
     assert [r.input_tokens for r in read_trace(tmp_path)] == [128, 64]
+
+
+# ---- robustness (audit): a full disk, shared folders, bad values, bounded buffers ---------
+
+
+def _call_lines_whole(folder: Path) -> list[str]:
+    """Every call line of a recording, each checked whole (ends with a newline, parses)."""
+    lines = []
+    for f in record_files(folder):
+        data = f.read_bytes()
+        assert data.endswith(b"\n"), f"{f.name} ends mid-line"
+        for line in data.decode().splitlines()[1:]:
+            json.loads(line)
+            lines.append(line)
+    return lines
+
+
+def test_a_disk_full_mid_batch_leaves_whole_lines_and_later_batches_land_whole(
+    tmp_path: Path,
+) -> None:
+    """A batch whose write fails part-way (the disk fills: here the file-size limit, which
+    fails a write as a full disk does, short write then an error) is cut back to the file's
+    last whole line and counted as dropped, call for call; the next batch lands whole."""
+    import resource
+    import signal
+
+    rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)  # flushed by hand
+    for i in range(5):
+        call(rec, f"p{i % 2}", float(i), i + 0.5, 640)
+    rec.flush()
+    (path,) = record_files(tmp_path)
+    size = path.stat().st_size
+    line = len(path.read_bytes().splitlines()[-1])
+    for i in range(5, 10):
+        call(rec, f"p{i % 2}", float(i), i + 0.5, 640)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (the write fails instead)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + line * 3 // 2, hard))
+        rec.flush()  # room for one and a half lines of the five
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert path.stat().st_size == size  # cut back to its last whole line
+    assert rec.calls_recorded == 5 and rec.calls_dropped == 5
+    for i in range(10, 13):
+        call(rec, f"p{i % 2}", float(i), i + 0.5, 640)
+    rec.close()
+    assert rec.calls_recorded == 8 and rec.calls_dropped == 5
+    lines = _call_lines_whole(tmp_path)
+    assert [json.loads(x)["t"] for x in lines] == [0, 1, 2, 3, 4, 10, 11, 12]
+    assert len(list(read_trace(tmp_path))) == 8
+
+
+def test_a_second_recorder_in_the_folder_never_removes_a_live_recordings_file(
+    tmp_path: Path,
+) -> None:
+    """Two engine processes given one folder: the one that rotates fast removes its own
+    oldest files, not the other's open file (whose calls would be written into nothing)."""
+    opts: dict[str, Any] = {"max_bytes": 4 * MIN_FILE_BYTES, "max_files": 4, "batch_calls": 1}
+    a, b = recorder(tmp_path, **opts), recorder(tmp_path, **opts)
+    for i in range(20):
+        call(a, f"a{i % 5}", float(i), i + 0.5, 640)
+    for i in range(3000):  # b rotates through many files
+        call(b, f"b{i % 5}", float(i), i + 0.5, 640)
+    for i in range(20, 40):
+        call(a, f"a{i % 5}", float(i), i + 0.5, 640)
+    a.close()
+    b.close()
+    on_disk = [r.session_id.split(":")[0] for r in read_trace(tmp_path)]
+    assert on_disk.count(a.recording) == 40 == a.calls_recorded
+    mine = [f for f in record_files(tmp_path) if f.name.split("-")[2] == b.recording]
+    assert b.files_removed > 0 and len(mine) <= 4  # b still keeps within its own bound
+
+
+def test_files_of_an_ended_recording_are_removed_first_to_keep_the_folders_bound(
+    tmp_path: Path,
+) -> None:
+    """A recording whose recorder is gone (an earlier run) holds no lock: its files go,
+    oldest first, when a live recording needs the room; the folder keeps its bound."""
+    opts: dict[str, Any] = {"max_bytes": 4 * MIN_FILE_BYTES, "max_files": 4, "batch_calls": 1}
+    old = recorder(tmp_path, **opts)
+    for i in range(600):
+        call(old, f"o{i % 5}", float(i), i + 0.5, 640)
+    old.close()
+    assert len(record_files(tmp_path)) == 4
+    new = recorder(tmp_path, **opts)
+    call(new, "n", 0.0, 1.0, 640)
+    files = record_files(tmp_path)
+    assert len(files) == 4 and files[-1].name.split("-")[2] == new.recording
+    new.close()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"arrival_s": math.nan},
+        {"finish_s": math.inf},
+        {"arrival_s": -1.0},
+        {"cached_tokens": None},
+        {"prompt_tokens": -5},
+        {"output_tokens": 1.7},
+    ],
+    ids=lambda d: f"{next(iter(d))}={next(iter(d.values()))!r}",
+)
+def test_a_call_the_reader_would_refuse_is_dropped_and_counted_never_written(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: dict[str, Any]
+) -> None:
+    rec = recorder(tmp_path)
+    fields: dict[str, Any] = {"arrival_s": 1.0, "finish_s": 2.0, "prompt_tokens": 128}
+    fields.update(bad)
+    call(rec, "p", fields.pop("arrival_s"), fields.pop("finish_s"), fields.pop("prompt_tokens"),
+         **fields)  # fmt: skip
+    call(rec, "p", 3.0, 4.0, 128)
+    rec.close()
+    assert rec.calls_dropped == 1 and rec.calls_recorded == 1
+    (field,) = bad
+    assert field in caplog.text  # the log names the field
+    assert [r.input_tokens for r in read_trace(tmp_path)] == [128]  # the reader takes it all
+
+
+def test_buffered_calls_are_bounded_by_the_block_hashes_they_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that is stalled lets calls pile up, each holding its request's hash list:
+    the bound is on the hashes held (memory), not only on the calls."""
+    monkeypatch.setattr(record, "MAX_BUFFERED_BLOCKS", 1000)
+    rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)  # never flushes alone
+    for i in range(30):  # 100 engine blocks each: 10 fit
+        call(rec, "p", float(i), i + 0.5, 1600)
+    assert len(rec.buffer) == 10 and rec.calls_dropped == 20
+    for i in range(5):  # small calls still fit under the count of calls
+        call(rec, "q", float(i), i + 0.5, 0)
+    rec.flush()
+    call(rec, "p", 40.0, 40.5, 1600)  # written: room again
+    rec.close()
+    assert rec.calls_recorded == 16 and rec.calls_dropped == 20
+    assert len(list(read_trace(tmp_path))) == 16
+
+
+def test_the_batch_being_written_counts_against_the_buffer_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer takes the whole buffer: while its write hangs, the calls it holds are
+    still held, so the buffer may not fill again to the bound beside them."""
+    monkeypatch.setattr(record, "MAX_BUFFERED_BLOCKS", 1000)
+    rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)
+    for i in range(10):
+        call(rec, "p", float(i), i + 0.5, 1600)
+    during: list[int] = []
+
+    def stalled(lines: list[bytes]) -> None:  # while the batch is being written
+        if lines:
+            for i in range(10):
+                call(rec, "p", 20.0 + i, 20.5 + i, 1600)
+            during.append(len(rec.buffer))
+
+    monkeypatch.setattr(rec, "_write", stalled)
+    rec.flush()
+    assert during == [0]  # all 10 dropped (and the batch lost: not written)
+    assert rec.calls_dropped == 20 and rec.calls_recorded == 0
+
+
+def test_a_failed_open_at_rotation_drops_that_batch_and_the_next_opens_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EMFILE when the next file is opened: the batch is dropped and counted, the old file
+    is not written to after it was closed, and the next batch opens a file."""
+    rec = recorder(tmp_path, max_bytes=2 * MIN_FILE_BYTES, max_files=2, batch_calls=1)
+    i = 0
+    while len(record_files(tmp_path)) < 1 or rec.bytes_written < MIN_FILE_BYTES - 1500:
+        call(rec, None, float(i), i + 0.5, 640)
+        i += 1
+    recorded = rec.calls_recorded
+    real_open = os.open
+
+    def failing_open(*args: Any, **kw: Any) -> int:
+        monkeypatch.setattr(record.os, "open", real_open)
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(record.os, "open", failing_open)
+    call(rec, None, float(i), i + 0.5, 16 * 400)  # does not fit: rotates, the open fails
+    assert rec.calls_dropped == 1
+    for j in range(20):
+        call(rec, None, float(i + 1 + j), i + 1.5 + j, 64)
+    rec.close()
+    assert rec.calls_recorded == recorded + 20 and rec.calls_dropped == 1
+    assert len(list(read_trace(tmp_path))) == rec.calls_recorded

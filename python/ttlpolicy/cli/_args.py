@@ -51,11 +51,18 @@ def int_in(low: int, high: int | None = None) -> Callable[[str], int]:
     return parse
 
 
+#: The smallest number a flag open at 0 takes (``float_in(0, ..., low_open=True)``: a rate, a
+#: scale): its reciprocal (a rate's mean gap) times the gaps of a long run stays finite.  A
+#: rate of 1e-320 made every arrival inf and the run wait for ever.
+MIN_POSITIVE = 1e-290
+
+
 def float_in(
     low: float, high: float | None = None, *, low_open: bool = False
 ) -> Callable[[str], float]:
     """A finite number in ``[low, high]`` (``(low, high]`` with ``low_open``); nan and inf are
-    refused, so a typo cannot silently mean "no limit"."""
+    refused, so a typo cannot silently mean "no limit".  Open at 0, a number below
+    ``MIN_POSITIVE`` is refused too (what it divides would overflow)."""
 
     def parse(text: str) -> float:
         rng = _range_text(low, high, low_open)
@@ -66,6 +73,11 @@ def float_in(
         too_low = x <= low if low_open else x < low
         if not math.isfinite(x) or too_low or (high is not None and x > high):
             raise argparse.ArgumentTypeError(f"must be a finite number {rng}, got {text!r}")
+        if low_open and low == 0 and x < MIN_POSITIVE:
+            raise argparse.ArgumentTypeError(
+                f"must be a number {rng} of at least {MIN_POSITIVE:g} (its reciprocal, "
+                f"e.g. a rate's mean gap, would not be finite), got {text!r}"
+            )
         return x
 
     parse.__name__ = "number"

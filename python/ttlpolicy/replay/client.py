@@ -4,14 +4,17 @@
 ``--enable-prompt-tokens-details``), and ``/v1/models``.
 
 Everything read from the server is bounded (line length, lines per response, a deadline per
-call).  A failure is a :class:`CallError` whose ``kind`` says what happened: ``refused``,
+call, kept on every read of the socket: a server trickling bytes cannot hold a call past it;
+JSON nesting).  A failure is a :class:`CallError` whose ``kind`` says what happened: ``refused``,
 ``timeout``, ``http <status>``, ``disconnected``, ``protocol`` (a response that is not what the
 API says) or ``cancelled`` (the run was stopped while the call was in flight).
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import json
 import socket
 import threading
@@ -26,6 +29,39 @@ MAX_LINE_BYTES = 1 << 20
 MAX_LINES = 1_000_000
 #: Most bytes of a non-streamed response read.
 MAX_BODY_BYTES = 16 << 20
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads (through the response's own socket file, which keeps the socket open
+    while the response is), each given the time left to ``deadline`` (``time.perf_counter``):
+    a timeout per read alone lets a server that sends a byte now and then hold a call for
+    ever."""
+
+    def __init__(self, inner: io.BufferedReader, sock: socket.socket, deadline: float) -> None:
+        self._inner, self._sock, self._deadline = inner, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._deadline - time.perf_counter()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        self._sock.settimeout(left)
+        return self._inner.raw.readinto(b) or 0  # (one read: the buffered one would fill b)
+
+    def close(self) -> None:
+        self._inner.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """A response whose every read keeps the call's deadline (``_DeadlineReader``)."""
+
+    def __init__(self, sock: socket.socket, *args: Any, deadline: float, **kw: Any) -> None:
+        super().__init__(sock, *args, **kw)
+        # (nothing read yet: ``begin`` reads the status line through the new reader)
+        self.fp = io.BufferedReader(_DeadlineReader(self.fp, sock, deadline))
 
 
 class CallError(Exception):
@@ -69,13 +105,16 @@ class Client:
         self._open: set[http.client.HTTPConnection] = set()
         self._cancelled = False
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, deadline: float) -> http.client.HTTPConnection:
         cls = (
             http.client.HTTPSConnection
             if self.base.scheme == "https"
             else http.client.HTTPConnection
         )
         conn = cls(self.base.hostname or "", self.base.port, timeout=self.timeout_s)
+        conn.response_class = functools.partial(  # type: ignore[assignment]
+            _DeadlineResponse, deadline=deadline
+        )
         with self._lock:
             if self._cancelled:
                 raise CallError("cancelled", "the run was stopped")
@@ -99,8 +138,10 @@ class Client:
             except OSError:
                 pass
 
-    def _send(self, method: str, path: str, body: dict[str, Any] | None) -> tuple[Any, Any]:
-        conn = self._connection()
+    def _send(
+        self, method: str, path: str, body: dict[str, Any] | None, deadline: float
+    ) -> tuple[Any, Any]:
+        conn = self._connection(deadline)
         try:
             data = None if body is None else json.dumps(body).encode()
             conn.request(method, self.base.path + path, body=data, headers=self._headers)
@@ -117,7 +158,9 @@ class Client:
         if isinstance(e, ConnectionRefusedError):
             return CallError("refused", f"{self.url}: connection refused")
         if isinstance(e, TimeoutError | socket.timeout):
-            return CallError("timeout", f"{self.url}: no answer in {self.timeout_s:g} s")
+            return CallError("timeout", f"{self.url}: no answer within the call's deadline")
+        if isinstance(e, RecursionError):  # (json: a reply nested deeper than it parses)
+            return CallError("protocol", f"{self.url}: a reply nested too deeply to parse")
         if isinstance(
             e, http.client.RemoteDisconnected | ConnectionError | http.client.IncompleteRead
         ):
@@ -130,15 +173,16 @@ class Client:
 
     def models(self) -> list[dict[str, Any]]:
         """The server's ``/v1/models`` entries (``id``, and vLLM's ``max_model_len``)."""
-        conn, resp = self._send("GET", "/v1/models", None)
+        conn, resp = self._send("GET", "/v1/models", None, time.perf_counter() + self.timeout_s)
         try:
             raw = resp.read(MAX_BODY_BYTES + 1)
             if resp.status != 200:
                 raise CallError(f"http {resp.status}", raw[:200].decode("utf-8", "replace"))
             doc = json.loads(raw)
-        except (ValueError, OSError, http.client.HTTPException) as e:
+        except (ValueError, OSError, http.client.HTTPException, RecursionError) as e:
             raise self._error(e) from None
         finally:
+            resp.close()  # (its socket file: the connection alone leaves it to the GC)
             self._release(conn)
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, list):
@@ -150,7 +194,7 @@ class Client:
         body = dict(body, stream=True, stream_options={"include_usage": True})
         t0 = time.perf_counter()
         deadline = t0 + (deadline_s if deadline_s is not None else self.timeout_s)
-        conn, resp = self._send("POST", "/v1/completions", body)
+        conn, resp = self._send("POST", "/v1/completions", body, deadline)
         ttft = None
         usage: dict[str, Any] | None = None
         try:
@@ -183,9 +227,10 @@ class Client:
                     usage = chunk["usage"]
             else:
                 raise CallError("protocol", f"{self.url}: more than {MAX_LINES} lines")
-        except (ValueError, OSError, http.client.HTTPException) as e:
+        except (ValueError, OSError, http.client.HTTPException, RecursionError) as e:
             raise self._error(e) from None
         finally:
+            resp.close()  # (its socket file: the connection alone leaves it to the GC)
             self._release(conn)
         latency = time.perf_counter() - t0
         return Completion(ttft, latency, *_usage(usage))

@@ -6,11 +6,14 @@ Bounds: at most ``max_inflight`` programs run at once (a timed arrival waits for
 and its wait counts in its completion time); a call fails after its client's ``timeout_s``;
 the run stops after ``max_errors`` failed calls, after ``duration_s``, or on Ctrl-C — and
 reports what it measured either way (``RunResult.stopped`` says why it stopped early).  A
-failed call ends its program (its later calls would not be the trace's), counted as failed.
+failed call ends its program (its later calls would not be the trace's), counted as failed;
+so does anything else a program's thread fails with (error kind ``internal``, logged with its
+traceback): a program never ends silently.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -20,6 +23,8 @@ from typing import Any
 from .client import CallError, Client
 from .programs import ReplayProgram
 from .prompts import prompt_words
+
+logger = logging.getLogger(__name__)
 
 #: Hard cap on programs in flight (threads).
 MAX_INFLIGHT = 1024
@@ -160,38 +165,45 @@ class Replay:
 
     def _play(self, p: ReplayProgram, res: ProgramResult, copy: str) -> None:
         try:
-            for i, c in enumerate(p.calls):
-                gap = c.think_s * self.opt.time_scale if i else 0.0
-                if gap > 0 and self.stop.wait(gap):
-                    return
-                if self.stop.is_set():
-                    return
-                res.gaps_s += gap
-                hit = self._prefixes.hit_blocks(copy, c.hash_ids, c.common_blocks)
-                ideal = hit * p.block_tokens
-                start = self._now()
-                try:
-                    out = self.client.complete(self._body(p, i, copy))
-                except CallError as e:
-                    if e.kind == "cancelled":
-                        return
-                    failed = CallResult(
-                        i, start, self._now() - start, None, c.input_tokens, None, None, None,
-                        ideal, error=e.kind,
-                    )  # fmt: skip
-                    res.calls.append(failed)
-                    res.failed = True
-                    self._count_error(e.kind)
-                    return
-                res.calls.append(
-                    CallResult(
-                        i, start, out.latency_s, out.ttft_s, c.input_tokens, out.prompt_tokens,
-                        out.cached_tokens, out.completion_tokens, ideal,
-                    )
-                )  # fmt: skip
-            res.end_s = self._now()
+            self._play_calls(p, res, copy)
+        except Exception:  # (a bug, a reply no check foresaw): the program failed, counted
+            logger.exception("ttlpolicy replay: program %s failed", res.program_id)
+            res.failed, res.end_s = True, None
+            self._count_error("internal")
         finally:
             self._slots.release()
+
+    def _play_calls(self, p: ReplayProgram, res: ProgramResult, copy: str) -> None:
+        for i, c in enumerate(p.calls):
+            gap = c.think_s * self.opt.time_scale if i else 0.0
+            if gap > 0 and self.stop.wait(gap):
+                return
+            if self.stop.is_set():
+                return
+            res.gaps_s += gap
+            hit = self._prefixes.hit_blocks(copy, c.hash_ids, c.common_blocks)
+            ideal = hit * p.block_tokens
+            start = self._now()
+            try:
+                out = self.client.complete(self._body(p, i, copy))
+            except CallError as e:
+                if e.kind == "cancelled":
+                    return
+                failed = CallResult(
+                    i, start, self._now() - start, None, c.input_tokens, None, None, None,
+                    ideal, error=e.kind,
+                )  # fmt: skip
+                res.calls.append(failed)
+                res.failed = True
+                self._count_error(e.kind)
+                return
+            res.calls.append(
+                CallResult(
+                    i, start, out.latency_s, out.ttft_s, c.input_tokens, out.prompt_tokens,
+                    out.cached_tokens, out.completion_tokens, ideal,
+                )
+            )  # fmt: skip
+        res.end_s = self._now()
 
     def _count_error(self, kind: str) -> None:
         with self._lock:

@@ -163,8 +163,11 @@ def record_from_env() -> RecordSettings | None:
     directory = Path(raw.strip())
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{RECORD} must name a directory, got {raw!r} (a file)")
-    max_files = int(env_float(RECORD_FILES, DEFAULT_MAX_FILES, 1, 1_000_000))
-    max_bytes = int(env_float(RECORD_MAX_BYTES, DEFAULT_MAX_BYTES, 0, 1 << 50))
+    max_files = env_int(RECORD_FILES, DEFAULT_MAX_FILES, 1, 1_000_000)
+    max_bytes_f = env_float(RECORD_MAX_BYTES, DEFAULT_MAX_BYTES, 0, 1 << 50)  # ("1e9" reads)
+    if max_bytes_f != int(max_bytes_f):  # (not cut silently: 2.9 files or bytes is a typo)
+        raise ValueError(f"{RECORD_MAX_BYTES} must be a whole number, got {max_bytes_f!r}")
+    max_bytes = int(max_bytes_f)
     try:
         return RecordSettings(directory, max_bytes, max_files)
     except ValueError as e:

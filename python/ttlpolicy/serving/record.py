@@ -24,21 +24,35 @@ references an adapter has at hand, and derives the call's fields from it (``unpa
 tenant key, the counts) in the writer thread; ``entry`` must hold nothing the engine will
 change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``);
 ``unpack`` returns None for an entry not to record (an aborted call, told in the writer).
+What is buffered is bounded in calls (``MAX_BUFFERED_CALLS``) and in engine block hashes
+(``MAX_BUFFERED_BLOCKS``, the bulk of a call's memory: ``add``'s ``blocks``), the batch
+being written included; a call past either bound is dropped and counted.
 Cheapest: an adapter appends such entries to a background recorder's ``buffer`` itself while
 it holds fewer than ``batch_calls`` (no call: the writer thread wakes by itself each
 ``flush_interval_s``), and hands the next to ``add`` (which wakes the writer and keeps the
 bound).
-Bounded: at most ``max_files`` files of at most ``max_bytes / max_files`` bytes each in the
-directory (recordings before this one included); the oldest file is removed first.  A call
-whose line alone exceeds a file's bound is dropped and counted.
+Bounded: a recording keeps at most ``max_files`` files of at most ``max_bytes / max_files``
+bytes each, its oldest removed first; a rotation also removes the oldest files of ended
+recordings (earlier runs: no live recorder holds their newest file's lock) to keep the folder
+within ``max_files``, and never a live recording's file (recorders of several processes may
+share a folder: each live one keeps its own ``max_files``).  A call whose line alone exceeds
+a file's bound is dropped and counted.
+
+Whole lines only: a batch is written with ``os.write``; a write that fails (disk full) is cut
+back to the file's last whole line and its calls are dropped and counted, so later batches
+land as whole lines.  A call whose values the reader would refuse (nan, a negative time or
+count, a count that is not an integer) is dropped and counted, never written.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
+import math
+import numbers
 import os
 import secrets
 import threading
@@ -47,7 +61,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, NamedTuple
+
+try:  # a live recording's newest file is locked: rotations elsewhere leave it alone
+    import fcntl
+except ImportError:  # (not POSIX: no locks; other recordings' files are never removed)
+    fcntl = None  # type: ignore[assignment]
 
 from ..traces.recording import (
     RECORD_FORMAT,
@@ -69,6 +88,10 @@ DEFAULT_BATCH_CALLS = 256
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 #: Calls buffered at most: a call past it is dropped (a write that keeps failing).
 MAX_BUFFERED_CALLS = 1 << 16
+#: Engine block hashes held by buffered calls at most (the batch being written included): a
+#: call past it is dropped.  A call holds its request's hash list alive; at vLLM's 32-byte
+#: hashes (~84 B each with the list) this bounds a stalled writer's buffer to ~0.35 GB.
+MAX_BUFFERED_BLOCKS = 1 << 22
 _DIGEST_BYTES = 8
 logger = logging.getLogger(__name__)
 _HEADER_MAX_BYTES = 256  # a file's header line is shorter
@@ -164,8 +187,12 @@ class Recorder:
         self.buffer: deque[tuple[Any, ...]] = deque()
         self._last_flush_s = clock()
         self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
-        self._file: BinaryIO | None = None
-        self._file_bytes = 0
+        self._fd: int | None = None  # the open file (a raw fd: a failed write is cut back)
+        self._file_bytes = 0  # whole lines in it, bytes (where a failed write is cut back to)
+        # engine block hashes buffered: added by the caller's thread, released by the writer
+        # once their batch is done (one writer each: no lock on the hot path)
+        self._blocks_in = 0
+        self._blocks_out = 0
         self._files = 0
         # what it did (ttl_stats / the bench read them)
         self.calls_recorded = 0
@@ -219,19 +246,24 @@ class Recorder:
                 last_turn,
             ),
             finish_s,
+            len(block_hashes),
         )
 
-    def add(self, entry: tuple[Any, ...], finish_s: float) -> None:
+    def add(self, entry: tuple[Any, ...], finish_s: float, blocks: int = 0) -> None:
         """Buffer a finished call (at ``finish_s``, the recorder's clock): ``entry`` is its
         fields in ``call``'s order (a plain tuple: a NamedTuple's construction was a third
         of ``call``'s time, bench/record_overhead.py) or, for a recorder made with
-        ``unpack``, what ``unpack`` turns into them in the writer thread.  A call past
-        ``MAX_BUFFERED_CALLS`` buffered is dropped and counted."""
+        ``unpack``, what ``unpack`` turns into them in the writer thread; ``blocks``: the
+        engine block hashes it holds alive (``len(block_hashes)``).  A call past
+        ``MAX_BUFFERED_CALLS`` buffered, or past ``MAX_BUFFERED_BLOCKS`` held, is dropped and
+        counted."""
         buffer = self.buffer
         buffered = len(buffer)
-        if buffered >= MAX_BUFFERED_CALLS:
+        held = self._blocks_in - self._blocks_out
+        if buffered >= MAX_BUFFERED_CALLS or (blocks and held + blocks > MAX_BUFFERED_BLOCKS):
             self.calls_dropped += 1
             return
+        self._blocks_in += blocks
         buffer.append(entry)
         if (
             buffered + 1 >= self.batch_calls
@@ -257,12 +289,18 @@ class Recorder:
             return
         with self._write_lock:
             t0, cpu0 = time.perf_counter(), time.thread_time()
+            # read before the batch is taken: its calls' blocks are released when it is done
+            # (a call added meanwhile is released with the next batch: over-counted, never
+            # under)
+            blocks_in = self._blocks_in
             try:
                 self._write_batch()
             except Exception as e:  # (disk full, a bad value): the batch is lost, not the engine
                 logger.warning(
                     "ttlpolicy: recording into %s failed: %s", self.settings.directory, e
                 )
+            finally:
+                self._blocks_out = blocks_in
             self.writer_cpu_s += time.thread_time() - cpu0
             self.writer_s += time.perf_counter() - t0
 
@@ -275,10 +313,14 @@ class Recorder:
             self._thread = None
         self.flush()
         with self._write_lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
+            self._close_file()
         atexit.unregister(self.close)
+
+    def _close_file(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # (its lock goes with it: the recording may be removed now)
 
     def _id(self, text: str) -> str:
         """The keyed digest of a program or tenant id (remembered: they recur)."""
@@ -323,7 +365,9 @@ class Recorder:
 
     def _line(self, c: _Call) -> bytes:
         # written by hand (json.dumps was most of a line's cost): numbers, hex digests, and
-        # the tool, the one free text, through json.dumps
+        # the tool, the one free text, through json.dumps; values the reader would refuse
+        # are refused here (the call is dropped), never written
+        _check_call(c)
         program = "null" if c.program_id is None else f'"{self._id(c.program_id)}"'
         tenant = "null" if c.tenant is None else f'"{self._id(c.tenant)}"'
         return (
@@ -354,6 +398,7 @@ class Recorder:
             return
         limit = self.settings.file_bytes
         pending: list[bytes] = []
+        pending_bytes = 0  # (the file holds ``_file_bytes``; these go after them)
         self.calls_dropped += len(entries)  # (until written)
         unpack, failed = self._unpack, None
         for entry in entries:
@@ -368,42 +413,81 @@ class Recorder:
                 continue
             if len(line) + _HEADER_MAX_BYTES > limit:
                 continue
-            if self._file is None or self._file_bytes + len(line) > limit:
+            if self._fd is None or self._file_bytes + pending_bytes + len(line) > limit:
                 self._write(pending)
-                pending = []
+                pending, pending_bytes = [], 0
                 self._rotate()
             pending.append(line)
-            self._file_bytes += len(line)
+            pending_bytes += len(line)
         self._write(pending)
         if failed is not None:
             raise ValueError(f"a call could not be recorded: {failed}") from failed
 
     def _write(self, lines: list[bytes]) -> None:
-        """Append ``lines`` (calls) to the open file; counted as recorded once written."""
-        if lines and self._file is not None:
+        """Append ``lines`` (calls) to the open file; counted as recorded once written.  A
+        write that fails leaves the file at its last whole line (the calls stay dropped)."""
+        if lines and self._fd is not None:
             data = b"".join(lines)
-            self._file.write(data)
-            self._file.flush()
+            self._append(data)
             self.bytes_written += len(data)
             self.calls_recorded += len(lines)
             self.calls_dropped -= len(lines)
 
+    def _append(self, data: bytes) -> None:
+        """Write ``data`` whole at the end of the open file, or raise with the file cut back
+        to its previous end: a torn line would make the file unreadable past it."""
+        fd = self._fd
+        assert fd is not None
+        view, done = memoryview(data), 0
+        try:
+            while done < len(data):  # (a short write: the disk filled part-way)
+                done += os.write(fd, view[done:])
+        except BaseException:
+            try:
+                os.ftruncate(fd, self._file_bytes)
+                os.lseek(fd, self._file_bytes, os.SEEK_SET)
+            except OSError:  # cannot cut it back: the torn line stays last in a closed file
+                self._close_file()
+            raise
+        self._file_bytes += len(data)
+
     def _rotate(self) -> None:
-        """Close the current file, remove the oldest beyond the count, open the next."""
-        if self._file is not None:
-            self._file.close()
+        """Remove the oldest files of this recording beyond the count and of ended recordings
+        beyond the folder's count, open the next file (locked: this recording is live), close
+        the current one."""
         self._files += 1
         name = f"{RECORD_PREFIX}{self._started}-{self.recording}-{self._files:06d}{RECORD_SUFFIX}"
-        existing = record_files(self.settings.directory)
-        for old in existing[: max(0, len(existing) + 1 - self.settings.max_files)]:
+        directory = self.settings.directory
+        existing = record_files(directory)
+        own = [f for f in existing if _recording_of(f) == self.recording]
+        # this recording's oldest beyond its count (its current file will be closed: counted),
+        # then ended recordings' oldest while the folder is over its count
+        doomed = own[: max(0, len(own) + 1 - self.settings.max_files)]
+        over = len(existing) - len(doomed) + 1 - self.settings.max_files
+        doomed += _ended_recordings_files(existing, self.recording)[: max(0, over)]
+        for old in doomed:
             old.unlink(missing_ok=True)
             self.files_removed += 1
-        path = self.settings.directory / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        self._file = os.fdopen(fd, "wb")
+        try:
+            # locked before it is named as a recording file, and the current one closed
+            # after: at every instant a live recording's newest file is locked
+            fd, tmp = _open_locked(directory, name)
+            try:
+                os.rename(tmp, directory / name)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+        finally:
+            self._close_file()  # (also when the open failed: never written to again)
+        self._fd, self._file_bytes = fd, 0
         header = self._header()
-        self._file.write(header)
-        self._file_bytes = len(header)
+        try:
+            self._append(header)
+        except BaseException:  # a file without its header is unreadable: not kept
+            self._close_file()
+            (directory / name).unlink(missing_ok=True)
+            raise
         self.bytes_written += len(header)
 
     def stats(self) -> dict[str, float]:
@@ -415,3 +499,71 @@ class Recorder:
             "record_writer_s": self.writer_s,
             "record_writer_cpu_s": self.writer_cpu_s,
         }
+
+
+def _recording_of(path: Path) -> str:
+    """The recording a file belongs to (``record-<start>-<recording>-<n>.jsonl``; "" when the
+    name is not one the recorder writes)."""
+    parts = path.name[len(RECORD_PREFIX) : -len(RECORD_SUFFIX)].split("-")
+    return parts[1] if len(parts) == 3 else ""
+
+
+def _ended_recordings_files(files: list[Path], own: str) -> list[Path]:
+    """The files (oldest first) of the recordings other than ``own`` that no live recorder
+    writes: the newest file of a live one is locked (``Recorder._rotate``).  Without locks
+    (not POSIX) none: another recording's file is never removed then."""
+    if fcntl is None:
+        return []
+    by_recording: dict[str, list[Path]] = {}
+    for f in files:
+        rec = _recording_of(f)
+        if rec != own:
+            by_recording.setdefault(rec, []).append(f)
+    ended = []
+    for rec, rec_files in by_recording.items():
+        if rec and _locked(rec_files[-1]):
+            continue
+        ended.extend(rec_files)
+    return sorted(ended)
+
+
+def _open_locked(directory: Path, name: str) -> tuple[int, Path]:
+    """A new file under a temporary name (not a recording file's), locked."""
+    tmp = directory / f".{name}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    if fcntl is not None:
+        # (a filesystem without locks fails this: ``_locked`` then sees every file locked)
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd, tmp
+
+
+def _locked(path: Path) -> bool:
+    """Whether a recorder holds ``path``'s lock (it is writing it); True where the filesystem
+    has no locks (nothing can be told: kept)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # (gone meanwhile: nothing to protect)
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # (releases the probe's lock)
+    return False
+
+
+def _check_call(c: _Call) -> None:
+    """Refuse (ValueError naming the field and value) what the reader would refuse: times
+    that are not finite numbers >= 0, counts that are not integers >= 0."""
+    for field, v in (("arrival_s", c.arrival_s), ("finish_s", c.finish_s)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{field} must be a finite number >= 0, got {v!r}")
+    for field, n in (
+        ("prompt_tokens", c.prompt_tokens),
+        ("output_tokens", c.output_tokens),
+        ("cached_tokens", c.cached_tokens),
+    ):
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"{field} must be an integer >= 0, got {n!r}")

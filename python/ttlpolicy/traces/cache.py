@@ -19,7 +19,9 @@ Where: ``traces/`` under ``cache_root()``: ``$TTLPOLICY_CACHE`` if set, else
 ``~/.cache/ttlpolicy``.  Key: SHA-256 over the
 trace files' bytes (name order), the form's options and ``FORMAT_VERSION``; a changed file or
 option gives a new entry, never a stale one.  Entries are written to a temporary file and
-renamed, so a crash leaves no half-written entry.  Delete the folder to reclaim the space.
+renamed, so a crash leaves no half-written entry; an entry that cannot be read anyway (cut
+short by a full disk, another version's) is taken as absent and rebuilt.  Delete the folder
+to reclaim the space.
 """
 
 from __future__ import annotations
@@ -87,10 +89,11 @@ def _cached(
     entry = _entry(kind, digest, options)
     if entry.is_file():
         try:
-            with np.load(entry, allow_pickle=False) as z:
+            # (the file opened here: np.load leaks its own when the zip does not parse)
+            with open(entry, "rb") as fh, np.load(fh, allow_pickle=False) as z:
                 return {k: z[k] for k in z.files}
-        except (OSError, ValueError):
-            pass  # unreadable entry (another version, a disk error): rebuild it
+        except Exception:  # (BadZipFile, EOFError, KeyError, ...: a truncated or foreign file)
+            pass  # unreadable entry (another version, a disk error, cut short): rebuild it
     arrays = build()
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)

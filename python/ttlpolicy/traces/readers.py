@@ -16,7 +16,9 @@
 Readers are generators: JSONL and CSV are streamed line by line; a session file is one JSON
 document, read whole (one session), and a directory is read one file at a time.  A malformed
 record raises :class:`TraceFormatError` naming the file, the record and the field; so does a
-file that cannot be decoded (truncated gzip, bad UTF-8).
+file that cannot be decoded (truncated gzip, bad UTF-8), a line longer than
+``MAX_LINE_BYTES`` (16 MiB), a session file larger than ``MAX_DOCUMENT_BYTES`` (256 MiB),
+JSON nested deeper than Python parses or an integer of more than 4300 digits.
 
 Block hashes are 64-bit signed integers.  The agentic sessions number their blocks per file
 (``hash_id_scope: "local"``): equal ids in two files are different blocks.  Such records carry
@@ -48,7 +50,11 @@ from .records import (  # (re-exported: the readers' shared record and checks)
     _lines,
     _num,
     _text,
-    open_text,
+    open_bytes,
+    read_document,
+)
+from .records import (
+    open_text as open_text,
 )
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -124,13 +130,8 @@ def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
     """Records of one agentic session file: the main conversation first, then each
     sub-agent's (as its own session)."""
     p = Path(path)
-    with open_text(p) as f:
-        try:
-            doc = json.load(f)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(p, f"line {e.lineno}", "(json)", e.msg) from None
-        except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
-            raise TraceFormatError(p, "session", "(file)", f"cannot be decoded: {e}") from None
+    with open_bytes(p) as f:
+        doc = read_document(p, f)
     if not isinstance(doc, dict):
         raise TraceFormatError(p, "session", "(record)", "must be a JSON object")
     session_id = str(doc.get("id", p.name.split(".")[0]))[:MAX_TEXT_CHARS]
@@ -147,7 +148,7 @@ def read_agentic(path: str | Path) -> Iterator[TraceRecord]:
 def read_mooncake(path: str | Path) -> Iterator[TraceRecord]:
     """The Mooncake JSONL trace, streamed; arrival is ``timestamp`` / 1000."""
     p = Path(path)
-    with open_text(p) as f:
+    with open_bytes(p) as f:
         for lineno, where, obj in _json_lines(p, f):
             yield TraceRecord(
                 session_id="",
@@ -167,16 +168,17 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
     """An Azure LLM inference CSV, streamed; arrival in seconds since the first row."""
     p = Path(path)
     t0: datetime | None = None
-    with open_text(p) as f:
+    with open_bytes(p) as f:
         reader = csv.reader(line for _, line in _lines(p, f))
-        header = next(reader, None)
+        rows = _csv_rows(p, reader)
+        header = next(rows, None)
         want = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
         if header is None or [h.strip() for h in header] != want:
             raise TraceFormatError(
                 p, "line 1", "(header)", f"expected {','.join(want)}, got {header!r}"
             )
-        for i, row in enumerate(reader):
-            where = f"line {i + 2}"
+        for i, row in enumerate(rows):
+            where = f"line {reader.line_num}"
             if len(row) != 3:
                 raise TraceFormatError(p, where, "(record)", f"expected 3 columns, got {len(row)}")
             try:
@@ -209,6 +211,19 @@ def read_azure(path: str | Path) -> Iterator[TraceRecord]:
                 think_time_s=0.0,
                 api_time_s=None,
             )
+
+
+def _csv_rows(path: Path, reader: Any) -> Iterator[list[str]]:
+    """The rows of a ``csv.reader``; a row it refuses (a field over its size limit, an
+    unterminated quote) raises TraceFormatError at its line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise TraceFormatError(path, f"line {reader.line_num}", "(csv)", str(e)) from None
+        yield row
 
 
 @dataclass(slots=True)
@@ -273,7 +288,7 @@ def read_tracelab(path: str | Path) -> Iterator[TraceRecord]:
     p = Path(path)
     bt = TRACELAB_BLOCK_TOKENS
     sessions: dict[str, _TraceLabSession] = {}
-    with open_text(p) as f:
+    with open_bytes(p) as f:
         for _, where, obj in _json_lines(p, f):
             sid = obj.get("session_id")
             if not isinstance(sid, str) or not sid:
@@ -332,12 +347,12 @@ def read_tracelab(path: str | Path) -> Iterator[TraceRecord]:
 def _first_record(path: Path) -> Any:
     """The first JSON record of a JSONL file (None: empty or not JSON), to tell formats apart."""
     try:
-        with open_text(path) as f:
-            for line in f:
+        with open_bytes(path) as f:
+            for _, line in _lines(path, f):  # (bounded: a line too long is an error)
                 if line.strip():
                     return json.loads(line)
-    except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error):
-        return None
+    except (ValueError, EOFError, OSError, gzip.BadGzipFile, zlib.error, RecursionError):
+        return None  # (TraceFormatError is a ValueError: the reader then says what is wrong)
     return None
 
 

@@ -9,6 +9,12 @@ calls are in file order (one recording's files in name order): ``arrival_s`` cou
 first call, ``think_time_s`` is the gap since its previous call finished (tool or human time),
 ``stop`` the tool it ended with, else ``end_turn`` for a last turn.  Programs of a recording
 whose oldest files were rotated away begin at their first call still on disk.
+
+A file's last line that is torn (no newline, not JSON: the engine was killed mid-write) is
+skipped and logged; a malformed line anywhere else is an error.  The reader remembers at most
+``MAX_OPEN_PROGRAMS`` named programs (anonymous calls take no room): past it the one idle the
+longest is forgotten, and a later call of it begins a new program, named
+``<recording>:<program>@<file>:<line>``.
 """
 
 from __future__ import annotations
@@ -27,14 +33,15 @@ from .records import (
     _json_lines,
     _num,
     _text,
-    open_text,
+    open_bytes,
 )
 
 #: The header line's ``format`` and ``version`` (each file begins with one).
 RECORD_FORMAT, RECORD_VERSION = "ttlpolicy-record", 1
 #: Names of a recording's files (``record-<UTC start>-<recording>-<n>.jsonl``).
 RECORD_PREFIX, RECORD_SUFFIX = "record-", ".jsonl"
-#: Programs whose previous call is remembered while reading (a bound on the reader's state).
+#: Programs whose previous call is remembered while reading (a bound on the reader's state):
+#: past it the one idle the longest is forgotten (its later calls: a new program).
 MAX_OPEN_PROGRAMS = 1_000_000
 
 
@@ -43,6 +50,26 @@ class _Program:
     first_s: float
     prev_end_s: float
     calls: int
+    session: str = ""
+
+
+class _Programs:
+    """Named programs by their key, the one idle the longest first; at most
+    ``MAX_OPEN_PROGRAMS`` (that one is forgotten to make room)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, _Program] = {}
+        self.forgotten = 0
+
+    def take(self, key: str) -> _Program | None:
+        return self._open.pop(key, None)
+
+    def put(self, key: str, prog: _Program) -> None:
+        """Remember ``prog`` as the most recently active (``take`` it first)."""
+        if len(self._open) >= MAX_OPEN_PROGRAMS:
+            del self._open[next(iter(self._open))]
+            self.forgotten += 1
+        self._open[key] = prog
 
 
 def record_files(directory: str | Path) -> list[Path]:
@@ -61,12 +88,12 @@ def is_recording(first: Any) -> bool:
 
 def read_recording(paths: Iterable[str | Path]) -> Iterator[TraceRecord]:
     """The calls of recording files, in the given order (a directory's ``record_files``)."""
-    programs: dict[str, _Program] = {}
+    programs = _Programs()
     for path in paths:
         p = Path(path)
         recording, block_tokens = "", 0
-        with open_text(p) as f:
-            for lineno, where, obj in _json_lines(p, f):
+        with open_bytes(p) as f:
+            for lineno, where, obj in _json_lines(p, f, torn_tail=True):
                 if not recording:
                     if not is_recording(obj):
                         raise TraceFormatError(
@@ -95,7 +122,7 @@ def _call(
     obj: dict[str, Any],
     recording: str,
     block_tokens: int,
-    programs: dict[str, _Program],
+    programs: _Programs,
 ) -> TraceRecord:
     arrival = _num(p, where, obj, "t")
     end = _num(p, where, obj, "end")
@@ -110,19 +137,20 @@ def _call(
     if not isinstance(last, bool):
         raise TraceFormatError(p, where, "last", f"must be true or false, got {last!r}")
     tool = _text(obj.get("tool"))
-    session = (
-        f"{recording}:{program[:MAX_TEXT_CHARS]}"
-        if program is not None
-        else f"{recording}:{p.name}:{lineno}"  # anonymous: its own program
-    )
-    prog = programs.get(session)
-    if prog is None:
-        if len(programs) >= MAX_OPEN_PROGRAMS:
-            raise TraceFormatError(p, where, "program", f"more than {MAX_OPEN_PROGRAMS} programs")
-        prog = programs[session] = _Program(arrival, end, 0)
+    if program is None:  # anonymous: its own one-call program (not remembered)
+        session, prog = f"{recording}:{p.name}:{lineno}", _Program(arrival, end, 0)
         think = 0.0
     else:
-        think = max(0.0, arrival - prog.prev_end_s)
+        key = f"{recording}:{program[:MAX_TEXT_CHARS]}"
+        found = programs.take(key)
+        if found is None:
+            # a program forgotten (idle the longest) may come back: then a new one
+            session = key if not programs.forgotten else f"{key}@{p.name}:{lineno}"
+            prog, think = _Program(arrival, end, 0, session), 0.0
+        else:
+            prog = found
+            session, think = prog.session, max(0.0, arrival - prog.prev_end_s)
+        programs.put(key, prog)
     record = TraceRecord(
         session_id=session,
         index=prog.calls,

@@ -1,6 +1,10 @@
 """What every trace reader shares: the record type, the format error that names file, record
 and field, and the checks of a record's fields (``readers`` and ``recording`` both read with
 them; one module, so neither imports the other's).
+
+What a reader takes in is bounded: a line of at most ``MAX_LINE_BYTES`` (JSONL, CSV), a
+session file of at most ``MAX_DOCUMENT_BYTES`` (after gzip), JSON nested as deep as Python
+parses; more is refused with a TraceFormatError (file, line, field) before it is read whole.
 """
 
 from __future__ import annotations
@@ -8,16 +12,27 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import logging
 import math
+import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 #: Free-text fields from a trace (stop reason, ids) are cut to this many characters.
 MAX_TEXT_CHARS = 128
 HASH_MIN, HASH_MAX = -(1 << 63), (1 << 63) - 1
+#: Longest line of a JSONL or CSV trace, bytes: a recorded call of 2 M tokens at 16-token
+#: engine blocks is ~3 MB; a longer line is refused before it is read whole (a small gzip can
+#: expand to gigabytes on one line).
+MAX_LINE_BYTES = 1 << 24
+#: Largest session file (one JSON document, read whole), bytes after gzip.
+MAX_DOCUMENT_BYTES = 1 << 28
+#: What a file that cannot be decoded raises while it is read.
+_DECODE_ERRORS = (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error)
+logger = logging.getLogger(__name__)
 
 
 class TraceFormatError(ValueError):
@@ -53,6 +68,44 @@ def open_text(path: str | Path) -> IO[str]:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
     return open(p, encoding="utf-8")
+
+
+def open_bytes(path: str | Path) -> IO[bytes]:
+    """The file's bytes (gunzipped for ``.gz``): the readers decode line by line, so a bad
+    byte is reported at its own line (a text file decodes ahead, in chunks)."""
+    p = Path(path)
+    return cast(IO[bytes], gzip.open(p, "rb")) if p.suffix == ".gz" else open(p, "rb")
+
+
+def read_document(path: Path, f: IO[bytes]) -> Any:
+    """The one JSON document of a file (a session), at most ``MAX_DOCUMENT_BYTES``."""
+    try:
+        data = f.read(MAX_DOCUMENT_BYTES + 1)
+    except _DECODE_ERRORS as e:
+        raise TraceFormatError(path, "session", "(file)", f"cannot be decoded: {e}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise TraceFormatError(
+            path, "session", "(file)", f"larger than {MAX_DOCUMENT_BYTES} bytes (the limit)"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise TraceFormatError(path, f"line {line}", "(file)", f"cannot be decoded: {e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TraceFormatError(path, f"line {e.lineno}", "(json)", e.msg) from None
+    except (ValueError, RecursionError) as e:  # (an integer of over 4300 digits; nesting)
+        raise TraceFormatError(path, "session", "(json)", _json_problem(e)) from None
+
+
+def _json_problem(e: BaseException) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deeply to parse"
+    if "digits" in str(e):  # (Python's own message names a function to call)
+        return f"an integer of more than {sys.get_int_max_str_digits()} digits (the limit)"
+    return str(e)
 
 
 def _num(path: Path, where: str, obj: dict[str, Any], field: str, *, default: Any = ...) -> float:
@@ -94,29 +147,53 @@ def _text(v: Any) -> str | None:
     return None if v is None or v == "" else str(v)[:MAX_TEXT_CHARS]
 
 
-def _lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str]]:
-    """Numbered lines; a file that cannot be decoded raises TraceFormatError at its line."""
+def _lines(path: Path, f: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """Numbered lines (each of at most ``MAX_LINE_BYTES``, decoded as UTF-8); a line that
+    is too long or cannot be decoded raises TraceFormatError at its line."""
     lineno = 0
-    try:
-        for lineno, line in enumerate(f, 1):
-            yield lineno, line
-    except (EOFError, UnicodeDecodeError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceFormatError(
-            path, f"line {lineno + 1}", "(file)", f"cannot be decoded: {e}"
-        ) from None
+    while True:
+        where = f"line {lineno + 1}"
+        try:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+        except _DECODE_ERRORS as e:
+            raise TraceFormatError(path, where, "(file)", f"cannot be decoded: {e}") from None
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > MAX_LINE_BYTES:
+            raise TraceFormatError(
+                path, where, "(line)", f"longer than {MAX_LINE_BYTES} bytes (the limit)"
+            )
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceFormatError(path, where, "(file)", f"cannot be decoded: {e}") from None
+        yield lineno, line
 
 
-def _json_lines(path: Path, f: IO[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+def _json_lines(
+    path: Path, f: IO[bytes], *, torn_tail: bool = False
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
     """(line number, "line N", object) of each non-blank line of a JSONL file; a line that is
-    not a JSON object raises TraceFormatError at its line."""
+    not a JSON object raises TraceFormatError at its line.  ``torn_tail``: a last line that
+    does not parse and has no newline (a write cut short: an engine killed mid-line) is
+    skipped and logged; anywhere else it is an error."""
     for lineno, line in _lines(path, f):
         if not line.strip():
             continue
         where = f"line {lineno}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, where, "(json)", e.msg) from None
+        except (ValueError, RecursionError) as e:  # (JSONDecodeError, 4300+ digits, nesting)
+            if torn_tail and not line.endswith("\n"):  # (only the last line lacks one)
+                logger.warning(
+                    "ttlpolicy: %s: %s: skipped: a torn last line (a write cut short)",
+                    path,
+                    where,
+                )
+                continue
+            problem = e.msg if isinstance(e, json.JSONDecodeError) else _json_problem(e)
+            raise TraceFormatError(path, where, "(json)", problem) from None
         if not isinstance(obj, dict):
             raise TraceFormatError(path, where, "(record)", "must be a JSON object")
         yield lineno, where, obj

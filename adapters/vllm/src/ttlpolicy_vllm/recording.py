@@ -43,7 +43,8 @@ class CallLog:
     alive, until written: its ``ProgramInfo`` and tool, its status and ``PrefillStats`` (a
     few ints), its ``cache_salt`` and ``extra_args`` (the client's own, as vLLM bounds them)
     and its ``block_hashes`` list (not copied; one hash per engine block of the prompt), at most
-    ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls (more are dropped and counted)."""
+    ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls and ``MAX_BUFFERED_BLOCKS`` hashes
+    past ``batch_calls`` buffered (more are dropped and counted)."""
 
     __slots__ = ("arrivals", "batch_calls", "entries", "recorder")
 
@@ -97,8 +98,8 @@ class CallLog:
             )
             if len(self.entries) < self.batch_calls:
                 self.entries.append(entry)
-            else:  # (the writer woken, the bound kept)
-                self.recorder.add(entry, now_s)
+            else:  # (the writer woken, the bounds kept: calls, and hashes held alive)
+                self.recorder.add(entry, now_s, len(request.block_hashes))
 
     def close(self) -> None:
         self.recorder.close()
