@@ -10,6 +10,8 @@ from pathlib import Path
 from ttlpolicy_ray import REPORT_KEY, routing_stats
 from ttlpolicy_ray.report import REPORT_FIELDS, REPORT_VERSION, ReplicaReport
 
+from ttlpolicy.ids import program_key, tenant_key
+
 ROUTER = Path(__file__).resolve().parents[1] / "src" / "ttlpolicy_ray" / "router.py"
 
 
@@ -64,3 +66,23 @@ def test_the_router_reads_no_key_as_a_dicts() -> None:
     text = ROUTER.read_text(encoding="utf-8")
     assert "ReplicaReport.read(" in text
     assert ".get(REPORT_KEY)" not in text and "rep.get(" not in text
+
+
+def test_a_tenant_with_many_entries_does_not_push_anothers_out() -> None:
+    """Cut at the report's cap, each tenant's pins and evictions are taken in turn: a tenant
+    with thousands of long pins (or small evictions) leaves room for another's."""
+    crowd, other = tenant_key("crowd"), tenant_key("other")
+    pins = [(program_key(crowd, f"c{i}"), 100.0 + i, 1) for i in range(50)]
+    pins.append((program_key(other, "o"), 10.0, 1))  # shorter-lived than every crowd pin
+    evicted = [(program_key(crowd, f"c{i}"), 1) for i in range(50)]
+    evicted.append((program_key(other, "o"), 9))  # held more than every crowd eviction
+    stats = routing_stats(
+        seq=1, free_blocks=1, total_blocks=2, queue_len=0, queued_tokens=0,
+        working_set_blocks=0, cached_fraction=0.0, block_size=16, at=5.0,
+        pins=pins, max_pins=4, evicted=evicted, max_evicted=4,
+    )  # fmt: skip
+    report = ReplicaReport.read(stats)
+    assert report is not None and report.pins is not None and report.evicted is not None
+    assert [p[0] for p in report.pins] == [pins[49][0], pins[50][0], pins[48][0], pins[47][0]]
+    assert program_key(other, "o") in [e[0] for e in report.evicted]
+    assert (report.pins_left_out, report.evicted_left_out) == (47, 47)

@@ -48,10 +48,12 @@ This module does not import Ray: a replica's engine process may build its report
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
+
+from ttlpolicy.ids import tenant_of
 
 __all__ = [
     "DEFAULT_MAX_CONTEXTS",
@@ -154,13 +156,16 @@ def routing_stats(
     ``return_queued_tokens``: left out of the entry when None.  ``evicted``: (program id,
     held blocks): the programs whose context the replica evicted and has not rebuilt, one
     per program (the last given wins), sorted fewest held first and cut at
-    ``max_evicted``.  The figures are passed as given: the router validates them
-    (``ProgramRouter.report``, ``evicted``) and ignores a report, or an entry, it refuses."""
+    ``max_evicted``.  A cut takes each tenant's entries in turn (``tenants_in_turn``), so a
+    tenant with thousands cannot push another's out of the report.  The figures are passed
+    as given: the router validates them (``ProgramRouter.report``, ``evicted``) and ignores
+    a report, or an entry, it refuses."""
     live = sorted(
         ((pid, float(left), int(blocks)) for pid, left, blocks in pins if left > 0.0),
         key=lambda p: (-p[1], p[0]),
     )
     gone = sorted(dict(evicted).items(), key=lambda e: (e[1], e[0]))
+    live_kept, gone_kept = tenants_in_turn(live, max_pins), tenants_in_turn(gone, max_evicted)
     entry = ReplicaReport(
         v=REPORT_VERSION,
         seq=seq,
@@ -172,14 +177,31 @@ def routing_stats(
         working_set_blocks=working_set_blocks,
         cached_fraction=cached_fraction,
         block_size=block_size,
-        pins=[list(p) for p in live[:max_pins]],
-        pins_left_out=max(0, len(live) - max_pins),
-        evicted=[list(e) for e in gone[:max_evicted]],
-        evicted_left_out=max(0, len(gone) - max_evicted),
+        pins=[list(p) for p in live_kept],
+        pins_left_out=len(live) - len(live_kept),
+        evicted=[list(e) for e in gone_kept],
+        evicted_left_out=len(gone) - len(gone_kept),
         return_queue_len=return_queue_len,
         return_queued_tokens=return_queued_tokens,
     ).entry()
     return {REPORT_KEY: entry}
+
+
+def tenants_in_turn(entries: list[Any], limit: int) -> list[Any]:
+    """At most ``limit`` of ``entries`` (each led by a program id, in the report's order),
+    taken one per tenant in turn (``ttlpolicy.ids.tenant_of``; tenants in the order of their
+    first entry), each tenant's in their order: all of them when they fit."""
+    if len(entries) <= limit:
+        return entries
+    by_tenant: dict[str, deque[Any]] = {}
+    for entry in entries:
+        by_tenant.setdefault(tenant_of(str(entry[0])), deque()).append(entry)
+    turn, kept = list(by_tenant.values()), list[Any]()
+    while turn and len(kept) < limit:
+        for queue in turn[: limit - len(kept)]:
+            kept.append(queue.popleft())
+        turn = [queue for queue in turn if queue]
+    return kept
 
 
 def lifecycle_stats(
