@@ -117,7 +117,7 @@ def check_id(field: str, value: Any) -> str:
             raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
     if not 0 < size <= MAX_ID_BYTES:
         raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
-    return str(value)
+    return value
 
 
 def seq_items(field: str, kind: str, values: Any) -> list[Any]:
@@ -133,6 +133,10 @@ def check_ids(field: str, values: Any) -> list[str]:
 
 
 # -- the fields of a result type built by a caller (the native classes convert them alike) ---
+
+
+def id_field(field: str, value: Any) -> str:
+    return str(check_id(field, value))  # (a str subclass held as a str, as natively)
 
 
 def i64_field(field: str, value: Any) -> int:

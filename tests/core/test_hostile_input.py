@@ -210,6 +210,20 @@ def test_a_lying_length_is_not_taken_as_a_size(backends):
     assert results[0][1:] == (("r1",), (1.0,))
 
 
+class Named(str):
+    """A str subclass: an id, held as a plain str by a result type."""
+
+
+def test_a_result_type_holds_ids_as_plain_str(backends):
+    held = []
+    for be in backends:
+        pin = be.Pin(Named("p"), 1, 1.0)
+        ended = be.Ended(Named("p"), 1, None, [Named("r1")])
+        link = be.Link("fork", Named("x"), Named("y"), 1, 2)
+        held.append([type(v) for v in (pin.program_id, *ended.request_ids, link.parent)])
+    assert held[0] == held[1] == [str, str, str]
+
+
 # -- re-entrant arguments ------------------------------------------------------------------------
 
 

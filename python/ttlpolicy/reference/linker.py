@@ -145,11 +145,15 @@ class Link:
                 f"kind must be 'continue', 'fork' or 'new', got {short_repr(self.kind)}"
             )
         object.__setattr__(self, "kind", str(self.kind))
-        object.__setattr__(self, "program", check_program(self.program))
+        object.__setattr__(self, "program", _held(check_program(self.program)))
         if self.parent is not None:
-            object.__setattr__(self, "parent", check_program(self.parent))
+            object.__setattr__(self, "parent", _held(check_program(self.parent)))
         object.__setattr__(self, "depth_blocks", i64_field("depth_blocks", self.depth_blocks))
         object.__setattr__(self, "context_blocks", i64_field("context_blocks", self.context_blocks))
+
+
+def _held(key: ProgramKey) -> ProgramKey:
+    return str(key) if isinstance(key, str) else key  # (a str subclass held as a str)
 
 
 def check_program(program: Any) -> ProgramKey:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .._validate import as_float, check_id, i64_field
+from .._validate import as_float, i64_field, id_field
 from .tenants import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
 
 __all__ = ["TENANT_KEY_CHARS", "TENANT_PREFIX", "Pin", "PinTable", "tenant_of"]
@@ -69,7 +69,7 @@ class Pin:
 
     def __post_init__(self) -> None:
         # checked for callers (and unpickling) as the native class converts them
-        object.__setattr__(self, "program_id", check_id("program_id", self.program_id))
+        object.__setattr__(self, "program_id", id_field("program_id", self.program_id))
         object.__setattr__(self, "blocks", i64_field("blocks", self.blocks))
         object.__setattr__(self, "deadline_s", as_float("deadline_s", self.deadline_s))
 

@@ -95,6 +95,7 @@ from .._validate import (
     check_ids,
     finite,
     i64_field,
+    id_field,
     instance_or_none,
     int_in,
     non_negative,
@@ -129,10 +130,12 @@ class Ended:
 
     def __post_init__(self) -> None:
         # checked for callers (and unpickling) as the native class converts them
-        object.__setattr__(self, "program_id", check_id("program_id", self.program_id))
+        object.__setattr__(self, "program_id", id_field("program_id", self.program_id))
         object.__setattr__(self, "turns", i64_field("turns", self.turns))
         instance_or_none("pin", "a Pin", self.pin, Pin)
-        object.__setattr__(self, "request_ids", tuple(check_ids("request_ids", self.request_ids)))
+        object.__setattr__(
+            self, "request_ids", tuple(map(str, check_ids("request_ids", self.request_ids)))
+        )
 
 
 @dataclass(frozen=True, slots=True)
