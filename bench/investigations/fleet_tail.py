@@ -96,11 +96,15 @@ class _Pricing(RefRouter):
         self, policy: Any, max_instances: int, k: float, returns: bool, admission_k: float = 0.0
     ) -> None:
         super().__init__(RefPolicy(), max_instances=max_instances)
-        self.policy = policy  # the engines' (native) policy: only its prices are read
+        self._engine_policy = policy  # the engines' (native) policy: only its prices are read
         self._k, self._returns, self._admission_k = k, returns, admission_k
         self._former: dict[str, int] = {}
         #: programs waiting for admission at each instance, set before each route (``adm``)
         self.waiting_programs: list[int] = []
+
+    @property
+    def policy(self) -> Any:  # (what ``route`` prices with)
+        return self._engine_policy
 
     def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
         prog = self._programs.get(program_id)

@@ -430,6 +430,24 @@ def test_same_members_and_signatures(backends, name):
             assert_same_signature(r, n, f"{name}.{member}")
 
 
+@pytest.mark.parametrize("name", sorted(OBJECTS))
+def test_public_data_members_refuse_assignment(impl, name):
+    """Every public member that is not a method is read-only, on either backend: the native
+    getters have no setter, and a reference property none either (a writable attribute there
+    would let a caller change what only the native side refuses).  A new public name is not
+    tried: the native classes refuse one, the reference's (no ``__slots__``) take it."""
+    obj = OBJECTS[name](impl)
+    for member in sorted(public_members(obj)):
+        value = getattr(obj, member)
+        if callable(value):
+            continue
+        try:
+            setattr(obj, member, value)
+        except AttributeError:  # (dataclasses.FrozenInstanceError is one)
+            continue
+        pytest.fail(f"{impl.name}: {name}.{member} takes an assignment")
+
+
 @pytest.mark.parametrize("name", PUBLIC)
 def test_same_constructor_and_function_signatures(backends, name):
     ref, nat = (getattr(be, name) for be in backends)

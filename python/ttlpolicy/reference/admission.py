@@ -157,11 +157,12 @@ from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from ._sync import synchronized
-from .history import back_within, global_window, tool_window
-from .policy import MAX_BLOCKS, tool_history
+from .history import ToolHistory, back_within, global_window, tool_window
+from .policy import MAX_BLOCKS, TTLPolicy, tool_history
 from .scheduler import (
     DEFAULT_MAX_IDLE_PROGRAMS,
     MAX_IDLE_PROGRAMS,
+    IdleCap,
     check_bool,
     check_id,
     check_ids,
@@ -274,7 +275,7 @@ class _Tenant:
 
 
 @synchronized
-class AdmissionControl:
+class AdmissionControl(IdleCap):
     """Working-set admission and next-use eviction order over a ``TTLPolicy``'s tool-gap
     statistics (read, never copied)."""
 
@@ -285,17 +286,21 @@ class AdmissionControl:
         max_idle_programs: Any = DEFAULT_MAX_IDLE_PROGRAMS,
         tenant_weights: Any = None,
     ) -> None:
-        if tool_history(policy) is None or not callable(getattr(policy, "decide", None)):
+        history = tool_history(policy)
+        if history is None or not callable(getattr(policy, "decide", None)):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
-        self.policy = policy
-        self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
-        self.max_idle_programs = int_in(
+        self._policy = policy
+        # what the rules read of it, taken once: its config is fixed, its history the one it feeds
+        self._config = policy.config
+        self._history = history
+        self._total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self._max_idle_programs = int_in(
             "max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS
         )
         self._weights = check_tenant_weights(tenant_weights)
         self._tenants: dict[str, _Tenant] = {}  # the active ones: with a known program
         self._tenants_weight = 0  # their summed weight
-        self.dropped_idle_programs = 0
+        self._dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
         self._programs: dict[str, _Program] = {}
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
@@ -353,7 +358,7 @@ class AdmissionControl:
         else the checked (program_id, now, blocks_needed)."""
         pid = check_id("program_id", program_id)
         t = self._check_now(now)
-        blocks = int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        blocks = int_in("blocks_needed", blocks_needed, 0, self._total_blocks)
         if pid not in self._programs and len(self._programs) >= MAX_PROGRAMS:
             raise ValueError(
                 f"program_id must be one of at most {MAX_PROGRAMS} tracked programs; end "
@@ -376,7 +381,7 @@ class AdmissionControl:
         check_bool("last_turn", last_turn)
         pid, prog = self._program(program_id)
         self._check_now(now)
-        int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        int_in("blocks_held", blocks_held, 0, self._total_blocks)
         non_negative("rebuild_s", rebuild_s)
         if prog.live == 0:
             raise ValueError(f"program_id must be a program with a live request, got {pid!r}")
@@ -397,7 +402,7 @@ class AdmissionControl:
         last = check_bool("last_turn", last_turn)
         pid, prog = self._program(program_id)
         t = self._check_now(now)
-        blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        blocks = int_in("blocks_held", blocks_held, 0, self._total_blocks)
         rebuild = non_negative("rebuild_s", rebuild_s)
         if prog.live == 0:
             raise ValueError(f"program_id must be a program with a live request, got {pid!r}")
@@ -413,10 +418,10 @@ class AdmissionControl:
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
             self._idle[pid] = None
-            while len(self._idle) > self.max_idle_programs:
+            while len(self._idle) > self._max_idle_programs:
                 oldest, _ = self._idle.popitem(last=False)
                 self._end(oldest, self._programs[oldest])
-                self.dropped_idle_programs += 1
+                self._dropped_idle_programs += 1
 
     def _turn_ahead(self, prog: _Program) -> None:
         """An admitted program finished a turn while the head last refused waits."""
@@ -445,12 +450,12 @@ class AdmissionControl:
     # -- the rules ------------------------------------------------------------------------
     def _samples(self, tool: str) -> list[float]:
         """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
-        return away_samples(self.policy, tool)
+        return history_samples(self._history, self._config.min_tool_samples, tool)
 
     def _away_limit_s(self, prog: _Program, samples: list[float]) -> float:
         """How long ``prog`` away, judged by ``samples``, may stay expected back: see
         ``away_limit_s``."""
-        return away_limit_s(self.policy.config, samples, prog.inferred)
+        return away_limit_s(self._config, samples, prog.inferred)
 
     def _standing(self, prog: _Program, t: float) -> tuple[int, float]:
         """The program's kind at ``t`` (``_LIVE``, ``_GONE``: not expected back, ``_PRIOR``:
@@ -478,7 +483,7 @@ class AdmissionControl:
         if kind == _AWAY:
             return median - (t - prog.away_since_s)  # type: ignore[operator]
         if kind == _PRIOR:
-            return self.policy.config.prior_mean_s * math.log(2.0)
+            return self._config.prior_mean_s * math.log(2.0)
         return 0.0 if kind == _LIVE else math.inf
 
     def next_use_s(self, program_id: Any, now: Any) -> float:
@@ -525,7 +530,7 @@ class AdmissionControl:
         steps by events (a simulator) asks ``may_run`` again then; one that asks at every
         step needs nothing."""
         t = self._check_now(now)
-        if self.policy.config.expected_working_set:
+        if self._config.expected_working_set:
             return self._expected_shrink_s(t)
         first = math.inf
         for pid in self._admitted:
@@ -548,7 +553,7 @@ class AdmissionControl:
         first_s = min(p.arrival_s for p in oldest)
         mean = sum(self._programs[a].blocks for a in self._admitted) // admitted
         need = min(max(p.blocks, mean) for p in oldest if p.arrival_s == first_s)
-        return self.total_blocks - need
+        return self._total_blocks - need
 
     def _fall_s(self, prog: _Program, after_s: float) -> float:
         """The first instant after ``after_s`` at which a member's share of the expected
@@ -585,7 +590,7 @@ class AdmissionControl:
 
     def _horizon_s(self, prog: _Program) -> float:
         """How soon a member must be back to be worth keeping: ``n · rebuild_s``, scaled."""
-        cfg = self.policy.config
+        cfg = self._config
         return prog.rebuild_s * float(len(self._admitted)) * cfg.working_set_horizon_scale
 
     def _expected_blocks(self, prog: _Program, t: float, horizon_s: float) -> int:
@@ -613,7 +618,7 @@ class AdmissionControl:
     def _load_of(self, t: float, tenant: str | None) -> tuple[int, int, int]:
         """(working set, summed footprint, count) of the admitted programs (of ``tenant``
         only, when given), in one pass."""
-        expected = self.policy.config.expected_working_set
+        expected = self._config.expected_working_set
         working = total = count = 0
         for pid in self._admitted:
             prog = self._programs[pid]
@@ -672,7 +677,7 @@ class AdmissionControl:
             working, total = self._load(t)
             mean = 0 if self._alone_in_flight() else total // n
             if (
-                working + max(prog.blocks, mean) > self.total_blocks
+                working + max(prog.blocks, mean) > self._total_blocks
                 and not (self._head_due and self._refused == (prog.arrival_s, pid))
                 and not self._within_share(prog, t)
             ):
@@ -696,7 +701,7 @@ class AdmissionControl:
             return False
         working, total, count = self._load_of(t, prog.tenant)
         need = working + max(prog.blocks, total // count if count else 0)
-        return need * self._tenants_weight <= self.total_blocks * tenant.weight
+        return need * self._tenants_weight <= self._total_blocks * tenant.weight
 
     def _alone_in_flight(self) -> bool:
         """Is one program admitted, with a live request (bounded wait, module doc)?"""
@@ -804,6 +809,16 @@ class AdmissionControl:
         return prog is not None and prog.admitted
 
     @property
+    def policy(self) -> TTLPolicy:
+        """The ``TTLPolicy`` whose tool-gap statistics it reads (the very object given)."""
+        return self._policy
+
+    @property
+    def total_blocks(self) -> int:
+        """The engine's KV blocks, the working set's capacity."""
+        return self._total_blocks
+
+    @property
     def admitted_count(self) -> int:
         """Programs admitted (in the working set)."""
         return len(self._admitted)
@@ -856,7 +871,13 @@ def away_samples(policy: Any, tool: Any) -> list[float]:
     history = tool_history(policy)
     if history is None:
         raise TypeError(f"policy must be a reference TTLPolicy, got {type(policy).__name__}")
+    return history_samples(history, policy.config.min_tool_samples, tool)
+
+
+def history_samples(history: ToolHistory, min_tool_samples: int, tool: Any) -> list[float]:
+    """``away_samples`` of the policy whose durations ``history`` holds and whose config sets
+    ``min_tool_samples``."""
     window = tool_window(history, tool)
-    if window is None or len(window) < max(policy.config.min_tool_samples, 1):
+    if window is None or len(window) < max(min_tool_samples, 1):
         window = global_window(history)
     return window.sorted

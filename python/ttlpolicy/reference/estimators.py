@@ -38,22 +38,22 @@ class EtaEstimator:
     def __init__(self, window: int = 256, min_programs: int = 8, clip: Any = True) -> None:
         if not isinstance(clip, bool):  # first: the native binding converts it before the rest
             raise TypeError(f"clip must be a bool, got {type(clip).__name__}")
-        self.clip = clip
-        self.window = int_in("window", window, 1, MAX_WINDOW)
-        self.min_programs = int_in("min_programs", min_programs, 0, MAX_WINDOW)
+        self._clip = clip
+        self._window = int_in("window", window, 1, MAX_WINDOW)
+        self._min_programs = int_in("min_programs", min_programs, 0, MAX_WINDOW)
         self._turns: deque[int] = deque()
         self._eta = 1.0
 
     def observe(self, total_turns: Any) -> None:
         """Records a finished program of ``total_turns`` turns."""
         n_turns = int_in("total_turns", total_turns, 1, MAX_TURNS)
-        if len(self._turns) == self.window:
+        if len(self._turns) == self._window:
             self._turns.popleft()
         self._turns.append(n_turns)
         self._eta = self._compute()
 
     def _compute(self) -> float:
-        if len(self._turns) < self.min_programs or not self._turns:
+        if len(self._turns) < self._min_programs or not self._turns:
             return 1.0
         # Exact integer sums over all pairs (k, r = N − k), k = 1..N.
         n = sk = sr = skk = srr = skr = 0
@@ -72,12 +72,27 @@ class EtaEstimator:
         if var_k <= 0 or var_r <= 0:
             return 1.0
         corr = float(cov) / math.sqrt(float(var_k) * float(var_r))
-        return min(1.0, max(0.0, -corr)) if self.clip else -corr
+        return min(1.0, max(0.0, -corr)) if self._clip else -corr
 
     @property
     def eta(self) -> float:
         """η = −corr(k, N−k) over the window's programs; 1.0 until ``min_programs`` are seen."""
         return self._eta
+
+    @property
+    def window(self) -> int:
+        """Finished programs kept (the last ``window``)."""
+        return self._window
+
+    @property
+    def min_programs(self) -> int:
+        """Finished programs needed before η is estimated (η = 1 until then)."""
+        return self._min_programs
+
+    @property
+    def clip(self) -> bool:
+        """Whether η is clipped to [0, 1] (False: as it is, in [−1, 1])."""
+        return self._clip
 
     def count(self) -> int:
         """Programs in the window."""
@@ -89,14 +104,14 @@ class OutOfOrderCost:
     """T: mean queueing delay over the last ``window`` requests that returned to a dropped cache."""
 
     def __init__(self, window: int = 256) -> None:
-        self.window = int_in("window", window, 1, MAX_WINDOW)
+        self._window = int_in("window", window, 1, MAX_WINDOW)
         self._delays: deque[float] = deque()
         self._mean = 0.0
 
     def observe(self, delay_s: Any) -> None:
         """Records one queueing delay of ``delay_s`` seconds."""
         d = non_negative("delay_s", delay_s)
-        if len(self._delays) == self.window:
+        if len(self._delays) == self._window:
             self._delays.popleft()
         self._delays.append(d)
         total = 0.0
@@ -108,6 +123,11 @@ class OutOfOrderCost:
     def mean_s(self) -> float:
         """T: the mean queueing delay in seconds over the window; 0.0 until a delay is observed."""
         return self._mean
+
+    @property
+    def window(self) -> int:
+        """Queueing delays kept (the last ``window``)."""
+        return self._window
 
     def count(self) -> int:
         """Delays in the window."""
@@ -199,20 +219,20 @@ class CacheMissModel:
         min_samples: int = 8,
         prefill_chunk_tokens: Any = None,
     ) -> None:
-        self.default_coeffs = (
+        self._default_coeffs = (
             non_negative("prefill_base_s", prefill_base_s),
             non_negative("prefill_s_per_token", prefill_s_per_token),
             non_negative("prefill_s_per_token2", prefill_s_per_token2),
         )
-        self.kv_bytes_per_token = int_in("kv_bytes_per_token", kv_bytes_per_token, 0, 1 << 40)
-        self.offload_bandwidth_bytes_per_s = (
+        self._kv_bytes_per_token = int_in("kv_bytes_per_token", kv_bytes_per_token, 0, 1 << 40)
+        self._offload_bandwidth_bytes_per_s = (
             None
             if offload_bandwidth_bytes_per_s is None
             else positive("offload_bandwidth_bytes_per_s", offload_bandwidth_bytes_per_s)
         )
-        self.window = int_in("window", window, 1, MAX_WINDOW)
-        self.min_samples = int_in("min_samples", min_samples, 3, MAX_WINDOW)
-        self.prefill_chunk_tokens = (
+        self._window = int_in("window", window, 1, MAX_WINDOW)
+        self._min_samples = int_in("min_samples", min_samples, 3, MAX_WINDOW)
+        self._prefill_chunk_tokens = (
             None
             if prefill_chunk_tokens is None
             else int_in("prefill_chunk_tokens", prefill_chunk_tokens, 1, 1 << 40)
@@ -231,14 +251,14 @@ class CacheMissModel:
         n = int_in("tokens", tokens, 0, 1 << 40)
         s = non_negative("seconds", seconds)
         k = int_in("cached_tokens", cached_tokens, 0, 1 << 40)
-        if len(self._points) == self.window:
+        if len(self._points) == self._window:
             self._points.popleft()
         x = n / TOKENS_PER_UNIT
         self._points.append((x, x * (x + 2.0 * (k / TOKENS_PER_UNIT)), s))
         self._fit = self._refit()
 
     def _refit(self) -> tuple[float, float, float] | None:
-        if len(self._points) < self.min_samples:
+        if len(self._points) < self._min_samples:
             return None
         # A quadratic needs three distinct token counts; with fewer the normal equations are
         # singular and only rounding keeps the determinant off zero, giving wild coefficients.
@@ -274,7 +294,39 @@ class CacheMissModel:
     @property
     def coefficients(self) -> tuple[float, float, float]:
         """(a, b, c) of prefill_s = a + b·tokens + c·tokens², fitted or default."""
-        return self._fit if self._fit is not None else self.default_coeffs
+        return self._fit if self._fit is not None else self._default_coeffs
+
+    @property
+    def default_coeffs(self) -> tuple[float, float, float]:
+        """The configured ``(prefill_base_s, prefill_s_per_token, prefill_s_per_token2)``,
+        used until a fit."""
+        return self._default_coeffs
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes of one token (for the offload reload time)."""
+        return self._kv_bytes_per_token
+
+    @property
+    def offload_bandwidth_bytes_per_s(self) -> float | None:
+        """The offload tier's reload bandwidth in bytes per second; None: no offload tier."""
+        return self._offload_bandwidth_bytes_per_s
+
+    @property
+    def window(self) -> int:
+        """Measurements kept for the prefill fit (the last ``window``)."""
+        return self._window
+
+    @property
+    def min_samples(self) -> int:
+        """Measurements needed before the prefill fit is used."""
+        return self._min_samples
+
+    @property
+    def prefill_chunk_tokens(self) -> int | None:
+        """The engine's prefill chunk (most prompt tokens per step); None: one step per
+        prefix."""
+        return self._prefill_chunk_tokens
 
     def prefill_s(self, tokens: Any) -> float:
         """Predicted prefill seconds of ``tokens`` tokens (never negative)."""
@@ -283,16 +335,16 @@ class CacheMissModel:
             return 0.0
         n = float(count)
         a, b, c = self.coefficients
-        chunk = self.prefill_chunk_tokens
+        chunk = self._prefill_chunk_tokens
         steps = 1.0 if chunk is None else float(-(-count // chunk))  # ⌈count / chunk⌉
         return max(0.0, a * steps + b * n + c * n * n)
 
     def reload_s(self, tokens: Any) -> float | None:
         """Seconds to load ``tokens`` of KV back from the offload tier; None without a tier."""
         n = int_in("tokens", tokens, 0, 1 << 40)
-        if self.offload_bandwidth_bytes_per_s is None:
+        if self._offload_bandwidth_bytes_per_s is None:
             return None
-        return float(n * self.kv_bytes_per_token) / self.offload_bandwidth_bytes_per_s
+        return float(n * self._kv_bytes_per_token) / self._offload_bandwidth_bytes_per_s
 
     def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
         """Cost of losing ``prefix_tokens`` of cache, of which ``offloaded_tokens`` are still

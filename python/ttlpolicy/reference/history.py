@@ -78,10 +78,20 @@ class ToolHistory:
     """Sliding windows of tool durations, per tool and global, with a cap on tracked tools."""
 
     def __init__(self, window: int = 1024, max_tools: int = 1024) -> None:
-        self.window = int_in("window", window, 1, MAX_WINDOW)
-        self.max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)
+        self._window = int_in("window", window, 1, MAX_WINDOW)
+        self._max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)
         self._tools: OrderedDict[str, DurationWindow] = OrderedDict()
-        self._global = DurationWindow(self.window)
+        self._global = DurationWindow(self._window)
+
+    @property
+    def window(self) -> int:
+        """Durations kept per tool and globally (the last ``window``)."""
+        return self._window
+
+    @property
+    def max_tools(self) -> int:
+        """The most tools tracked (tool names come from clients)."""
+        return self._max_tools
 
     def observe(self, tool: Any, duration_s: Any) -> None:
         """Record one duration of ``tool`` (None: unknown tool, global window only)."""
@@ -90,21 +100,21 @@ class ToolHistory:
         if key is not None:
             w = self._tools.get(key)
             if w is None:
-                if len(self._tools) >= self.max_tools:
+                if len(self._tools) >= self._max_tools:
                     self._tools.popitem(last=False)
-                w = self._tools[key] = DurationWindow(self.window)
+                w = self._tools[key] = DurationWindow(self._window)
             else:
                 self._tools.move_to_end(key)
             w.push(d)
         self._global.push(d)
 
-    def _window(self, tool: Any) -> DurationWindow | None:
+    def _window_of(self, tool: Any) -> DurationWindow | None:
         key = tool_key(tool)
         return self._global if key is None else self._tools.get(key)
 
     def count(self, tool: Any) -> int:
         """Samples held for ``tool`` (None: the global window)."""
-        w = self._window(tool)
+        w = self._window_of(tool)
         return len(w) if w is not None else 0
 
     def total_count(self) -> int:
@@ -122,7 +132,7 @@ class ToolHistory:
     def cdf(self, tool: Any, t_s: Any) -> float:
         """Fraction of ``tool``'s samples ≤ t_s (0.0 with no samples)."""
         t = non_negative("t_s", t_s)
-        w = self._window(tool)
+        w = self._window_of(tool)
         return w.cdf(t) if w is not None else 0.0
 
     def quantile(self, tool: Any, q: Any) -> float | None:
@@ -130,17 +140,17 @@ class ToolHistory:
         qq = non_negative("q", q)
         if qq > 1.0:
             raise ValueError(f"q must be in [0, 1], got {qq!r}")
-        w = self._window(tool)
+        w = self._window_of(tool)
         return w.quantile(qq) if w is not None else None
 
     def mean(self, tool: Any) -> float | None:
         """Mean duration (s) of ``tool`` (None: the global window); None when empty."""
-        w = self._window(tool)
+        w = self._window_of(tool)
         return w.mean() if w is not None else None
 
     def samples(self, tool: Any) -> list[float]:
         """The window's samples, sorted ascending."""
-        w = self._window(tool)
+        w = self._window_of(tool)
         return list(w.sorted) if w is not None else []
 
 
@@ -148,7 +158,7 @@ class ToolHistory:
 # without a copy; these are not part of the classes' surface, which the native ones share.
 def tool_window(history: ToolHistory, tool: Any) -> DurationWindow | None:
     """``tool``'s window in ``history`` (None: not tracked; a None tool: the global one)."""
-    return history._window(tool)
+    return history._window_of(tool)
 
 
 def global_window(history: ToolHistory) -> DurationWindow:

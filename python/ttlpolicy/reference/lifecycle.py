@@ -84,8 +84,9 @@ class ProgramLifecycle:
                     "admission must read the scheduler's policy, got an AdmissionControl of "
                     "another TTLPolicy"
                 )
-        self.scheduler = scheduler
-        self.admission = admission
+        self._scheduler = scheduler
+        self._admission = admission
+        self._admission_on = scheduler.policy.config.admission  # (a fixed config: read once)
         self._program_of: dict[str, str] = {}  # live requests (arrived, not finished)
         self._held: OrderedDict[str, str] = OrderedDict()  # request -> program, by arrival
 
@@ -95,17 +96,17 @@ class ProgramLifecycle:
         engine now holds for it until ``admitted``."""
         check_id("request_id", request_id)  # the ids first, as the native binding converts
         check_id("program_id", program_id)
-        admission = self.admission
+        admission = self._admission
         with self._parts_locked():
             if admission is None:
-                pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+                pin = self._scheduler.arrive(request_id, program_id, now, blocks_needed)
             else:  # load control's refusal must come before the scheduler's change
                 checked = admission._check_arrive(program_id, now, blocks_needed)
                 # a program the scheduler queues as new (idle past max_ttl_s, program order)
                 # is new to load control too: one FCFS place in both, or an admitted program
                 # could wait behind a head load control refuses, and nothing would run
-                renews = self.scheduler._restarts_fcfs(checked[0], checked[1])
-                pin = self.scheduler.arrive(request_id, program_id, now, blocks_needed)
+                renews = self._scheduler._restarts_fcfs(checked[0], checked[1])
+                pin = self._scheduler.arrive(request_id, program_id, now, blocks_needed)
                 if renews:
                     with contextlib.suppress(KeyError):  # (load control may have dropped it)
                         admission.end(program_id)
@@ -129,7 +130,7 @@ class ProgramLifecycle:
         rebuilding the context costs).  What either would refuse is refused before either
         changes: the scheduler's checks first."""
         end = turn_end(turn, fields)
-        scheduler, admission = self.scheduler, self.admission
+        scheduler, admission = self._scheduler, self._admission
         pid = self._program_of.get(request_id) if isinstance(request_id, str) else None
         rebuild_s = 0.0 if end.cache_miss_cost_s is None else end.cache_miss_cost_s
         tool, last_turn = end.tool, end.last_turn
@@ -150,7 +151,7 @@ class ProgramLifecycle:
     def abort(self, request_id: Any) -> Ended:
         """The request was aborted: its whole program ends in both (no η sample)."""
         with self._parts_locked():
-            ended = self.scheduler.abort(request_id)
+            ended = self._scheduler.abort(request_id)
             self._end_admission(ended.program_id)
         self._program_of.pop(request_id, None)
         self._held.pop(request_id, None)
@@ -159,7 +160,7 @@ class ProgramLifecycle:
     def end_program(self, program_id: Any) -> Ended:
         """The program is done (η observed): it ends in both."""
         with self._parts_locked():
-            ended = self.scheduler.end_program(program_id)
+            ended = self._scheduler.end_program(program_id)
             self._end_admission(ended.program_id)
         return self._forget(ended)
 
@@ -168,14 +169,14 @@ class ProgramLifecycle:
         (``AdmissionControl.may_run``) when it is on (``PolicyConfig.admission``), else True."""
         check_id("program_id", program_id)  # refused alike with load control off
         finite("now", now)
-        admission = self.admission
-        if admission is None or not self.scheduler.policy.config.admission:
+        admission = self._admission
+        if admission is None or not self._admission_on:
             return True
         return bool(admission.may_run(program_id, now))
 
     def expire(self, now: Any) -> list[Pin]:
         """Pins past their deadline, released (``ProgramScheduler.expire``)."""
-        return self.scheduler.expire(now)
+        return self._scheduler.expire(now)
 
     def give_way(
         self,
@@ -205,12 +206,12 @@ class ProgramLifecycle:
         short = int_in("short_blocks", short_blocks, -MAX_BLOCKS, MAX_BLOCKS)
         if short <= 0:
             return short
-        if self.scheduler.pin_count:
+        if self._scheduler.pin_count:
             # Each reclaimed pin has left the scheduler: each goes to `release`, even after
             # one raised (else its blocks stayed held with nothing pinning them); the first
             # error is raised after, and no held chain yields then.
             error: BaseException | None = None
-            for pin in self.scheduler.reclaim(short, now, for_program):
+            for pin in self._scheduler.reclaim(short, now, for_program):
                 try:
                     short -= self._released(release, pin.program_id, None)
                 except BaseException as e:  # (raised after the other releases)
@@ -227,6 +228,16 @@ class ProgramLifecycle:
         return short
 
     # -- views ----------------------------------------------------------------------------
+    @property
+    def scheduler(self) -> ProgramScheduler:
+        """Its ``ProgramScheduler``."""
+        return self._scheduler
+
+    @property
+    def admission(self) -> AdmissionControl | None:
+        """Its load control (``AdmissionControl``), None without one."""
+        return self._admission
+
     def held(self, request_id: Any) -> str | None:
         """The program whose handed-over chain is held for the request (None: none)."""
         return self._held.get(check_id("request_id", request_id))
@@ -246,14 +257,14 @@ class ProgramLifecycle:
         nothing runs (an engine skips measuring its step otherwise)."""
         if not isinstance(nothing_runs, bool):
             raise TypeError(f"nothing_runs must be a bool, got {type(nothing_runs).__name__}")
-        return bool(self.scheduler.pin_count) or (nothing_runs and bool(self._held))
+        return bool(self._scheduler.pin_count) or (nothing_runs and bool(self._held))
 
     # -- internals ------------------------------------------------------------------------
     def _parts_locked(self) -> contextlib.ExitStack:
         """Holds load control's lock, then the scheduler's (the order every call takes them
         in), so that nothing changes either between a call's checks and its changes."""
         stack = contextlib.ExitStack()
-        parts: list[Any] = [self.admission, self.scheduler]  # (each is synchronized)
+        parts: list[Any] = [self._admission, self._scheduler]  # (each is synchronized)
         for part in parts:
             if part is not None:
                 stack.enter_context(lock_of(part))
@@ -269,8 +280,8 @@ class ProgramLifecycle:
     def _end_admission(self, program_id: str) -> None:
         # (a program load control never saw, or forgot while idle past its cap, has nothing
         # to end there)
-        if self.admission is not None and self.admission.knows(program_id):
-            self.admission.end(program_id)
+        if self._admission is not None and self._admission.knows(program_id):
+            self._admission.end(program_id)
 
     def _forget(self, ended: Ended) -> Ended:
         for rid in ended.request_ids:

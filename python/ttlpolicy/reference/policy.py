@@ -65,7 +65,7 @@ class TTLPolicy:
             config = PolicyConfig()
         if not isinstance(config, PolicyConfig):
             raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
-        self.config = config
+        self._config = config
         self._history = ToolHistory(config.window, config.max_tools)
         self._eta_estimator = EtaEstimator(
             config.eta_window_programs, config.eta_min_programs, clip=config.clip_eta
@@ -101,6 +101,11 @@ class TTLPolicy:
         self._miss_model.observe_prefill(tokens, seconds, cached_tokens)
 
     # -- read-only views ------------------------------------------------------------------
+    @property
+    def config(self) -> PolicyConfig:
+        """Its ``PolicyConfig``."""
+        return self._config
+
     @property
     def eta(self) -> float:
         """η from the finished programs' turns (see ``EtaEstimator``)."""
@@ -149,7 +154,7 @@ class TTLPolicy:
             miss = non_negative("cache_miss_cost_s", cache_miss_cost_s)
             int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
             int_in("offloaded_tokens", offloaded_tokens, 0, MAX_BLOCKS)
-        cfg = self.config
+        cfg = self._config
         if window is not None and count >= cfg.min_tool_samples and count > 0:
             samples, source = window.sorted, "tool_cdf"
         elif history.total_count() >= cfg.min_total_samples and history.total_count() > 0:
@@ -170,9 +175,9 @@ class TTLPolicy:
         return PinDecision(tau, benefit, cost, k / len(samples), source)
 
     def _exponential(self, benefit: float, cost: float) -> PinDecision:
-        mean = global_window(self._history).mean() if self.config.prior_mean_from_history else None
-        mu = mean if mean is not None and mean > 0.0 else self.config.prior_mean_s
-        max_ttl = self.config.max_ttl_s
+        mean = global_window(self._history).mean() if self._config.prior_mean_from_history else None
+        mu = mean if mean is not None and mean > 0.0 else self._config.prior_mean_s
+        max_ttl = self._config.max_ttl_s
         if cost == 0.0:
             tau = max_ttl  # holding is free: keep it as long as allowed
             source = "capped"

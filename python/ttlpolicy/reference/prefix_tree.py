@@ -171,11 +171,11 @@ class PrefixTree:
         max_idle_groups: int = 1 << 16,
         default_ttl_s: float = math.inf,
     ) -> None:
-        self.max_nodes = int_in("max_nodes", max_nodes, 1, MAX_NODES)
-        self.group_depth = int_in("group_depth", group_depth, 1, MAX_GROUP_DEPTH)
-        self.window = int_in("window", window, 1, MAX_WINDOW)
-        self.max_idle_groups = int_in("max_idle_groups", max_idle_groups, 0, MAX_IDLE_GROUPS)
-        self.default_ttl_s = check_ttl("default_ttl_s", default_ttl_s)
+        self._max_nodes = int_in("max_nodes", max_nodes, 1, MAX_NODES)
+        self._group_depth = int_in("group_depth", group_depth, 1, MAX_GROUP_DEPTH)
+        self._window = int_in("window", window, 1, MAX_WINDOW)
+        self._max_idle_groups = int_in("max_idle_groups", max_idle_groups, 0, MAX_IDLE_GROUPS)
+        self._default_ttl_s = check_ttl("default_ttl_s", default_ttl_s)
         self._root = _Node(0, None, None, 0.0)
         self._lru: OrderedDict[_Node, None] = OrderedDict()  # least recently used first
         # (deadline, seq, node): at most one live entry per block, pushed when the block is
@@ -188,11 +188,47 @@ class PrefixTree:
         self._inserts = 0
         self._now = 0.0
         self._closed_block_s = 0.0
-        self.expired_blocks = 0
-        self.evicted_blocks = 0
+        self._expired_blocks = 0
+        self._evicted_blocks = 0
 
     def __len__(self) -> int:
         return len(self._lru)
+
+    @property
+    def max_nodes(self) -> int:
+        """The most blocks held; an insert that needs room expires, then evicts least recently
+        used leaves."""
+        return self._max_nodes
+
+    @property
+    def group_depth(self) -> int:
+        """Blocks of a request's head path that name its group."""
+        return self._group_depth
+
+    @property
+    def window(self) -> int:
+        """Reuse intervals kept per group (the last ``window``)."""
+        return self._window
+
+    @property
+    def max_idle_groups(self) -> int:
+        """The most groups without blocks remembered (the longest idle is forgotten beyond)."""
+        return self._max_idle_groups
+
+    @property
+    def default_ttl_s(self) -> float:
+        """The TTL in seconds of a group without one set (inf: none)."""
+        return self._default_ttl_s
+
+    @property
+    def expired_blocks(self) -> int:
+        """Blocks removed so far past their group's TTL."""
+        return self._expired_blocks
+
+    @property
+    def evicted_blocks(self) -> int:
+        """Blocks evicted so far to stay within ``max_nodes``."""
+        return self._evicted_blocks
 
     # ---- queries (read-only) -------------------------------------------------------------
 
@@ -258,9 +294,9 @@ class PrefixTree:
             node = child
         matched = len(path)
         path_groups = self._touch_groups(hashes, matched, now)
-        stored = min(len(hashes), self.max_nodes) - matched
+        stored = min(len(hashes), self._max_nodes) - matched
         self._make_room(stored, mark, now)
-        d = self.group_depth
+        d = self._group_depth
         for h in hashes[matched : matched + stored]:
             group = path_groups[min(len(path) + 1, d) - 1]
             child = _Node(h, node, group, now)
@@ -295,9 +331,9 @@ class PrefixTree:
         checked = []
         for key, ttl in ttls.items():
             k = tuple(check_hashes("group key", key))
-            if not 1 <= len(k) <= self.group_depth:
+            if not 1 <= len(k) <= self._group_depth:
                 raise ValueError(
-                    f"group key must be 1 to {self.group_depth} hashes long, got {list(k)!r}"
+                    f"group key must be 1 to {self._group_depth} hashes long, got {list(k)!r}"
                 )
             checked.append((k, check_ttl(f"ttls[{list(k)!r}]", ttl)))
         for k, ttl in checked:
@@ -320,14 +356,14 @@ class PrefixTree:
     def _group(self, key: tuple[int, ...]) -> _Group:
         g = self._groups.get(key)
         if g is None:
-            g = _Group(key, self.default_ttl_s, self.window)
+            g = _Group(key, self._default_ttl_s, self._window)
             self._groups[key] = g
             self._idle[key] = g
         return g
 
     def _touch_groups(self, hashes: list[int], matched: int, now: float) -> list[_Group]:
         """One access (and one reuse sample) for each group on the path; block hits per group."""
-        d = self.group_depth
+        d = self._group_depth
         out = []
         for depth in range(1, min(len(hashes), d) + 1):
             g = self._group(tuple(hashes[:depth]))
@@ -367,7 +403,7 @@ class PrefixTree:
             deadline = n.last_access_s + n.group.ttl_s
             if deadline < now:
                 k = self._remove_subtree(n, deadline)
-                self.expired_blocks += k
+                self._expired_blocks += k
                 removed += k
             else:  # touched since it was queued
                 self._push_deadline(n)
@@ -376,12 +412,12 @@ class PrefixTree:
     def _make_room(self, stored: int, mark: int, now: float) -> None:
         """Evict least recently used leaves until ``stored`` new blocks fit; blocks of the
         prefix being inserted (marked) are skipped, not evicted."""
-        while len(self._lru) + stored > self.max_nodes:
+        while len(self._lru) + stored > self._max_nodes:
             victim = next(iter(self._lru))
             if victim.mark == mark:
                 self._lru.move_to_end(victim)
                 continue
-            self.evicted_blocks += self._remove_subtree(victim, now)
+            self._evicted_blocks += self._remove_subtree(victim, now)
 
     def _remove_subtree(self, top: _Node, t_remove: float) -> int:
         """Remove ``top`` and its descendants, charging each until min(t_remove, its deadline)."""
@@ -404,6 +440,6 @@ class PrefixTree:
         return len(order)
 
     def _trim_idle_groups(self) -> None:
-        while len(self._idle) > self.max_idle_groups:
+        while len(self._idle) > self._max_idle_groups:
             key, _ = self._idle.popitem(last=False)
             del self._groups[key]

@@ -140,7 +140,7 @@ class ProgramRouter:
     ) -> None:
         if not isinstance(policy, TTLPolicy):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
-        self.policy = policy
+        self._policy = policy
         self._max_instances = int_in("max_instances", max_instances, 1, MAX_INSTANCES)
         self._max_programs = int_in("max_programs", max_programs, 1, MAX_PROGRAMS)
         self._instances: list[_Instance] = []
@@ -315,7 +315,7 @@ class ProgramRouter:
             raise ValueError(f"now must be >= the last route's now ({self._now!r}), got {t!r}")
         need_all = int_in("blocks_needed", blocks_needed, 0, MAX_BLOCKS)
         prefix = int_in("prefix_tokens", prefix_tokens, 0, MAX_BLOCKS)
-        policy = self.policy
+        policy = self.policy  # (the property: a subclass may price with another policy)
         wait_memory_s = policy.out_of_order_cost_s
         loss = policy.miss_cost_s(prefix) + policy.eta * wait_memory_s
         prog = self._programs.get(pid)
@@ -383,6 +383,11 @@ class ProgramRouter:
         return inst.id
 
     # -- views ----------------------------------------------------------------------------
+    @property
+    def policy(self) -> TTLPolicy:
+        """The ``TTLPolicy`` it prices pins and rebuilt contexts with."""
+        return self._policy
+
     def home(self, program_id: Any) -> str | None:
         """The instance that served the program's last call (None: unknown program)."""
         prog = self._programs.get(check_id("program_id", program_id))

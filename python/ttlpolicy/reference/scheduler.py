@@ -233,6 +233,24 @@ def check_bool(field: str, value: Any) -> bool:
     return value
 
 
+class IdleCap:
+    """The bound on idle programs remembered, kept by ``ProgramScheduler`` and
+    ``AdmissionControl`` alike: its read-only views (one int each, read without the lock)."""
+
+    _max_idle_programs: int
+    _dropped_idle_programs: int
+
+    @property
+    def max_idle_programs(self) -> int:
+        """The most idle programs remembered (the longest idle is forgotten beyond)."""
+        return self._max_idle_programs
+
+    @property
+    def dropped_idle_programs(self) -> int:
+        """Idle programs forgotten so far to keep at most ``max_idle_programs``."""
+        return self._dropped_idle_programs
+
+
 class _Program:
     __slots__ = ("arrival_s", "attained_s", "idle_since_s", "live", "order", "tool",
                  "tool_since_s", "turns")  # fmt: skip
@@ -276,7 +294,7 @@ class _Request:
 
 
 @synchronized
-class ProgramScheduler:
+class ProgramScheduler(IdleCap):
     """Waiting queue and pin table of CacheTTL over a ``TTLPolicy`` (used, never copied:
     the caller sees its estimators move)."""
 
@@ -292,13 +310,13 @@ class ProgramScheduler:
         # drives its own policy's core directly, and both backends refuse alike.
         if not isinstance(policy, TTLPolicy):
             raise TypeError(f"policy must be a TTLPolicy, got {type(policy).__name__}")
-        self.policy = policy
-        self.total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
-        self.pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0,
-                                        self.total_blocks)  # fmt: skip
-        self.max_idle_programs = int_in("max_idle_programs", max_idle_programs, 0,
-                                        MAX_IDLE_PROGRAMS)  # fmt: skip
-        self.dropped_idle_programs = 0
+        self._policy = policy
+        self._total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)
+        self._pin_budget_blocks = int_in("pin_budget_blocks", pin_budget_blocks, 0,
+                                         self._total_blocks)  # fmt: skip
+        self._max_idle_programs = int_in("max_idle_programs", max_idle_programs, 0,
+                                         MAX_IDLE_PROGRAMS)  # fmt: skip
+        self._dropped_idle_programs = 0
         self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
         self._queue = WaitingQueue()
         self._pins = PinTable(check_tenant_weights(tenant_weights))  # (tenants.py)
@@ -308,10 +326,11 @@ class ProgramScheduler:
         self._held: deque[int] = deque()  # blocks_held of the last finished requests
         self._held_sum = 0
         self._now = -math.inf
-        self.pin_handover = policy.config.pin_handover
-        self._at_schedule = self.pin_handover == "schedule"
-        self.serve_order = policy.config.serve_order
-        self._by_attained = self.serve_order == "attained"
+        self._config = policy.config  # (fixed: read once)
+        self._pin_handover = self._config.pin_handover
+        self._at_schedule = self._pin_handover == "schedule"
+        self._serve_order = self._config.serve_order
+        self._by_attained = self._serve_order == "attained"
 
     # -- checks (no state changes) ----------------------------------------------------------
     def _check_now(self, now: Any) -> float:
@@ -342,7 +361,7 @@ class ProgramScheduler:
         t = self._check_now(now)
         # Checked (a request larger than the engine can never run), not stored: the engine
         # allocates, the queue only orders.
-        int_in("blocks_needed", blocks_needed, 0, self.total_blocks)
+        int_in("blocks_needed", blocks_needed, 0, self._total_blocks)
         if rid in self._requests:
             raise ValueError(f"request_id {rid!r} must be new, got one already waiting or running")
         consumed = self._arrive(rid, pid, t)
@@ -359,7 +378,7 @@ class ProgramScheduler:
         if isinstance(blocks_needed, (str, bytes)) or not isinstance(blocks_needed, Iterable):
             raise TypeError(f"blocks_needed must be a sequence of int, got "
                             f"{type(blocks_needed).__name__}")  # fmt: skip
-        blocks = [int_in("blocks_needed", b, 0, self.total_blocks) for b in blocks_needed]
+        blocks = [int_in("blocks_needed", b, 0, self._total_blocks) for b in blocks_needed]
         if not len(rids) == len(pids) == len(blocks):
             raise ValueError(f"request_ids, program_ids and blocks_needed must be of one length, "
                              f"got {len(rids)}, {len(pids)}, {len(blocks)}")  # fmt: skip
@@ -378,7 +397,7 @@ class ProgramScheduler:
         return (
             prog is not None
             and pid in self._idle
-            and t - prog.idle_since_s > self.policy.config.max_ttl_s
+            and t - prog.idle_since_s > self._config.max_ttl_s
         )
 
     def _restarts_fcfs(self, pid: str, t: float) -> bool:
@@ -391,7 +410,7 @@ class ProgramScheduler:
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:
             # The only call that may fail comes first: nothing is changed if it does.
-            self.policy.observe_tool(prog.tool, t - prog.tool_since_s)
+            self._policy.observe_tool(prog.tool, t - prog.tool_since_s)
             prog.tool, prog.tool_since_s = None, None
         if prog is None:
             prog = self._programs[pid] = _Program(t, self._programs_seen)
@@ -459,7 +478,7 @@ class ProgramScheduler:
         req = self._requests[rid]
         handover = self._at_schedule and self._pins.get(req.program_id) is not None
         if req.returning and not handover:
-            self.policy.observe_queueing_delay(t - req.arrival_s)
+            self._policy.observe_queueing_delay(t - req.arrival_s)
         req.returning = False
         self._queue.remove(rid)
         req.running = True
@@ -513,7 +532,7 @@ class ProgramScheduler:
         last = check_bool("last_turn", turn.last_turn)
         self._running(request_id)
         t = self._check_now(now)
-        blocks = int_in("blocks_held", blocks_held, 0, self.total_blocks)
+        blocks = int_in("blocks_held", blocks_held, 0, self._total_blocks)
         cache_miss_cost_s = turn.cache_miss_cost_s
         if cache_miss_cost_s is not None:
             non_negative("cache_miss_cost_s", cache_miss_cost_s)
@@ -528,7 +547,7 @@ class ProgramScheduler:
             mean_active = positive("mean_active_blocks", turn.mean_active_blocks)
         decision = None
         if not last:
-            decision = self.policy.decide(
+            decision = self._policy.decide(
                 tool=key,
                 request_blocks=blocks,
                 mean_active_blocks=mean_active,
@@ -561,7 +580,7 @@ class ProgramScheduler:
         # (its tenant is still active here: the live count drops after the decision)
         room = None
         if decision.ttl_s > 0.0:
-            room = self._pins.make_room(pid, blocks, self.pin_budget_blocks)
+            room = self._pins.make_room(pid, blocks, self._pin_budget_blocks)
         released: list[Pin] = []
         if room is not None:
             for other in room:
@@ -619,7 +638,7 @@ class ProgramScheduler:
             keep_until = self._programs[pid].order
         t = self._check_now(now)
         self._now = t
-        released = self._pins.reclaim(need, self.pin_budget_blocks, keep_until)
+        released = self._pins.reclaim(need, self._pin_budget_blocks, keep_until)
         if self._at_schedule:
             for pin in released:
                 self._rekey_waiting(pin.program_id)
@@ -653,15 +672,15 @@ class ProgramScheduler:
         self._programs[pid].idle_since_s = self._now
         self._idle[pid] = None
         self._idle.move_to_end(pid)
-        while len(self._idle) > self.max_idle_programs:
+        while len(self._idle) > self._max_idle_programs:
             oldest, _ = self._idle.popitem(last=False)
             del self._programs[oldest]
-            self.dropped_idle_programs += 1
+            self._dropped_idle_programs += 1
 
     def record_queueing_delay(self, delay_s: Any) -> None:
         """A queueing delay the queue cannot see (``pop`` records its own) for the
         out-of-order cost T."""
-        self.policy.observe_queueing_delay(delay_s)
+        self._policy.observe_queueing_delay(delay_s)
 
     # -- ending -----------------------------------------------------------------------------
     def end_program(self, program_id: Any) -> Ended:
@@ -681,7 +700,7 @@ class ProgramScheduler:
     def _end(self, pid: str, observe: bool) -> Ended:
         prog = self._programs[pid]
         if observe and prog.turns > 0:
-            self.policy.observe_program(min(prog.turns, MAX_TURNS))
+            self._policy.observe_program(min(prog.turns, MAX_TURNS))
         del self._programs[pid]
         self._idle.pop(pid, None)
         pin = self._pins.remove(pid)
@@ -694,6 +713,31 @@ class ProgramScheduler:
         return Ended(pid, prog.turns, pin, dropped)
 
     # -- read-only views --------------------------------------------------------------------
+    @property
+    def policy(self) -> TTLPolicy:
+        """The ``TTLPolicy`` it decides with (used, never copied)."""
+        return self._policy
+
+    @property
+    def pin_handover(self) -> str:
+        """When a pin passes to the program's next request: `"arrival"` or `"schedule"`."""
+        return self._pin_handover
+
+    @property
+    def serve_order(self) -> str:
+        """The order of returning calls: `"program"` or `"attained"`."""
+        return self._serve_order
+
+    @property
+    def total_blocks(self) -> int:
+        """The engine's KV blocks."""
+        return self._total_blocks
+
+    @property
+    def pin_budget_blocks(self) -> int:
+        """The most KV blocks all pins may hold together."""
+        return self._pin_budget_blocks
+
     @property
     def pinned_blocks(self) -> int:
         """KV blocks held by pins."""
