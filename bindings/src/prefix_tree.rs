@@ -10,7 +10,8 @@ use pyo3::types::{PyBytes, PyDict, PyMapping, PyString, PyTuple, PyType};
 use ttlpolicy_core::prefix_tree as core;
 
 use crate::convert::{
-    count_field, float_field, int_field, is_iterable, to_i64, type_name, Arg, Args, Fault,
+    count_field, float_field, int_field, is_iterable, short_repr, to_i64, type_name, Arg, Args,
+    Fault,
 };
 use crate::scheduler::each_item;
 use crate::value::{self, Fields};
@@ -353,7 +354,14 @@ impl PyPrefixTree {
         let mut out = Vec::new();
         let mut args = Args::new();
         for item in mapping.items()?.iter() {
-            let (key, ttl): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            // (a pair, as a mapping's items are: another shape is refused alike on both sides)
+            let (key, ttl): (Bound<'_, PyAny>, Bound<'_, PyAny>) =
+                item.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "ttls must be a mapping of group key to TTL, got an item {}",
+                        short_repr(&item)
+                    ))
+                })?;
             let key = hashes("group key", &key)?;
             let ttl = args.take_named(format!("ttls[{key:?}]").into(), ttl.extract::<Arg<f64>>()?);
             out.push((key, ttl));

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator, Mapping
 from functools import partial
 from typing import Any
 
@@ -208,6 +209,36 @@ def test_a_lying_length_is_not_taken_as_a_size(backends):
         results.append(([plain(x) for x in built], built[0].request_ids, built[2].reuse_s))
     assert_same(results[0], results[1])
     assert results[0][1:] == (("r1",), (1.0,))
+
+
+class ListItems(Mapping[Any, Any]):
+    """A mapping whose ``items()`` yields lists, not the pairs a mapping yields."""
+
+    def __init__(self, *items: Any) -> None:
+        self._items = items
+
+    def __getitem__(self, key: Any) -> Any:
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> Any:
+        return list(self._items)
+
+
+def test_group_ttls_items_must_be_pairs(backends):
+    results = []
+    for be in backends:
+        tree = be.PrefixTree()
+        for items in (((1,), 5.0), [(1,), 5.0], ((1,), 5.0, 0)):
+            results.append(outcome(partial(tree.set_group_ttls, ListItems(items))))
+    assert results[:3] == results[3:]
+    assert results[0] == ("ok", None)
+    assert results[1][0] == results[2][0] == "raised" and results[1][1][0] is TypeError
 
 
 class Named(str):

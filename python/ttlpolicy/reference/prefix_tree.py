@@ -329,7 +329,12 @@ class PrefixTree:
                 f"ttls must be a mapping of group key to TTL, got {type(ttls).__name__}"
             )
         checked = []
-        for key, ttl in ttls.items():
+        for item in ttls.items():
+            if not (isinstance(item, tuple) and len(item) == 2):  # (a mapping's items are pairs)
+                raise TypeError(
+                    f"ttls must be a mapping of group key to TTL, got an item {short_repr(item)}"
+                )
+            key, ttl = item
             k = tuple(check_hashes("group key", key))
             if not 1 <= len(k) <= self._group_depth:
                 raise ValueError(
