@@ -242,7 +242,11 @@ def test_group_ttls_items_must_be_pairs(backends):
 
 
 class Named(str):
-    """A str subclass: an id, held as a plain str by a result type."""
+    """A str subclass whose ``__str__`` says otherwise: held as a plain str of its own
+    characters by a result type."""
+
+    def __str__(self) -> str:
+        return "OTHER"
 
 
 def test_a_result_type_holds_ids_as_plain_str(backends):
@@ -251,8 +255,9 @@ def test_a_result_type_holds_ids_as_plain_str(backends):
         pin = be.Pin(Named("p"), 1, 1.0)
         ended = be.Ended(Named("p"), 1, None, [Named("r1")])
         link = be.Link("fork", Named("x"), Named("y"), 1, 2)
-        held.append([type(v) for v in (pin.program_id, *ended.request_ids, link.parent)])
-    assert held[0] == held[1] == [str, str, str]
+        values = (pin.program_id, *ended.request_ids, link.parent)
+        held.append([(type(v), str.__str__(v)) for v in values])
+    assert held[0] == held[1] == [(str, "p"), (str, "r1"), (str, "y")]
 
 
 # -- re-entrant arguments ------------------------------------------------------------------------

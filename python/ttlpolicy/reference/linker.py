@@ -92,7 +92,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import check_id, finite, i64_field, int_in, short_repr
+from .._validate import check_id, finite, i64_field, int_in, short_repr, unchecked
 from ._sync import synchronized
 
 __all__ = [
@@ -139,12 +139,12 @@ class Link:
     context_blocks: int
 
     def __post_init__(self) -> None:
-        # checked for callers (and unpickling) as the native class converts them
+        # a caller's values checked as the native class converts them (its maker's: unchecked)
         if not (isinstance(self.kind, str) and self.kind in LINK_KINDS):
             raise ValueError(
                 f"kind must be 'continue', 'fork' or 'new', got {short_repr(self.kind)}"
             )
-        object.__setattr__(self, "kind", str(self.kind))
+        object.__setattr__(self, "kind", str.__str__(self.kind))
         object.__setattr__(self, "program", _held(check_program(self.program)))
         if self.parent is not None:
             object.__setattr__(self, "parent", _held(check_program(self.parent)))
@@ -153,7 +153,7 @@ class Link:
 
 
 def _held(key: ProgramKey) -> ProgramKey:
-    return str(key) if isinstance(key, str) else key  # (a str subclass held as a str)
+    return str.__str__(key) if isinstance(key, str) else key  # (a str subclass: a plain str)
 
 
 def check_program(program: Any) -> ProgramKey:
@@ -304,23 +304,23 @@ class ProgramLinker:
             depth = 0
             if entry is not None and g is not None and not entry.ambiguous:
                 depth = g + 1 if entry.program == serial else 0
-            return Link(kind, name, None, depth, prog.context_blocks)
+            return unchecked(Link, kind, name, None, depth, prog.context_blocks)
         matched = None
         if entry is not None and not entry.ambiguous:
             matched = self._programs.get(entry.program)
         if matched is None or g is None or g + 1 < self._min_depth_fraction * matched.prompt_blocks:
             serial = self._new_program(t, None)
             self._programs[serial].live += 1
-            return Link("new", serial, None, 0, 0)
+            return unchecked(Link, "new", serial, None, 0, 0)
         parent = entry.program  # type: ignore[union-attr]
         if matched.live > 0:
             self._touch(parent)
             parent_key = self._key(parent)
             serial = self._new_program(t, None)
             self._programs[serial].live += 1
-            return Link("fork", serial, parent_key, g + 1, matched.context_blocks)
+            return unchecked(Link, "fork", serial, parent_key, g + 1, matched.context_blocks)
         self._touch(parent).live += 1
-        return Link("continue", self._key(parent), None, g + 1, matched.context_blocks)
+        return unchecked(Link, "continue", self._key(parent), None, g + 1, matched.context_blocks)
 
     def finished(
         self,

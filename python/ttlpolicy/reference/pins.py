@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .._validate import as_float, i64_field, id_field
+from .._validate import as_float, i64_field, id_field, unchecked
 from .tenants import TENANT_KEY_CHARS, TENANT_PREFIX, tenant_of
 
 __all__ = ["TENANT_KEY_CHARS", "TENANT_PREFIX", "Pin", "PinTable", "tenant_of"]
@@ -68,7 +68,7 @@ class Pin:
     deadline_s: float
 
     def __post_init__(self) -> None:
-        # checked for callers (and unpickling) as the native class converts them
+        # a caller's values checked as the native class converts them (its maker's: unchecked)
         object.__setattr__(self, "program_id", id_field("program_id", self.program_id))
         object.__setattr__(self, "blocks", i64_field("blocks", self.blocks))
         object.__setattr__(self, "deadline_s", as_float("deadline_s", self.deadline_s))
@@ -126,7 +126,7 @@ class PinTable:
             blocks += old.blocks
             deadline_s = max(deadline_s, old.deadline_s)
             self.blocks -= old.blocks
-        pin = Pin(program_id, blocks, deadline_s)
+        pin = unchecked(Pin, program_id, blocks, deadline_s)
         self._pins[program_id] = pin
         self._order[program_id] = order
         self.blocks += blocks

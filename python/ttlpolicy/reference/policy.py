@@ -41,8 +41,8 @@ class PinDecision:
     source: str
 
     def __post_init__(self) -> None:
-        # Built by `decide` with checked values; checked again for callers (and unpickling),
-        # as the native class converts them.
+        # Built by `decide` with checked values; checked again for callers, as the native
+        # class converts them.
         for name in ("ttl_s", "benefit_s", "cost_per_s", "p_return"):
             object.__setattr__(self, name, as_float(name, getattr(self, name)))
         if not (isinstance(self.source, str) and self.source in SOURCES):

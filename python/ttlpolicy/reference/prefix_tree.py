@@ -57,6 +57,7 @@ from .._validate import (
     non_negative,
     seq_items,
     short_repr,
+    unchecked,
 )
 from ._sync import synchronized
 from .solver import solve_ttl
@@ -81,7 +82,7 @@ class GroupStats:
     last_access_s: float | None
 
     def __post_init__(self) -> None:
-        # checked for callers (and unpickling) as the native class converts them
+        # a caller's values checked as the native class converts them (its maker's: unchecked)
         key = seq_items("key", "integers", self.key)
         object.__setattr__(self, "key", tuple(i64_field(f"key[{i}]", h) for i, h in enumerate(key)))
         for name in ("blocks", "accesses", "hits"):
@@ -246,12 +247,9 @@ class PrefixTree:
 
     def groups(self) -> list[GroupStats]:
         """Every remembered group, in creation order."""
-        return [
-            GroupStats(
-                g.key, g.blocks, g.accesses, g.hits, tuple(g.reuse), g.ttl_s, g.last_access_s
-            )
-            for g in self._groups.values()
-        ]
+        fields = ((g.key, g.blocks, g.accesses, g.hits, tuple(g.reuse), g.ttl_s, g.last_access_s)
+                  for g in self._groups.values())  # fmt: skip
+        return [unchecked(GroupStats, *f) for f in fields]
 
     def group_ttls(
         self, benefit_per_hit: Any, price_per_block_s: Any, max_ttl_s: Any

@@ -102,6 +102,7 @@ from .._validate import (
     positive,
     seq_items,
     tool_key,
+    unchecked,
 )
 from ._sync import synchronized
 from .pins import Pin, PinTable
@@ -129,12 +130,12 @@ class Ended:
     request_ids: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        # checked for callers (and unpickling) as the native class converts them
+        # a caller's values checked as the native class converts them (its maker's: unchecked)
         object.__setattr__(self, "program_id", id_field("program_id", self.program_id))
         object.__setattr__(self, "turns", i64_field("turns", self.turns))
         instance_or_none("pin", "a Pin", self.pin, Pin)
         object.__setattr__(
-            self, "request_ids", tuple(map(str, check_ids("request_ids", self.request_ids)))
+            self, "request_ids", tuple(map(str.__str__, check_ids("request_ids", self.request_ids)))
         )
 
 
@@ -151,7 +152,7 @@ class Finished:
     released: tuple[Pin, ...] = ()
 
     def __post_init__(self) -> None:
-        # checked for callers (and unpickling) as the native class converts them
+        # a caller's values checked as the native class converts them (its maker's: unchecked)
         instance_or_none("decision", "a PinDecision", self.decision, PinDecision)
         instance_or_none("pin", "a Pin", self.pin, Pin)
         instance_or_none("ended", "an Ended", self.ended, Ended)
@@ -575,7 +576,7 @@ class ProgramScheduler(IdleCap):
         del self._requests[request_id]
         if decision is None:
             self._pins.live(pid, -1)
-            return Finished(None, None, self._end(pid, observe=True))
+            return unchecked(Finished, None, None, self._end(pid, observe=True), ())
         pin = None
         # (its tenant is still active here: the live count drops after the decision)
         room = None
@@ -602,7 +603,7 @@ class ProgramScheduler(IdleCap):
         else:
             prog.tool, prog.tool_since_s = None, None
         self._note_idle(pid)
-        return Finished(decision, pin, None, tuple(released))
+        return unchecked(Finished, decision, pin, None, tuple(released))
 
     def expire(self, now: Any) -> list[Pin]:
         """Releases and returns the pins whose deadline is ``<= now``, by (deadline, program);
@@ -710,7 +711,7 @@ class ProgramScheduler(IdleCap):
         for rid in dropped:
             self._queue.remove(rid)
             del self._requests[rid]
-        return Ended(pid, prog.turns, pin, dropped)
+        return unchecked(Ended, pid, prog.turns, pin, dropped)
 
     # -- read-only views --------------------------------------------------------------------
     @property

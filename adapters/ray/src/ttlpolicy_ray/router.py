@@ -41,12 +41,11 @@ is a translator; every decision is the library's (``ttlpolicy.ProgramRouter``, s
   cap in the router's block, ``prefix_tokens`` its prompt; ``ProgramRouter.route`` answers.
   The chosen replica is Ray's first rank, the others its second (Ray moves on when the first
   is at ``max_ongoing_requests`` or unreachable).  Anonymous calls route as one-call programs,
-  forgotten at once (while the program table is full, Ray's choice: the library enters a call
-  in its table, which would push out another program) — unless ``infer_programs``
-  (``TTLPOLICY_INFER_PROGRAMS=1``): then each is linked to the program whose recent call its
-  prompt's text continues, within its tenant (``inference.py``), and routes as that program
-  (to its home); a last turn (``vllm_xargs["last_turn"]``) ends the program (of its tenant:
-  another tenant's last turn naming the same id ends another program).
+  forgotten at once — unless ``infer_programs`` (``TTLPOLICY_INFER_PROGRAMS=1``): then each is
+  linked to the program whose recent call its prompt's text continues, within its tenant
+  (``inference.py``), and routes as that program (to its home); a last turn
+  (``vllm_xargs["last_turn"]``) ends the program (of its tenant: another tenant's last turn
+  naming the same id ends another program).
 * Bad input never loses a request: a report the library refuses (NaN, negative figures,
   free > total, a return queue longer than the queue or given half, a wrong version, a bad
   block size) is ignored and counted; a pin or an eviction it refuses (over-long id, NaN,
@@ -162,8 +161,6 @@ class TTLPolicyRouter(RequestRouter):
             "routed": 0,  # calls the library routed
             "anonymous": 0,  # ... of which had no (valid) program id
             "fallback": 0,  # calls handed back to Ray's choice (no report yet, refused call)
-            # calls with no program id handed to Ray's choice: the program table was full
-            "anonymous_unrouted": 0,
             "reports": 0,  # reports applied
             "reports_ignored": 0,  # reports refused (bad figures, drained replica, version)
             "pins": 0,  # pins applied
@@ -344,12 +341,6 @@ class TTLPolicyRouter(RequestRouter):
             info = self.inferred.routed(tenant, hashes, now)
             pid = info.program_id  # (the tenant's already)
         elif info is None:
-            if self.program_router.program_count >= self._max_programs:
-                # ProgramRouter.route enters every call in the table before end_program can
-                # forget it: with the table full it would push out another program (maybe
-                # another tenant's), so a call that is no program is left to Ray's choice.
-                self.counters["anonymous_unrouted"] += 1
-                return [list(candidate_replicas)]
             rid = getattr(getattr(pending_request, "metadata", None), "internal_request_id", "")
             pid = ANONYMOUS + (rid if isinstance(rid, str) else "")
         else:
