@@ -203,32 +203,6 @@ def test_program_keys_do_not_collide() -> None:
     assert all(0 < len(k.encode("utf-8")) <= 1024 for k in keys)
 
 
-def test_calls_naming_no_program_take_no_programs_place() -> None:
-    """The table holds 4, all tenant B's programs.  Tenant A's calls naming no program are
-    no program: routing one through the library would enter it in the full table (pushing
-    out B's least recent program) before the router forgets it, so they go to Ray's choice
-    and every one of B's programs keeps its home."""
-    router = router_with(max_programs=4)
-    a, b = Replica("a"), Replica("b")
-    a.report()
-    b.report()
-    keys = []
-    for k in range(4):
-        choose(router, [a, b], body(f"victim{k}", cache_salt="tenant-b"))
-        keys.append(program_key(tenant_key("tenant-b"), f"victim{k}"))
-    homes = [router.program_router.home(key) for key in keys]
-    assert None not in homes and router.program_router.program_count == 4
-    anonymous = {"prompt": "y" * 400, "cache_salt": "tenant-a"}
-    ranks = [choose(router, [a, b], anonymous) for _ in range(4)]
-    assert [router.program_router.home(key) for key in keys] == homes
-    assert ranks == [[["a", "b"]]] * 4  # (Ray's choice: by queue length)
-    assert router.counters["anonymous_unrouted"] == 4
-    # with room in the table one is routed by the library, and forgotten at once
-    router.program_router.end_program(keys[0])
-    assert len(choose(router, [a, b], anonymous)) == 2 and router.counters["anonymous"] == 1
-    assert router.program_router.program_count == 3
-
-
 def _prompt_bytes_unbounded(body: Any, cap: int) -> bytes:
     """``prompt_bytes`` as it was: all the text joined and encoded, then cut (the answer a
     bounded reading must keep, so that no call routes otherwise)."""
