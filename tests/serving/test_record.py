@@ -496,6 +496,29 @@ def test_a_second_recorder_in_the_folder_never_removes_a_live_recordings_file(
     assert b.files_removed > 0 and len(mine) <= 4  # b still keeps within its own bound
 
 
+def test_a_recording_that_rotates_while_another_lists_the_folder_stays_live(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B rotates between A's listing of the folder and A's look at B's newest file: the file
+    A probes is then unlocked (B left it), yet B is live, and none of its files go."""
+    opts: dict[str, Any] = {"max_bytes": 4 * MIN_FILE_BYTES, "max_files": 4, "batch_calls": 1}
+    a, b = recorder(tmp_path, **opts), recorder(tmp_path, **opts)
+    for rec in (a, a, b, b, b):
+        with rec._write_lock:
+            rec._rotate()
+    stale = record_files(tmp_path)
+    with b._write_lock:
+        b._rotate()  # (after A's listing, below)
+    listings = iter([stale])
+    monkeypatch.setattr(record, "record_files", lambda d: next(listings, None) or record_files(d))
+    with a._write_lock:
+        a._rotate()
+    assert a.files_removed == 0
+    assert len([f for f in record_files(tmp_path) if b.recording in f.name]) == 4
+    a.close()
+    b.close()
+
+
 def test_files_of_an_ended_recording_are_removed_first_to_keep_the_folders_bound(
     tmp_path: Path,
 ) -> None:
@@ -542,14 +565,15 @@ def test_a_call_the_reader_would_refuse_is_dropped_and_counted_never_written(
     assert [r.input_tokens for r in read_trace(tmp_path)] == [128]  # the reader takes it all
 
 
-def test_buffered_calls_are_bounded_by_the_block_hashes_they_hold(
+def test_buffered_calls_are_bounded_by_the_bytes_they_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A writer that is stalled lets calls pile up, each holding its request's hash list:
-    the bound is on the hashes held (memory), not only on the calls."""
-    monkeypatch.setattr(record, "MAX_BUFFERED_BLOCKS", 1000)
+    """A writer that is stalled lets calls pile up, each holding its request's hashes or
+    token ids: the bound is on the bytes held (memory), not only on the calls."""
+    # 1600 prompt tokens a call: 10 fit
+    monkeypatch.setattr(record, "MAX_BUFFERED_BYTES", 10 * 1600 * record.HELD_BYTES_PER_TOKEN)
     rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)  # never flushes alone
-    for i in range(30):  # 100 engine blocks each: 10 fit
+    for i in range(30):
         call(rec, "p", float(i), i + 0.5, 1600)
     assert len(rec.buffer) == 10 and rec.calls_dropped == 20
     for i in range(5):  # small calls still fit under the count of calls
@@ -566,7 +590,7 @@ def test_the_batch_being_written_counts_against_the_buffer_bound(
 ) -> None:
     """The writer takes the whole buffer: while its write hangs, the calls it holds are
     still held, so the buffer may not fill again to the bound beside them."""
-    monkeypatch.setattr(record, "MAX_BUFFERED_BLOCKS", 1000)
+    monkeypatch.setattr(record, "MAX_BUFFERED_BYTES", 10 * 1600 * record.HELD_BYTES_PER_TOKEN)
     rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)
     for i in range(10):
         call(rec, "p", float(i), i + 0.5, 1600)

@@ -24,9 +24,9 @@ references an adapter has at hand, and derives the call's fields from it (``unpa
 tenant key, the counts) in the writer thread; ``entry`` must hold nothing the engine will
 change, and holds its references alive until written (at most ``MAX_BUFFERED_CALLS``);
 ``unpack`` returns None for an entry not to record (an aborted call, told in the writer).
-What is buffered is bounded in calls (``MAX_BUFFERED_CALLS``) and in engine block hashes
-(``MAX_BUFFERED_BLOCKS``, the bulk of a call's memory: ``add``'s ``blocks``), the batch
-being written included; a call past either bound is dropped and counted.
+What is buffered is bounded in calls (``MAX_BUFFERED_CALLS``) and in the bytes they hold
+alive (``MAX_BUFFERED_BYTES``, the bulk of a call's memory: ``add``'s ``held_bytes``), the
+batch being written included; a call past either bound is dropped and counted.
 Cheapest: an adapter appends such entries to a background recorder's ``buffer`` itself while
 it holds fewer than ``batch_calls`` (no call: the writer thread wakes by itself each
 ``flush_interval_s``), and hands the next to ``add`` (which wakes the writer and keeps the
@@ -88,10 +88,13 @@ DEFAULT_BATCH_CALLS = 256
 DEFAULT_FLUSH_INTERVAL_S = 1.0
 #: Calls buffered at most: a call past it is dropped (a write that keeps failing).
 MAX_BUFFERED_CALLS = 1 << 16
-#: Engine block hashes held by buffered calls at most (the batch being written included): a
-#: call past it is dropped.  A call holds its request's hash list alive; at vLLM's 32-byte
-#: hashes (~84 B each with the list) this bounds a stalled writer's buffer to ~0.35 GB.
-MAX_BUFFERED_BLOCKS = 1 << 22
+#: Bytes buffered calls hold alive at most, as their adapters estimate them (the batch being
+#: written included): a call past it is dropped.  A call holds its request's block hashes
+#: (vLLM: ~84 B each with the list) or token ids (SGLang) alive until written.
+MAX_BUFFERED_BYTES = 1 << 28
+#: What ``call`` charges a call per prompt token: a token id (a Python int in a list, ~36 B),
+#: the most an entry keeps alive per token (SGLang's entries keep the prompt's ids).
+HELD_BYTES_PER_TOKEN = 36
 _DIGEST_BYTES = 8
 logger = logging.getLogger(__name__)
 _HEADER_MAX_BYTES = 256  # a file's header line is shorter
@@ -189,10 +192,10 @@ class Recorder:
         self._write_lock = threading.Lock()  # one writer at a time (thread, flush, close)
         self._fd: int | None = None  # the open file (a raw fd: a failed write is cut back)
         self._file_bytes = 0  # whole lines in it, bytes (where a failed write is cut back to)
-        # engine block hashes buffered: added by the caller's thread, released by the writer
+        # bytes buffered calls hold: added by the caller's thread, released by the writer
         # once their batch is done (one writer each: no lock on the hot path)
-        self._blocks_in = 0
-        self._blocks_out = 0
+        self._held_in = 0
+        self._held_out = 0
         self._files = 0
         # what it did (ttl_stats / the bench read them)
         self.calls_recorded = 0
@@ -246,24 +249,26 @@ class Recorder:
                 last_turn,
             ),
             finish_s,
-            len(block_hashes),
+            prompt_tokens * HELD_BYTES_PER_TOKEN,
         )
 
-    def add(self, entry: tuple[Any, ...], finish_s: float, blocks: int = 0) -> None:
+    def add(self, entry: tuple[Any, ...], finish_s: float, held_bytes: int = 0) -> None:
         """Buffer a finished call (at ``finish_s``, the recorder's clock): ``entry`` is its
         fields in ``call``'s order (a plain tuple: a NamedTuple's construction was a third
         of ``call``'s time, bench/record_overhead.py) or, for a recorder made with
-        ``unpack``, what ``unpack`` turns into them in the writer thread; ``blocks``: the
-        engine block hashes it holds alive (``len(block_hashes)``).  A call past
-        ``MAX_BUFFERED_CALLS`` buffered, or past ``MAX_BUFFERED_BLOCKS`` held, is dropped and
+        ``unpack``, what ``unpack`` turns into them in the writer thread; ``held_bytes``: what
+        it keeps alive until written, estimated (its block hashes or token ids).  A call past
+        ``MAX_BUFFERED_CALLS`` buffered, or past ``MAX_BUFFERED_BYTES`` held, is dropped and
         counted."""
         buffer = self.buffer
         buffered = len(buffer)
-        held = self._blocks_in - self._blocks_out
-        if buffered >= MAX_BUFFERED_CALLS or (blocks and held + blocks > MAX_BUFFERED_BLOCKS):
+        held = self._held_in - self._held_out
+        if buffered >= MAX_BUFFERED_CALLS or (
+            held_bytes and held + held_bytes > MAX_BUFFERED_BYTES
+        ):
             self.calls_dropped += 1
             return
-        self._blocks_in += blocks
+        self._held_in += held_bytes
         buffer.append(entry)
         if (
             buffered + 1 >= self.batch_calls
@@ -289,10 +294,10 @@ class Recorder:
             return
         with self._write_lock:
             t0, cpu0 = time.perf_counter(), time.thread_time()
-            # read before the batch is taken: its calls' blocks are released when it is done
+            # read before the batch is taken: its calls' bytes are released when it is done
             # (a call added meanwhile is released with the next batch: over-counted, never
             # under)
-            blocks_in = self._blocks_in
+            held_in = self._held_in
             try:
                 self._write_batch()
             except Exception as e:  # (disk full, a bad value): the batch is lost, not the engine
@@ -300,7 +305,7 @@ class Recorder:
                     "ttlpolicy: recording into %s failed: %s", self.settings.directory, e
                 )
             finally:
-                self._blocks_out = blocks_in
+                self._held_out = held_in
             self.writer_cpu_s += time.thread_time() - cpu0
             self.writer_s += time.perf_counter() - t0
 
@@ -464,7 +469,7 @@ class Recorder:
         # then ended recordings' oldest while the folder is over its count
         doomed = own[: max(0, len(own) + 1 - self.settings.max_files)]
         over = len(existing) - len(doomed) + 1 - self.settings.max_files
-        doomed += _ended_recordings_files(existing, self.recording)[: max(0, over)]
+        doomed += _ended_recordings_files(existing, self.recording, directory)[: max(0, over)]
         for old in doomed:
             old.unlink(missing_ok=True)
             self.files_removed += 1
@@ -508,23 +513,32 @@ def _recording_of(path: Path) -> str:
     return parts[1] if len(parts) == 3 else ""
 
 
-def _ended_recordings_files(files: list[Path], own: str) -> list[Path]:
+def _ended_recordings_files(files: list[Path], own: str, directory: Path) -> list[Path]:
     """The files (oldest first) of the recordings other than ``own`` that no live recorder
     writes: the newest file of a live one is locked (``Recorder._rotate``).  Without locks
     (not POSIX) none: another recording's file is never removed then."""
     if fcntl is None:
         return []
-    by_recording: dict[str, list[Path]] = {}
+    newest = _newest_by_recording(files, own)
+    unlocked = {rec: f for rec, f in newest.items() if not (rec and _locked(f))}
+    if not unlocked:
+        return []
+    # A recorder that rotated after ``files`` were listed unlocked the file it left: its
+    # newer one (renamed into place, locked, before the old was closed) shows in a listing
+    # taken after the probe, so a recording whose newest file has changed is live.
+    now = _newest_by_recording(record_files(directory), own)
+    ended = {rec for rec, f in unlocked.items() if now.get(rec, f) == f}
+    return sorted(f for f in files if _recording_of(f) in ended and _recording_of(f) != own)
+
+
+def _newest_by_recording(files: list[Path], own: str) -> dict[str, Path]:
+    """Each recording's newest file (names sort in writing order), but ``own``'s."""
+    newest: dict[str, Path] = {}
     for f in files:
         rec = _recording_of(f)
         if rec != own:
-            by_recording.setdefault(rec, []).append(f)
-    ended = []
-    for rec, rec_files in by_recording.items():
-        if rec and _locked(rec_files[-1]):
-            continue
-        ended.extend(rec_files)
-    return sorted(ended)
+            newest[rec] = f
+    return newest
 
 
 def _open_locked(directory: Path, name: str) -> tuple[int, Path]:

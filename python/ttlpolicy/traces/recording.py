@@ -13,8 +13,9 @@ whose oldest files were rotated away begin at their first call still on disk.
 A file's last line that is torn (no newline, not JSON: the engine was killed mid-write) is
 skipped and logged; a malformed line anywhere else is an error.  The reader remembers at most
 ``MAX_OPEN_PROGRAMS`` named programs (anonymous calls take no room): past it the one idle the
-longest is forgotten, and a later call of it begins a new program, named
-``<recording>:<program>@<file>:<line>``.
+longest is forgotten, and a later call of it begins a new program; once one has been
+forgotten, every program read from then on is named ``<recording>:<program>@<file>:<line>``
+(where it began), so a forgotten program's later calls never join its earlier ones.
 """
 
 from __future__ import annotations

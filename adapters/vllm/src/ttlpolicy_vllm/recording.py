@@ -21,6 +21,9 @@ from ttlpolicy.serving.knobs import record_from_env, tenancy_from_env
 from .compat import AsyncScheduler, Request, RequestStatus, Scheduler
 from .identity import ProgramInfo, program_of
 
+#: Bytes a request's block hash keeps alive while its call waits to be written: vLLM's
+#: 32-byte hash object and its slot in the list (the recorder's buffer is bounded in these).
+HASH_HELD_BYTES = 84
 #: Statuses of a call that ended on its own (recorded); the others are aborts.
 _STOPPED = (
     RequestStatus.FINISHED_STOPPED,
@@ -43,8 +46,9 @@ class CallLog:
     alive, until written: its ``ProgramInfo`` and tool, its status and ``PrefillStats`` (a
     few ints), its ``cache_salt`` and ``extra_args`` (the client's own, as vLLM bounds them)
     and its ``block_hashes`` list (not copied; one hash per engine block of the prompt), at most
-    ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls and ``MAX_BUFFERED_BLOCKS`` hashes
-    past ``batch_calls`` buffered (more are dropped and counted)."""
+    ``ttlpolicy.serving.record.MAX_BUFFERED_CALLS`` calls and ``MAX_BUFFERED_BYTES`` held
+    (``HASH_HELD_BYTES`` a hash) past ``batch_calls`` buffered (more are dropped and
+    counted)."""
 
     __slots__ = ("arrivals", "batch_calls", "entries", "recorder")
 
@@ -99,7 +103,7 @@ class CallLog:
             if len(self.entries) < self.batch_calls:
                 self.entries.append(entry)
             else:  # (the writer woken, the bounds kept: calls, and hashes held alive)
-                self.recorder.add(entry, now_s, len(request.block_hashes))
+                self.recorder.add(entry, now_s, len(request.block_hashes) * HASH_HELD_BYTES)
 
     def close(self) -> None:
         self.recorder.close()
