@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
+from ttlpolicy.serving.tool_names import TenantToolNames
 
 KV = 512
 TURN1, OUT1, FILLER = 200, 20, 200
@@ -112,3 +113,25 @@ def test_a_flooding_tenant_gives_its_share_back(policy_env) -> None:
     assert s.cache.protected_size() == held <= budget
     assert s.ttl.programs.pin_count == a  # B pinned, one of A's released
     assert s.ttl.metrics.reclaims >= 1
+
+
+def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(policy_env) -> None:
+    """The tool names a tenant brings into the shared statistics are gated
+    (``ttlpolicy.serving.tool_names``): past its share, a call's tool reaches the library as
+    no tool, so its gap feeds no window of that name; another tenant's names still do."""
+    clock = FakeClock()
+    s = make_scheduler(KV, "ttlpolicy", clock)
+    s.ttl.tool_names = TenantToolNames(per_tenant=2)
+    for i, (salt, tool) in enumerate(
+        [("salt-a", "t0"), ("salt-a", "t1"), ("salt-a", "t2"), ("salt-b", "t3")]
+    ):
+        req = s.submit(tokens(10_000 * (i + 1), 40), program=f"p{i}", tool=tool, cache_salt=salt)
+        assert s.schedule() == [req]
+        s.finish(req, tokens(10_000 * (i + 1) + 40, 4))
+        clock.advance(1.0)
+        back = s.submit(tokens(10_000 * (i + 1), 50), program=f"p{i}", last_turn=True,
+                        cache_salt=salt)  # fmt: skip
+        assert s.schedule() == [back]
+        s.finish(back, tokens(10_000 * (i + 1) + 50, 4))
+    counts = [s.ttl.policy.tool_count(f"t{i}") for i in range(4)]
+    assert counts == [1, 1, 0, 1] and s.ttl.tool_names.refused == 1
