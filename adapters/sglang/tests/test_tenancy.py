@@ -135,3 +135,4 @@ def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(polic
         s.finish(back, tokens(10_000 * (i + 1) + 50, 4))
     counts = [s.ttl.policy.tool_count(f"t{i}") for i in range(4)]
     assert counts == [1, 1, 0, 1] and s.ttl.tool_names.refused == 1
+    assert s.cache.ttl_stats()["tool_names_refused"] == 1

@@ -172,5 +172,6 @@ def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(ttl) 
                      cache_salt=salt)  # fmt: skip
         counts = [sched.policy.tool_count(f"xt{i}") for i in range(4)]
         assert counts == [1, 1, 0, 1] and sched.tool_names.refused == 1
+        assert sched.ttl_metrics.tool_names_refused == 1
     finally:
         sched.tool_names = saved

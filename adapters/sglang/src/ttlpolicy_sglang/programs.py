@@ -476,7 +476,10 @@ class ProgramTracker:
             self._ended(self.life.abort(key), key, program=False)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
-        tool = self.tool_names.admit(tenant_of_program(info.program_id), tool, now)
+        gated = self.tool_names.admit(tenant_of_program(info.program_id), tool, now)
+        if gated is None and tool is not None:
+            self.metrics.tool_names_refused += 1
+        tool = gated
         # What the host tier holds is a reload away, not a prefill: the pin is kept only when
         # it beats that reload.
         offloaded = min(path_tokens, self.host_tokens(node)) if self.host_tokens else 0

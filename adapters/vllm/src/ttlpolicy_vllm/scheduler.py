@@ -505,7 +505,7 @@ class TTLScheduler(Scheduler):
             key,
             now,
             min(len(blocks), self.total_blocks),
-            tool=self.tool_names.admit(tenant_of_program(pid), tool, now),
+            tool=self._library_tool(pid, tool, now),
             last_turn=info.last_turn,
             cache_miss_cost_s=miss_s,
             prefix_tokens=prefix_tokens,
@@ -556,6 +556,13 @@ class TTLScheduler(Scheduler):
         released = self.pins.release(program_id) > 0
         self._eviction_stale |= released
         return released
+
+    def _library_tool(self, program_id: str, tool: str | None, now: float) -> str | None:
+        """The tool name the library is told: ``tool``, or None past its tenant's share."""
+        gated = self.tool_names.admit(tenant_of_program(program_id), tool, now)
+        if gated is None and tool is not None:
+            self.ttl_metrics.tool_names_refused += 1
+        return gated
 
     def _parse_tool(self, request: Request) -> str | None:
         if not self._tokenizer_loaded:
