@@ -15,7 +15,6 @@ from .readers import (
     TraceRecord,
     detect_format,
     has_programs,
-    open_text,
     read_agentic,
     read_azure,
     read_mooncake,
@@ -24,6 +23,7 @@ from .readers import (
     resolve_trace,
     sample_dir,
 )
+from .records import open_text
 
 __all__ = [
     "MAX_TEXT_CHARS",

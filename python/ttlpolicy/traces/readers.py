@@ -53,9 +53,6 @@ from .records import (  # (re-exported: the readers' shared record and checks)
     open_bytes,
     read_document,
 )
-from .records import (
-    open_text as open_text,
-)
 
 MOONCAKE_BLOCK_TOKENS = 512
 #: TraceLab records token counts, not blocks: its rounds get block ids of this many tokens

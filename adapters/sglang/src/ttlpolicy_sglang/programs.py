@@ -178,10 +178,8 @@ class ProgramTracker:
                 except ValueError as e:  # the library's tables are full (module doc)
                     logger.debug("ttlpolicy: request %s served untracked: %s", key, e)
                     self._untracked.add(key)  # (its link is kept for the next pass's retry)
-        for key in [k for k in self._untracked if k in self._info or k not in present]:
-            self._untracked.discard(key)  # tracked now, or left the queue
-            if key not in self._info and self.inferred is not None:
-                self.inferred.aborted(key, now)  # (its finish is not followed: no turn end)
+        if self._untracked:  # (only at the library's table cap: the pass pays nothing else)
+            self._forget_untracked(present, now)
         self.expire()
         waiting_queue.sort(key=self._sort_key)
         self._past_held_head(waiting_queue)
@@ -202,6 +200,14 @@ class ProgramTracker:
         if self.log_interval_s and now - self._last_log >= self.log_interval_s:
             self._last_log = now
             self.metrics.log(logger)
+
+    def _forget_untracked(self, present: dict[str, Any], now: float) -> None:
+        """Untracked requests tracked now, or gone from the queue, leave ``_untracked``; a
+        gone one's link ends (its finish is not followed: no turn end)."""
+        for key in [k for k in self._untracked if k in self._info or k not in present]:
+            self._untracked.discard(key)
+            if key not in self._info and self.inferred is not None:
+                self.inferred.aborted(key, now)
 
     def _past_held_head(self, waiting_queue: list[Any]) -> None:
         """When load control holds the head back, the requests ``tenant_probe.next_to_ask``
