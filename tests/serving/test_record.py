@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -565,6 +566,103 @@ def test_a_call_the_reader_would_refuse_is_dropped_and_counted_never_written(
     assert [r.input_tokens for r in read_trace(tmp_path)] == [128]  # the reader takes it all
 
 
+#: Values a call's field may be handed, each with whether it is a time and whether a count:
+#: JSON's values (what the reader sees) and numpy's (what an engine may hand the recorder,
+#: written as the JSON value ``.item()`` gives).
+FIELD_VALUES: list[tuple[Any, bool, bool]] = [
+    (0, True, True),
+    (7, True, True),
+    (2**64, True, True),
+    (10**400, False, True),  # (an integer, but too large for a float)
+    (0.0, True, False),
+    (-0.0, True, False),
+    (1.5, True, False),
+    (2.0, True, False),  # (a whole float: a time, not a count)
+    (1e308, True, False),
+    (-1, False, False),
+    (-1e-9, False, False),
+    (math.nan, False, False),
+    (math.inf, False, False),
+    (-math.inf, False, False),
+    (True, False, False),
+    (False, False, False),
+    (None, False, False),
+    ("1", False, False),
+    ([1], False, False),
+    (np.int64(3), True, True),
+    (np.uint8(4), True, True),
+    (np.int64(-3), False, False),
+    (np.float64(1.5), True, False),
+    (np.float32(2.0), True, False),
+    (np.float64(math.nan), False, False),
+    (np.bool_(True), False, False),
+]
+#: A call's time and count fields: the recorder's name, the reader's key, whether a time.
+CALL_FIELDS = [
+    ("arrival_s", "t", True),
+    ("finish_s", "end", True),
+    ("prompt_tokens", "in", False),
+    ("output_tokens", "out", False),
+    ("cached_tokens", "cached", False),
+]
+
+
+@pytest.mark.parametrize(("field", "key", "is_time"), CALL_FIELDS, ids=[f[0] for f in CALL_FIELDS])
+@pytest.mark.parametrize(
+    ("value", "time_ok", "count_ok"),
+    FIELD_VALUES,
+    ids=[f"{type(v[0]).__name__}:{str(v[0])[:12]}" for v in FIELD_VALUES],
+)
+def test_the_recorder_refuses_exactly_what_the_reader_refuses(
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    field: str,
+    key: str,
+    is_time: bool,
+    value: Any,
+    time_ok: bool,
+    count_ok: bool,
+) -> None:
+    """One rule on both sides (``traces.records.time_problem``, ``count_problem``): a value
+    the recorder takes is written as a line the reader reads, one it refuses is one the reader
+    refuses in that line, and the rule is the table's."""
+    ok = time_ok if is_time else count_ok
+    # the recorder: the call with ``value`` in ``field`` (it charges held bytes by the
+    # prompt's count before the check: whatever the value, that never raises)
+    fields: dict[str, Any] = {
+        "arrival_s": 0.0,
+        "finish_s": 0.0,
+        "prompt_tokens": 128,
+        "output_tokens": 10,
+        "cached_tokens": 0,
+    }
+    fields[field] = value
+    rec = recorder(tmp_path / "recorded")
+    rec.call(program_id="p", tenant=None, block_hashes=[], tool=None, **fields)
+    rec.close()
+    recorded = rec.calls_recorded == 1
+    assert recorded == ok and rec.calls_dropped == (not ok)
+    if recorded:
+        (r,) = read_trace(tmp_path / "recorded")  # what it wrote, the reader reads
+        if key in ("in", "out"):
+            assert (r.input_tokens if key == "in" else r.output_tokens) == value
+    else:
+        assert f"{field} must be" in caplog.text  # the log names the field
+    # the reader: a line with the value (as JSON has it) where the recorder would write it
+    shown = value.item() if isinstance(value, np.generic) else value
+    line = {"t": 0.0, "end": 0.0, "program": None, "in": 128, "out": 10, "cached": 0}
+    line.update({"t": shown, "end": shown} if key == "t" else {key: shown})
+    _recording_with_line(tmp_path / "read", json.dumps({**line, "hash_ids": []}))
+    try:
+        list(read_trace(tmp_path / "read"))
+    except TraceFormatError as e:
+        assert e.field == key
+        read = False
+    else:
+        read = True
+    assert read == recorded
+
+
 def test_buffered_calls_are_bounded_by_the_bytes_they_hold(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -583,6 +681,25 @@ def test_buffered_calls_are_bounded_by_the_bytes_they_hold(
     rec.close()
     assert rec.calls_recorded == 16 and rec.calls_dropped == 20
     assert len(list(read_trace(tmp_path))) == 16
+
+
+@pytest.mark.parametrize("prompt_tokens", [math.nan, math.inf, -(10**9), None, "many"])
+def test_a_bad_prompt_count_holds_nothing_and_leaves_the_bound_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prompt_tokens: Any
+) -> None:
+    """A call whose prompt count is no count is dropped at its write; meanwhile it charged
+    the byte bound nothing (a NaN charge made the bound's sum NaN, and the bound was off for
+    good; a negative one made room that was not there)."""
+    monkeypatch.setattr(record, "MAX_BUFFERED_BYTES", 10 * 1600 * record.HELD_BYTES_PER_TOKEN)
+    rec = recorder(tmp_path, batch_calls=1 << 20, flush_interval_s=1e9)
+    rec.call(program_id="bad", tenant=None, arrival_s=0.0, finish_s=0.5,
+             prompt_tokens=prompt_tokens, output_tokens=1, cached_tokens=0, block_hashes=[],
+             tool=None)  # fmt: skip
+    for i in range(30):
+        call(rec, "p", float(i), i + 0.5, 1600)
+    assert len(rec.buffer) == 11 and rec.calls_dropped == 20
+    rec.close()
+    assert rec.calls_recorded == 10 and rec.calls_dropped == 21
 
 
 def test_the_batch_being_written_counts_against_the_buffer_bound(

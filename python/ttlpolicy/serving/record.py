@@ -51,8 +51,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
-import numbers
 import os
 import secrets
 import threading
@@ -75,6 +73,7 @@ from ..traces.recording import (
     RECORD_VERSION,
     record_files,
 )
+from ..traces.records import count_problem, time_problem
 
 #: The simulator's block, in tokens: what block hashes are recorded at when the engine's
 #: block divides it.
@@ -95,6 +94,8 @@ MAX_BUFFERED_BYTES = 1 << 28
 #: What ``call`` charges a call per prompt token: a token id (a Python int in a list, ~36 B),
 #: the most an entry keeps alive per token (SGLang's entries keep the prompt's ids).
 HELD_BYTES_PER_TOKEN = 36
+#: A call's prompt is charged at most this many tokens (over any model's context).
+MAX_HELD_TOKENS = 1 << 22
 _DIGEST_BYTES = 8
 logger = logging.getLogger(__name__)
 _HEADER_MAX_BYTES = 256  # a file's header line is shorter
@@ -249,7 +250,7 @@ class Recorder:
                 last_turn,
             ),
             finish_s,
-            prompt_tokens * HELD_BYTES_PER_TOKEN,
+            _held_bytes(prompt_tokens),
         )
 
     def add(self, entry: tuple[Any, ...], finish_s: float, held_bytes: int = 0) -> None:
@@ -270,15 +271,22 @@ class Recorder:
             return
         self._held_in += held_bytes
         buffer.append(entry)
-        if (
-            buffered + 1 >= self.batch_calls
-            or finish_s - self._last_flush_s >= self.flush_interval_s
-        ):
+        if buffered + 1 >= self.batch_calls or self._flush_due(finish_s):
             self._last_flush_s = finish_s
             if self._thread is not None:
                 self._wake.set()
             else:
                 self.flush()
+
+    def _flush_due(self, finish_s: Any) -> bool:
+        """Whether ``flush_interval_s`` has passed by ``finish_s`` (a time the writer will
+        refuse is never due: it neither raises here nor moves the last flush's time)."""
+        try:
+            return bool(finish_s - self._last_flush_s >= self.flush_interval_s) and (
+                time_problem(finish_s) is None
+            )
+        except (TypeError, OverflowError):
+            return False
 
     # -- writing -----------------------------------------------------------------------------
     def _writer(self) -> None:
@@ -568,16 +576,30 @@ def _locked(path: Path) -> bool:
     return False
 
 
+def _held_bytes(prompt_tokens: Any) -> int:
+    """What a call of ``prompt_tokens`` holds until written, estimated: an int whatever the
+    engine handed (a count the writer then refuses holds nothing; no call holds more than
+    ``MAX_HELD_TOKENS``' worth), so that neither a ``TypeError`` reaches the engine nor a NaN
+    turns the buffer's byte bound off."""
+    try:
+        return min(max(int(prompt_tokens), 0), MAX_HELD_TOKENS) * HELD_BYTES_PER_TOKEN
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def _check_call(c: _Call) -> None:
-    """Refuse (ValueError naming the field and value) what the reader would refuse: times
-    that are not finite numbers >= 0, counts that are not integers >= 0."""
+    """Refuse (ValueError naming the field and value) what the reader would refuse, by the
+    reader's own rules: times (``time_problem``: finite numbers >= 0) and counts
+    (``count_problem``: integers >= 0)."""
     for field, v in (("arrival_s", c.arrival_s), ("finish_s", c.finish_s)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{field} must be a finite number >= 0, got {v!r}")
+        problem = time_problem(v)
+        if problem is not None:
+            raise ValueError(f"{field} {problem}")
     for field, n in (
         ("prompt_tokens", c.prompt_tokens),
         ("output_tokens", c.output_tokens),
         ("cached_tokens", c.cached_tokens),
     ):
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
-            raise ValueError(f"{field} must be an integer >= 0, got {n!r}")
+        problem = count_problem(n)
+        if problem is not None:
+            raise ValueError(f"{field} {problem}")

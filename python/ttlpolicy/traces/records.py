@@ -14,6 +14,7 @@ import io
 import json
 import logging
 import math
+import numbers
 import sys
 import zlib
 from collections.abc import Iterator
@@ -108,21 +109,54 @@ def _json_problem(e: BaseException) -> str:
     return str(e)
 
 
+#: What a time may be (int and float first: what JSON gives, checked fastest).
+_REAL = (int, float, numbers.Real)
+#: What a count may be.
+_INTEGRAL = (int, numbers.Integral)
+
+
+def time_problem(v: object) -> str | None:
+    """Why ``v`` may not be a time of a trace record (seconds, a timestamp), or None: a time
+    is a finite number >= 0, not a bool, and fits a float.  The one statement of the rule:
+    the readers check a field with it, the recorder (``ttlpolicy.serving.record``) a call's
+    times before it writes one, so it never writes what the reader refuses.  Any real
+    number is one (numpy's too: a recorder's caller may hand them); JSON gives int and
+    float."""
+    if isinstance(v, _REAL) and not isinstance(v, bool):
+        try:
+            if math.isfinite(v) and not v < 0:
+                return None
+        except OverflowError:  # (an int too large for a float)
+            pass
+    return f"must be a finite number >= 0, got {v!r}"
+
+
+def count_problem(v: object) -> str | None:
+    """Why ``v`` may not be a count of a trace record (tokens, an index), or None: a count is
+    an integer >= 0, not a bool (nor a float, even a whole one).  The one statement of the
+    rule, as ``time_problem``'s; any integer is one (numpy's too), JSON gives int."""
+    if isinstance(v, _INTEGRAL) and not isinstance(v, bool) and not v < 0:
+        return None
+    return f"must be an integer >= 0, got {v!r}"
+
+
 def _num(path: Path, where: str, obj: dict[str, Any], field: str, *, default: Any = ...) -> float:
     if field not in obj or obj[field] is None:
         if default is ...:
             raise TraceFormatError(path, where, field, "missing")
         return default
     v = obj[field]
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise TraceFormatError(path, where, field, f"must be a finite number >= 0, got {v!r}")
+    problem = time_problem(v)
+    if problem is not None:
+        raise TraceFormatError(path, where, field, problem)
     return float(v)
 
 
 def _int(path: Path, where: str, obj: dict[str, Any], field: str) -> int:
-    v = obj.get(field)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise TraceFormatError(path, where, field, f"must be an integer >= 0, got {v!r}")
+    v: Any = obj.get(field)  # (an int once checked)
+    problem = count_problem(v)
+    if problem is not None:
+        raise TraceFormatError(path, where, field, problem)
     return v
 
 
