@@ -23,7 +23,7 @@ use ttlpolicy_core::solver;
 use crate::convert::{
     call1, call2, call3, core_err, f64_list, short_repr, tool_later, tool_now, type_name, Arg, Args,
 };
-use crate::scheduler::Flag;
+use crate::scheduler::{Flag, Tenant};
 use crate::value::{self, Fields};
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -92,12 +92,18 @@ impl PyToolHistory {
     #[pyo3(signature = (
         window = Arg::Ok(ToolHistory::DEFAULT_WINDOW),
         max_tools = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS),
+        max_tools_per_tenant = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS_PER_TENANT),
     ))]
-    #[pyo3(text_signature = "(window=1024, max_tools=1024)")]
-    fn new(window: Arg<i64>, max_tools: Arg<i64>) -> PyResult<Self> {
-        let inner = call2(
+    #[pyo3(text_signature = "(window=1024, max_tools=1024, max_tools_per_tenant=64)")]
+    fn new(
+        window: Arg<i64>,
+        max_tools: Arg<i64>,
+        max_tools_per_tenant: Arg<i64>,
+    ) -> PyResult<Self> {
+        let inner = call3(
             ("window", window),
             ("max_tools", max_tools),
+            ("max_tools_per_tenant", max_tools_per_tenant),
             ToolHistory::new,
         )?;
         Ok(PyToolHistory { inner })
@@ -115,22 +121,36 @@ impl PyToolHistory {
         self.inner.max_tools()
     }
 
-    /// Record one duration of ``tool`` (None: unknown tool, global window only).
+    /// The most tools a tenant other than ``""`` holds.
+    #[getter]
+    fn max_tools_per_tenant(&self) -> usize {
+        self.inner.max_tools_per_tenant()
+    }
+
+    /// Record one duration of ``tenant``'s ``tool`` (None: unknown tool, global window
+    /// only).
+    #[pyo3(signature = (tool, duration_s, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, duration_s, tenant='')")]
     fn observe(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
         duration_s: Arg<f64>,
+        tenant: Tenant<'_>,
     ) -> PyResult<()> {
+        let tenant = tenant.get()?;
         let tool = tool_now(tool)?;
         let mut this = slf.try_borrow_mut()?;
         call1("duration_s", duration_s, |d| {
-            this.inner.observe(tool.as_deref(), d)
+            this.inner.observe(tenant, tool.as_deref(), d)
         })
     }
 
-    /// Samples held for ``tool`` (None: the global window).
-    fn count(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        Ok(self.inner.count(tool_now(tool)?.as_deref()))
+    /// Samples held for ``tenant``'s ``tool`` (None: the global window).
+    #[pyo3(signature = (tool, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, tenant='')")]
+    fn count(&self, tool: Option<&Bound<'_, PyAny>>, tenant: Tenant<'_>) -> PyResult<usize> {
+        let tenant = tenant.get()?;
+        Ok(self.inner.count(tenant, tool_now(tool)?.as_deref()))
     }
 
     /// Durations in the global window.
@@ -138,47 +158,77 @@ impl PyToolHistory {
         self.inner.total_count()
     }
 
-    /// Tools tracked now.
+    /// Tools tracked now, of every tenant.
     fn num_tools(&self) -> usize {
         self.inner.num_tools()
     }
 
-    /// Tracked tools, least recently observed first.
-    fn tools(&self) -> Vec<String> {
-        self.inner.tools().into_iter().map(str::to_owned).collect()
+    /// ``tenant``'s tracked tools, least recently observed first.
+    #[pyo3(signature = (tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tenant='')")]
+    fn tools(&self, tenant: Tenant<'_>) -> PyResult<Vec<String>> {
+        let tenant = tenant.get()?;
+        Ok(self
+            .inner
+            .tools(tenant)
+            .into_iter()
+            .map(str::to_owned)
+            .collect())
     }
 
-    /// Fraction of ``tool``'s samples ≤ t_s (0.0 with no samples).
-    fn cdf(slf: &Bound<'_, Self>, tool: Option<&Bound<'_, PyAny>>, t_s: Arg<f64>) -> PyResult<f64> {
-        // The reference checks t_s before the tool.
+    /// Fraction of ``tenant``'s ``tool``'s samples ≤ t_s (0.0 with no samples).
+    #[pyo3(signature = (tool, t_s, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, t_s, tenant='')")]
+    fn cdf(
+        slf: &Bound<'_, Self>,
+        tool: Option<&Bound<'_, PyAny>>,
+        t_s: Arg<f64>,
+        tenant: Tenant<'_>,
+    ) -> PyResult<f64> {
+        // The reference checks the tenant, then t_s, then the tool.
+        let tenant = tenant.get()?;
         let mut args = Args::new();
         let t = args.take("t_s", t_s);
         let tool = tool_later(&mut args, tool);
-        let r = slf.try_borrow()?.inner.cdf(tool.as_deref(), t);
+        let r = slf.try_borrow()?.inner.cdf(tenant, tool.as_deref(), t);
         args.finish(r)
     }
 
-    /// Nearest-rank quantile of ``tool``'s samples; None with no samples.
+    /// Nearest-rank quantile of ``tenant``'s ``tool``'s samples; None with no samples.
+    #[pyo3(signature = (tool, q, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, q, tenant='')")]
     fn quantile(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
         q: Arg<f64>,
+        tenant: Tenant<'_>,
     ) -> PyResult<Option<f64>> {
+        let tenant = tenant.get()?;
         let mut args = Args::new();
         let q = args.take("q", q);
         let tool = tool_later(&mut args, tool);
-        let r = slf.try_borrow()?.inner.quantile(tool.as_deref(), q);
+        let r = slf.try_borrow()?.inner.quantile(tenant, tool.as_deref(), q);
         args.finish(r)
     }
 
-    /// Mean duration (s) of ``tool`` (None: the global window); None when empty.
-    fn mean(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<Option<f64>> {
-        Ok(self.inner.mean(tool_now(tool)?.as_deref()))
+    /// Mean duration (s) of ``tenant``'s ``tool`` (None: the global window); None when
+    /// empty.
+    #[pyo3(signature = (tool, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, tenant='')")]
+    fn mean(&self, tool: Option<&Bound<'_, PyAny>>, tenant: Tenant<'_>) -> PyResult<Option<f64>> {
+        let tenant = tenant.get()?;
+        Ok(self.inner.mean(tenant, tool_now(tool)?.as_deref()))
     }
 
     /// The window's samples, sorted ascending.
-    fn samples(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
-        Ok(self.inner.samples(tool_now(tool)?.as_deref()).to_vec())
+    #[pyo3(signature = (tool, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, tenant='')")]
+    fn samples(&self, tool: Option<&Bound<'_, PyAny>>, tenant: Tenant<'_>) -> PyResult<Vec<f64>> {
+        let tenant = tenant.get()?;
+        Ok(self
+            .inner
+            .samples(tenant, tool_now(tool)?.as_deref())
+            .to_vec())
     }
 }
 
@@ -716,16 +766,21 @@ impl PyTTLPolicy {
 
     // -- observations -----------------------------------------------------------------------
 
-    /// Records a tool call of ``duration_s`` seconds (None: unknown tool).
+    /// Records ``tenant``'s tool call of ``duration_s`` seconds (None: unknown tool;
+    /// ``tenant`` "": the shared namespace, ``ToolHistory``).
+    #[pyo3(signature = (tool, duration_s, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, duration_s, tenant='')")]
     fn observe_tool(
         slf: &Bound<'_, Self>,
         tool: Option<&Bound<'_, PyAny>>,
         duration_s: Arg<f64>,
+        tenant: Tenant<'_>,
     ) -> PyResult<()> {
+        let tenant = tenant.get()?;
         let tool = tool_now(tool)?;
         let mut this = slf.try_borrow_mut()?;
         call1("duration_s", duration_s, |d| {
-            this.inner.observe_tool(tool.as_deref(), d)
+            this.inner.observe_tool(tenant, tool.as_deref(), d)
         })
     }
 
@@ -773,9 +828,12 @@ impl PyTTLPolicy {
         self.inner.out_of_order_cost_s()
     }
 
-    /// Durations recorded for ``tool`` (None: all tools).
-    fn tool_count(&self, tool: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
-        Ok(self.inner.tool_count(tool_now(tool)?.as_deref()))
+    /// Durations recorded for ``tenant``'s ``tool`` (None: all tools).
+    #[pyo3(signature = (tool, tenant = Tenant(None)))]
+    #[pyo3(text_signature = "($self, /, tool, tenant='')")]
+    fn tool_count(&self, tool: Option<&Bound<'_, PyAny>>, tenant: Tenant<'_>) -> PyResult<usize> {
+        let tenant = tenant.get()?;
+        Ok(self.inner.tool_count(tenant, tool_now(tool)?.as_deref()))
     }
 
     /// Seconds to rebuild ``prefix_tokens`` tokens, ``offloaded_tokens`` of them reloadable.
@@ -805,12 +863,13 @@ impl PyTTLPolicy {
         prefix_tokens = Arg::Ok(0),
         now = Arg::Ok(0.0),
         offloaded_tokens = Arg::Ok(0),
+        tenant = Tenant(None),
     ))]
     // The defaults as `inspect.signature` shows them (pyo3 shows an `Arg` default as `...`);
     // tests/core/test_public_surface.py holds them to the reference's.
     #[pyo3(
         text_signature = "($self, /, tool=None, request_blocks=0, mean_active_blocks=1.0, \
-        cache_miss_cost_s=None, prefix_tokens=0, now=0.0, offloaded_tokens=0)"
+        cache_miss_cost_s=None, prefix_tokens=0, now=0.0, offloaded_tokens=0, tenant='')"
     )]
     #[allow(clippy::too_many_arguments)]
     fn decide(
@@ -822,7 +881,9 @@ impl PyTTLPolicy {
         prefix_tokens: Arg<i64>,
         now: Arg<f64>,
         offloaded_tokens: Arg<i64>,
+        tenant: Tenant<'_>,
     ) -> PyResult<PyPinDecision> {
+        let tenant = tenant.get()?;
         let tool: Option<Cow<'_, str>> = tool_now(tool)?;
         let mut args = Args::new();
         let blocks = args.take("request_blocks", request_blocks);
@@ -839,6 +900,7 @@ impl PyTTLPolicy {
             prefix_tokens: prefix,
             now,
             offloaded_tokens: offloaded,
+            tenant,
         });
         args.finish(decision).map(PyPinDecision::from)
     }

@@ -17,6 +17,7 @@ use ttlpolicy_core::scheduler::{
     check_id, Ended, Finished, Pin, ProgramScheduler, RequestState, DEFAULT_MAX_IDLE_PROGRAMS,
 };
 use ttlpolicy_core::tenants::TenantWeights;
+use ttlpolicy_core::validate::check_tenant;
 
 use crate::convert::{
     call1, call2, core_err, float_field, int_field, is_iterable, short_repr, type_name, Arg, Args,
@@ -40,17 +41,22 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// that a bad id is reported before any later argument, as the reference does. Borrowed,
 /// not copied.
 pub(crate) fn id_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
+    let text = unicode_str(field, obj)?;
+    check_id(field, text).map_err(core_err)?;
+    Ok(text)
+}
+
+/// A `str` that is valid UTF-8 (no lone surrogates), borrowed; its length unchecked.
+fn unicode_str<'a>(field: &str, obj: &'a Bound<'_, PyAny>) -> PyResult<&'a str> {
     let s = obj.downcast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!("{field} must be a str, got {}", type_name(obj)))
     })?;
-    let text = s.to_str().map_err(|_| {
+    s.to_str().map_err(|_| {
         PyValueError::new_err(format!(
             "{field} must be valid Unicode, got {}",
             short_repr(obj)
         ))
-    })?;
-    check_id(field, text).map_err(core_err)?;
-    Ok(text)
+    })
 }
 
 /// The items of a sequence of `kind` (a str or bytes is refused: it would read as one item
@@ -123,6 +129,24 @@ impl Flag {
     pub(crate) fn get(self, field: &str) -> PyResult<bool> {
         self.0
             .map_err(|got| PyTypeError::new_err(format!("{field} must be a bool, got {got}")))
+    }
+}
+
+/// A `tenant` argument (`ToolHistory`'s namespace of tool names), checked when read: a str
+/// (`""`, the default, the shared tenant) that is valid UTF-8, its length checked by the
+/// core. An explicit None is refused as the reference refuses it.
+pub(crate) struct Tenant<'py>(pub(crate) Option<Bound<'py, PyAny>>);
+
+impl<'py> FromPyObject<'py> for Tenant<'py> {
+    fn extract_bound(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        Ok(Tenant(Some(obj.clone())))
+    }
+}
+
+impl Tenant<'_> {
+    pub(crate) fn get(&self) -> PyResult<&str> {
+        let Some(obj) = &self.0 else { return Ok("") };
+        check_tenant(unicode_str("tenant", obj)?).map_err(core_err)
     }
 }
 

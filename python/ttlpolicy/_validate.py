@@ -122,6 +122,21 @@ def check_id(field: str, value: Any) -> str:
     return value
 
 
+def check_tenant(value: Any) -> str:
+    """A tenant (``ToolHistory``'s namespace of tool names): a str of at most
+    ``MAX_ID_BYTES`` bytes of UTF-8, ``""`` the shared one; a plain str (a subclass's
+    ``__eq__`` and ``__hash__`` never key a table)."""
+    if not isinstance(value, str):
+        raise TypeError(f"tenant must be a str, got {type(value).__name__}")
+    try:
+        size = len(value) if value.isascii() else len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"tenant must be valid Unicode, got {short_repr(value)}") from None
+    if size > MAX_ID_BYTES:
+        raise ValueError(f"tenant must be 0 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
+    return str.__str__(value)
+
+
 def seq_items(field: str, kind: str, values: Any) -> list[Any]:
     """The items of a sequence of ``kind`` (a str or bytes is refused: it would read as one
     item per character)."""

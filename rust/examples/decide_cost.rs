@@ -24,7 +24,7 @@ fn main() {
         let (u, v) = (uniform(), uniform());
         let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
         policy
-            .observe_tool(Some("search"), (1.0 + z).exp())
+            .observe_tool("", Some("search"), (1.0 + z).exp())
             .expect("a duration");
     }
     let args = DecideArgs {

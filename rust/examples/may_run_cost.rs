@@ -27,7 +27,7 @@ fn main() {
             .wrapping_add(1442695040888963407);
         let u = ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
         policy
-            .observe_tool(Some("bash"), -8.0 * u.ln())
+            .observe_tool("", Some("bash"), -8.0 * u.ln())
             .expect("a duration");
     }
     let mut ac = AdmissionControl::new(6668).expect("admission");

@@ -641,10 +641,10 @@ impl AdmissionControl {
     // -- the rules ---------------------------------------------------------------------------
 
     /// The sorted durations a program away on `tool` is judged by (see the module doc).
-    fn samples<'a>(policy: &'a TTLPolicy, tool: &str) -> &'a [f64] {
+    fn samples<'a>(policy: &'a TTLPolicy, tenant: &str, tool: &str) -> &'a [f64] {
         let history = policy.history();
         let min = policy.config().min_tool_samples.max(1) as usize;
-        match history.window_of(Some(tool)) {
+        match history.window_of(tenant, Some(tool)) {
             Some(w) if w.len() >= min => w.sorted(),
             _ => history.global().sorted(),
         }
@@ -654,7 +654,7 @@ impl AdmissionControl {
     /// without a tool).
     fn samples_of<'a>(policy: &'a TTLPolicy, prog: &Program) -> &'a [f64] {
         match (prog.live, prog.tool.as_deref()) {
-            (0, Some(tool)) => Self::samples(policy, tool),
+            (0, Some(tool)) => Self::samples(policy, &prog.tenant, tool),
             _ => &[],
         }
     }
@@ -691,7 +691,7 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let samples = Self::samples(policy, tool);
+        let samples = Self::samples(policy, &prog.tenant, tool);
         let max_ttl_s = away_limit_s(policy.config(), samples, prog.inferred);
         let leave = first_instant(since, max_ttl_s, true);
         let n = samples.len();
@@ -770,7 +770,7 @@ impl AdmissionControl {
         else {
             return f64::INFINITY;
         };
-        let samples = Self::samples(policy, tool);
+        let samples = Self::samples(policy, &prog.tenant, tool);
         let max_ttl_s = away_limit_s(policy.config(), samples, prog.inferred);
         if after_s - since > max_ttl_s {
             return f64::INFINITY;
@@ -917,7 +917,7 @@ impl AdmissionControl {
         let expected = policy.config().expected_working_set;
         let (mut working, mut total, mut count, mut cohort) = (0i64, 0i64, 0i64, false);
         // members away on one tool read one window: looked up once per run of that tool
-        let mut window: Option<(&str, &[f64])> = None;
+        let mut window: Option<(&str, &str, &[f64])> = None;
         for id in &self.admitted {
             let p = &self.programs[id.as_str()];
             if tenant.is_some_and(|k| *p.tenant != *k) {
@@ -930,10 +930,12 @@ impl AdmissionControl {
             if expected {
                 let samples = match (p.live, p.tool.as_deref()) {
                     (0, Some(tool)) => match window {
-                        Some((last, samples)) if last == tool => samples,
+                        Some((tenant, last, samples)) if last == tool && tenant == &*p.tenant => {
+                            samples
+                        }
                         _ => {
-                            let samples = Self::samples(policy, tool);
-                            window = Some((tool, samples));
+                            let samples = Self::samples(policy, &p.tenant, tool);
+                            window = Some((&*p.tenant, tool, samples));
                             samples
                         }
                     },
@@ -1314,7 +1316,7 @@ mod tests {
         };
         let mut pol = TTLPolicy::new(cfg).unwrap();
         for d in [1.0, 2.0, 3.0, 100.0] {
-            pol.observe_tool(Some("mix"), d).unwrap();
+            pol.observe_tool("", Some("mix"), d).unwrap();
         }
         let mut ac = AdmissionControl::new(100).unwrap();
         ac.arrive("a", 0.0, 40).unwrap();
@@ -1367,7 +1369,7 @@ mod tests {
         })
         .unwrap();
         for &d in gaps_s {
-            pol.observe_tool(Some(tool), d).unwrap();
+            pol.observe_tool("", Some(tool), d).unwrap();
         }
         let mut ac = AdmissionControl::new(100).unwrap();
         ac.arrive("p", 0.0, 50).unwrap();

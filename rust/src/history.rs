@@ -1,10 +1,13 @@
 //! Tool-duration history: how long each tool took, over a sliding window.
 //!
-//! Per tool, the last `window` durations; beside them one global window of the last
-//! `window` durations of any tool. At most `max_tools` tools are tracked: tool names come
-//! from model output, so the least recently observed tool is dropped to admit a new one.
-//! Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary search
-//! and the solver scans a sorted slice. Mirrors `python/ttlpolicy/reference/history.py`.
+//! Per tool — a `(tenant, name)` pair, `""` the shared tenant — the last `window` durations;
+//! beside them one global window of the last `window` durations of any tool. At most
+//! `max_tools` tools are tracked, and a tenant other than `""` holds at most
+//! `max_tools_per_tenant`: a new tool of a tenant at its share replaces that tenant's least
+//! recently observed tool, else (the table full) the table's least recently observed tool is
+//! dropped. Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary
+//! search and the solver scans a sorted slice. Mirrors
+//! `python/ttlpolicy/reference/history.py`, whose doc states the rules.
 
 use std::collections::VecDeque;
 
@@ -12,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::id_hash::IdMap;
 use crate::index_list::{linked, IndexList, Link};
 use crate::solver::fraction_table;
-use crate::validate::{int_in, non_negative, tool_key};
+use crate::validate::{check_tenant, int_in, non_negative, tool_key};
 
 /// Largest `window`.
 pub const MAX_WINDOW: i64 = 1 << 20;
@@ -107,27 +110,41 @@ impl DurationWindow {
 
 /// Tag of the recency list of tools.
 struct Recency;
+/// Tag of a tenant's own recency list of its tools.
+struct Own;
 
-/// One tracked tool: its window and its place in the recency list.
+/// One tracked tool: its window and its places in the recency lists.
 #[derive(Debug, Clone)]
 struct Slot {
+    tenant: Box<str>,
     key: Box<str>,
     window: DurationWindow,
     recency: Link,
+    own: Link,
 }
 
 linked!(Slot, Recency, recency);
+linked!(Slot, Own, own);
 
-/// Sliding windows of tool durations, per tool and global, with a cap on tracked tools.
+/// A tenant's tools: their slots by name, least recently observed first.
+#[derive(Debug, Clone, Default)]
+struct TenantTools {
+    names: IdMap<Box<str>, u32>,
+    own: IndexList<Own>,
+}
+
+/// Sliding windows of tool durations, per (tenant, tool) and global, with caps on tracked
+/// tools (see the module doc).
 ///
-/// Tools live in a slab linked in recency order (head = least recently observed), so
-/// admitting, refreshing and evicting a tool are O(1); an evicted tool's slot (and its
-/// window's memory) is reused by the tool that replaces it.
+/// Tools live in a slab linked in recency order (head = least recently observed), and in
+/// their tenant's own recency list, so admitting, refreshing and evicting a tool are O(1);
+/// an evicted tool's slot (and its window's memory) is reused by the tool that replaces it.
 #[derive(Debug, Clone)]
 pub struct ToolHistory {
     window: usize,
     max_tools: usize,
-    index: IdMap<Box<str>, u32>,
+    max_tools_per_tenant: usize,
+    tenants: IdMap<Box<str>, TenantTools>,
     slots: Vec<Slot>,
     /// Least recently observed first.
     recency: IndexList<Recency>,
@@ -142,15 +159,21 @@ impl ToolHistory {
     pub const DEFAULT_WINDOW: i64 = 1024;
     /// Default `max_tools` (tools tracked; least recently observed dropped beyond).
     pub const DEFAULT_MAX_TOOLS: i64 = 1024;
+    /// Default `max_tools_per_tenant` (tools a tenant other than `""` holds).
+    pub const DEFAULT_MAX_TOOLS_PER_TENANT: i64 = 64;
 
-    /// Windows of `window` durations for at most `max_tools` tools.
-    pub fn new(window: i64, max_tools: i64) -> Result<Self> {
+    /// Windows of `window` durations for at most `max_tools` tools, at most
+    /// `max_tools_per_tenant` of them a tenant's.
+    pub fn new(window: i64, max_tools: i64, max_tools_per_tenant: i64) -> Result<Self> {
         let window = int_in("window", window, 1, MAX_WINDOW)? as usize;
         let max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)? as usize;
+        let max_tools_per_tenant =
+            int_in("max_tools_per_tenant", max_tools_per_tenant, 1, MAX_TOOLS)? as usize;
         Ok(ToolHistory {
             window,
             max_tools,
-            index: IdMap::default(),
+            max_tools_per_tenant,
+            tenants: IdMap::default(),
             slots: Vec::new(),
             recency: IndexList::new(),
             global: DurationWindow::new(window),
@@ -168,19 +191,29 @@ impl ToolHistory {
         self.max_tools
     }
 
-    /// Record one duration of `tool` (None: unknown tool, global window only).
-    pub fn observe(&mut self, tool: Option<&str>, duration_s: f64) -> Result<()> {
+    /// Tools a tenant other than `""` holds at most.
+    pub fn max_tools_per_tenant(&self) -> usize {
+        self.max_tools_per_tenant
+    }
+
+    /// Record one duration of `tenant`'s `tool` (None: unknown tool, global window only).
+    pub fn observe(&mut self, tenant: &str, tool: Option<&str>, duration_s: f64) -> Result<()> {
+        check_tenant(tenant)?;
         let d = non_negative("duration_s", duration_s)?;
         if let Some(tool) = tool {
             let key = tool_key(tool);
-            let slot = match self.index.get(key) {
-                Some(&slot) => {
-                    self.recency.unlink(&mut self.slots, slot);
+            let found = self
+                .tenants
+                .get_mut(tenant)
+                .and_then(|t| t.names.get(key).copied().map(|slot| (t, slot)));
+            let slot = match found {
+                Some((t, slot)) => {
+                    t.own.move_to_back(&mut self.slots, slot);
+                    self.recency.move_to_back(&mut self.slots, slot);
                     slot
                 }
-                None => self.admit(key),
+                None => self.admit(tenant, key),
             };
-            self.recency.push_back(&mut self.slots, slot);
             self.slots[slot as usize].window.push(d);
         }
         self.global.push(d);
@@ -196,37 +229,76 @@ impl ToolHistory {
         (n == self.window && !self.fractions.is_empty()).then_some(&self.fractions[..])
     }
 
-    /// A slot for a new tool: a fresh one, or the least recently observed tool's when full.
-    /// The slot is returned unlinked.
-    fn admit(&mut self, key: &str) -> u32 {
-        let slot = if self.slots.len() < self.max_tools {
+    /// A slot for `tenant`'s new tool `key`, linked last in both recency lists, its window
+    /// empty: a fresh one, or the slot of the tool it replaces (the tenant's least recent
+    /// when the tenant is at its share, else the table's least recent when full).
+    fn admit(&mut self, tenant: &str, key: &str) -> u32 {
+        let own_full = !tenant.is_empty()
+            && self
+                .tenants
+                .get(tenant)
+                .is_some_and(|t| t.names.len() >= self.max_tools_per_tenant);
+        let slot = if own_full {
+            let victim = self.tenants[tenant]
+                .own
+                .front()
+                .expect("a tenant at its share");
+            self.detach(victim);
+            victim
+        } else if self.slots.len() < self.max_tools {
             self.slots.push(Slot {
-                key: key.into(),
+                tenant: Box::default(),
+                key: Box::default(),
                 window: DurationWindow::new(self.window),
                 recency: Link::new(),
+                own: Link::new(),
             });
             // max_tools <= MAX_TOOLS < u32::MAX
             (self.slots.len() - 1) as u32
         } else {
             let victim = self.recency.front().expect("max_tools >= 1 tools tracked");
-            self.recency.unlink(&mut self.slots, victim);
-            let slot = &mut self.slots[victim as usize];
-            let old = std::mem::replace(&mut slot.key, key.into());
-            slot.window.clear();
-            self.index.remove(&old);
+            self.detach(victim);
             victim
         };
-        self.index.insert(key.into(), slot);
+        let s = &mut self.slots[slot as usize];
+        s.tenant = tenant.into();
+        s.key = key.into();
+        self.recency.push_back(&mut self.slots, slot);
+        if !self.tenants.contains_key(tenant) {
+            self.tenants.insert(tenant.into(), TenantTools::default());
+        }
+        let t = self.tenants.get_mut(tenant).expect("inserted above");
+        t.names.insert(key.into(), slot);
+        t.own.push_back(&mut self.slots, slot);
         slot
     }
 
-    /// The window of `tool` (None: the global window); None for an untracked tool.
-    pub fn window_of(&self, tool: Option<&str>) -> Option<&DurationWindow> {
+    /// Drop the tool in `slot` (its window cleared, unlinked from both lists), forgetting its
+    /// tenant when that was the tenant's last tool.
+    fn detach(&mut self, slot: u32) {
+        self.recency.unlink(&mut self.slots, slot);
+        let s = &mut self.slots[slot as usize];
+        let (tenant, key) = (std::mem::take(&mut s.tenant), std::mem::take(&mut s.key));
+        s.window.clear();
+        let t = self
+            .tenants
+            .get_mut(&*tenant)
+            .expect("a tracked tool's tenant");
+        t.own.unlink(&mut self.slots, slot);
+        t.names.remove(&*key);
+        if t.names.is_empty() {
+            self.tenants.remove(&*tenant);
+        }
+    }
+
+    /// The window of `tenant`'s `tool` (None: the global window); None for an untracked tool.
+    pub fn window_of(&self, tenant: &str, tool: Option<&str>) -> Option<&DurationWindow> {
         match tool {
             None => Some(&self.global),
             Some(t) => self
-                .index
-                .get(tool_key(t))
+                .tenants
+                .get(tenant)
+                .and_then(|tt| tt.names.get(tool_key(t)))
                 .map(|&slot| &self.slots[slot as usize].window),
         }
     }
@@ -236,9 +308,9 @@ impl ToolHistory {
         &self.global
     }
 
-    /// Samples held for `tool` (None: the global window).
-    pub fn count(&self, tool: Option<&str>) -> usize {
-        self.window_of(tool).map_or(0, DurationWindow::len)
+    /// Samples held for `tenant`'s `tool` (None: the global window).
+    pub fn count(&self, tenant: &str, tool: Option<&str>) -> usize {
+        self.window_of(tenant, tool).map_or(0, DurationWindow::len)
     }
 
     /// Durations in the global window.
@@ -246,42 +318,47 @@ impl ToolHistory {
         self.global.len()
     }
 
-    /// Tools tracked now.
+    /// Tools tracked now, of every tenant.
     pub fn num_tools(&self) -> usize {
-        self.index.len()
+        self.slots.len()
     }
 
-    /// Tracked tools, least recently observed first.
-    pub fn tools(&self) -> Vec<&str> {
-        self.recency
-            .iter(&self.slots)
-            .map(|slot| &*self.slots[slot as usize].key)
-            .collect()
+    /// `tenant`'s tracked tools, least recently observed first.
+    pub fn tools(&self, tenant: &str) -> Vec<&str> {
+        self.tenants.get(tenant).map_or_else(Vec::new, |t| {
+            t.own
+                .iter(&self.slots)
+                .map(|slot| &*self.slots[slot as usize].key)
+                .collect()
+        })
     }
 
-    /// Fraction of `tool`'s samples ≤ `t_s` (0.0 with no samples).
-    pub fn cdf(&self, tool: Option<&str>, t_s: f64) -> Result<f64> {
+    /// Fraction of `tenant`'s `tool`'s samples ≤ `t_s` (0.0 with no samples).
+    pub fn cdf(&self, tenant: &str, tool: Option<&str>, t_s: f64) -> Result<f64> {
+        check_tenant(tenant)?;
         let t = non_negative("t_s", t_s)?;
-        Ok(self.window_of(tool).map_or(0.0, |w| w.cdf(t)))
+        Ok(self.window_of(tenant, tool).map_or(0.0, |w| w.cdf(t)))
     }
 
-    /// Nearest-rank quantile of `tool`'s samples; None with no samples.
-    pub fn quantile(&self, tool: Option<&str>, q: f64) -> Result<Option<f64>> {
+    /// Nearest-rank quantile of `tenant`'s `tool`'s samples; None with no samples.
+    pub fn quantile(&self, tenant: &str, tool: Option<&str>, q: f64) -> Result<Option<f64>> {
+        check_tenant(tenant)?;
         let q = non_negative("q", q)?;
         if q > 1.0 {
             return Err(Error::invalid_f64("q", q, "in [0, 1]"));
         }
-        Ok(self.window_of(tool).and_then(|w| w.quantile(q)))
+        Ok(self.window_of(tenant, tool).and_then(|w| w.quantile(q)))
     }
 
-    /// Mean duration of `tool` (None: the global window); None when empty.
-    pub fn mean(&self, tool: Option<&str>) -> Option<f64> {
-        self.window_of(tool).and_then(DurationWindow::mean)
+    /// Mean duration of `tenant`'s `tool` (None: the global window); None when empty.
+    pub fn mean(&self, tenant: &str, tool: Option<&str>) -> Option<f64> {
+        self.window_of(tenant, tool).and_then(DurationWindow::mean)
     }
 
     /// The window's samples, sorted ascending (empty for an untracked tool).
-    pub fn samples(&self, tool: Option<&str>) -> &[f64] {
-        self.window_of(tool).map_or(&[], DurationWindow::sorted)
+    pub fn samples(&self, tenant: &str, tool: Option<&str>) -> &[f64] {
+        self.window_of(tenant, tool)
+            .map_or(&[], DurationWindow::sorted)
     }
 }
 
@@ -306,49 +383,92 @@ mod tests {
 
     #[test]
     fn windows_and_global_are_capped() {
-        let mut h = ToolHistory::new(4, 8).unwrap();
+        let mut h = ToolHistory::new(4, 8, 8).unwrap();
         for i in 0..10 {
-            h.observe(Some("a"), i as f64).unwrap();
-            h.observe(None, 100.0).unwrap();
+            h.observe("", Some("a"), i as f64).unwrap();
+            h.observe("", None, 100.0).unwrap();
         }
-        assert_eq!(h.count(Some("a")), 4);
-        assert_eq!(h.samples(Some("a")), &[6.0, 7.0, 8.0, 9.0]);
+        assert_eq!(h.count("", Some("a")), 4);
+        assert_eq!(h.samples("", Some("a")), &[6.0, 7.0, 8.0, 9.0]);
         assert_eq!(h.total_count(), 4);
-        assert_eq!(h.samples(None), &[8.0, 9.0, 100.0, 100.0]);
+        assert_eq!(h.samples("", None), &[8.0, 9.0, 100.0, 100.0]);
     }
 
     #[test]
     fn least_recently_observed_tool_is_dropped() {
-        let mut h = ToolHistory::new(4, 2).unwrap();
-        h.observe(Some("a"), 1.0).unwrap();
-        h.observe(Some("b"), 2.0).unwrap();
-        h.observe(Some("a"), 3.0).unwrap(); // a is now the most recent
-        h.observe(Some("c"), 4.0).unwrap(); // drops b
-        assert_eq!(h.tools(), vec!["a", "c"]);
-        assert_eq!(h.count(Some("b")), 0);
-        assert_eq!(h.samples(Some("c")), &[4.0]); // the reused slot starts empty
-        h.observe(Some("b"), 5.0).unwrap(); // drops a
-        assert_eq!(h.tools(), vec!["c", "b"]);
+        let mut h = ToolHistory::new(4, 2, 2).unwrap();
+        h.observe("", Some("a"), 1.0).unwrap();
+        h.observe("", Some("b"), 2.0).unwrap();
+        h.observe("", Some("a"), 3.0).unwrap(); // a is now the most recent
+        h.observe("", Some("c"), 4.0).unwrap(); // drops b
+        assert_eq!(h.tools(""), vec!["a", "c"]);
+        assert_eq!(h.count("", Some("b")), 0);
+        assert_eq!(h.samples("", Some("c")), &[4.0]); // the reused slot starts empty
+        h.observe("", Some("b"), 5.0).unwrap(); // drops a
+        assert_eq!(h.tools(""), vec!["c", "b"]);
         assert_eq!(h.num_tools(), 2);
     }
 
     #[test]
+    fn tenants_keep_their_own_windows() {
+        let mut h = ToolHistory::new(4, 8, 8).unwrap();
+        h.observe("a", Some("bash"), 1.0).unwrap();
+        h.observe("b", Some("bash"), 9.0).unwrap();
+        h.observe("", Some("bash"), 5.0).unwrap();
+        assert_eq!(h.samples("a", Some("bash")), &[1.0]);
+        assert_eq!(h.samples("b", Some("bash")), &[9.0]);
+        assert_eq!(h.samples("", Some("bash")), &[5.0]);
+        assert_eq!(h.samples("c", Some("bash")), &[] as &[f64]);
+        assert_eq!(h.samples("c", None), &[1.0, 5.0, 9.0]);
+        assert_eq!(h.num_tools(), 3);
+        assert!(h.observe(&"x".repeat(1025), Some("bash"), 1.0).is_err());
+        assert_eq!(h.total_count(), 3);
+    }
+
+    #[test]
+    fn a_tenant_at_its_share_replaces_its_own_tools() {
+        let mut h = ToolHistory::new(4, 6, 2).unwrap();
+        h.observe("b", Some("bash"), 1.0).unwrap();
+        for (i, name) in ["t0", "t1", "t2", "t3", "t4"].iter().enumerate() {
+            h.observe("a", Some(name), i as f64).unwrap();
+        }
+        // a holds its last two; b's tool is untouched although a observed later.
+        assert_eq!(h.tools("a"), vec!["t3", "t4"]);
+        assert_eq!(h.tools("b"), vec!["bash"]);
+        assert_eq!(h.num_tools(), 3);
+        // The shared tenant has no share: it fills the table, and then the table's least
+        // recent tool goes (b's bash).
+        for name in ["s0", "s1", "s2"] {
+            h.observe("", Some(name), 1.0).unwrap();
+        }
+        assert_eq!(h.num_tools(), 6);
+        h.observe("", Some("s3"), 1.0).unwrap();
+        assert_eq!(h.tools("b"), Vec::<&str>::new());
+        assert_eq!(h.tools(""), vec!["s0", "s1", "s2", "s3"]);
+        // A tenant's last tool gone, the tenant is forgotten; refreshing moves a tool last.
+        h.observe("a", Some("t3"), 1.0).unwrap();
+        h.observe("a", Some("t5"), 1.0).unwrap();
+        assert_eq!(h.tools("a"), vec!["t3", "t5"]);
+        assert_eq!(h.tenants.len(), 2);
+    }
+
+    #[test]
     fn long_tool_names_share_their_capped_key() {
-        let mut h = ToolHistory::new(4, 4).unwrap();
+        let mut h = ToolHistory::new(4, 4, 4).unwrap();
         let base = "x".repeat(128);
-        h.observe(Some(&format!("{base}tail1")), 1.0).unwrap();
-        h.observe(Some(&format!("{base}tail2")), 2.0).unwrap();
+        h.observe("", Some(&format!("{base}tail1")), 1.0).unwrap();
+        h.observe("", Some(&format!("{base}tail2")), 2.0).unwrap();
         assert_eq!(h.num_tools(), 1);
-        assert_eq!(h.count(Some(&base)), 2);
+        assert_eq!(h.count("", Some(&base)), 2);
     }
 
     #[test]
     fn fraction_table_appears_when_a_window_is_full() {
-        let mut h = ToolHistory::new(3, 4).unwrap();
-        h.observe(Some("a"), 1.0).unwrap();
-        h.observe(None, 1.0).unwrap();
+        let mut h = ToolHistory::new(3, 4, 4).unwrap();
+        h.observe("", Some("a"), 1.0).unwrap();
+        h.observe("", None, 1.0).unwrap();
         assert_eq!(h.fractions_for(3), None);
-        h.observe(Some("b"), 1.0).unwrap();
+        h.observe("", Some("b"), 1.0).unwrap();
         assert_eq!(
             h.fractions_for(3),
             Some(&[0.0, 1.0 / 3.0, 2.0 / 3.0, 1.0][..])
@@ -358,14 +478,14 @@ mod tests {
 
     #[test]
     fn bad_duration_changes_nothing() {
-        let mut h = ToolHistory::new(4, 4).unwrap();
+        let mut h = ToolHistory::new(4, 4, 4).unwrap();
         for bad in [f64::NAN, f64::INFINITY, -1.0] {
-            assert!(h.observe(Some("a"), bad).is_err());
+            assert!(h.observe("", Some("a"), bad).is_err());
         }
         assert_eq!((h.num_tools(), h.total_count()), (0, 0));
-        assert!(h.quantile(None, 1.5).is_err());
-        assert!(h.cdf(None, -1.0).is_err());
-        assert!(ToolHistory::new(0, 1).is_err());
-        assert!(ToolHistory::new(1, MAX_TOOLS + 1).is_err());
+        assert!(h.quantile("", None, 1.5).is_err());
+        assert!(h.cdf("", None, -1.0).is_err());
+        assert!(ToolHistory::new(0, 1, 1).is_err());
+        assert!(ToolHistory::new(1, MAX_TOOLS + 1, 1).is_err());
     }
 }

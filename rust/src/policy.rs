@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::estimators::{CacheMissModel, EtaEstimator, OutOfOrderCost, MAX_TOKENS};
 use crate::history::ToolHistory;
 use crate::solver::{solve_sorted, solve_sorted_with_fractions};
-use crate::validate::{finite, int_in, non_negative, positive};
+use crate::validate::{check_tenant, finite, int_in, non_negative, positive};
 
 /// Largest block count accepted.
 pub const MAX_BLOCKS: i64 = 1 << 40;
@@ -125,6 +125,8 @@ pub struct DecideArgs<'a> {
     pub now: f64,
     /// Of `prefix_tokens`, those an offload tier still holds.
     pub offloaded_tokens: i64,
+    /// Whose `tool` it is (`""`: the shared tenant; [`ToolHistory`]).
+    pub tenant: &'a str,
 }
 
 impl Default for DecideArgs<'_> {
@@ -137,6 +139,7 @@ impl Default for DecideArgs<'_> {
             prefix_tokens: 0,
             now: 0.0,
             offloaded_tokens: 0,
+            tenant: "",
         }
     }
 }
@@ -149,7 +152,11 @@ impl TTLPolicy {
     pub fn new(config: PolicyConfig) -> Result<TTLPolicy> {
         config.validate()?;
         Ok(TTLPolicy {
-            history: ToolHistory::new(config.window, config.max_tools)?,
+            history: ToolHistory::new(
+                config.window,
+                config.max_tools,
+                config.max_tools_per_tenant,
+            )?,
             eta_estimator: EtaEstimator::with_clip(
                 config.eta_window_programs,
                 config.eta_min_programs,
@@ -177,9 +184,15 @@ impl TTLPolicy {
 
     // -- observations ----------------------------------------------------------------------
 
-    /// Records a tool call of `duration_s` seconds (None: unknown tool).
-    pub fn observe_tool(&mut self, tool: Option<&str>, duration_s: f64) -> Result<()> {
-        self.history.observe(tool, duration_s)
+    /// Records `tenant`'s tool call of `duration_s` seconds (None: unknown tool; `tenant`
+    /// `""`: the shared namespace, [`ToolHistory`]).
+    pub fn observe_tool(
+        &mut self,
+        tenant: &str,
+        tool: Option<&str>,
+        duration_s: f64,
+    ) -> Result<()> {
+        self.history.observe(tenant, tool, duration_s)
     }
 
     /// Records a finished program of `total_turns` turns (for η).
@@ -210,9 +223,9 @@ impl TTLPolicy {
         self.ooo.mean_s()
     }
 
-    /// Durations recorded for `tool` (None: all tools).
-    pub fn tool_count(&self, tool: Option<&str>) -> usize {
-        self.history.count(tool)
+    /// Durations recorded for `tenant`'s `tool` (None: all tools).
+    pub fn tool_count(&self, tenant: &str, tool: Option<&str>) -> usize {
+        self.history.count(tenant, tool)
     }
 
     /// Seconds to rebuild `prefix_tokens` tokens, `offloaded_tokens` of them reloadable.
@@ -257,9 +270,11 @@ impl TTLPolicy {
             prefix_tokens,
             now,
             offloaded_tokens,
+            tenant,
         } = *args;
         // Validate everything before using any state, in the reference's order.
-        let tool_window = tool.and_then(|t| self.history.window_of(Some(t)));
+        check_tenant(tenant)?;
+        let tool_window = tool.and_then(|t| self.history.window_of(tenant, Some(t)));
         let count = tool_window.map_or(0, |w| w.len());
         let blocks = int_in("request_blocks", request_blocks, 0, MAX_BLOCKS)?;
         let mean_active = positive("mean_active_blocks", mean_active_blocks)?;
@@ -396,14 +411,18 @@ mod tests {
     fn falls_back_from_tool_to_global_cdf() {
         let mut p = policy();
         for i in 0..40 {
-            p.observe_tool(Some(if i < 35 { "a" } else { "b" }), 1.0 + i as f64 * 0.1)
-                .unwrap();
+            p.observe_tool(
+                "",
+                Some(if i < 35 { "a" } else { "b" }),
+                1.0 + i as f64 * 0.1,
+            )
+            .unwrap();
         }
         assert_eq!(decide(&p, Some("a"), 1, 5.0).source, Source::ToolCdf);
         assert_eq!(decide(&p, Some("b"), 1, 5.0).source, Source::GlobalCdf);
         assert_eq!(decide(&p, Some("zzz"), 1, 5.0).source, Source::GlobalCdf);
         let d = decide(&p, Some("a"), 1, 5.0);
-        let (tau, _, k) = solve_sorted(p.history().samples(Some("a")), 5.0, 0.01, 300.0);
+        let (tau, _, k) = solve_sorted(p.history().samples("", Some("a")), 5.0, 0.01, 300.0);
         assert_eq!((d.ttl_s, d.p_return), (tau, k as f64 / 35.0));
     }
 
@@ -483,11 +502,11 @@ mod tests {
         for (field, r) in cases {
             assert_eq!(r.unwrap_err().field(), Some(field));
         }
-        assert!(p.observe_tool(Some("a"), f64::NAN).is_err());
+        assert!(p.observe_tool("", Some("a"), f64::NAN).is_err());
         assert!(p.observe_program(0).is_err());
         assert!(p.observe_queueing_delay(f64::INFINITY).is_err());
         assert!(p.observe_prefill(-1, 1.0, 0).is_err());
-        assert_eq!(p.tool_count(None), 0);
+        assert_eq!(p.tool_count("", None), 0);
         assert_eq!((p.eta(), p.out_of_order_cost_s()), (1.0, 0.0));
         let bad = PolicyConfig {
             max_ttl_s: -1.0,

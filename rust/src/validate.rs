@@ -46,6 +46,20 @@ pub fn int_in(field: &str, n: i64, low: i64, high: i64) -> Result<i64> {
     }
 }
 
+/// A tenant of tool names: at most [`MAX_ID_BYTES`](crate::scheduler::MAX_ID_BYTES) bytes,
+/// `""` the shared one.
+pub fn check_tenant(tenant: &str) -> Result<&str> {
+    let max = crate::scheduler::MAX_ID_BYTES;
+    if tenant.len() > max {
+        return Err(Error::invalid(
+            "tenant",
+            format!("{} bytes", tenant.len()),
+            format!("0 to {max} bytes of UTF-8"),
+        ));
+    }
+    Ok(tenant)
+}
+
 /// An untrusted tool name cut to [`MAX_TOOL_NAME_CHARS`] code points. Borrowing, never
 /// allocating: the hot path looks tools up with it. (Lone surrogates cannot occur in a Rust
 /// `&str`; the bindings replace them with U+FFFD before calling in, like the reference.)

@@ -29,17 +29,24 @@ tools = st.sampled_from(
 )
 
 good_tools = st.sampled_from(["a", "b", "c", None, "y" * 200 + "1", "y" * 200 + "2", "é"])
+#: Tenants of tool names: "" (shared) and two others, mostly; then what must be refused.
+good_tenants = st.sampled_from(["", "t1", "t2", "é" * 512])
+tenants = st.one_of(
+    good_tenants, good_tenants, st.sampled_from([None, 5, b"t1", "\ud800", "x" * 1025, "é" * 513])
+)
 
 
 def make_policy_ops(floats: Any, ints: Any, tools: Any) -> Any:
     return st.one_of(
         st.tuples(st.just("observe_tool"), tools, floats),
+        st.tuples(st.just("observe_tool"), tools, floats, tenants),
         st.tuples(st.just("observe_program"), st.one_of(st.integers(1, 60), ints)),
         st.tuples(st.just("observe_queueing_delay"), floats),
         st.tuples(st.just("observe_prefill"), ints, floats),
         st.tuples(st.just("observe_prefill"), ints, floats, ints),
         st.tuples(st.just("miss_cost_s"), ints, ints),
         st.tuples(st.just("tool_count"), tools),
+        st.tuples(st.just("tool_count"), tools, tenants),
         st.tuples(
             st.just("decide"),
             st.fixed_dictionaries(
@@ -52,6 +59,7 @@ def make_policy_ops(floats: Any, ints: Any, tools: Any) -> Any:
                     "prefix_tokens": ints,
                     "now": floats,
                     "offloaded_tokens": ints,
+                    "tenant": tenants,
                 },
             ),
         ),
@@ -68,7 +76,8 @@ useful_decide = st.tuples(
             "mean_active_blocks": st.floats(1.0, 100.0),
             "cache_miss_cost_s": st.one_of(st.none(), st.floats(0.0, 50.0)),
             "prefix_tokens": st.integers(0, 20_000),
-        }
+        },
+        optional={"tenant": good_tenants},
     ),
 )
 
@@ -76,6 +85,9 @@ useful_decide = st.tuples(
 policy_ops = st.one_of(
     useful_decide,
     st.tuples(st.just("observe_tool"), st.sampled_from(["a", "b"]), st.floats(0.0, 30.0)),
+    st.tuples(
+        st.just("observe_tool"), st.sampled_from(["a", "b"]), st.floats(0.0, 30.0), good_tenants
+    ),
     make_policy_ops(nice_floats, nice_ints, good_tools),
     make_policy_ops(nice_floats, nice_ints, good_tools),
     make_policy_ops(floats, ints, tools),
@@ -89,6 +101,7 @@ def configs(draw: Any) -> PolicyConfig:
     return PolicyConfig(
         window=window,
         max_tools=draw(st.integers(1, 3)),
+        max_tools_per_tenant=draw(st.integers(1, 3)),
         min_tool_samples=draw(st.integers(0, window)),
         min_total_samples=draw(st.one_of(st.integers(0, window), st.integers(0, 10))),
         prior_mean_s=draw(st.floats(0.1, 50.0)),
@@ -121,7 +134,7 @@ def policy_view(p: Any) -> tuple:
     return (
         p.eta,
         p.out_of_order_cost_s,
-        [p.tool_count(t) for t in ("a", "b", "c", None)],
+        [p.tool_count(t, who) for t in ("a", "b", "c", None) for who in ("", "t1", "t2")],
         [p.miss_cost_s(n) for n in (0, 1, 1000, 123_456)],
     )
 
@@ -137,22 +150,32 @@ def test_policy_sequences_agree(backends, cfg, ops) -> None:
 history_ops = st.one_of(
     st.tuples(st.just("observe"), tools, floats),
     st.tuples(st.just("observe"), tools, nice_floats),
+    st.tuples(st.just("observe"), good_tools, nice_floats, good_tenants),
+    st.tuples(st.just("observe"), tools, floats, tenants),
     st.tuples(st.just("count"), tools),
+    st.tuples(st.just("count"), tools, tenants),
     st.tuples(st.just("cdf"), tools, floats),
+    st.tuples(st.just("cdf"), tools, floats, tenants),
     st.tuples(st.just("quantile"), tools, st.one_of(st.floats(0.0, 1.0), floats)),
+    st.tuples(st.just("quantile"), tools, st.one_of(st.floats(0.0, 1.0), floats), tenants),
     st.tuples(st.just("mean"), tools),
+    st.tuples(st.just("mean"), tools, tenants),
     st.tuples(st.just("samples"), tools),
+    st.tuples(st.just("samples"), tools, tenants),
     st.tuples(st.just("tools")),
+    st.tuples(st.just("tools"), tenants),
     st.tuples(st.just("num_tools")),
     st.tuples(st.just("total_count")),
 )
 
 
-@given(st.integers(1, 6), st.integers(1, 3), st.lists(history_ops, max_size=60))
-def test_history_sequences_agree(backends, window, max_tools, ops) -> None:
-    ref, nat = (b.ToolHistory(window, max_tools) for b in backends)
+@given(st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), st.lists(history_ops, max_size=60))
+def test_history_sequences_agree(backends, window, max_tools, per_tenant, ops) -> None:
+    ref, nat = (b.ToolHistory(window, max_tools, per_tenant) for b in backends)
     for i, op in enumerate(ops):
         assert_same(apply(ref, op), apply(nat, op), f"op {i} {op!r}")
+    for who in ("", "t1", "t2"):
+        assert_same(apply(ref, ("tools", who)), apply(nat, ("tools", who)), who)
 
 
 estimator_ops = st.one_of(

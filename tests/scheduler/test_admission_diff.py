@@ -68,7 +68,12 @@ def ops_over(programs: list[str]) -> st.SearchStrategy:
         st.tuples(st.just("admit"), st.sampled_from(programs)),
         st.tuples(st.just("end"), st.sampled_from(programs)),
         st.tuples(st.just("order"), st.lists(st.sampled_from([*programs, "Z"]), max_size=6)),
-        st.tuples(st.just("gap"), st.sampled_from(TOOLS), st.sampled_from([0.5, 2.0, 9.0, 60.0])),
+        st.tuples(
+            st.just("gap"),
+            st.sampled_from(TOOLS),
+            st.sampled_from([0.5, 2.0, 9.0, 60.0]),
+            st.sampled_from(["", "", TENANT_A, TENANT_B]),  # (whose window it feeds)
+        ),
     )
 
 
@@ -91,7 +96,7 @@ def apply(ac, policy, now, op):
     if kind == "order":
         return tuple(ac.eviction_order(op[1], now))
     if kind == "gap":
-        return policy.observe_tool(op[1], op[2])
+        return policy.observe_tool(op[1], op[2], op[3])
     raise AssertionError(kind)
 
 
@@ -158,7 +163,8 @@ def test_backends_agree_on_inferred_programs(backends, seq, config):
 def test_backends_agree_on_inferred_programs_away(backends, config, gaps):
     """Each of ``INFERRED_PROGRAMS`` away on one tool, the tool's gaps ``gaps``: every view
     the same at each instant (the quantile's edges, the prior's, past ``max_ttl_s``)."""
-    seq: list[tuple] = [("gap", "bash", d) for d in gaps]
+    # (each tenant's programs read its own window of the tool)
+    seq: list[tuple] = [("gap", "bash", d, who) for who in ("", TENANT_A) for d in gaps]
     for i, pid in enumerate(INFERRED_PROGRAMS):
         seq += [("arrive", pid, 10 + i), ("may_run", pid), ("tick", 0.5)]
         seq += [("finish", pid, 20 + i, "bash", 30.0, False)]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import FakeClock, MiniScheduler, make_scheduler, tokens
-from ttlpolicy.serving.tool_names import TenantToolNames
+from ttlpolicy.ids import tenant_key
 
 KV = 512
 TURN1, OUT1, FILLER = 200, 20, 200
@@ -115,16 +115,13 @@ def test_a_flooding_tenant_gives_its_share_back(policy_env) -> None:
     assert s.ttl.metrics.reclaims >= 1
 
 
-def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(policy_env) -> None:
-    """The tool names a tenant brings into the shared statistics are gated
-    (``ttlpolicy.serving.tool_names``): past its share, a call's tool reaches the library as
-    no tool, so its gap feeds no window of that name; another tenant's names still do."""
+def test_each_tenants_tool_gaps_feed_its_own_window(policy_env) -> None:
+    """A call's tool gap feeds its tenant's window of that tool name (``ToolHistory``: the
+    library reads the tenant from the program id the adapter namespaces): two tenants' ``ts``
+    keep apart, and the shared namespace learns nothing of either."""
     clock = FakeClock()
     s = make_scheduler(KV, "ttlpolicy", clock)
-    s.ttl.tool_names = TenantToolNames(per_tenant=2)
-    for i, (salt, tool) in enumerate(
-        [("salt-a", "t0"), ("salt-a", "t1"), ("salt-a", "t2"), ("salt-b", "t3")]
-    ):
+    for i, (salt, tool) in enumerate([("salt-a", "ta"), ("salt-a", "ts"), ("salt-b", "ts")]):
         req = s.submit(tokens(10_000 * (i + 1), 40), program=f"p{i}", tool=tool, cache_salt=salt)
         assert s.schedule() == [req]
         s.finish(req, tokens(10_000 * (i + 1) + 40, 4))
@@ -133,6 +130,12 @@ def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(polic
                         cache_salt=salt)  # fmt: skip
         assert s.schedule() == [back]
         s.finish(back, tokens(10_000 * (i + 1) + 50, 4))
-    counts = [s.ttl.policy.tool_count(f"t{i}") for i in range(4)]
-    assert counts == [1, 1, 0, 1] and s.ttl.tool_names.refused == 1
-    assert s.cache.ttl_stats()["tool_names_refused"] == 1
+    a, b = tenant_key("salt-a"), tenant_key("salt-b")
+    counts = {
+        (who, tool): s.ttl.policy.tool_count(tool, who or "")
+        for who in (a, b, None)
+        for tool in ("ta", "ts")
+    }
+    assert counts == {
+        (a, "ta"): 1, (a, "ts"): 1, (b, "ta"): 0, (b, "ts"): 1, (None, "ta"): 0, (None, "ts"): 0
+    }  # fmt: skip

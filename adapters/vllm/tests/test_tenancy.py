@@ -19,7 +19,6 @@ from test_engine import FILLER, NUM_BLOCKS, TURN1_OUT, TURN1_PROMPT, Prompts, co
 
 from conftest import ttl_engine
 from ttlpolicy.ids import program_key, tenant_key
-from ttlpolicy.serving.tool_names import TenantToolNames
 from vllm_engine import BLOCK, TEST_POLICY, Engine
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
@@ -153,25 +152,27 @@ def test_a_pin_keeps_nothing_probe_able_by_another_tenant(ttl, salt, sees) -> No
     assert back.num_cached_tokens == 7 * BLOCK  # the probe took nothing from the owner
 
 
-def test_a_tenants_new_tool_names_past_its_share_reach_the_library_as_none(ttl) -> None:
-    """The tool names a tenant brings into the shared statistics are gated
-    (``ttlpolicy.serving.tool_names``): past its share, a call's tool reaches the library as
-    no tool, so its gap feeds no window of that name; another tenant's names still do.
-    (Last in the module: the gaps it teaches stay in the engine's policy.)"""
+def test_each_tenants_tool_gaps_feed_its_own_window(ttl) -> None:
+    """A call's tool gap feeds its tenant's window of that tool name (``ToolHistory``: the
+    library reads the tenant from the program id the adapter namespaces): two tenants' ``xs``
+    keep apart, and the shared namespace learns nothing of either.  (Last in the module: the
+    gaps it teaches stay in the engine's policy.)"""
     sched = ttl.scheduler
-    saved, sched.tool_names = sched.tool_names, TenantToolNames(per_tenant=2)
-    try:
-        p = Prompts(ttl, 90)
-        calls = [("salt-a", "xt0"), ("salt-a", "xt1"), ("salt-a", "xt2"), ("salt-b", "xt3")]
-        for i, (salt, tool) in enumerate(calls):
-            first = p(40)
-            out = ttl.turn(first, 4, program_id=f"tools{i}", tool=tool, cache_salt=salt)
-            assert ttl.clock is not None
-            ttl.clock.advance(1.0)
-            ttl.turn(context_of(first, out) + p(8), 4, program_id=f"tools{i}", last_turn=True,
-                     cache_salt=salt)  # fmt: skip
-        counts = [sched.policy.tool_count(f"xt{i}") for i in range(4)]
-        assert counts == [1, 1, 0, 1] and sched.tool_names.refused == 1
-        assert sched.ttl_metrics.tool_names_refused == 1
-    finally:
-        sched.tool_names = saved
+    p = Prompts(ttl, 90)
+    calls = [("salt-a", "xa"), ("salt-a", "xs"), ("salt-b", "xs")]
+    for i, (salt, tool) in enumerate(calls):
+        first = p(40)
+        out = ttl.turn(first, 4, program_id=f"tools{i}", tool=tool, cache_salt=salt)
+        assert ttl.clock is not None
+        ttl.clock.advance(1.0)
+        ttl.turn(context_of(first, out) + p(8), 4, program_id=f"tools{i}", last_turn=True,
+                 cache_salt=salt)  # fmt: skip
+    a, b = tenant_key("salt-a"), tenant_key("salt-b")
+    counts = {
+        (who, tool): sched.policy.tool_count(tool, who or "")
+        for who in (a, b, None)
+        for tool in ("xa", "xs")
+    }
+    assert counts == {
+        (a, "xa"): 1, (a, "xs"): 1, (b, "xa"): 0, (b, "xs"): 1, (None, "xa"): 0, (None, "xs"): 0
+    }  # fmt: skip

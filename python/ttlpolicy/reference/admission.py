@@ -448,9 +448,10 @@ class AdmissionControl(IdleCap):
             self._tenants_weight -= tenant.weight
 
     # -- the rules ------------------------------------------------------------------------
-    def _samples(self, tool: str) -> list[float]:
-        """The sorted durations a program away on ``tool`` is judged by (see the module doc)."""
-        return history_samples(self._history, self._config.min_tool_samples, tool)
+    def _samples(self, tenant: str, tool: str) -> list[float]:
+        """The sorted durations a program of ``tenant`` away on ``tool`` is judged by (see the
+        module doc)."""
+        return history_samples(self._history, self._config.min_tool_samples, tool, tenant)
 
     def _away_limit_s(self, prog: _Program, samples: list[float]) -> float:
         """How long ``prog`` away, judged by ``samples``, may stay expected back: see
@@ -467,7 +468,7 @@ class AdmissionControl(IdleCap):
         since = prog.away_since_s
         if prog.tool is None or since is None:
             return (_GONE, 0.0)
-        samples = self._samples(prog.tool)
+        samples = self._samples(prog.tenant, prog.tool)
         if t - since > self._away_limit_s(prog, samples):
             return (_GONE, 0.0)
         n = len(samples)
@@ -503,7 +504,7 @@ class AdmissionControl(IdleCap):
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        samples = self._samples(prog.tool)
+        samples = self._samples(prog.tenant, prog.tool)
         max_ttl_s = self._away_limit_s(prog, samples)
         leave = _first_instant(since, max_ttl_s, beyond=True)
         n = len(samples)
@@ -562,7 +563,7 @@ class AdmissionControl(IdleCap):
         since = prog.away_since_s
         if prog.live > 0 or prog.tool is None or since is None:
             return math.inf
-        samples = self._samples(prog.tool)
+        samples = self._samples(prog.tenant, prog.tool)
         max_ttl_s = self._away_limit_s(prog, samples)
         if after_s - since > max_ttl_s:
             return math.inf
@@ -602,7 +603,7 @@ class AdmissionControl(IdleCap):
             return prog.blocks if self._next_use(prog, t) <= horizon_s else 0
         if kind == _GONE:
             return 0
-        samples = self._samples(prog.tool)  # type: ignore[arg-type]
+        samples = self._samples(prog.tenant, prog.tool)  # type: ignore[arg-type]
         elapsed = t - prog.away_since_s  # type: ignore[operator]
         within, longer = back_within(samples, elapsed, horizon_s)
         return -(-prog.blocks * within // longer)
@@ -777,7 +778,7 @@ class AdmissionControl(IdleCap):
             since = prog.away_since_s
             if prog.live > 0 or prog.tool is None or since is None:
                 continue  # a constant next use: 0, or inf from now on
-            samples = self._samples(prog.tool)  # none: the prior's constant
+            samples = self._samples(prog.tenant, prog.tool)  # none: the prior's constant
             max_ttl_s = self._away_limit_s(prog, samples)
             if t - since > max_ttl_s:
                 continue  # inf from now on
@@ -864,20 +865,22 @@ def inferred_away_limit_s(config: Any, samples: list[float]) -> float:
     return -config.prior_mean_s * math.log(1.0 - q)
 
 
-def away_samples(policy: Any, tool: Any) -> list[float]:
-    """The sorted durations a program away on ``tool`` is judged by: ``tool``'s window once it
-    holds ``min_tool_samples`` (at least one), else the global one (see the module doc).
-    ``policy`` is a reference ``TTLPolicy``."""
+def away_samples(policy: Any, tool: Any, tenant: Any = "") -> list[float]:
+    """The sorted durations a program of ``tenant`` away on ``tool`` is judged by: the tenant's
+    window of ``tool`` once it holds ``min_tool_samples`` (at least one), else the global one
+    (see the module doc).  ``policy`` is a reference ``TTLPolicy``."""
     history = tool_history(policy)
     if history is None:
         raise TypeError(f"policy must be a reference TTLPolicy, got {type(policy).__name__}")
-    return history_samples(history, policy.config.min_tool_samples, tool)
+    return history_samples(history, policy.config.min_tool_samples, tool, tenant)
 
 
-def history_samples(history: ToolHistory, min_tool_samples: int, tool: Any) -> list[float]:
+def history_samples(
+    history: ToolHistory, min_tool_samples: int, tool: Any, tenant: Any = ""
+) -> list[float]:
     """``away_samples`` of the policy whose durations ``history`` holds and whose config sets
     ``min_tool_samples``."""
-    window = tool_window(history, tool)
+    window = tool_window(history, tool, tenant)
     if window is None or len(window) < max(min_tool_samples, 1):
         window = global_window(history)
     return window.sorted

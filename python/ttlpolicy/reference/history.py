@@ -1,10 +1,22 @@
 """Tool-duration history: how long each tool took, over a sliding window.
 
 Per tool, the last ``window`` durations; beside them one global window of the last
-``window`` durations of any tool.  At most ``max_tools`` tools are tracked: tool names come
-from model output, so the least recently observed tool is dropped to admit a new one.
-Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary search and
-the solver scans a sorted slice.
+``window`` durations of any tool.  Windows are kept sorted as well as in arrival order, so a
+CDF lookup is a binary search and the solver scans a sorted slice.
+
+**Tenants.** A tool is a ``(tenant, name)`` pair: each tenant's ``bash`` has its own window,
+so one tenant's gaps never shape another's pins.  ``tenant`` is any str of at most
+``MAX_ID_BYTES`` bytes (the scheduler passes ``tenants.tenant_of`` the program id); ``""`` is
+the shared namespace of requests that name no tenant.  The global window is every tenant's
+(the fallback of a tool with few samples: design.md, "Security and tenancy").
+
+**Bounds.** Tool names are client input (the model's output, which the prompt steers), so at
+most ``max_tools`` tools are tracked, and a tenant other than ``""`` holds at most
+``max_tools_per_tenant`` of them.  A new tool of a tenant at its share replaces that
+tenant's least recently observed tool; else, with the table full, the table's least
+recently observed tool is dropped.  So a tenant returning from many new names churns its
+own tools, and pushing another tenant's tool out takes ``max_tools / max_tools_per_tenant``
+tenants.
 """
 
 from __future__ import annotations
@@ -14,11 +26,12 @@ import math
 from collections import OrderedDict, deque
 from typing import Any
 
-from .._validate import int_in, non_negative, tool_key
+from .._validate import check_tenant, int_in, non_negative, tool_key
 from ._sync import synchronized
 
 MAX_WINDOW = 1 << 20
 MAX_TOOLS = 1 << 20
+DEFAULT_MAX_TOOLS_PER_TENANT = 64
 
 
 def back_within(sorted_s: list[float], elapsed_s: float, horizon_s: float) -> tuple[int, int]:
@@ -75,12 +88,23 @@ class DurationWindow:
 
 @synchronized
 class ToolHistory:
-    """Sliding windows of tool durations, per tool and global, with a cap on tracked tools."""
+    """Sliding windows of tool durations, per (tenant, tool) and global, with caps on tracked
+    tools (see the module doc)."""
 
-    def __init__(self, window: int = 1024, max_tools: int = 1024) -> None:
+    def __init__(
+        self,
+        window: int = 1024,
+        max_tools: int = 1024,
+        max_tools_per_tenant: int = DEFAULT_MAX_TOOLS_PER_TENANT,
+    ) -> None:
         self._window = int_in("window", window, 1, MAX_WINDOW)
         self._max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)
-        self._tools: OrderedDict[str, DurationWindow] = OrderedDict()
+        self._max_tools_per_tenant = int_in("max_tools_per_tenant", max_tools_per_tenant, 1,
+                                            MAX_TOOLS)  # fmt: skip
+        # (tenant, name) -> window, least recently observed first
+        self._tools: OrderedDict[tuple[str, str], DurationWindow] = OrderedDict()
+        # tenant -> its names, least recently observed first
+        self._tenants: dict[str, OrderedDict[str, None]] = {}
         self._global = DurationWindow(self._window)
 
     @property
@@ -93,28 +117,53 @@ class ToolHistory:
         """The most tools tracked (tool names come from clients)."""
         return self._max_tools
 
-    def observe(self, tool: Any, duration_s: Any) -> None:
-        """Record one duration of ``tool`` (None: unknown tool, global window only)."""
+    @property
+    def max_tools_per_tenant(self) -> int:
+        """The most tools a tenant other than ``""`` holds."""
+        return self._max_tools_per_tenant
+
+    def observe(self, tool: Any, duration_s: Any, tenant: Any = "") -> None:
+        """Record one duration of ``tenant``'s ``tool`` (None: unknown tool, global window
+        only)."""
+        who = check_tenant(tenant)
         key = tool_key(tool)
         d = non_negative("duration_s", duration_s)
         if key is not None:
-            w = self._tools.get(key)
+            w = self._tools.get((who, key))
             if w is None:
-                if len(self._tools) >= self._max_tools:
-                    self._tools.popitem(last=False)
-                w = self._tools[key] = DurationWindow(self._window)
+                w = self._admit(who, key)
             else:
-                self._tools.move_to_end(key)
+                self._tools.move_to_end((who, key))
+                self._tenants[who].move_to_end(key)
             w.push(d)
         self._global.push(d)
 
-    def _window_of(self, tool: Any) -> DurationWindow | None:
-        key = tool_key(tool)
-        return self._global if key is None else self._tools.get(key)
+    def _admit(self, tenant: str, key: str) -> DurationWindow:
+        own = self._tenants.get(tenant)
+        if tenant and own is not None and len(own) >= self._max_tools_per_tenant:
+            self._drop(tenant, next(iter(own)))
+        elif len(self._tools) >= self._max_tools:
+            self._drop(*next(iter(self._tools)))
+        own = self._tenants.setdefault(tenant, OrderedDict())
+        own[key] = None
+        w = self._tools[(tenant, key)] = DurationWindow(self._window)
+        return w
 
-    def count(self, tool: Any) -> int:
-        """Samples held for ``tool`` (None: the global window)."""
-        w = self._window_of(tool)
+    def _drop(self, tenant: str, key: str) -> None:
+        del self._tools[(tenant, key)]
+        own = self._tenants[tenant]
+        del own[key]
+        if not own:
+            del self._tenants[tenant]
+
+    def _window_of(self, tool: Any, tenant: Any) -> DurationWindow | None:
+        who = check_tenant(tenant)
+        key = tool_key(tool)
+        return self._global if key is None else self._tools.get((who, key))
+
+    def count(self, tool: Any, tenant: Any = "") -> int:
+        """Samples held for ``tenant``'s ``tool`` (None: the global window)."""
+        w = self._window_of(tool, tenant)
         return len(w) if w is not None else 0
 
     def total_count(self) -> int:
@@ -122,43 +171,47 @@ class ToolHistory:
         return len(self._global)
 
     def num_tools(self) -> int:
-        """Tools tracked now."""
+        """Tools tracked now, of every tenant."""
         return len(self._tools)
 
-    def tools(self) -> list[str]:
-        """Tracked tools, least recently observed first."""
-        return list(self._tools)
+    def tools(self, tenant: Any = "") -> list[str]:
+        """``tenant``'s tracked tools, least recently observed first."""
+        return list(self._tenants.get(check_tenant(tenant), ()))
 
-    def cdf(self, tool: Any, t_s: Any) -> float:
-        """Fraction of ``tool``'s samples ≤ t_s (0.0 with no samples)."""
+    def cdf(self, tool: Any, t_s: Any, tenant: Any = "") -> float:
+        """Fraction of ``tenant``'s ``tool``'s samples ≤ t_s (0.0 with no samples)."""
+        who = check_tenant(tenant)
         t = non_negative("t_s", t_s)
-        w = self._window_of(tool)
+        w = self._window_of(tool, who)
         return w.cdf(t) if w is not None else 0.0
 
-    def quantile(self, tool: Any, q: Any) -> float | None:
-        """Nearest-rank quantile of ``tool``'s samples; None with no samples."""
+    def quantile(self, tool: Any, q: Any, tenant: Any = "") -> float | None:
+        """Nearest-rank quantile of ``tenant``'s ``tool``'s samples; None with no samples."""
+        who = check_tenant(tenant)
         qq = non_negative("q", q)
         if qq > 1.0:
             raise ValueError(f"q must be in [0, 1], got {qq!r}")
-        w = self._window_of(tool)
+        w = self._window_of(tool, who)
         return w.quantile(qq) if w is not None else None
 
-    def mean(self, tool: Any) -> float | None:
-        """Mean duration (s) of ``tool`` (None: the global window); None when empty."""
-        w = self._window_of(tool)
+    def mean(self, tool: Any, tenant: Any = "") -> float | None:
+        """Mean duration (s) of ``tenant``'s ``tool`` (None: the global window); None when
+        empty."""
+        w = self._window_of(tool, tenant)
         return w.mean() if w is not None else None
 
-    def samples(self, tool: Any) -> list[float]:
+    def samples(self, tool: Any, tenant: Any = "") -> list[float]:
         """The window's samples, sorted ascending."""
-        w = self._window_of(tool)
+        w = self._window_of(tool, tenant)
         return list(w.sorted) if w is not None else []
 
 
 # The reference's own readers (the policy, load control) take a window's sorted samples
 # without a copy; these are not part of the classes' surface, which the native ones share.
-def tool_window(history: ToolHistory, tool: Any) -> DurationWindow | None:
-    """``tool``'s window in ``history`` (None: not tracked; a None tool: the global one)."""
-    return history._window_of(tool)
+def tool_window(history: ToolHistory, tool: Any, tenant: Any = "") -> DurationWindow | None:
+    """``tenant``'s ``tool``'s window in ``history`` (None: not tracked; a None tool: the
+    global one)."""
+    return history._window_of(tool, tenant)
 
 
 def global_window(history: ToolHistory) -> DurationWindow:

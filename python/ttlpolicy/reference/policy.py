@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .._validate import as_float, finite, int_in, non_negative, positive, short_repr
+from .._validate import as_float, check_tenant, finite, int_in, non_negative, positive, short_repr
 from ..config import PolicyConfig
 from ._sync import synchronized
 from .estimators import CacheMissModel, EtaEstimator, OutOfOrderCost
@@ -66,7 +66,7 @@ class TTLPolicy:
         if not isinstance(config, PolicyConfig):
             raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
         self._config = config
-        self._history = ToolHistory(config.window, config.max_tools)
+        self._history = ToolHistory(config.window, config.max_tools, config.max_tools_per_tenant)
         self._eta_estimator = EtaEstimator(
             config.eta_window_programs, config.eta_min_programs, clip=config.clip_eta
         )
@@ -83,9 +83,10 @@ class TTLPolicy:
         )
 
     # -- observations -------------------------------------------------------------------
-    def observe_tool(self, tool: Any, duration_s: Any) -> None:
-        """Records a tool call of ``duration_s`` seconds (None: unknown tool)."""
-        self._history.observe(tool, duration_s)
+    def observe_tool(self, tool: Any, duration_s: Any, tenant: Any = "") -> None:
+        """Records ``tenant``'s tool call of ``duration_s`` seconds (None: unknown tool;
+        ``tenant`` "": the shared namespace, ``ToolHistory``)."""
+        self._history.observe(tool, duration_s, tenant)
 
     def observe_program(self, total_turns: Any) -> None:
         """Records a finished program of ``total_turns`` turns (for η)."""
@@ -116,9 +117,9 @@ class TTLPolicy:
         """T: the mean queueing delay in seconds of requests that returned to a dropped cache."""
         return self._ooo.mean_s
 
-    def tool_count(self, tool: Any) -> int:
-        """Durations recorded for ``tool`` (None: all tools)."""
-        return self._history.count(tool)
+    def tool_count(self, tool: Any, tenant: Any = "") -> int:
+        """Durations recorded for ``tenant``'s ``tool`` (None: all tools)."""
+        return self._history.count(tool, tenant)
 
     def miss_cost_s(self, prefix_tokens: Any, offloaded_tokens: Any = 0) -> float:
         """Seconds to rebuild ``prefix_tokens`` tokens, ``offloaded_tokens`` of them reloadable."""
@@ -134,16 +135,19 @@ class TTLPolicy:
         prefix_tokens: Any = 0,
         now: Any = 0.0,
         offloaded_tokens: Any = 0,
+        tenant: Any = "",
     ) -> PinDecision:
         """How long to pin the ``request_blocks`` of a request that just called ``tool``.
 
         ``cache_miss_cost_s`` overrides the miss-cost model (which otherwise prices
         ``prefix_tokens``, ``offloaded_tokens`` of them held by an offload tier).
         ``now`` is validated and reserved for time-dependent rules; no clock is read.
+        ``tenant``'s own window of ``tool`` is read (``ToolHistory``).
         """
         history = self._history
         # Validate everything before touching any state.
-        window = tool_window(history, tool) if tool is not None else None
+        who = check_tenant(tenant)
+        window = tool_window(history, tool, who) if tool is not None else None
         count = len(window) if window is not None else 0
         blocks = int_in("request_blocks", request_blocks, 0, MAX_BLOCKS)
         mean_active = positive("mean_active_blocks", mean_active_blocks)

@@ -108,7 +108,7 @@ from ._sync import synchronized
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
-from .tenants import check_tenant_weights
+from .tenants import check_tenant_weights, tenant_of
 
 __all__ = ["Ended", "Finished", "Pin", "ProgramScheduler", "TurnEnd"]
 
@@ -411,7 +411,7 @@ class ProgramScheduler(IdleCap):
         prog = self._programs.get(pid)
         if prog is not None and prog.tool_since_s is not None:
             # The only call that may fail comes first: nothing is changed if it does.
-            self._policy.observe_tool(prog.tool, t - prog.tool_since_s)
+            self._policy.observe_tool(prog.tool, t - prog.tool_since_s, tenant_of(pid))
             prog.tool, prog.tool_since_s = None, None
         if prog is None:
             prog = self._programs[pid] = _Program(t, self._programs_seen)
@@ -556,6 +556,7 @@ class ProgramScheduler(IdleCap):
                 prefix_tokens=turn.prefix_tokens,
                 now=t,
                 offloaded_tokens=turn.offloaded_tokens,
+                tenant=tenant_of(self._requests[request_id].program_id),
             )
         return _FinishPlan(request_id, t, blocks, key, decision, full, held_sum)
 

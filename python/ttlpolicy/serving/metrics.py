@@ -67,7 +67,6 @@ class AdapterMetrics:
     calls_new_program: int = 0  # ... that started a new program (nothing matched)
     contexts_superseded: int = 0  # pins released: the program's call did not continue them
     queue_skips: int = 0  # requests run past a queue head too large for memory (skip_ahead)
-    tool_names_refused: int = 0  # calls whose tool reached the library as none (tool_names)
     pinned_programs_now: int = 0  # gauge: programs holding a pin
     working_set_blocks_now: int = 0  # gauge: load control's working set
     pin_budget_blocks: int = 0  # the engine's pin budget (constant)

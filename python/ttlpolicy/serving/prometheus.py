@@ -116,12 +116,6 @@ METRICS: dict[str, MetricSpec] = {
         "Requests run past a queue head whose whole prompt did not fit the free memory"
         " (the first of the next few that fit: TTLPOLICY_SKIP_DEPTH).",
     ),
-    "tool_names_refused": MetricSpec(
-        P + "tool_names_refused",
-        "counter",
-        "Calls whose tool name reached the library as none: their tenant already held its"
-        " share of names in the shared tool statistics (ttlpolicy.serving.tool_names).",
-    ),
     "programs_ended": MetricSpec(
         P + "programs_ended", "counter", "Programs ended (last turn, abort, end of program)."
     ),

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use crate::config::{PinHandover, ServeOrder};
 use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
-use crate::tenants::TenantWeights;
+use crate::tenants::{tenant_of, TenantWeights};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
 pub use pins::Pin;
 use pins::PinTable;
@@ -543,7 +543,8 @@ impl ProgramScheduler {
             let prog = self.programs.get_mut(p);
             if let Some(since) = prog.tool_since_s {
                 // The only call that may fail comes first: nothing is changed if it does.
-                policy.observe_tool(prog.tool.as_deref(), t - since)?;
+                let tenant = tenant_of(program_id);
+                policy.observe_tool(tenant, prog.tool.as_deref(), t - since)?;
                 prog.tool = None;
                 prog.tool_since_s = None;
             }
@@ -758,6 +759,8 @@ impl ProgramScheduler {
         let decision = if args.last_turn {
             None
         } else {
+            let program = self.requests.get(slot).program;
+            let tenant = tenant_of(self.programs.id(program));
             Some(policy.decide(&DecideArgs {
                 tool: key,
                 request_blocks: blocks,
@@ -766,6 +769,7 @@ impl ProgramScheduler {
                 prefix_tokens: args.prefix_tokens,
                 now: t,
                 offloaded_tokens: args.offloaded_tokens,
+                tenant,
             })?)
         };
         Ok(FinishPlan {

@@ -31,7 +31,7 @@ fn pin_is_consumed_by_the_next_arrival_which_jumps_the_queue() {
     assert_eq!(s.pinned_blocks(), 40);
     let consumed = s.arrive(&mut pol, "a2", "A", 5.0, 10).unwrap();
     assert_eq!(consumed, fin.pin);
-    assert_eq!(pol.tool_count(Some("grep")), 1);
+    assert_eq!(pol.tool_count("", Some("grep")), 1);
     assert_eq!(s.pinned_blocks(), 0);
     assert_eq!(s.peek().map(|id| &**id), Some("a2"));
 }
@@ -250,7 +250,7 @@ fn a_program_idle_longer_than_max_ttl_returns_as_a_new_arrival() {
     assert_eq!((key.rank_s, key.program_order), (604.0, 2));
     assert_eq!(s.pop(&mut pol, 604.0).unwrap().as_deref(), Some("b1"));
     // its gap is still a sample of the tool's duration
-    assert_eq!(pol.tool_count(Some("t")), 2);
+    assert_eq!(pol.tool_count("", Some("t")), 2);
 }
 
 #[test]

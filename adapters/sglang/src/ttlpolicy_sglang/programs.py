@@ -61,7 +61,6 @@ from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
 from ttlpolicy.serving.skip_ahead import HeadSkips
 from ttlpolicy.serving.tenant_probe import TenantQueue, ask_in_turn
-from ttlpolicy.serving.tool_names import TenantToolNames
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from .identity import ProgramInfo, program_of, request_key, tenant_of
@@ -110,8 +109,6 @@ class ProgramTracker:
             else None
         )
         self.life = ttlpolicy.ProgramLifecycle(self.programs, self.admission)
-        # the tool names each tenant may bring into the shared statistics
-        self.tool_names = TenantToolNames()
         self.pins = TreeLockPins(cache)  # by program
         self.handover = TreeLockPins(cache)  # consumed pins, by the request that consumed them
         # exported with SGLang's own metrics (``--enable-metrics``) unless TTLPOLICY_METRICS=0
@@ -482,10 +479,6 @@ class ProgramTracker:
             self._ended(self.life.abort(key), key, program=False)
             return
         tool = info.tool if info.tool is not None else self._parse_tool(req)
-        gated = self.tool_names.admit(tenant_of_program(info.program_id), tool, now)
-        if gated is None and tool is not None:
-            self.metrics.tool_names_refused += 1
-        tool = gated
         # What the host tier holds is a reload away, not a prefill: the pin is kept only when
         # it beats that reload.
         offloaded = min(path_tokens, self.host_tokens(node)) if self.host_tokens else 0

@@ -61,12 +61,10 @@ from collections import OrderedDict
 from typing import Any
 
 import ttlpolicy
-from ttlpolicy.ids import tenant_of as tenant_of_program
 from ttlpolicy.pin_claims import PinClaim, claim_pin
 from ttlpolicy.prefill_sample import step_prefill_sample
 from ttlpolicy.serving import AdapterMetrics, EngineKnobs, exporter_or_none
 from ttlpolicy.serving.inferred import InferredPrograms, count_link
-from ttlpolicy.serving.tool_names import TenantToolNames
 from ttlpolicy.toolcalls import tool_name as parse_tool_name
 
 from . import program_hints
@@ -156,8 +154,6 @@ class TTLScheduler(Scheduler):
             else None
         )
         self.life = ttlpolicy.ProgramLifecycle(self.programs, self.admission)
-        # the tool names each tenant may bring into the shared statistics
-        self.tool_names = TenantToolNames()
         self.eviction = NextUseOrder(pool) if cfg.evict_by_next_use else None
         # blocks went back to the free queue since it was ordered (vLLM appends them at its
         # tail, where LRU takes them last): a request freed, or a pin released
@@ -505,7 +501,7 @@ class TTLScheduler(Scheduler):
             key,
             now,
             min(len(blocks), self.total_blocks),
-            tool=self._library_tool(pid, tool, now),
+            tool=tool,
             last_turn=info.last_turn,
             cache_miss_cost_s=miss_s,
             prefix_tokens=prefix_tokens,
@@ -556,13 +552,6 @@ class TTLScheduler(Scheduler):
         released = self.pins.release(program_id) > 0
         self._eviction_stale |= released
         return released
-
-    def _library_tool(self, program_id: str, tool: str | None, now: float) -> str | None:
-        """The tool name the library is told: ``tool``, or None past its tenant's share."""
-        gated = self.tool_names.admit(tenant_of_program(program_id), tool, now)
-        if gated is None and tool is not None:
-            self.ttl_metrics.tool_names_refused += 1
-        return gated
 
     def _parse_tool(self, request: Request) -> str | None:
         if not self._tokenizer_loaded:
