@@ -144,6 +144,9 @@ pub struct ToolHistory {
     window: usize,
     max_tools: usize,
     max_tools_per_tenant: usize,
+    /// The shared tenant's (`""`) tools: kept apart, so its lookups hash one name only.
+    shared: TenantTools,
+    /// The other tenants' tools; a tenant with none is not kept.
     tenants: IdMap<Box<str>, TenantTools>,
     slots: Vec<Slot>,
     /// Least recently observed first.
@@ -173,6 +176,7 @@ impl ToolHistory {
             window,
             max_tools,
             max_tools_per_tenant,
+            shared: TenantTools::default(),
             tenants: IdMap::default(),
             slots: Vec::new(),
             recency: IndexList::new(),
@@ -196,15 +200,34 @@ impl ToolHistory {
         self.max_tools_per_tenant
     }
 
+    fn tenant(&self, tenant: &str) -> Option<&TenantTools> {
+        if tenant.is_empty() {
+            Some(&self.shared)
+        } else {
+            self.tenants.get(tenant)
+        }
+    }
+
+    /// `tenant`'s tools, mutable (fields apart, so that the slots stay borrowable).
+    fn tenant_mut<'a>(
+        shared: &'a mut TenantTools,
+        tenants: &'a mut IdMap<Box<str>, TenantTools>,
+        tenant: &str,
+    ) -> Option<&'a mut TenantTools> {
+        if tenant.is_empty() {
+            Some(shared)
+        } else {
+            tenants.get_mut(tenant)
+        }
+    }
+
     /// Record one duration of `tenant`'s `tool` (None: unknown tool, global window only).
     pub fn observe(&mut self, tenant: &str, tool: Option<&str>, duration_s: f64) -> Result<()> {
         check_tenant(tenant)?;
         let d = non_negative("duration_s", duration_s)?;
         if let Some(tool) = tool {
             let key = tool_key(tool);
-            let found = self
-                .tenants
-                .get_mut(tenant)
+            let found = Self::tenant_mut(&mut self.shared, &mut self.tenants, tenant)
                 .and_then(|t| t.names.get(key).copied().map(|slot| (t, slot)));
             let slot = match found {
                 Some((t, slot)) => {
@@ -264,10 +287,10 @@ impl ToolHistory {
         s.tenant = tenant.into();
         s.key = key.into();
         self.recency.push_back(&mut self.slots, slot);
-        if !self.tenants.contains_key(tenant) {
+        if !tenant.is_empty() && !self.tenants.contains_key(tenant) {
             self.tenants.insert(tenant.into(), TenantTools::default());
         }
-        let t = self.tenants.get_mut(tenant).expect("inserted above");
+        let t = Self::tenant_mut(&mut self.shared, &mut self.tenants, tenant).expect("kept above");
         t.names.insert(key.into(), slot);
         t.own.push_back(&mut self.slots, slot);
         slot
@@ -280,13 +303,11 @@ impl ToolHistory {
         let s = &mut self.slots[slot as usize];
         let (tenant, key) = (std::mem::take(&mut s.tenant), std::mem::take(&mut s.key));
         s.window.clear();
-        let t = self
-            .tenants
-            .get_mut(&*tenant)
+        let t = Self::tenant_mut(&mut self.shared, &mut self.tenants, &tenant)
             .expect("a tracked tool's tenant");
         t.own.unlink(&mut self.slots, slot);
         t.names.remove(&*key);
-        if t.names.is_empty() {
+        if t.names.is_empty() && !tenant.is_empty() {
             self.tenants.remove(&*tenant);
         }
     }
@@ -296,8 +317,7 @@ impl ToolHistory {
         match tool {
             None => Some(&self.global),
             Some(t) => self
-                .tenants
-                .get(tenant)
+                .tenant(tenant)
                 .and_then(|tt| tt.names.get(tool_key(t)))
                 .map(|&slot| &self.slots[slot as usize].window),
         }
@@ -325,7 +345,7 @@ impl ToolHistory {
 
     /// `tenant`'s tracked tools, least recently observed first.
     pub fn tools(&self, tenant: &str) -> Vec<&str> {
-        self.tenants.get(tenant).map_or_else(Vec::new, |t| {
+        self.tenant(tenant).map_or_else(Vec::new, |t| {
             t.own
                 .iter(&self.slots)
                 .map(|slot| &*self.slots[slot as usize].key)
@@ -449,7 +469,7 @@ mod tests {
         h.observe("a", Some("t3"), 1.0).unwrap();
         h.observe("a", Some("t5"), 1.0).unwrap();
         assert_eq!(h.tools("a"), vec!["t3", "t5"]);
-        assert_eq!(h.tenants.len(), 2);
+        assert_eq!(h.tenants.len(), 1); // (a; the shared tenant is kept apart)
     }
 
     #[test]
