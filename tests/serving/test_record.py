@@ -702,6 +702,18 @@ def test_a_bad_prompt_count_holds_nothing_and_leaves_the_bound_on(
     assert rec.calls_recorded == 10 and rec.calls_dropped == 21
 
 
+@pytest.mark.parametrize("bad_s", [math.nan, None, -1.0, "1.0"])
+def test_a_bad_finish_time_never_moves_the_flush_clock(tmp_path: Path, bad_s: Any) -> None:
+    """A call whose finish time the writer refuses, filling a batch, leaves the clock of the
+    time-based flush where it was: a call 100 s later still flushes."""
+    rec = recorder(tmp_path, batch_calls=2, flush_interval_s=10.0)
+    call(rec, "p", 0.0, 1.0, 16)
+    call(rec, "p", 0.0, bad_s, 16)  # fills the batch: flushed, the bad call dropped
+    call(rec, "p", 101.0, 101.5, 16)  # 100 s after the first: due by time
+    assert rec.calls_recorded == 2 and not rec.buffer
+    rec.close()
+
+
 def test_the_batch_being_written_counts_against_the_buffer_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

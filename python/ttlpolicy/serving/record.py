@@ -272,7 +272,8 @@ class Recorder:
         self._held_in += held_bytes
         buffer.append(entry)
         if buffered + 1 >= self.batch_calls or self._flush_due(finish_s):
-            self._last_flush_s = finish_s
+            if time_problem(finish_s) is None:  # (a time the writer refuses moves nothing)
+                self._last_flush_s = finish_s
             if self._thread is not None:
                 self._wake.set()
             else:
@@ -578,13 +579,12 @@ def _locked(path: Path) -> bool:
 
 def _held_bytes(prompt_tokens: Any) -> int:
     """What a call of ``prompt_tokens`` holds until written, estimated: an int whatever the
-    engine handed (a count the writer then refuses holds nothing; no call holds more than
+    engine handed (a count the writer will refuse holds nothing; no call holds more than
     ``MAX_HELD_TOKENS``' worth), so that neither a ``TypeError`` reaches the engine nor a NaN
     turns the buffer's byte bound off."""
-    try:
-        return min(max(int(prompt_tokens), 0), MAX_HELD_TOKENS) * HELD_BYTES_PER_TOKEN
-    except (TypeError, ValueError, OverflowError):
+    if count_problem(prompt_tokens) is not None:
         return 0
+    return min(int(prompt_tokens), MAX_HELD_TOKENS) * HELD_BYTES_PER_TOKEN
 
 
 def _check_call(c: _Call) -> None:
