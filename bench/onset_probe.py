@@ -110,7 +110,7 @@ def variant_class(variant: str) -> type[AdmissionControl]:
             elapsed, cfg = t - prog.away_since_s, self.policy.config
             if elapsed > cfg.max_ttl_s:
                 return 0.0
-            samples = away_samples(self.policy, prog.tool)
+            samples = away_samples(self.policy, prog.tool, prog.tenant)
             if not samples:
                 return 1.0 - math.exp(-horizon / cfg.prior_mean_s)
             k = bisect.bisect_right(samples, elapsed)

@@ -313,7 +313,7 @@ impl PyProgramLinker {
         self.inner.point_count()
     }
 
-    /// The most turn ends kept (the oldest dropped first).
+    /// The most turn ends kept (module doc, "Bounded state": which go first).
     #[getter]
     fn max_turn_ends(&self) -> i64 {
         self.inner.max_turn_ends()
@@ -325,7 +325,7 @@ impl PyProgramLinker {
         self.inner.max_age_s()
     }
 
-    /// The most programs tracked (the least recently linked or finished forgotten first).
+    /// The most programs tracked (module doc, "Bounded state": which are forgotten first).
     #[getter]
     fn max_programs(&self) -> i64 {
         self.inner.max_programs()

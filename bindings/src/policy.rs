@@ -92,18 +92,12 @@ impl PyToolHistory {
     #[pyo3(signature = (
         window = Arg::Ok(ToolHistory::DEFAULT_WINDOW),
         max_tools = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS),
-        max_tools_per_tenant = Arg::Ok(ToolHistory::DEFAULT_MAX_TOOLS_PER_TENANT),
     ))]
-    #[pyo3(text_signature = "(window=1024, max_tools=1024, max_tools_per_tenant=64)")]
-    fn new(
-        window: Arg<i64>,
-        max_tools: Arg<i64>,
-        max_tools_per_tenant: Arg<i64>,
-    ) -> PyResult<Self> {
-        let inner = call3(
+    #[pyo3(text_signature = "(window=1024, max_tools=1024)")]
+    fn new(window: Arg<i64>, max_tools: Arg<i64>) -> PyResult<Self> {
+        let inner = call2(
             ("window", window),
             ("max_tools", max_tools),
-            ("max_tools_per_tenant", max_tools_per_tenant),
             ToolHistory::new,
         )?;
         Ok(PyToolHistory { inner })
@@ -119,12 +113,6 @@ impl PyToolHistory {
     #[getter]
     fn max_tools(&self) -> usize {
         self.inner.max_tools()
-    }
-
-    /// The most tools a tenant other than ``""`` holds.
-    #[getter]
-    fn max_tools_per_tenant(&self) -> usize {
-        self.inner.max_tools_per_tenant()
     }
 
     /// Record one duration of ``tenant``'s ``tool`` (None: unknown tool, global window

@@ -91,22 +91,17 @@ def solve_ttl(
 @final
 class ToolHistory:
     """Sliding windows of tool durations, per (tenant, tool) and global; at most
-    ``max_tools`` tools, at most ``max_tools_per_tenant`` of them a tenant's other than ``""``
-    (the tenant's own least recently observed dropped first, else the table's).  Tool names
-    are cut to 128 code points; lone surrogates become U+FFFD."""
+    ``max_tools`` tools, shared fairly among tenants (a new one replaces the table's least
+    recently observed, or its tenant's own when that tenant holds more tools than the other's).
+    Tool names are cut to 128 code points; lone surrogates become U+FFFD."""
 
     def __new__(
-        cls,
-        window: SupportsIndex = ...,
-        max_tools: SupportsIndex = ...,
-        max_tools_per_tenant: SupportsIndex = ...,
+        cls, window: SupportsIndex = ..., max_tools: SupportsIndex = ...
     ) -> ToolHistory: ...
     @property
     def window(self) -> int: ...
     @property
     def max_tools(self) -> int: ...
-    @property
-    def max_tools_per_tenant(self) -> int: ...
     def observe(self, tool: str | None, duration_s: SupportsFloat, tenant: str = "") -> None: ...
     def count(self, tool: str | None, tenant: str = "") -> int: ...
     def total_count(self) -> int: ...

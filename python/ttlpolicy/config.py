@@ -30,9 +30,6 @@ class PolicyConfig(BaseModel):
     # Tool-duration history.
     window: int = Field(1024, ge=1, le=_MAX, description="durations kept per tool and globally")
     max_tools: int = Field(1024, ge=1, le=_MAX, description="tools tracked; LRU beyond")
-    max_tools_per_tenant: int = Field(
-        64, ge=1, le=_MAX, description="tools one tenant holds; its own LRU beyond"
-    )
     min_tool_samples: int = Field(8, ge=0, le=_MAX, description="below: use the global window")
     min_total_samples: int = Field(32, ge=0, le=_MAX, description="below: exponential prior")
     prior_mean_s: float = Field(10.0, gt=0, description="prior mean tool duration (cold start)")

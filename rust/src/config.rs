@@ -79,8 +79,6 @@ pub struct PolicyConfig {
     pub window: i64,
     /// Tools tracked; least recently observed dropped beyond.
     pub max_tools: i64,
-    /// Tools one tenant other than the shared one holds; its own least recent dropped beyond.
-    pub max_tools_per_tenant: i64,
     /// Below: use the global window.
     pub min_tool_samples: i64,
     /// Below: exponential prior.
@@ -167,7 +165,6 @@ impl Default for PolicyConfig {
         PolicyConfig {
             window: ToolHistory::DEFAULT_WINDOW,
             max_tools: ToolHistory::DEFAULT_MAX_TOOLS,
-            max_tools_per_tenant: ToolHistory::DEFAULT_MAX_TOOLS_PER_TENANT,
             min_tool_samples: 8,
             min_total_samples: 32,
             prior_mean_s: 10.0,
@@ -225,7 +222,6 @@ impl PolicyConfig {
         vec![
             ("window", Int(&mut self.window)),
             ("max_tools", Int(&mut self.max_tools)),
-            ("max_tools_per_tenant", Int(&mut self.max_tools_per_tenant)),
             ("min_tool_samples", Int(&mut self.min_tool_samples)),
             ("min_total_samples", Int(&mut self.min_total_samples)),
             ("prior_mean_s", Float(&mut self.prior_mean_s)),
@@ -280,7 +276,6 @@ impl PolicyConfig {
     pub fn validate(&self) -> Result<()> {
         int_in("window", self.window, 1, MAX)?;
         int_in("max_tools", self.max_tools, 1, MAX)?;
-        int_in("max_tools_per_tenant", self.max_tools_per_tenant, 1, MAX)?;
         int_in("min_tool_samples", self.min_tool_samples, 0, MAX)?;
         int_in("min_total_samples", self.min_total_samples, 0, MAX)?;
         positive("prior_mean_s", self.prior_mean_s)?;

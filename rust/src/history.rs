@@ -2,12 +2,11 @@
 //!
 //! Per tool — a `(tenant, name)` pair, `""` the shared tenant — the last `window` durations;
 //! beside them one global window of the last `window` durations of any tool. At most
-//! `max_tools` tools are tracked, and a tenant other than `""` holds at most
-//! `max_tools_per_tenant`: a new tool of a tenant at its share replaces that tenant's least
-//! recently observed tool, else (the table full) the table's least recently observed tool is
-//! dropped. Windows are kept sorted as well as in arrival order, so a CDF lookup is a binary
-//! search and the solver scans a sorted slice. Mirrors
-//! `python/ttlpolicy/reference/history.py`, whose doc states the rules.
+//! `max_tools` tools are tracked, shared fairly: a new tool of tenant `T` in a full table
+//! replaces the table's least recently observed tool, unless `T` holds more tools than that
+//! one's tenant, then `T`'s own least recently observed. Windows are kept sorted as well as
+//! in arrival order, so a CDF lookup is a binary search and the solver scans a sorted slice.
+//! Mirrors `python/ttlpolicy/reference/history.py`, whose doc states the rules.
 
 use std::collections::VecDeque;
 
@@ -143,7 +142,6 @@ struct TenantTools {
 pub struct ToolHistory {
     window: usize,
     max_tools: usize,
-    max_tools_per_tenant: usize,
     /// The shared tenant's (`""`) tools: kept apart, so its lookups hash one name only.
     shared: TenantTools,
     /// The other tenants' tools; a tenant with none is not kept.
@@ -162,20 +160,13 @@ impl ToolHistory {
     pub const DEFAULT_WINDOW: i64 = 1024;
     /// Default `max_tools` (tools tracked; least recently observed dropped beyond).
     pub const DEFAULT_MAX_TOOLS: i64 = 1024;
-    /// Default `max_tools_per_tenant` (tools a tenant other than `""` holds).
-    pub const DEFAULT_MAX_TOOLS_PER_TENANT: i64 = 64;
-
-    /// Windows of `window` durations for at most `max_tools` tools, at most
-    /// `max_tools_per_tenant` of them a tenant's.
-    pub fn new(window: i64, max_tools: i64, max_tools_per_tenant: i64) -> Result<Self> {
+    /// Windows of `window` durations for at most `max_tools` tools.
+    pub fn new(window: i64, max_tools: i64) -> Result<Self> {
         let window = int_in("window", window, 1, MAX_WINDOW)? as usize;
         let max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)? as usize;
-        let max_tools_per_tenant =
-            int_in("max_tools_per_tenant", max_tools_per_tenant, 1, MAX_TOOLS)? as usize;
         Ok(ToolHistory {
             window,
             max_tools,
-            max_tools_per_tenant,
             shared: TenantTools::default(),
             tenants: IdMap::default(),
             slots: Vec::new(),
@@ -193,11 +184,6 @@ impl ToolHistory {
     /// Tools tracked at most.
     pub fn max_tools(&self) -> usize {
         self.max_tools
-    }
-
-    /// Tools a tenant other than `""` holds at most.
-    pub fn max_tools_per_tenant(&self) -> usize {
-        self.max_tools_per_tenant
     }
 
     fn tenant(&self, tenant: &str) -> Option<&TenantTools> {
@@ -253,22 +239,10 @@ impl ToolHistory {
     }
 
     /// A slot for `tenant`'s new tool `key`, linked last in both recency lists, its window
-    /// empty: a fresh one, or the slot of the tool it replaces (the tenant's least recent
-    /// when the tenant is at its share, else the table's least recent when full).
+    /// empty: a fresh one while the table has room, else the slot of the tool it replaces
+    /// (the module doc's rule).
     fn admit(&mut self, tenant: &str, key: &str) -> u32 {
-        let own_full = !tenant.is_empty()
-            && self
-                .tenants
-                .get(tenant)
-                .is_some_and(|t| t.names.len() >= self.max_tools_per_tenant);
-        let slot = if own_full {
-            let victim = self.tenants[tenant]
-                .own
-                .front()
-                .expect("a tenant at its share");
-            self.detach(victim);
-            victim
-        } else if self.slots.len() < self.max_tools {
+        let slot = if self.slots.len() < self.max_tools {
             self.slots.push(Slot {
                 tenant: Box::default(),
                 key: Box::default(),
@@ -279,7 +253,16 @@ impl ToolHistory {
             // max_tools <= MAX_TOOLS < u32::MAX
             (self.slots.len() - 1) as u32
         } else {
-            let victim = self.recency.front().expect("max_tools >= 1 tools tracked");
+            let oldest = self.recency.front().expect("max_tools >= 1 tools tracked");
+            let theirs = self
+                .tenant(&self.slots[oldest as usize].tenant)
+                .map_or(0, |t| t.names.len());
+            let victim = match self.tenant(tenant) {
+                Some(own) if own.names.len() > theirs => {
+                    own.own.front().expect("a tenant with tools")
+                }
+                _ => oldest,
+            };
             self.detach(victim);
             victim
         };
@@ -403,7 +386,7 @@ mod tests {
 
     #[test]
     fn windows_and_global_are_capped() {
-        let mut h = ToolHistory::new(4, 8, 8).unwrap();
+        let mut h = ToolHistory::new(4, 8).unwrap();
         for i in 0..10 {
             h.observe("", Some("a"), i as f64).unwrap();
             h.observe("", None, 100.0).unwrap();
@@ -416,7 +399,7 @@ mod tests {
 
     #[test]
     fn least_recently_observed_tool_is_dropped() {
-        let mut h = ToolHistory::new(4, 2, 2).unwrap();
+        let mut h = ToolHistory::new(4, 2).unwrap();
         h.observe("", Some("a"), 1.0).unwrap();
         h.observe("", Some("b"), 2.0).unwrap();
         h.observe("", Some("a"), 3.0).unwrap(); // a is now the most recent
@@ -431,7 +414,7 @@ mod tests {
 
     #[test]
     fn tenants_keep_their_own_windows() {
-        let mut h = ToolHistory::new(4, 8, 8).unwrap();
+        let mut h = ToolHistory::new(4, 8).unwrap();
         h.observe("a", Some("bash"), 1.0).unwrap();
         h.observe("b", Some("bash"), 9.0).unwrap();
         h.observe("", Some("bash"), 5.0).unwrap();
@@ -446,35 +429,32 @@ mod tests {
     }
 
     #[test]
-    fn a_tenant_at_its_share_replaces_its_own_tools() {
-        let mut h = ToolHistory::new(4, 6, 2).unwrap();
+    fn a_tenant_holding_the_most_replaces_its_own_tools() {
+        let mut h = ToolHistory::new(4, 6).unwrap();
         h.observe("b", Some("bash"), 1.0).unwrap();
-        for (i, name) in ["t0", "t1", "t2", "t3", "t4"].iter().enumerate() {
+        for (i, name) in ["t0", "t1", "t2", "t3", "t4", "t5", "t6"]
+            .iter()
+            .enumerate()
+        {
             h.observe("a", Some(name), i as f64).unwrap();
         }
-        // a holds its last two; b's tool is untouched although a observed later.
-        assert_eq!(h.tools("a"), vec!["t3", "t4"]);
+        // The table full, a (5 tools) holds more than b (1), whose bash is the oldest: a's
+        // new names replace its own.
+        assert_eq!(h.tools("a"), vec!["t2", "t3", "t4", "t5", "t6"]);
         assert_eq!(h.tools("b"), vec!["bash"]);
-        assert_eq!(h.num_tools(), 3);
-        // The shared tenant has no share: it fills the table, and then the table's least
-        // recent tool goes (b's bash).
-        for name in ["s0", "s1", "s2"] {
-            h.observe("", Some(name), 1.0).unwrap();
-        }
-        assert_eq!(h.num_tools(), 6);
-        h.observe("", Some("s3"), 1.0).unwrap();
+        // The shared tenant is a tenant like the others: its first name, holding none, takes
+        // the table's oldest (b's bash); its next, holding 1 against a's 4, a's oldest.
+        h.observe("", Some("s0"), 1.0).unwrap();
         assert_eq!(h.tools("b"), Vec::<&str>::new());
-        assert_eq!(h.tools(""), vec!["s0", "s1", "s2", "s3"]);
-        // A tenant's last tool gone, the tenant is forgotten; refreshing moves a tool last.
-        h.observe("a", Some("t3"), 1.0).unwrap();
-        h.observe("a", Some("t5"), 1.0).unwrap();
-        assert_eq!(h.tools("a"), vec!["t3", "t5"]);
-        assert_eq!(h.tenants.len(), 1); // (a; the shared tenant is kept apart)
+        h.observe("", Some("s1"), 1.0).unwrap();
+        assert_eq!(h.tools("a"), vec!["t3", "t4", "t5", "t6"]);
+        assert_eq!(h.tools(""), vec!["s0", "s1"]);
+        assert_eq!(h.tenants.len(), 1); // (a; b forgotten, the shared tenant kept apart)
     }
 
     #[test]
     fn long_tool_names_share_their_capped_key() {
-        let mut h = ToolHistory::new(4, 4, 4).unwrap();
+        let mut h = ToolHistory::new(4, 4).unwrap();
         let base = "x".repeat(128);
         h.observe("", Some(&format!("{base}tail1")), 1.0).unwrap();
         h.observe("", Some(&format!("{base}tail2")), 2.0).unwrap();
@@ -484,7 +464,7 @@ mod tests {
 
     #[test]
     fn fraction_table_appears_when_a_window_is_full() {
-        let mut h = ToolHistory::new(3, 4, 4).unwrap();
+        let mut h = ToolHistory::new(3, 4).unwrap();
         h.observe("", Some("a"), 1.0).unwrap();
         h.observe("", None, 1.0).unwrap();
         assert_eq!(h.fractions_for(3), None);
@@ -498,14 +478,14 @@ mod tests {
 
     #[test]
     fn bad_duration_changes_nothing() {
-        let mut h = ToolHistory::new(4, 4, 4).unwrap();
+        let mut h = ToolHistory::new(4, 4).unwrap();
         for bad in [f64::NAN, f64::INFINITY, -1.0] {
             assert!(h.observe("", Some("a"), bad).is_err());
         }
         assert_eq!((h.num_tools(), h.total_count()), (0, 0));
         assert!(h.quantile("", None, 1.5).is_err());
         assert!(h.cdf("", None, -1.0).is_err());
-        assert!(ToolHistory::new(0, 1, 1).is_err());
-        assert!(ToolHistory::new(1, MAX_TOOLS + 1, 1).is_err());
+        assert!(ToolHistory::new(0, 1).is_err());
+        assert!(ToolHistory::new(1, MAX_TOOLS + 1).is_err());
     }
 }

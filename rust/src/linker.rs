@@ -12,8 +12,10 @@
 //!   program unless it is ambiguous, forgotten, or shorter than `min_depth_fraction` of the
 //!   program's latest prompt: `fork` when that program has a call running, else `continue`;
 //!   otherwise `new`;
-//! * bounded: `max_turn_ends` turn ends (oldest dropped first, and none older than
-//!   `max_age_s`), `max_programs` programs (least recent forgotten first).
+//! * bounded: `max_turn_ends` turn ends (none older than `max_age_s`) and `max_programs`
+//!   programs, shared fairly: room for a tenant's new one is made from the table's oldest
+//!   (least recent) unless the tenant holds more than that one's tenant, then from its own
+//!   oldest.
 //!
 //! ```
 //! use ttlpolicy_core::linker::{LinkKind, ProgramKey, ProgramLinker};
@@ -189,6 +191,10 @@ struct Entry {
 
 #[derive(Debug, Clone)]
 struct TurnEnd {
+    /// Its number: turn ends are numbered in the order they are recorded.
+    no: u64,
+    /// Dropped (its points let go), but still in `turn_ends` until compacted or popped.
+    dropped: bool,
     tenant: u64,
     program: u64,
     time_s: f64,
@@ -200,6 +206,14 @@ struct Tenant {
     name: Arc<str>,
     /// Programs and turn ends of the tenant: forgotten at 0.
     refs: u64,
+    /// Its programs held.
+    programs: u64,
+    /// Its programs by last use, least recent first, stale entries as in `order`.
+    order: VecDeque<(u64, u64)>,
+    /// Its turn ends held.
+    live_ends: u64,
+    /// Its turn ends' numbers, oldest first; a dropped one's is stale.
+    ends: VecDeque<u64>,
 }
 
 /// Tells a call's program from its prompt (see the module doc).
@@ -214,7 +228,12 @@ pub struct ProgramLinker {
     tenant_refs: IdMap<u64, Tenant>,
     next_tenant: u64,
     index: IdMap<(u64, u64), Entry>,
+    /// Turn ends, oldest first (so by number); dropped ones stay until they reach the front
+    /// or are compacted away once they outnumber the held ones.
     turn_ends: VecDeque<TurnEnd>,
+    /// Turn ends held (not dropped).
+    live_ends: usize,
+    next_end: u64,
     programs: IdMap<u64, Program>,
     /// Programs by last use, least recent first: (sequence number, serial). An entry whose
     /// program is gone or used since (its `seq` moved on) is stale: skipped, and dropped when
@@ -260,6 +279,8 @@ impl ProgramLinker {
             next_tenant: 0,
             index: IdMap::default(),
             turn_ends: VecDeque::new(),
+            live_ends: 0,
+            next_end: 0,
             programs: IdMap::default(),
             order: VecDeque::new(),
             named: IdMap::default(),
@@ -435,8 +456,8 @@ impl ProgramLinker {
         }
     }
 
-    /// Records a turn end of program `serial` (tenant `t`) at `points`, the oldest turn ends
-    /// dropped first to keep at most `max_turn_ends`.
+    /// Records a turn end of program `serial` (tenant `t`) at `points`, dropping turn ends
+    /// to keep at most `max_turn_ends` (module doc, "Bounded state").
     fn record_turn_end(&mut self, t: u64, serial: u64, points: Vec<u64>, now: f64) {
         // (counted first: making room must not forget this program; `finished` has just
         // made it the most recent)
@@ -444,8 +465,9 @@ impl ProgramLinker {
             .get_mut(&serial)
             .expect("a known program")
             .turn_ends += 1;
-        while self.turn_ends.len() as i64 >= self.max_turn_ends {
-            self.drop_oldest();
+        while self.live_ends as i64 >= self.max_turn_ends {
+            let at = self.end_to_drop(t);
+            self.drop_end(at);
         }
         for &h in &points {
             self.index
@@ -463,12 +485,20 @@ impl ProgramLinker {
                 });
         }
         self.tenant_ref(t, 1);
+        let no = self.next_end;
+        self.next_end += 1;
         self.turn_ends.push_back(TurnEnd {
+            no,
+            dropped: false,
             tenant: t,
             program: serial,
             time_s: now,
             hashes: points.into_boxed_slice(),
         });
+        self.live_ends += 1;
+        let own = self.tenant_refs.get_mut(&t).expect("held above");
+        own.ends.push_back(no);
+        own.live_ends += 1;
     }
 
     /// The program is done: forgotten. `Ok(false)`: it was not known.
@@ -497,7 +527,7 @@ impl ProgramLinker {
 
     /// Turn ends held.
     pub fn turn_end_count(&self) -> usize {
-        self.turn_ends.len()
+        self.live_ends
     }
 
     /// Programs held.
@@ -600,19 +630,60 @@ impl ProgramLinker {
 
     fn advance(&mut self, now: f64) {
         self.now = now;
-        while self
-            .turn_ends
-            .front()
-            .is_some_and(|e| now - e.time_s > self.max_age_s)
-        {
-            self.drop_oldest();
+        while let Some(e) = self.oldest_end() {
+            if now - e.time_s <= self.max_age_s {
+                break;
+            }
+            self.drop_end(0);
         }
     }
 
-    fn drop_oldest(&mut self) {
-        let Some(end) = self.turn_ends.pop_front() else {
-            return;
+    /// The oldest turn end held, at the front of `turn_ends` (dropped ones before it let go).
+    fn oldest_end(&mut self) -> Option<&TurnEnd> {
+        while self.turn_ends.front().is_some_and(|e| e.dropped) {
+            self.turn_ends.pop_front();
+        }
+        self.turn_ends.front()
+    }
+
+    /// Where in `turn_ends` the turn end that makes room for one of tenant `t` is (module
+    /// doc, "Bounded state").
+    fn end_to_drop(&mut self, t: u64) -> usize {
+        let oldest = self.oldest_end().expect("a full table").tenant;
+        let theirs = self.tenant_refs[&oldest].live_ends;
+        let own = self.tenant_refs.get_mut(&t).expect("a held tenant");
+        if own.live_ends > theirs {
+            while let Some(&no) = own.ends.front() {
+                match end_at(&self.turn_ends, no) {
+                    Some(at) => return at,
+                    None => own.ends.pop_front(),
+                };
+            }
+            unreachable!("a tenant holding turn ends has a front one");
+        }
+        0
+    }
+
+    /// Drops the turn end at `at` in `turn_ends` (held): its points let go, its program
+    /// forgotten when that was all it held.
+    fn drop_end(&mut self, at: usize) {
+        let e = &mut self.turn_ends[at];
+        e.dropped = true;
+        let end = TurnEnd {
+            hashes: std::mem::take(&mut e.hashes),
+            ..*e
         };
+        self.live_ends -= 1;
+        let turn_ends = &mut self.turn_ends;
+        compact(turn_ends, self.live_ends, |e| !e.dropped);
+        let own = self
+            .tenant_refs
+            .get_mut(&end.tenant)
+            .expect("a held tenant");
+        own.live_ends -= 1;
+        compact(&mut own.ends, own.live_ends as usize, |&no| {
+            end_at(turn_ends, no).is_some()
+        });
         for &h in end.hashes.iter() {
             let key = (end.tenant, h);
             let e = self
@@ -645,20 +716,40 @@ impl ProgramLinker {
         if let Some(name) = prog.name {
             self.named.remove(&(prog.tenant, name));
         }
+        let own = self
+            .tenant_refs
+            .get_mut(&prog.tenant)
+            .expect("a held tenant");
+        own.programs -= 1;
+        let programs = &self.programs;
+        compact(&mut own.order, own.programs as usize, |&(seq, serial)| {
+            is_current(programs, seq, serial)
+        });
         self.tenant_ref(prog.tenant, -1);
+    }
+
+    /// The program that makes room for one of tenant `t` (module doc, "Bounded state").
+    fn program_to_forget(&mut self, t: u64) -> u64 {
+        let oldest = front_program(&mut self.order, &self.programs).expect("a full table");
+        let theirs = self.tenant_refs[&self.programs[&oldest].tenant].programs;
+        let own = self.tenant_refs.get_mut(&t).expect("a held tenant");
+        if own.programs > theirs {
+            return front_program(&mut own.order, &self.programs).expect("a tenant's program");
+        }
+        oldest
     }
 
     fn new_program(&mut self, tenant: u64, name: Option<Arc<str>>) -> u64 {
         // (the tenant is held first: forgetting the least recent program must not forget it)
         self.tenant_ref(tenant, 1);
         if self.programs.len() as i64 >= self.max_programs {
-            while let Some((seq, serial)) = self.order.pop_front() {
-                if is_current(&self.programs, seq, serial) {
-                    self.remove(serial);
-                    break;
-                }
-            }
+            let gone = self.program_to_forget(tenant);
+            self.remove(gone);
         }
+        self.tenant_refs
+            .get_mut(&tenant)
+            .expect("held above")
+            .programs += 1;
         let serial = self.next_serial;
         self.next_serial += 1;
         let seq = self.next_seq;
@@ -697,15 +788,22 @@ impl ProgramLinker {
         self.programs.get_mut(&serial).expect("a known program")
     }
 
-    /// `serial` was used at `seq`: its entry goes last in `order`; stale entries are dropped
-    /// once they outnumber the programs (amortized O(1) a use, `order` within twice the programs).
+    /// `serial` was used at `seq`: its entry goes last in `order` and in its tenant's; stale
+    /// entries are dropped once they outnumber the programs ([`compact`]).
     fn used(&mut self, seq: u64, serial: u64) {
         self.order.push_back((seq, serial));
-        if self.order.len() > 2 * self.programs.len() + 16 {
-            let programs = &self.programs;
-            self.order
-                .retain(|&(seq, serial)| is_current(programs, seq, serial));
-        }
+        let programs = &self.programs;
+        compact(&mut self.order, programs.len(), |&(seq, serial)| {
+            is_current(programs, seq, serial)
+        });
+        let own = self
+            .tenant_refs
+            .get_mut(&programs[&serial].tenant)
+            .expect("a held tenant");
+        own.order.push_back((seq, serial));
+        compact(&mut own.order, own.programs as usize, |&(seq, serial)| {
+            is_current(programs, seq, serial)
+        });
     }
 
     /// The tenant's number (made when new; it lives while programs or turn ends hold it).
@@ -717,7 +815,17 @@ impl ProgramLinker {
         self.next_tenant += 1;
         let name: Arc<str> = Arc::from(tenant);
         self.tenants.insert(name.clone(), no);
-        self.tenant_refs.insert(no, Tenant { name, refs: 0 });
+        self.tenant_refs.insert(
+            no,
+            Tenant {
+                name,
+                refs: 0,
+                programs: 0,
+                order: VecDeque::new(),
+                live_ends: 0,
+                ends: VecDeque::new(),
+            },
+        );
         no
     }
 
@@ -733,6 +841,37 @@ impl ProgramLinker {
             self.tenants.remove(&gone.name);
         }
     }
+}
+
+/// Keeps a queue of `live` held entries and stale ones within `2 * live + 16`, and its
+/// memory within a small multiple of that: the stale entries dropped once they outnumber the
+/// held ones (amortized O(1) a push or a removal).
+fn compact<T>(queue: &mut VecDeque<T>, live: usize, held: impl FnMut(&T) -> bool) {
+    if queue.len() > 2 * live + 16 {
+        queue.retain(held);
+        if queue.capacity() > 4 * queue.len() + 64 {
+            queue.shrink_to(2 * queue.len() + 16);
+        }
+    }
+}
+
+/// The least recently used program in `order` (stale entries before it are let go).
+fn front_program(order: &mut VecDeque<(u64, u64)>, programs: &IdMap<u64, Program>) -> Option<u64> {
+    while let Some(&(seq, serial)) = order.front() {
+        if is_current(programs, seq, serial) {
+            return Some(serial);
+        }
+        order.pop_front();
+    }
+    None
+}
+
+/// Where turn end `no` is in `turn_ends`, if it is held (ordered by number: a binary search).
+fn end_at(turn_ends: &VecDeque<TurnEnd>, no: u64) -> Option<usize> {
+    turn_ends
+        .binary_search_by_key(&no, |e| e.no)
+        .ok()
+        .filter(|&at| !turn_ends[at].dropped)
 }
 
 /// Whether the recency entry (`seq`, `serial`) is its program's latest use (not stale).
@@ -839,6 +978,44 @@ mod tests {
         assert_eq!(l.point_count(), 0);
         // (the one running call's program stays)
         assert_eq!(l.program_count(), 1);
+    }
+
+    #[test]
+    fn a_flooding_tenant_churns_its_own_share() {
+        let mut l = ProgramLinker::new(8, 1e6, 8, 0.9).unwrap();
+        let b: Vec<Vec<u64>> = (1..=2u64)
+            .map(|i| (i * 1000..i * 1000 + 40).collect())
+            .collect();
+        let keys: Vec<ProgramKey> = b.iter().map(|p| run(&mut l, "b", p, 0.0).program).collect();
+        for i in 0..50u64 {
+            let p: Vec<u64> = (100_000 + i * 1000..100_040 + i * 1000).collect();
+            run(&mut l, "a", &p, 1.0 + i as f64);
+        }
+        assert_eq!((l.program_count(), l.turn_end_count()), (8, 8));
+        for (p, k) in b.iter().zip(&keys) {
+            let next: Vec<u64> = p.iter().copied().chain([7]).collect();
+            let link = l.link("b", &mut &next[..], 60.0, None).unwrap();
+            assert_eq!((link.kind, &link.program), (LinkKind::Continue, k));
+        }
+    }
+
+    #[test]
+    fn a_tenants_queues_shrink_with_what_it_holds() {
+        let mut l = ProgramLinker::new(1 << 12, 1e6, 1 << 12, 0.9).unwrap();
+        let names: Vec<ProgramKey> = (0..2000)
+            .map(|i| ProgramKey::Named(Arc::from(format!("p{i}"))))
+            .collect();
+        let p: Vec<u64> = (1..=8).collect();
+        for k in &names {
+            l.finished("a", k, &mut &p[..], 0.0, None).unwrap();
+        }
+        // every program but the last ended; the tenant lives on in its turn ends
+        for k in &names[..1999] {
+            assert!(l.end_program("a", k).unwrap());
+        }
+        let a = &l.tenant_refs[&l.tenants["a"]];
+        assert_eq!(a.programs, 1);
+        assert!(a.order.len() <= 18 && a.order.capacity() <= 4 * 18 + 64);
     }
 
     #[test]

@@ -152,11 +152,7 @@ impl TTLPolicy {
     pub fn new(config: PolicyConfig) -> Result<TTLPolicy> {
         config.validate()?;
         Ok(TTLPolicy {
-            history: ToolHistory::new(
-                config.window,
-                config.max_tools,
-                config.max_tools_per_tenant,
-            )?,
+            history: ToolHistory::new(config.window, config.max_tools)?,
             eta_estimator: EtaEstimator::with_clip(
                 config.eta_window_programs,
                 config.eta_min_programs,

@@ -101,7 +101,6 @@ def configs(draw: Any) -> PolicyConfig:
     return PolicyConfig(
         window=window,
         max_tools=draw(st.integers(1, 3)),
-        max_tools_per_tenant=draw(st.integers(1, 3)),
         min_tool_samples=draw(st.integers(0, window)),
         min_total_samples=draw(st.one_of(st.integers(0, window), st.integers(0, 10))),
         prior_mean_s=draw(st.floats(0.1, 50.0)),
@@ -169,9 +168,9 @@ history_ops = st.one_of(
 )
 
 
-@given(st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), st.lists(history_ops, max_size=60))
-def test_history_sequences_agree(backends, window, max_tools, per_tenant, ops) -> None:
-    ref, nat = (b.ToolHistory(window, max_tools, per_tenant) for b in backends)
+@given(st.integers(1, 6), st.integers(1, 4), st.lists(history_ops, max_size=60))
+def test_history_sequences_agree(backends, window, max_tools, ops) -> None:
+    ref, nat = (b.ToolHistory(window, max_tools) for b in backends)
     for i, op in enumerate(ops):
         assert_same(apply(ref, op), apply(nat, op), f"op {i} {op!r}")
     for who in ("", "t1", "t2"):

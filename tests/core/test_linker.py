@@ -196,6 +196,50 @@ def test_programs_are_bounded_least_recent_first(impl):
     assert linker.finished(TENANT, a.program, [1, 2], 3.0) is False
 
 
+def test_a_tenant_flooding_new_programs_churns_its_own_share(impl):
+    """8 programs and 8 turn ends in all: tenant "b"'s two programs, least recent of all,
+    still continue after "a" started 50 new ones (room was made from "a"'s own once it held
+    as many as "b"); "a"'s latest still continue, its earliest start anew."""
+    linker = impl.ProgramLinker(max_turn_ends=8, max_programs=8)
+    b_prompts = [fresh(1000 * (i + 1), 40) for i in range(2)]
+    b_keys = [turn(linker, p, 0.0, tenant="b").program for p in b_prompts]
+    a_prompts = [fresh(100_000 + 1000 * i, 40) for i in range(50)]
+    a_keys = [turn(linker, p, 1.0 + i, tenant="a").program for i, p in enumerate(a_prompts)]
+    assert (linker.program_count, linker.turn_end_count) == (8, 8)
+    for p, k in zip(b_prompts, b_keys, strict=True):
+        assert (linker.link("b", [*p, 7], 60.0).kind, k) == ("continue", k)
+    assert linker.link("a", [*a_prompts[-1], 7], 60.0).program == a_keys[-1]
+    assert linker.link("a", [*a_prompts[0], 7], 60.0).kind == "new"
+
+
+def test_a_smaller_tenants_new_program_takes_room_from_the_larger(impl):
+    """The table full of "a"'s programs: "b"'s new one takes the room of "a"'s least
+    recent (b holds fewer), and so does the next while b still holds fewer."""
+    linker = impl.ProgramLinker(max_turn_ends=100, max_programs=4)
+    a_keys = [turn(linker, fresh(1000 * (i + 1), 20), float(i), tenant="a").program
+              for i in range(4)]  # fmt: skip
+    b_keys = [turn(linker, fresh(50_000 + 1000 * i, 20), 10.0 + i, tenant="b").program
+              for i in range(2)]  # fmt: skip
+    gone = [linker.finished(who, k, [1], 12.0) is False
+            for who, keys in (("a", a_keys), ("b", b_keys)) for k in keys]  # fmt: skip
+    assert gone == [True, True, False, False, False, False]
+
+
+def test_a_fork_never_pushes_out_its_own_parent(impl):
+    """Two programs in all, one each of "u" and "t": t's fork (t's program has a call
+    running) takes the room of u's idle program, not of its parent, which t's one program is
+    (a review's case: with ties going to the tenant's own, the parent was forgotten)."""
+    linker = impl.ProgramLinker(max_turn_ends=100, max_programs=2)
+    pu, pt = fresh(1000, 40), fresh(5000, 40)
+    u = turn(linker, pu, 0.0, tenant="u")
+    t = turn(linker, pt, 1.0, tenant="t")
+    assert linker.link("t", [*pt, 1], 2.0).program == t.program  # running now
+    fork = linker.link("t", [*pt, 2], 3.0)
+    assert (fork.kind, fork.parent) == ("fork", t.program)
+    assert linker.running("t", t.program) == 1
+    assert linker.finished("u", u.program, pu, 4.0) is False
+
+
 def test_the_least_recent_program_goes_after_many_uses_of_the_others(impl):
     # (hundreds of uses of two programs between b's only use and the next new program)
     linker = impl.ProgramLinker(max_programs=3)

@@ -1,5 +1,5 @@
 """The Rust core's ProgramLinker against the reference: random traffic of chained prompts
-(programs that extend, re-render, rewrite and share prefixes, from two tenants, with
+(programs that extend, re-render, rewrite and share prefixes, from three tenants, with
 explicit ids mixed in, bad input among them), every answer, error and count alike."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_linkers_agree_on_random_traffic(backends, ops, bounds):
         # mostly a recently finished call's prompt, whose continuation links
         pool = recorded if recorded and seed % 3 else prompts
         base = pool[-1 - seed % min(3, len(pool))]
-        tenant = "a" if seed % 5 else "b"
+        tenant = "aaabc"[seed % 5]  # (three tenants of unequal traffic: the shares' rule)
         cut = len(base) - (seed >> 3) % 4 if seed % 7 == 0 else len(base)  # a re-render
         prompt = base[: max(0, cut)] + [next(fresh) for _ in range((seed >> 5) % 40)]
         prompts.append(prompt)

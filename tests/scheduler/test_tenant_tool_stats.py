@@ -33,20 +33,34 @@ def returns(s, pid: str, tool: str | None, t: float, gap_s: float = 1.0) -> floa
     return back + 0.2
 
 
-def test_a_flood_of_names_churns_only_its_own_share(impl) -> None:
-    """8 names in the table: tenant A returning from 40 new names keeps its last 4 (its
-    share) and tenant B's ``bash`` stays; with a share as large as the table, A's names push
-    B's out (what the share is for)."""
-    kept = []
-    for share in (4, 8):
-        policy = impl.TTLPolicy(PolicyConfig(max_tools=8, max_tools_per_tenant=share))
+def test_a_flood_of_names_churns_only_its_own_tools(impl) -> None:
+    """8 names in the table: tenant A — or the shared namespace, a tenant like the others —
+    returning from 40 new names pushes B's ``bash`` out of it only while A holds no more tools
+    than B; past that A's names replace its own, its last 7 kept."""
+    for flooder in (A, ""):
+        policy = impl.TTLPolicy(PolicyConfig(max_tools=8))
         s = impl.ProgramScheduler(policy, 100, 10)
         t = returns(s, program_key(B, "b"), "bash", 0.0)
         for i in range(40):
-            t = returns(s, program_key(A, f"a{i}"), f"tool-{i}", t)
-        kept.append((policy.tool_count("bash", B), len({f"tool-{i}" for i in range(40)
-                     if policy.tool_count(f"tool-{i}", A)})))  # fmt: skip
-    assert kept == [(1, 4), (0, 8)]
+            pid = program_key(flooder, f"a{i}") if flooder else f"a{i}"
+            t = returns(s, pid, f"tool-{i}", t)
+        kept = [i for i in range(40) if policy.tool_count(f"tool-{i}", flooder)]
+        assert (policy.tool_count("bash", B), kept) == (1, list(range(33, 40)))
+
+
+def test_a_smaller_tenants_new_name_takes_room_from_the_larger(impl) -> None:
+    """The table full of A's names: B's new names take the room of A's least recent while B
+    holds no more than A (B's fifth, at 4 against 4, still does), then B's own."""
+    policy = impl.TTLPolicy(PolicyConfig(max_tools=8))
+    s = impl.ProgramScheduler(policy, 100, 10)
+    t = 0.0
+    for i in range(8):
+        t = returns(s, program_key(A, f"a{i}"), f"a-tool-{i}", t)
+    for i in range(8):
+        t = returns(s, program_key(B, f"b{i}"), f"b-tool-{i}", t)
+    held = [sum(1 for i in range(8) if policy.tool_count(f"{who}-tool-{i}", key))
+            for who, key in (("a", A), ("b", B))]  # fmt: skip
+    assert held == [3, 5]
 
 
 def test_gaps_feed_their_tenants_window_only(impl) -> None:

@@ -11,12 +11,12 @@ the shared namespace of requests that name no tenant.  The global window is ever
 (the fallback of a tool with few samples: design.md, "Security and tenancy").
 
 **Bounds.** Tool names are client input (the model's output, which the prompt steers), so at
-most ``max_tools`` tools are tracked, and a tenant other than ``""`` holds at most
-``max_tools_per_tenant`` of them.  A new tool of a tenant at its share replaces that
-tenant's least recently observed tool; else, with the table full, the table's least
-recently observed tool is dropped.  So a tenant returning from many new names churns its
-own tools, and pushing another tenant's tool out takes ``max_tools / max_tools_per_tenant``
-tenants.
+most ``max_tools`` tools are tracked, shared fairly among tenants (``""`` one of them): a new
+tool of tenant ``T`` in a full table replaces the table's least recently observed tool —
+unless ``T`` holds more tools than that one's tenant, then ``T``'s own least recently observed.
+So a tenant returning from many new names pushes out only the tools of tenants that hold
+more than it does, and once it holds the most it churns its own.  (The linker shares its
+bounds by the same rule, ``linker``.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from ._sync import synchronized
 
 MAX_WINDOW = 1 << 20
 MAX_TOOLS = 1 << 20
-DEFAULT_MAX_TOOLS_PER_TENANT = 64
 
 
 def back_within(sorted_s: list[float], elapsed_s: float, horizon_s: float) -> tuple[int, int]:
@@ -91,16 +90,9 @@ class ToolHistory:
     """Sliding windows of tool durations, per (tenant, tool) and global, with caps on tracked
     tools (see the module doc)."""
 
-    def __init__(
-        self,
-        window: int = 1024,
-        max_tools: int = 1024,
-        max_tools_per_tenant: int = DEFAULT_MAX_TOOLS_PER_TENANT,
-    ) -> None:
+    def __init__(self, window: int = 1024, max_tools: int = 1024) -> None:
         self._window = int_in("window", window, 1, MAX_WINDOW)
         self._max_tools = int_in("max_tools", max_tools, 1, MAX_TOOLS)
-        self._max_tools_per_tenant = int_in("max_tools_per_tenant", max_tools_per_tenant, 1,
-                                            MAX_TOOLS)  # fmt: skip
         # (tenant, name) -> window, least recently observed first
         self._tools: OrderedDict[tuple[str, str], DurationWindow] = OrderedDict()
         # tenant -> its names, least recently observed first
@@ -116,11 +108,6 @@ class ToolHistory:
     def max_tools(self) -> int:
         """The most tools tracked (tool names come from clients)."""
         return self._max_tools
-
-    @property
-    def max_tools_per_tenant(self) -> int:
-        """The most tools a tenant other than ``""`` holds."""
-        return self._max_tools_per_tenant
 
     def observe(self, tool: Any, duration_s: Any, tenant: Any = "") -> None:
         """Record one duration of ``tenant``'s ``tool`` (None: unknown tool, global window
@@ -139,11 +126,12 @@ class ToolHistory:
         self._global.push(d)
 
     def _admit(self, tenant: str, key: str) -> DurationWindow:
-        own = self._tenants.get(tenant)
-        if tenant and own is not None and len(own) >= self._max_tools_per_tenant:
-            self._drop(tenant, next(iter(own)))
-        elif len(self._tools) >= self._max_tools:
-            self._drop(*next(iter(self._tools)))
+        if len(self._tools) >= self._max_tools:  # room, as the module doc says
+            oldest = next(iter(self._tools))
+            own = self._tenants.get(tenant)
+            if own is not None and len(own) > len(self._tenants[oldest[0]]):
+                oldest = (tenant, next(iter(own)))
+            self._drop(*oldest)
         own = self._tenants.setdefault(tenant, OrderedDict())
         own[key] = None
         w = self._tools[(tenant, key)] = DurationWindow(self._window)

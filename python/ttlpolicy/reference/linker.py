@@ -68,14 +68,19 @@ other, so a call without an id that continues a named program's turn links to it
 ``finished`` with no hashes, for an aborted call: nothing recorded).  ``end_program`` forgets a
 program; a call matching its turn ends is ``new``.
 
-**Bounded state.** At most ``max_turn_ends`` turn ends (the oldest dropped first), none older
-than ``max_age_s`` (dropped at the next call whose ``now`` is later than its time plus
-``max_age_s``), each with at most ``2 * RECORD_PER_LEVEL * 41`` index points; at most
-``max_programs`` programs, the least recently linked or finished forgotten first; a program
-with no turn end and no running call is forgotten.  Tenants: every key holds the tenant, so a
-copy of another tenant's prompt matches nothing of that tenant, and a prompt crafted to match
-many turns costs one lookup's probes.  (The bounds are shared by the tenants: one that floods
-new programs pushes the least recent of the others out; they then link as new.)  Hashes:
+**Bounded state.** At most ``max_turn_ends`` turn ends, none older than ``max_age_s`` (dropped
+at the next call whose ``now`` is later than its time plus ``max_age_s``), each with at most
+``2 * RECORD_PER_LEVEL * 41`` index points; at most ``max_programs`` programs; a program with
+no turn end and no running call is forgotten.  Tenants: every key holds the tenant, so a copy
+of another tenant's prompt matches nothing of that tenant, and a prompt crafted to match many
+turns costs one lookup's probes.  **The bounds are shared fairly**: when a new program (turn
+end) of tenant ``T`` finds its table full, what goes is the least recently used program
+(oldest turn end) of the whole table — unless ``T`` holds more than that one's tenant does,
+when it is ``T``'s own least recent program (oldest turn end).  So a tenant flooding new
+programs pushes out only those of tenants holding more than it, and once it holds the most it
+churns its own: the others keep linking.  (Many tenants flooding at once still share the
+table with everyone.  "More", not "as many": a fork's parent, just used, would otherwise be
+what its fork pushes out when its tenant holds that one program.)  Hashes:
 ints in ``[-2**63, 2**64)``, read modulo ``2**64`` (signed and unsigned 64-bit ids both
 work), or ``bytes``, read as the little-endian int of their first 8 bytes (vLLM's block
 hashes, passed as they are: no Python-level conversion per probe).  Time: ``now`` never goes
@@ -213,13 +218,27 @@ class _Entry:
 
 
 class _TurnEnd:
-    __slots__ = ("hashes", "program", "tenant", "time_s")
+    __slots__ = ("dropped", "hashes", "program", "tenant", "time_s")
 
     def __init__(self, tenant: str, program: int, time_s: float, hashes: list[int]) -> None:
         self.tenant = tenant
         self.program = program
         self.time_s = time_s
         self.hashes = hashes
+        self.dropped = False  # (dropped: still in a queue until it reaches its front)
+
+
+class _Tenant:
+    """A tenant's share of the bounded state: its programs, least recently used first, and its
+    turn ends, oldest first (dropped ones skipped)."""
+
+    __slots__ = ("ends", "live_ends", "peak", "programs")
+
+    def __init__(self) -> None:
+        self.programs: OrderedDict[int, None] = OrderedDict()
+        self.peak = 0  # the most programs held since ``programs`` was made (its table's size)
+        self.ends: deque[_TurnEnd] = deque()
+        self.live_ends = 0
 
 
 def _reader(field: str, hashes: Any) -> tuple[int, Callable[[int], int]]:
@@ -277,8 +296,10 @@ class ProgramLinker:
                 f"min_depth_fraction must be in [0, 1], got {self._min_depth_fraction!r}"
             )
         self._index: dict[tuple[str, int], _Entry] = {}
-        self._turn_ends: deque[_TurnEnd] = deque()  # oldest first
+        self._turn_ends: deque[_TurnEnd] = deque()  # oldest first (dropped ones skipped)
+        self._live_ends = 0  # turn ends kept (not dropped)
         self._programs: OrderedDict[int, _Program] = OrderedDict()  # least recent first
+        self._tenants: dict[str, _Tenant] = {}  # tenants holding a program or a turn end
         self._named: dict[tuple[str, str], int] = {}
         self._next_serial = 1
         self._now = -float("inf")
@@ -361,8 +382,8 @@ class ProgramLinker:
             self._forget_if_idle(serial)
             return True
         prog.turn_ends += 1  # (counted first: making room must not forget this program)
-        while len(self._turn_ends) >= self._max_turn_ends:
-            self._drop_oldest()
+        while self._live_ends >= self._max_turn_ends:
+            self._drop(self._end_to_drop(t))
         for h in points:
             e = self._index.get((t, h))
             if e is None:
@@ -371,7 +392,12 @@ class ProgramLinker:
                 e.refs += 1
                 e.ambiguous = e.ambiguous or e.program != serial
                 e.time_s = now_s
-        self._turn_ends.append(_TurnEnd(t, serial, now_s, points))
+        recorded = _TurnEnd(t, serial, now_s, points)
+        self._turn_ends.append(recorded)
+        own = self._tenant(t)
+        own.ends.append(recorded)
+        own.live_ends += 1
+        self._live_ends += 1
         prog.context_blocks = n
         prog.prompt_blocks = k
         return True
@@ -397,7 +423,7 @@ class ProgramLinker:
     @property
     def turn_end_count(self) -> int:
         """Turn ends kept."""
-        return len(self._turn_ends)
+        return self._live_ends
 
     @property
     def program_count(self) -> int:
@@ -411,7 +437,7 @@ class ProgramLinker:
 
     @property
     def max_turn_ends(self) -> int:
-        """The most turn ends kept (the oldest dropped first)."""
+        """The most turn ends kept (module doc, "Bounded state": which go first)."""
         return self._max_turn_ends
 
     @property
@@ -421,7 +447,7 @@ class ProgramLinker:
 
     @property
     def max_programs(self) -> int:
-        """The most programs tracked (the least recently linked or finished forgotten first)."""
+        """The most programs tracked (module doc, "Bounded state": which are forgotten first)."""
         return self._max_programs
 
     @property
@@ -468,11 +494,26 @@ class ProgramLinker:
 
     def _advance(self, now_s: float) -> None:
         self._now = now_s
-        while self._turn_ends and now_s - self._turn_ends[0].time_s > self._max_age_s:
-            self._drop_oldest()
+        while self._live_ends and now_s - _front(self._turn_ends).time_s > self._max_age_s:
+            self._drop(_front(self._turn_ends))
 
-    def _drop_oldest(self) -> None:
-        end = self._turn_ends.popleft()
+    def _end_to_drop(self, tenant: str) -> _TurnEnd:
+        """The turn end that makes room for one of ``tenant`` (module doc, "Bounded state")."""
+        oldest = _front(self._turn_ends)
+        own = self._tenants.get(tenant)
+        if own is not None and own.live_ends > self._tenants[oldest.tenant].live_ends:
+            return _front(own.ends)
+        return oldest
+
+    def _drop(self, end: _TurnEnd) -> None:
+        end.dropped = True
+        self._live_ends -= 1
+        if len(self._turn_ends) > 2 * self._live_ends + 16:  # (dropped ones within bounds)
+            self._turn_ends = deque(e for e in self._turn_ends if not e.dropped)
+        own = self._tenants[end.tenant]
+        own.live_ends -= 1
+        if len(own.ends) > 2 * own.live_ends + 16:
+            own.ends = deque(e for e in own.ends if not e.dropped)
         for h in end.hashes:
             e = self._index[(end.tenant, h)]
             e.refs -= 1
@@ -482,6 +523,7 @@ class ProgramLinker:
         if prog is not None:
             prog.turn_ends -= 1
             self._forget_if_idle(end.program)
+        self._release(end.tenant)
 
     def _forget_if_idle(self, serial: int) -> None:
         prog = self._programs[serial]
@@ -492,17 +534,55 @@ class ProgramLinker:
         prog = self._programs.pop(serial)
         if prog.name is not None:
             del self._named[(prog.tenant, prog.name)]
+        own = self._tenants[prog.tenant]
+        del own.programs[serial]
+        if own.peak > 64 and 4 * len(own.programs) < own.peak:  # (a dict never shrinks)
+            own.programs, own.peak = OrderedDict(own.programs), len(own.programs)
+        self._release(prog.tenant)
 
     def _new_program(self, tenant: str, name: str | None) -> int:
         if len(self._programs) >= self._max_programs:
-            self._remove(next(iter(self._programs)))
+            self._remove(self._program_to_forget(tenant))
         serial = self._next_serial
         self._next_serial += 1
         self._programs[serial] = _Program(tenant, name)
+        own = self._tenant(tenant)
+        own.programs[serial] = None
+        own.peak = max(own.peak, len(own.programs))
         if name is not None:
             self._named[(tenant, name)] = serial
         return serial
 
     def _touch(self, serial: int) -> _Program:
         self._programs.move_to_end(serial)
-        return self._programs[serial]
+        prog = self._programs[serial]
+        self._tenants[prog.tenant].programs.move_to_end(serial)
+        return prog
+
+    def _program_to_forget(self, tenant: str) -> int:
+        """The program that makes room for one of ``tenant`` (module doc, "Bounded state")."""
+        oldest = next(iter(self._programs))
+        own = self._tenants.get(tenant)
+        theirs = self._tenants[self._programs[oldest].tenant]
+        if own is not None and len(own.programs) > len(theirs.programs):
+            return next(iter(own.programs))
+        return oldest
+
+    def _tenant(self, tenant: str) -> _Tenant:
+        own = self._tenants.get(tenant)
+        if own is None:
+            own = self._tenants[tenant] = _Tenant()
+        return own
+
+    def _release(self, tenant: str) -> None:
+        """Forget ``tenant``'s share once it holds nothing."""
+        own = self._tenants.get(tenant)
+        if own is not None and not own.programs and not own.live_ends:
+            del self._tenants[tenant]
+
+
+def _front(ends: deque[_TurnEnd]) -> _TurnEnd:
+    """The oldest turn end kept in ``ends`` (dropped ones before it are let go)."""
+    while ends[0].dropped:
+        ends.popleft()
+    return ends[0]

@@ -66,7 +66,7 @@ class TTLPolicy:
         if not isinstance(config, PolicyConfig):
             raise TypeError(f"config must be a PolicyConfig, got {type(config).__name__}")
         self._config = config
-        self._history = ToolHistory(config.window, config.max_tools, config.max_tools_per_tenant)
+        self._history = ToolHistory(config.window, config.max_tools)
         self._eta_estimator = EtaEstimator(
             config.eta_window_programs, config.eta_min_programs, clip=config.clip_eta
         )
