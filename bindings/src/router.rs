@@ -217,7 +217,7 @@ impl PyProgramRouter {
         self.inner.max_instances()
     }
 
-    /// The most programs tracked (the least recently routed or pinned forgotten first).
+    /// The most programs tracked (shared fairly among tenants: the module doc).
     #[getter]
     fn max_programs(&self) -> i64 {
         self.inner.max_programs()

@@ -56,6 +56,7 @@ use crate::error::{Error, PyFloat, PyStr, Result};
 use crate::id_hash::IdMap;
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::check_id;
+use crate::tenants::tenant_of;
 use crate::validate::{finite, int_in};
 
 /// Instances a router holds by default.
@@ -122,8 +123,9 @@ struct Program {
 }
 
 /// Routes programs' calls over engine instances (see the module doc). Bounded: at most
-/// `max_instances` instances and `max_programs` programs (the least recently routed or
-/// pinned forgotten first).
+/// `max_instances` instances and `max_programs` programs, shared fairly among tenants (the
+/// least recently routed or pinned forgotten first, unless the new program's tenant holds
+/// more than that one's, then its own least recent).
 #[derive(Debug, Clone)]
 pub struct ProgramRouter {
     max_instances: i64,
@@ -133,6 +135,9 @@ pub struct ProgramRouter {
     programs: IdMap<Arc<str>, Program>,
     /// Programs by last use: sequence number → program.
     order: BTreeMap<u64, Arc<str>>,
+    /// Each tenant's programs (`tenant_of` their ids) by last use; a tenant with none is not
+    /// kept.
+    tenant_order: IdMap<Box<str>, BTreeMap<u64, Arc<str>>>,
     next_seq: u64,
     now: f64,
 }
@@ -227,6 +232,7 @@ impl ProgramRouter {
             index: IdMap::default(),
             programs: IdMap::default(),
             order: BTreeMap::new(),
+            tenant_order: IdMap::default(),
             next_seq: 0,
             now: f64::NEG_INFINITY,
         })
@@ -406,16 +412,22 @@ impl ProgramRouter {
         inst.reported = false;
         let mut released = Vec::new();
         let programs = &mut self.programs;
-        self.order.retain(|_, pid| {
+        self.order.retain(|&seq, pid| {
             if programs.get(pid).is_some_and(|p| p.home == i) {
                 programs.remove(pid);
-                released.push(pid.to_string());
+                released.push((seq, pid.clone()));
                 false
             } else {
                 true
             }
         });
-        Ok(released)
+        for (seq, pid) in &released {
+            self.unlist(*seq, pid);
+        }
+        Ok(released
+            .into_iter()
+            .map(|(_, pid)| pid.to_string())
+            .collect())
     }
 
     /// The instance evicted the program's context but `held_blocks` of it: if it is the
@@ -448,6 +460,7 @@ impl ProgramRouter {
         match self.programs.remove(program_id) {
             Some(prog) => {
                 self.order.remove(&prog.seq);
+                self.unlist(prog.seq, program_id);
                 Ok(true)
             }
             None => Ok(false),
@@ -612,26 +625,71 @@ impl ProgramRouter {
             .ok_or_else(|| Error::unknown("instance_id", PyStr(instance_id)))
     }
 
-    /// The program's entry, most recent now (made, forgetting the least recent when full).
+    /// The program that makes room for one of `tenant` (the reference's module doc): the
+    /// least recently used, unless `tenant` holds more programs than that one's tenant, then
+    /// its own least recently used. Its sequence number and id.
+    fn to_forget(&self, tenant: &str) -> (u64, Arc<str>) {
+        let (&seq, oldest) = self.order.first_key_value().expect("a full table");
+        let theirs = self.tenant_order[tenant_of(oldest)].len();
+        match self.tenant_order.get(tenant) {
+            Some(own) if own.len() > theirs => {
+                let (&seq, pid) = own.first_key_value().expect("a tenant with programs");
+                (seq, pid.clone())
+            }
+            _ => (seq, oldest.clone()),
+        }
+    }
+
+    /// Takes `program_id` (last used at `seq`) out of its tenant's order.
+    fn unlist(&mut self, seq: u64, program_id: &str) {
+        let tenant = tenant_of(program_id);
+        let own = self
+            .tenant_order
+            .get_mut(tenant)
+            .expect("a program's tenant");
+        own.remove(&seq);
+        if own.is_empty() {
+            self.tenant_order.remove(tenant);
+        }
+    }
+
+    /// The program's entry, most recent now (made, forgetting one when full: `to_forget`).
     fn touch(&mut self, program_id: &str, home: usize) -> &mut Program {
         let seq = self.next_seq;
         self.next_seq += 1;
+        let tenant = tenant_of(program_id);
         if let Some(prog) = self.programs.get_mut(program_id) {
             let key = self
                 .order
                 .remove(&prog.seq)
                 .expect("every program is in the order");
+            let own = self
+                .tenant_order
+                .get_mut(tenant)
+                .expect("a program's tenant");
+            own.remove(&prog.seq);
+            own.insert(seq, key.clone());
             prog.seq = seq;
             self.order.insert(seq, key);
             return self.programs.get_mut(program_id).expect("just seen");
         }
         if self.programs.len() as i64 >= self.max_programs {
-            if let Some((_, oldest)) = self.order.pop_first() {
-                self.programs.remove(&oldest);
-            }
+            let (gone_seq, gone) = self.to_forget(tenant);
+            self.order.remove(&gone_seq);
+            self.programs.remove(&gone);
+            self.unlist(gone_seq, &gone);
         }
         let key: Arc<str> = Arc::from(program_id);
         self.order.insert(seq, key.clone());
+        match self.tenant_order.get_mut(tenant) {
+            Some(own) => {
+                own.insert(seq, key.clone());
+            }
+            None => {
+                self.tenant_order
+                    .insert(tenant.into(), BTreeMap::from([(seq, key.clone())]));
+            }
+        }
         self.programs.entry(key).or_insert(Program {
             home,
             blocks: 0,

@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy import PolicyConfig
+from ttlpolicy.ids import program_key, tenant_key
 
 INSTANCES = ["i0", "i1", "i2", "i3"]
 
@@ -246,6 +247,18 @@ def test_programs_are_bounded_least_recent_first(impl):
     assert r.program_count == 3
     assert r.home("A") is None  # forgotten: routes as new, never refused
     assert r.route("A", 9.0, 1, 0) in INSTANCES
+
+
+def test_a_tenant_flooding_new_programs_forgets_only_its_own(impl):
+    """3 programs in all: tenant b's program, the least recent, keeps its home while tenant
+    a routes 20 new ones (a holds more than b once the table is full); a's first are gone."""
+    a, b = tenant_key("a"), tenant_key("b")
+    r = build(impl, max_programs=3)
+    r.route(program_key(b, "p"), 0.0, 1, 0)
+    for t in range(20):
+        r.route(program_key(a, f"p{t}"), 1.0 + t, 1, 0)
+    assert r.program_count == 3 and r.home(program_key(b, "p")) in INSTANCES
+    assert [r.home(program_key(a, f"p{t}")) is None for t in (0, 18, 19)] == [True, False, False]
 
 
 def test_instances_are_bounded(impl):

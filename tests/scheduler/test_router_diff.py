@@ -18,10 +18,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from parity import close, outcome, plain
 from ttlpolicy import PolicyConfig
+from ttlpolicy.ids import program_key, tenant_key
 
 #: one more than the bound, and one bad id
 INSTANCES = ["i0", "i1", "i2", "i3", "i4", ""]
-PROGRAMS = ["A", "B", "C", "D", "E"]
+#: of no tenant and of two tenants (the table's bound, 3, is shared fairly among them)
+PROGRAMS = ["A", "B", "C", *(program_key(tenant_key(t), p) for t, p in ("xD", "xE", "yF"))]
 COUNTS = st.one_of(*[st.integers(0, 200)] * 6, st.sampled_from([-1, 1 << 41, 2.5]))
 TOKENS = st.integers(0, 1 << 20)
 FRACTIONS = st.one_of(*[st.floats(0.0, 1.0)] * 6, st.sampled_from([float("nan"), -0.1, 1.5]))

@@ -65,10 +65,14 @@ the TTL model says a pin saves, ``loss`` = ``miss + η · T``.
   may have sent it there.
 
 Bounded state: at most ``max_instances`` instances (registering one more is refused) and
-``max_programs`` programs, the least recently routed (or pinned) forgotten first — a
-forgotten program routes as new, so no call is refused.  Clear errors before any change:
-``KeyError`` (an unknown instance), ``ValueError`` (NaN, negative or out-of-range figures,
-time going backwards, no routable instance), ``TypeError`` (wrong types).
+``max_programs`` programs, shared fairly among tenants (``tenant_of`` a program id) as the
+linker's tables are: a new program in a full table makes the least recently routed (or
+pinned) program forgotten — unless its tenant holds more programs than that one's tenant,
+then its own least recent.  A forgotten program routes as new, so no call is refused; a
+tenant flooding new program ids pushes out only those of tenants holding more than it.
+Clear errors before any change: ``KeyError`` (an unknown instance), ``ValueError`` (NaN,
+negative or out-of-range figures, time going backwards, no routable instance), ``TypeError``
+(wrong types).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from typing import Any
 from .._validate import check_id, finite, int_in
 from ._sync import synchronized
 from .policy import MAX_BLOCKS, TTLPolicy
+from .tenants import tenant_of
 
 __all__ = ["DEFAULT_MAX_INSTANCES", "DEFAULT_MAX_PROGRAMS", "ProgramRouter"]
 
@@ -146,6 +151,8 @@ class ProgramRouter:
         self._instances: list[_Instance] = []
         self._index: dict[str, int] = {}
         self._programs: OrderedDict[str, _Program] = OrderedDict()  # least recent first
+        # each tenant's programs, least recent first (a tenant with none is not kept)
+        self._tenants: dict[str, _TenantPrograms] = {}
         self._now = -float("inf")
 
     # -- instances ------------------------------------------------------------------------
@@ -280,7 +287,7 @@ class ProgramRouter:
         inst.reported = False
         released = [pid for pid, prog in self._programs.items() if prog.home == i]
         for pid in released:
-            del self._programs[pid]
+            self._forget(pid)
         return released
 
     def evicted(self, instance_id: Any, program_id: Any, held_blocks: Any = 0) -> bool:
@@ -297,13 +304,16 @@ class ProgramRouter:
             return False
         if 2 * held > prog.blocks:
             return False  # most of it is still there
-        del self._programs[pid]
+        self._forget(pid)
         return True
 
     def end_program(self, program_id: Any) -> bool:
         """The program is done: forgotten.  False: it was not known."""
         pid = check_id("program_id", program_id)
-        return self._programs.pop(pid, None) is not None
+        if pid not in self._programs:
+            return False
+        self._forget(pid)
+        return True
 
     # -- the decision ---------------------------------------------------------------------
     def route(self, program_id: Any, now: Any, blocks_needed: Any, prefix_tokens: Any) -> str:
@@ -414,7 +424,7 @@ class ProgramRouter:
 
     @property
     def max_programs(self) -> int:
-        """The most programs tracked (the least recently routed or pinned forgotten first)."""
+        """The most programs tracked (shared fairly among tenants: the module doc)."""
         return self._max_programs
 
     # -- internals ------------------------------------------------------------------------
@@ -428,11 +438,44 @@ class ProgramRouter:
     def _touch(self, pid: str, home: int) -> _Program:
         """The program's entry, most recent now (made, forgetting the least recent when the
         table is full)."""
+        tenant = tenant_of(pid)
         prog = self._programs.get(pid)
         if prog is not None:
             self._programs.move_to_end(pid)
+            self._tenants[tenant].programs.move_to_end(pid)
             return prog
         if len(self._programs) >= self._max_programs:
-            self._programs.popitem(last=False)
+            self._forget(self._to_forget(tenant))
         prog = self._programs[pid] = _Program(home)
+        own = self._tenants.get(tenant)
+        if own is None:
+            own = self._tenants[tenant] = _TenantPrograms()
+        own.programs[pid] = None
+        own.peak = max(own.peak, len(own.programs))
         return prog
+
+    def _to_forget(self, tenant: str) -> str:
+        """The program that makes room for one of ``tenant`` (module doc, "Bounded state")."""
+        oldest = next(iter(self._programs))
+        own = self._tenants.get(tenant)
+        if own is not None and len(own.programs) > len(self._tenants[tenant_of(oldest)].programs):
+            return next(iter(own.programs))
+        return oldest
+
+    def _forget(self, pid: str) -> None:
+        del self._programs[pid]
+        tenant = tenant_of(pid)
+        own = self._tenants[tenant]
+        del own.programs[pid]
+        if not own.programs:
+            del self._tenants[tenant]
+        elif own.peak > 64 and 4 * len(own.programs) < own.peak:  # (a dict never shrinks)
+            own.programs, own.peak = OrderedDict(own.programs), len(own.programs)
+
+
+class _TenantPrograms:
+    __slots__ = ("peak", "programs")
+
+    def __init__(self) -> None:
+        self.programs: OrderedDict[str, None] = OrderedDict()  # least recent first
+        self.peak = 0  # the most held since ``programs`` was made (its table's size)
