@@ -844,14 +844,16 @@ impl ProgramLinker {
 }
 
 /// Keeps a queue of `live` held entries and stale ones within `2 * live + 16`, and its
-/// memory within a small multiple of that: the stale entries dropped once they outnumber the
-/// held ones (amortized O(1) a push or a removal).
+/// memory within a small multiple of its length: the stale entries dropped once they
+/// outnumber the held ones, and the memory given back once it is over four times what the
+/// entries need — whatever shortened the queue, this or a pop from its front (amortized
+/// O(1) a push or a removal).
 fn compact<T>(queue: &mut VecDeque<T>, live: usize, held: impl FnMut(&T) -> bool) {
     if queue.len() > 2 * live + 16 {
         queue.retain(held);
-        if queue.capacity() > 4 * queue.len() + 64 {
-            queue.shrink_to(2 * queue.len() + 16);
-        }
+    }
+    if queue.capacity() > 4 * queue.len() + 64 {
+        queue.shrink_to(2 * queue.len() + 16);
     }
 }
 
@@ -1016,6 +1018,37 @@ mod tests {
         let a = &l.tenant_refs[&l.tenants["a"]];
         assert_eq!(a.programs, 1);
         assert!(a.order.len() <= 18 && a.order.capacity() <= 4 * 18 + 64);
+    }
+
+    #[test]
+    fn own_share_pops_still_give_a_shrunk_tenants_memory_back() {
+        // (a review's case: "a" shrinks by the pops of its own share, which never made its
+        // queue long enough to be compacted, and kept its peak's memory)
+        let m = 4096usize;
+        let mut l = ProgramLinker::new(1 << 12, 1e6, m as i64, 0.9).unwrap();
+        let none: [u64; 0] = [];
+        l.link("z", &mut &none[..], 0.0, Some("z0")).unwrap(); // least recent, 1 program
+        let mut k = 0;
+        while l.program_count() < m {
+            l.link("a", &mut &none[..], 0.0, Some(&format!("p{k}")))
+                .unwrap();
+            k += 1;
+        }
+        let (mut front, mut next) = (0, k);
+        for w in 0..k - 2 {
+            let first = ProgramKey::Named(Arc::from(format!("p{front}")));
+            l.end_program("a", &first).unwrap();
+            l.link("w", &mut &none[..], 0.0, Some(&format!("w{w}")))
+                .unwrap();
+            // the own-share path
+            l.link("a", &mut &none[..], 0.0, Some(&format!("p{next}")))
+                .unwrap();
+            next += 1;
+            front += 2;
+        }
+        let a = &l.tenant_refs[&l.tenants["a"]];
+        assert_eq!(a.programs, 2);
+        assert!(a.order.capacity() <= 4 * 18 + 64, "{}", a.order.capacity());
     }
 
     #[test]

@@ -199,7 +199,7 @@ def test_programs_are_bounded_least_recent_first(impl):
 def test_a_tenant_flooding_new_programs_churns_its_own_share(impl):
     """8 programs and 8 turn ends in all: tenant "b"'s two programs, least recent of all,
     still continue after "a" started 50 new ones (room was made from "a"'s own once it held
-    as many as "b"); "a"'s latest still continue, its earliest start anew."""
+    more than "b"); "a"'s latest still continue, its earliest start anew."""
     linker = impl.ProgramLinker(max_turn_ends=8, max_programs=8)
     b_prompts = [fresh(1000 * (i + 1), 40) for i in range(2)]
     b_keys = [turn(linker, p, 0.0, tenant="b").program for p in b_prompts]

@@ -14,9 +14,9 @@ the shared namespace of requests that name no tenant.  The global window is ever
 most ``max_tools`` tools are tracked, shared fairly among tenants (``""`` one of them): a new
 tool of tenant ``T`` in a full table replaces the table's least recently observed tool —
 unless ``T`` holds more tools than that one's tenant, then ``T``'s own least recently observed.
-So a tenant returning from many new names pushes out only the tools of tenants that hold
-more than it does, and once it holds the most it churns its own.  (The linker shares its
-bounds by the same rule, ``linker``.)
+So a tenant returning from many new names pushes out only the tools of tenants that hold at
+least as many as it does, and once it holds the most it churns its own.  (The linker shares
+its bounds by the same rule, ``linker``.)
 """
 
 from __future__ import annotations

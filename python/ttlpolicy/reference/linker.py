@@ -77,8 +77,8 @@ turns costs one lookup's probes.  **The bounds are shared fairly**: when a new p
 end) of tenant ``T`` finds its table full, what goes is the least recently used program
 (oldest turn end) of the whole table — unless ``T`` holds more than that one's tenant does,
 when it is ``T``'s own least recent program (oldest turn end).  So a tenant flooding new
-programs pushes out only those of tenants holding more than it, and once it holds the most it
-churns its own: the others keep linking.  (Many tenants flooding at once still share the
+programs pushes out only those of tenants holding at least as many as it, and once it holds
+the most it churns its own: the others keep linking.  (Many tenants flooding at once still share the
 table with everyone.  "More", not "as many": a fork's parent, just used, would otherwise be
 what its fork pushes out when its tenant holds that one program.)  Hashes:
 ints in ``[-2**63, 2**64)``, read modulo ``2**64`` (signed and unsigned 64-bit ids both

@@ -69,7 +69,7 @@ Bounded state: at most ``max_instances`` instances (registering one more is refu
 linker's tables are: a new program in a full table makes the least recently routed (or
 pinned) program forgotten — unless its tenant holds more programs than that one's tenant,
 then its own least recent.  A forgotten program routes as new, so no call is refused; a
-tenant flooding new program ids pushes out only those of tenants holding more than it.
+tenant flooding new program ids pushes out only those of tenants holding at least as many.
 Clear errors before any change: ``KeyError`` (an unknown instance), ``ValueError`` (NaN,
 negative or out-of-range figures, time going backwards, no routable instance), ``TypeError``
 (wrong types).
