@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::config::PolicyConfig;
 use crate::error::{Error, PyFloat, PyStr, Result};
+use crate::fair_order::TenantShares;
 use crate::id_hash::{IdMap, IdSet};
 use crate::policy::{TTLPolicy, MAX_BLOCKS};
 use crate::scheduler::{check_id, DEFAULT_MAX_IDLE_PROGRAMS, MAX_IDLE_PROGRAMS};
@@ -363,6 +364,8 @@ pub struct AdmissionControl {
     now: f64,
     /// Programs with no live request, by when they became so (oldest first).
     idle: BTreeMap<u64, String>,
+    /// Each tenant's share of the idle programs (the cap is shared fairly: `fair_order`).
+    idle_shares: TenantShares<()>,
     idle_seq: u64,
     max_idle_programs: usize,
     dropped_idle_programs: u64,
@@ -397,6 +400,7 @@ impl AdmissionControl {
             admitted: IdSet::default(),
             now: f64::NEG_INFINITY,
             idle: BTreeMap::new(),
+            idle_shares: TenantShares::default(),
             idle_seq: 0,
             max_idle_programs,
             dropped_idle_programs: 0,
@@ -549,6 +553,9 @@ impl AdmissionControl {
         let prog = self.programs.get_mut(program_id).expect("inserted above");
         if let Some(seq) = prog.idle_seq.take() {
             self.idle.remove(&seq);
+            let idle = &self.idle;
+            self.idle_shares
+                .sub(&prog.tenant, |at, ()| idle.contains_key(&at));
         }
         prog.blocks = prog.blocks.max(blocks);
         prog.live += 1;
@@ -600,11 +607,26 @@ impl AdmissionControl {
             prog.tool = tool.map(|s| tool_key(s).to_owned());
             prog.away_since_s = Some(t);
             prog.idle_seq = Some(self.idle_seq);
-            self.idle.insert(self.idle_seq, program_id.to_owned());
+            let seq = self.idle_seq;
+            self.idle.insert(seq, program_id.to_owned());
             self.idle_seq += 1;
+            let idle = &self.idle;
+            let tenant = tenant_of(program_id);
+            self.idle_shares
+                .add(tenant, seq, (), |at, ()| idle.contains_key(&at));
             while self.idle.len() > self.max_idle_programs {
-                let (_, oldest) = self.idle.pop_first().expect("longer than the cap");
-                self.end_known(&oldest);
+                let (_, oldest) = self.idle.first_key_value().expect("longer than the cap");
+                let gone = if self.idle_shares.own_goes(tenant, tenant_of(oldest)) {
+                    let idle = &self.idle;
+                    let (at, ()) = self
+                        .idle_shares
+                        .oldest(tenant, |at, ()| idle.contains_key(&at))
+                        .expect("a tenant holding idle programs");
+                    self.idle[&at].clone()
+                } else {
+                    oldest.clone()
+                };
+                self.end_known(&gone);
                 self.dropped_idle_programs += 1;
             }
         }
@@ -625,6 +647,9 @@ impl AdmissionControl {
             }
             if let Some(seq) = prog.idle_seq {
                 self.idle.remove(&seq);
+                let idle = &self.idle;
+                self.idle_shares
+                    .sub(&prog.tenant, |at, ()| idle.contains_key(&at));
             }
             let queue = self
                 .tenants

@@ -35,6 +35,7 @@ pub mod admission;
 pub mod config;
 pub mod error;
 pub mod estimators;
+mod fair_order;
 pub mod history;
 mod id_hash;
 pub mod index_list;

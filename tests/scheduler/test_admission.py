@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ttlpolicy import PolicyConfig
+from ttlpolicy.ids import program_key, tenant_key
 from ttlpolicy.reference.admission import MAX_TURNS_AHEAD
 
 #: the median rule, which the cases worked by hand below state unless they say otherwise
@@ -381,6 +382,20 @@ def test_engines_run_with_load_control_unless_their_config_says_otherwise():
     assert not off.admission and off.evict_by_next_use
     with pytest.raises(ValueError, match="admision"):
         PolicyConfig.for_engine('{"admision": false}')  # a misspelt switch is refused
+
+
+def test_a_tenant_flooding_idle_programs_forgets_its_own(impl):
+    """3 idle programs remembered: tenant b's, idle longest, stays admitted while tenant a's
+    10 go idle after it (past the cap a holds more than b: its own idle longest go)."""
+    a, b = tenant_key("a"), tenant_key("b")
+    ac = impl.AdmissionControl(impl.TTLPolicy(PolicyConfig()), 1000, max_idle_programs=3)
+    pids = [program_key(b, "p")] + [program_key(a, f"p{i}") for i in range(10)]
+    for i, pid in enumerate(pids):
+        ac.arrive(pid, float(i), 10)
+        assert ac.may_run(pid, float(i))
+        ac.finish(pid, i + 0.5, 10, tool="bash")
+    assert (ac.program_count, ac.dropped_idle_programs) == (3, 8)
+    assert [ac.admitted(p) for p in (pids[0], pids[1], pids[-1])] == [True, False, True]
 
 
 def test_idle_programs_beyond_the_cap_are_forgotten_oldest_first(impl):

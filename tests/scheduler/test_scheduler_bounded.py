@@ -12,6 +12,7 @@ import pytest
 
 from parity import PINNING_MISS_COST_S, assert_same, outcome
 from parity import scheduler_snapshot as snapshot
+from ttlpolicy.ids import program_key, tenant_key
 
 #: Programs fed by the memory test. The reference is ~20x slower per call, so it gets a tenth
 #: of them: still 50x its cap, enough for unbounded growth to show (~1 KB per program).
@@ -94,6 +95,26 @@ def make_capped(be, cap):
     return be.ProgramScheduler(be.TTLPolicy(), 10, 1, cap)
 
 
+def test_a_tenant_flooding_idle_programs_forgets_its_own(impl):
+    """3 idle programs remembered: tenant b's, idle longest, is kept while tenant a's 10 go
+    idle after it (past the cap a holds more than b: its own idle longest go)."""
+    a, b = tenant_key("a"), tenant_key("b")
+    s = impl.ProgramScheduler(impl.TTLPolicy(), 100, 10, max_idle_programs=3)
+    finish_one(s, "b1", program_key(b, "p"), 0.0)
+    for i in range(10):
+        finish_one(s, f"a{i}", program_key(a, f"p{i}"), 1.0 + i)
+    assert (s.program_count, s.dropped_idle_programs) == (3, 8)
+    assert s.end_program(program_key(b, "p")).turns == 1
+    assert s.end_program(program_key(a, "p9")).turns == 1
+    with pytest.raises(KeyError):
+        s.end_program(program_key(a, "p7"))
+
+
+#: programs of no tenant and of two
+PIDS = [f"P{i}" for i in range(4)]
+PIDS += [program_key(tenant_key(t), f"P{i}") for t in "xy" for i in range(4)]
+
+
 def step_and_expire(s, step, pid):
     now = float(step)
     pinning = float(step % 3)  # 0: no benefit, no pin
@@ -104,7 +125,7 @@ def test_backends_agree_under_the_cap(backends):
     states = [be.ProgramScheduler(be.TTLPolicy(), 100, 6, max_idle_programs=3) for be in backends]
     rng = np.random.default_rng(7)
     for step in range(400):
-        pid = f"P{rng.integers(0, 12)}"
+        pid = PIDS[rng.integers(0, len(PIDS))]
         outs = [outcome(partial(step_and_expire, s, step, pid)) for s in states]
         assert_same(outs[0], outs[1], f"step {step}")
         assert_same(snapshot(states[0]), snapshot(states[1]), f"after step {step}")

@@ -152,11 +152,11 @@ import bisect
 import heapq
 import math
 import struct
-from collections import OrderedDict
 from typing import Any
 
 from .._validate import finite, int_in, non_negative, tool_key
 from ._sync import synchronized
+from .fair_order import FairOrder
 from .history import ToolHistory, back_within, global_window, tool_window
 from .policy import MAX_BLOCKS, TTLPolicy, tool_history
 from .scheduler import (
@@ -301,7 +301,7 @@ class AdmissionControl(IdleCap):
         self._tenants: dict[str, _Tenant] = {}  # the active ones: with a known program
         self._tenants_weight = 0  # their summed weight
         self._dropped_idle_programs = 0
-        self._idle: OrderedDict[str, None] = OrderedDict()  # no live request, idle longest first
+        self._idle = FairOrder()  # no live request, idle longest first (fair_order.py)
         self._programs: dict[str, _Program] = {}
         self._pending: list[tuple[float, str]] = []  # (arrival, id) not yet admitted; lazy
         self._admitted: set[str] = set()  # the working set is summed over these only
@@ -344,7 +344,7 @@ class AdmissionControl(IdleCap):
                 self._tenants_weight += tenant.weight
             tenant.programs += 1
             heapq.heappush(tenant.pending, (t, pid))
-        self._idle.pop(pid, None)
+        self._idle.discard(pid)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
         prog.away_since_s = None
@@ -417,10 +417,10 @@ class AdmissionControl(IdleCap):
             self._turn_ahead(prog)
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
-            self._idle[pid] = None
+            self._idle.touch(pid)
             while len(self._idle) > self._max_idle_programs:
-                oldest, _ = self._idle.popitem(last=False)
-                self._end(oldest, self._programs[oldest])
+                gone = self._idle.victim(prog.tenant)
+                self._end(gone, self._programs[gone])
                 self._dropped_idle_programs += 1
 
     def _turn_ahead(self, prog: _Program) -> None:
@@ -439,7 +439,7 @@ class AdmissionControl(IdleCap):
     def _end(self, pid: str, prog: _Program) -> None:
         if prog.admitted:
             self._admitted.discard(pid)
-        self._idle.pop(pid, None)
+        self._idle.discard(pid)
         del self._programs[pid]  # its _pending entries, if any, are skipped lazily
         tenant = self._tenants[prog.tenant]
         tenant.programs -= 1

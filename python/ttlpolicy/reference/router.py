@@ -82,6 +82,7 @@ from typing import Any
 
 from .._validate import check_id, finite, int_in
 from ._sync import synchronized
+from .fair_order import FairOrder
 from .policy import MAX_BLOCKS, TTLPolicy
 from .tenants import tenant_of
 
@@ -151,8 +152,8 @@ class ProgramRouter:
         self._instances: list[_Instance] = []
         self._index: dict[str, int] = {}
         self._programs: OrderedDict[str, _Program] = OrderedDict()  # least recent first
-        # each tenant's programs, least recent first (a tenant with none is not kept)
-        self._tenants: dict[str, _TenantPrograms] = {}
+        # the same programs with each tenant's own order (the bound's fair share: fair_order.py)
+        self._order = FairOrder()
         self._now = -float("inf")
 
     # -- instances ------------------------------------------------------------------------
@@ -436,46 +437,19 @@ class ProgramRouter:
         return self._instances[i]
 
     def _touch(self, pid: str, home: int) -> _Program:
-        """The program's entry, most recent now (made, forgetting the least recent when the
-        table is full)."""
-        tenant = tenant_of(pid)
+        """The program's entry, most recent now (made, forgetting one when the table is full:
+        the module doc's "Bounded state")."""
         prog = self._programs.get(pid)
         if prog is not None:
             self._programs.move_to_end(pid)
-            self._tenants[tenant].programs.move_to_end(pid)
+            self._order.touch(pid)
             return prog
         if len(self._programs) >= self._max_programs:
-            self._forget(self._to_forget(tenant))
+            self._forget(self._order.victim(tenant_of(pid)))
         prog = self._programs[pid] = _Program(home)
-        own = self._tenants.get(tenant)
-        if own is None:
-            own = self._tenants[tenant] = _TenantPrograms()
-        own.programs[pid] = None
-        own.peak = max(own.peak, len(own.programs))
+        self._order.touch(pid)
         return prog
-
-    def _to_forget(self, tenant: str) -> str:
-        """The program that makes room for one of ``tenant`` (module doc, "Bounded state")."""
-        oldest = next(iter(self._programs))
-        own = self._tenants.get(tenant)
-        if own is not None and len(own.programs) > len(self._tenants[tenant_of(oldest)].programs):
-            return next(iter(own.programs))
-        return oldest
 
     def _forget(self, pid: str) -> None:
         del self._programs[pid]
-        tenant = tenant_of(pid)
-        own = self._tenants[tenant]
-        del own.programs[pid]
-        if not own.programs:
-            del self._tenants[tenant]
-        elif own.peak > 64 and 4 * len(own.programs) < own.peak:  # (a dict never shrinks)
-            own.programs, own.peak = OrderedDict(own.programs), len(own.programs)
-
-
-class _TenantPrograms:
-    __slots__ = ("peak", "programs")
-
-    def __init__(self) -> None:
-        self.programs: OrderedDict[str, None] = OrderedDict()  # least recent first
-        self.peak = 0  # the most held since ``programs`` was made (its table's size)
+        self._order.discard(pid)

@@ -85,7 +85,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, SupportsFloat, SupportsIndex, TypedDict
@@ -105,6 +105,7 @@ from .._validate import (
     unchecked,
 )
 from ._sync import synchronized
+from .fair_order import FairOrder
 from .pins import Pin, PinTable
 from .policy import MAX_BLOCKS, PinDecision, TTLPolicy
 from .queue import Key, WaitingQueue
@@ -318,7 +319,7 @@ class ProgramScheduler(IdleCap):
         self._max_idle_programs = int_in("max_idle_programs", max_idle_programs, 0,
                                          MAX_IDLE_PROGRAMS)  # fmt: skip
         self._dropped_idle_programs = 0
-        self._idle: OrderedDict[str, None] = OrderedDict()  # idle programs, idle longest first
+        self._idle = FairOrder()  # idle programs, idle longest first (fair_order.py)
         self._queue = WaitingQueue()
         self._pins = PinTable(check_tenant_weights(tenant_weights))  # (tenants.py)
         self._programs: dict[str, _Program] = {}
@@ -420,7 +421,7 @@ class ProgramScheduler(IdleCap):
             # Idle longer than any pin lasts: it queues as a new arrival (see the module doc).
             prog.arrival_s, prog.order = t, self._programs_seen
             self._programs_seen += 1
-        self._idle.pop(pid, None)
+        self._idle.discard(pid)
         if self._at_schedule:
             consumed = None
             req = _Request(pid, t, self._pins.get(pid) is not None, returning=prog.turns > 0)
@@ -672,11 +673,11 @@ class ProgramScheduler(IdleCap):
         if self._programs[pid].live or self._pins.get(pid) is not None:
             return
         self._programs[pid].idle_since_s = self._now
-        self._idle[pid] = None
-        self._idle.move_to_end(pid)
+        self._idle.touch(pid)
         while len(self._idle) > self._max_idle_programs:
-            oldest, _ = self._idle.popitem(last=False)
-            del self._programs[oldest]
+            gone = self._idle.victim(tenant_of(pid))
+            self._idle.discard(gone)
+            del self._programs[gone]
             self._dropped_idle_programs += 1
 
     def record_queueing_delay(self, delay_s: Any) -> None:
@@ -704,7 +705,7 @@ class ProgramScheduler(IdleCap):
         if observe and prog.turns > 0:
             self._policy.observe_program(min(prog.turns, MAX_TURNS))
         del self._programs[pid]
-        self._idle.pop(pid, None)
+        self._idle.discard(pid)
         pin = self._pins.remove(pid)
         dropped = tuple(sorted(prog.live))
         if dropped:

@@ -34,6 +34,7 @@ use std::sync::Arc;
 
 use crate::config::{PinHandover, ServeOrder};
 use crate::error::{Error, PyFloat, PyStr, Result};
+use crate::fair_order::TenantShares;
 use crate::policy::{DecideArgs, PinDecision, TTLPolicy, MAX_BLOCKS};
 use crate::tenants::{tenant_of, TenantWeights};
 use crate::validate::{finite, int_in, non_negative, positive, tool_key};
@@ -313,6 +314,8 @@ pub struct ProgramScheduler {
     expirable: IndexedHeap<(Time, Arc<str>)>,
     /// Idle programs by slot, keyed by when they became idle (a sequence number).
     idle: IndexedHeap<u64>,
+    /// Each tenant's share of the idle programs (the cap is shared fairly: `fair_order`).
+    idle_shares: TenantShares<usize>,
     idle_seq: u64,
     /// Programs created so far: the next one's `order`.
     programs_seen: u64,
@@ -339,6 +342,7 @@ impl ProgramScheduler {
             int_in("max_idle_programs", max_idle_programs, 0, MAX_IDLE_PROGRAMS)? as usize;
         Ok(ProgramScheduler {
             idle: IndexedHeap::default(),
+            idle_shares: TenantShares::default(),
             idle_seq: 0,
             programs_seen: 0,
             max_idle_programs,
@@ -996,13 +1000,36 @@ impl ProgramScheduler {
         if !self.programs.get(p).live.is_empty() || self.pins.get(p).is_some() {
             return;
         }
-        self.idle.push(p, self.idle_seq);
+        self.unmark_idle(p);
+        let seq = self.idle_seq;
+        self.idle_seq += 1;
+        self.idle.push(p, seq);
+        let idle = &self.idle;
+        let tenant = tenant_of(self.programs.id(p));
+        self.idle_shares
+            .add(tenant, seq, p, |at, slot| idle.key(slot) == Some(&at));
         let prog = self.programs.get_mut(p);
         prog.idle = true;
         prog.idle_since_s = self.now;
-        self.idle_seq += 1;
+        // (p is kept while the loop goes on: it is the victim only when it is all that is kept)
         while self.idle.len() > self.max_idle_programs {
-            let Some((q, _)) = self.idle.pop() else { break };
+            let Some((oldest, _)) = self.idle.peek() else {
+                break;
+            };
+            let tenant = tenant_of(self.programs.id(p));
+            let idle = &self.idle;
+            let q = if self
+                .idle_shares
+                .own_goes(tenant, tenant_of(self.programs.id(oldest)))
+            {
+                let own = self
+                    .idle_shares
+                    .oldest(tenant, |at, slot| idle.key(slot) == Some(&at));
+                own.expect("a tenant holding idle programs").1
+            } else {
+                oldest
+            };
+            self.unmark_idle(q);
             self.programs.remove(q);
             self.dropped_idle_programs += 1;
         }
@@ -1021,6 +1048,11 @@ impl ProgramScheduler {
         if prog.idle {
             prog.idle = false;
             self.idle.remove(p);
+            let idle = &self.idle;
+            self.idle_shares
+                .sub(tenant_of(self.programs.id(p)), |at, slot| {
+                    idle.key(slot) == Some(&at)
+                });
         }
     }
 
