@@ -334,7 +334,8 @@ class ProgramScheduler:
     over the given ``TTLPolicy`` (used, not copied; any other object is refused with
     TypeError).  At most
     ``max_idle_programs`` idle programs (no live request, no pin) are kept, the one idle
-    longest forgotten first (counted in ``dropped_idle_programs``).  ``tenant_weights``: the
+    longest forgotten first, shared fairly among tenants (counted in
+    ``dropped_idle_programs``).  ``tenant_weights``: the
     tenants' weights in their shares of the pin budget, by tenant key (``ids.tenant_key``;
     default: equal)."""
     def __new__(

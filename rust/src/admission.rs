@@ -388,7 +388,8 @@ impl AdmissionControl {
     }
 
     /// [`new`](Self::new) with a cap of `max_idle_programs` idle programs (no live request):
-    /// beyond it the one idle longest is forgotten, as by [`end`](Self::end).
+    /// beyond it the one idle longest is forgotten, shared fairly among tenants
+    /// (`fair_order`), as by [`end`](Self::end).
     pub fn with_max_idle_programs(total_blocks: i64, max_idle_programs: i64) -> Result<Self> {
         let total_blocks = int_in("total_blocks", total_blocks, 1, MAX_BLOCKS)?;
         let max_idle_programs =
@@ -606,22 +607,16 @@ impl AdmissionControl {
         if prog.live == 0 {
             prog.tool = tool.map(|s| tool_key(s).to_owned());
             prog.away_since_s = Some(t);
-            prog.idle_seq = Some(self.idle_seq);
-            let seq = self.idle_seq;
-            self.idle.insert(seq, program_id.to_owned());
-            self.idle_seq += 1;
-            let idle = &self.idle;
             let tenant = tenant_of(program_id);
-            self.idle_shares
-                .add(tenant, seq, (), |at, ()| idle.contains_key(&at));
-            while self.idle.len() > self.max_idle_programs {
-                let (_, oldest) = self.idle.first_key_value().expect("longer than the cap");
+            // room first: what goes is chosen as the program is about to join (`fair_order`)
+            while !self.idle.is_empty() && self.idle.len() >= self.max_idle_programs {
+                let (_, oldest) = self.idle.first_key_value().expect("not empty");
                 let gone = if self.idle_shares.own_goes(tenant, tenant_of(oldest)) {
                     let idle = &self.idle;
                     let (at, ()) = self
                         .idle_shares
                         .oldest(tenant, |at, ()| idle.contains_key(&at))
-                        .expect("a tenant holding idle programs");
+                        .expect("a tenant holding more idle programs than another");
                     self.idle[&at].clone()
                 } else {
                     oldest.clone()
@@ -629,6 +624,22 @@ impl AdmissionControl {
                 self.end_known(&gone);
                 self.dropped_idle_programs += 1;
             }
+            if self.max_idle_programs == 0 {
+                // no room at all: it goes itself
+                self.end_known(program_id);
+                self.dropped_idle_programs += 1;
+                return Ok(());
+            }
+            let seq = self.idle_seq;
+            self.idle_seq += 1;
+            self.idle.insert(seq, program_id.to_owned());
+            self.programs
+                .get_mut(program_id)
+                .expect("kept: not idle while room was made")
+                .idle_seq = Some(seq);
+            let idle = &self.idle;
+            self.idle_shares
+                .add(tenant, seq, (), |at, ()| idle.contains_key(&at));
         }
         Ok(())
     }

@@ -139,9 +139,9 @@ contended load, ``bench/RESULTS.md``).
 
 Bounded state, as in ``ProgramScheduler``: a program with no live request is kept (its next
 request is its return, not a new arrival); at most ``max_idle_programs`` such idle programs
-are kept, the one idle longest forgotten first (as ``end``; counted in
-``dropped_idle_programs``), so clients that vanish without ending their program cannot grow
-the state without bound.
+are kept, the one idle longest forgotten first, shared fairly among tenants (``fair_order``;
+as ``end``; counted in ``dropped_idle_programs``), so clients that vanish without ending
+their program cannot grow the state without bound.
 
 Bad input raises before any state changes, as in ``scheduler``.
 """
@@ -417,11 +417,16 @@ class AdmissionControl(IdleCap):
             self._turn_ahead(prog)
         if prog.live == 0:
             prog.tool, prog.away_since_s = key, t
-            self._idle.touch(pid)
-            while len(self._idle) > self._max_idle_programs:
+            # room first (``fair_order``: what goes is chosen as the program is about to join)
+            while self._idle and len(self._idle) >= self._max_idle_programs:
                 gone = self._idle.victim(prog.tenant)
                 self._end(gone, self._programs[gone])
                 self._dropped_idle_programs += 1
+            if not self._max_idle_programs:  # (no room at all: it goes itself)
+                self._end(pid, prog)
+                self._dropped_idle_programs += 1
+                return
+            self._idle.touch(pid)
 
     def _turn_ahead(self, prog: _Program) -> None:
         """An admitted program finished a turn while the head last refused waits."""

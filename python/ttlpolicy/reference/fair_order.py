@@ -1,13 +1,13 @@
 """The order a bounded table of programs forgets in, shared fairly among tenants.
 
 Programs are kept oldest first (by when they were last touched), each of its tenant
-(``tenants.tenant_of`` its id).  When the table is over its bound after tenant ``T``'s
-program was touched, the one to forget is the oldest of all — unless ``T`` holds more
-programs here than that one's tenant, then ``T``'s own oldest.  So a tenant flooding the
-table pushes out only the programs of tenants holding at least as many as it, and once it
-holds the most it churns its own (the rule the linker's, the router's and the tool
-history's tables follow too).  Used for the idle programs ``ProgramScheduler`` and
-``AdmissionControl`` remember.
+(``tenants.tenant_of`` its id).  When tenant ``T``'s new program finds the table at its
+bound, the one to forget (chosen before the new one joins) is the oldest of all — unless
+``T`` holds more programs here than that one's tenant, then ``T``'s own oldest.  So a
+tenant flooding the table pushes out only the programs of tenants holding at least as many
+as it, and once it holds the most it churns its own (the rule the linker's, the router's and
+the tool history's tables follow too).  Used for the programs the router homes and the idle
+programs ``ProgramScheduler`` and ``AdmissionControl`` remember.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ class FairOrder:
             own.programs, own.peak = OrderedDict(own.programs), len(own.programs)
 
     def victim(self, tenant: str) -> str:
-        """The program to forget to make room after ``tenant``'s (module doc); not empty."""
+        """The program to forget to make room for a new one of ``tenant`` (module doc); not
+        empty."""
         oldest = next(iter(self._all))
         own = self._tenants.get(tenant)
         if own is not None and len(own.programs) > len(self._tenants[tenant_of(oldest)].programs):

@@ -49,8 +49,10 @@ Choices (the same in both backends):
   of the handover from ``pin(program_id)`` before ``pop`` (the blocks stay where they are).
 * Bounded state: a program that is idle (no live request, no pin) is kept so that its next
   request is known as a return; at most ``max_idle_programs`` are kept, the one idle longest
-  forgotten first (as if aborted: no η observation, its open tool gap not observed), counted
-  in ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
+  forgotten first, shared fairly among tenants (``fair_order``: a tenant's program going idle
+  at the cap makes its own idle longest go if it holds more than that one's tenant) — as if
+  aborted: no η observation, its open tool gap not observed — counted in
+  ``dropped_idle_programs``.  An engine that never ends its programs holds bounded memory.
 * Queue age is bounded: a program idle (no live request, no pin) longer than
   ``policy.config.max_ttl_s`` — longer than any pin of the policy lasts — returns as a new
   program: its FCFS place (rank and program order; also the pin reclaim order) becomes that
@@ -668,17 +670,22 @@ class ProgramScheduler(IdleCap):
         return released
 
     def _note_idle(self, pid: str) -> None:
-        """Marks the program idle if it has no live request and no pin, then forgets the
-        programs idle longest beyond the cap."""
+        """Marks the program idle if it has no live request and no pin, first making room
+        under the cap (``fair_order``: what goes is chosen as the program is about to join)."""
         if self._programs[pid].live or self._pins.get(pid) is not None:
             return
         self._programs[pid].idle_since_s = self._now
+        if pid not in self._idle:
+            while self._idle and len(self._idle) >= self._max_idle_programs:
+                gone = self._idle.victim(tenant_of(pid))
+                self._idle.discard(gone)
+                del self._programs[gone]
+                self._dropped_idle_programs += 1
+            if not self._max_idle_programs:  # (no room at all: it goes itself)
+                del self._programs[pid]
+                self._dropped_idle_programs += 1
+                return
         self._idle.touch(pid)
-        while len(self._idle) > self._max_idle_programs:
-            gone = self._idle.victim(tenant_of(pid))
-            self._idle.discard(gone)
-            del self._programs[gone]
-            self._dropped_idle_programs += 1
 
     def record_queueing_delay(self, delay_s: Any) -> None:
         """A queueing delay the queue cannot see (``pop`` records its own) for the

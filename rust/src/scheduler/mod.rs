@@ -294,7 +294,8 @@ pub fn check_id(field: &str, id: &str) -> Result<()> {
 ///
 /// Bounded state: a program that is idle (no live request, no pin) is kept so that its next
 /// request is known as a return; at most `max_idle_programs` are kept, the one idle longest
-/// forgotten first (as if aborted: no η observation), counted in `dropped_idle_programs`.
+/// forgotten first, shared fairly among tenants (`fair_order`; as if aborted: no η
+/// observation), counted in `dropped_idle_programs`.
 /// So an engine that never ends its programs holds bounded memory.
 #[derive(Debug, Clone)]
 pub struct ProgramScheduler {
@@ -994,25 +995,16 @@ impl ProgramScheduler {
         }
     }
 
-    /// Marks program `p` idle if it has no live request and no pin, then forgets the
-    /// programs idle longest beyond the cap.
+    /// Marks program `p` idle if it has no live request and no pin, first making room under
+    /// the cap (the idle longest forgotten, shared fairly among tenants: `fair_order`).
     fn note_idle(&mut self, p: usize) {
         if !self.programs.get(p).live.is_empty() || self.pins.get(p).is_some() {
             return;
         }
+        // (already idle: it is taken out and put back last, the count unchanged)
         self.unmark_idle(p);
-        let seq = self.idle_seq;
-        self.idle_seq += 1;
-        self.idle.push(p, seq);
-        let idle = &self.idle;
-        let tenant = tenant_of(self.programs.id(p));
-        self.idle_shares
-            .add(tenant, seq, p, |at, slot| idle.key(slot) == Some(&at));
-        let prog = self.programs.get_mut(p);
-        prog.idle = true;
-        prog.idle_since_s = self.now;
-        // (p is kept while the loop goes on: it is the victim only when it is all that is kept)
-        while self.idle.len() > self.max_idle_programs {
+        // room first: what goes is chosen as p is about to join (`fair_order`)
+        while !self.idle.is_empty() && self.idle.len() >= self.max_idle_programs {
             let Some((oldest, _)) = self.idle.peek() else {
                 break;
             };
@@ -1025,7 +1017,8 @@ impl ProgramScheduler {
                 let own = self
                     .idle_shares
                     .oldest(tenant, |at, slot| idle.key(slot) == Some(&at));
-                own.expect("a tenant holding idle programs").1
+                own.expect("a tenant holding more idle programs than another")
+                    .1
             } else {
                 oldest
             };
@@ -1033,6 +1026,22 @@ impl ProgramScheduler {
             self.programs.remove(q);
             self.dropped_idle_programs += 1;
         }
+        if self.max_idle_programs == 0 {
+            // no room at all: it goes itself
+            self.programs.remove(p);
+            self.dropped_idle_programs += 1;
+            return;
+        }
+        let seq = self.idle_seq;
+        self.idle_seq += 1;
+        self.idle.push(p, seq);
+        let idle = &self.idle;
+        let tenant = tenant_of(self.programs.id(p));
+        self.idle_shares
+            .add(tenant, seq, p, |at, slot| idle.key(slot) == Some(&at));
+        let prog = self.programs.get_mut(p);
+        prog.idle = true;
+        prog.idle_since_s = self.now;
     }
 
     /// Request slots the queue no longer names are free for new requests.
