@@ -534,6 +534,7 @@ impl AdmissionControl {
             );
             self.pending
                 .push(Reverse(Pending(t, program_id.to_owned())));
+            Self::compact_pending(&self.programs, &mut self.pending, self.programs.len());
             let key = tenant_of(program_id);
             if !self.tenants.contains_key(key) {
                 let weight = self.weights.weight(key);
@@ -550,6 +551,8 @@ impl AdmissionControl {
             queue
                 .pending
                 .push(Reverse(Pending(t, program_id.to_owned())));
+            let programs = queue.programs;
+            Self::compact_pending(&self.programs, &mut queue.pending, programs);
         }
         let prog = self.programs.get_mut(program_id).expect("inserted above");
         if let Some(seq) = prog.idle_seq.take() {
@@ -1001,6 +1004,25 @@ impl AdmissionControl {
         Self::head_of(&self.programs, &mut self.pending)
     }
 
+    /// Drops `pending`'s stale entries (those `head_of` would drop) once they outnumber the
+    /// `programs` that could be current, and gives memory back: a queue's head is only looked
+    /// at when a program waits, so without this each program ever seen left an entry
+    /// (amortized O(log n) a push).
+    fn compact_pending(
+        programs: &IdMap<String, Program>,
+        pending: &mut BinaryHeap<Reverse<Pending>>,
+        current_at_most: usize,
+    ) {
+        if pending.len() > 2 * current_at_most + 16 {
+            pending.retain(|Reverse(Pending(arrival, pid))| {
+                matches!(programs.get(pid), Some(p) if !p.admitted && p.arrival_s == *arrival)
+            });
+            if pending.capacity() > 4 * pending.len() + 64 {
+                pending.shrink_to(2 * pending.len() + 16);
+            }
+        }
+    }
+
     /// The arrival of the oldest program of `pending` not yet admitted (dropping stale
     /// entries: admitted since, ended, or ended and back as a new program).
     fn head_of(
@@ -1321,6 +1343,23 @@ mod tests {
             assert!(t.next_down() < since + elapsed || !reached(t.next_down()));
         }
         assert_eq!(first_instant(f64::MAX, f64::MAX, true), f64::INFINITY);
+    }
+
+    #[test]
+    fn pending_queues_stay_within_the_programs_kept() {
+        // (a review's case: programs admitted at once, ended or forgotten as idle, each left
+        // an entry in the queues, looked at only when a program waited)
+        let pol = policy();
+        let mut ac = AdmissionControl::with_max_idle_programs(1_000_000, 100).unwrap();
+        for i in 0..5000 {
+            let (p, t) = (format!("p{i}"), i as f64);
+            ac.arrive(&p, t, 1).unwrap();
+            assert!(ac.may_run(&pol, &p, t).unwrap());
+            ac.finish(&p, t, 1, Some("bash"), 1.0, false).unwrap();
+        }
+        assert_eq!(ac.program_count(), 100);
+        assert!(ac.pending.len() <= 2 * 100 + 17);
+        assert!(ac.tenants[""].pending.len() <= 2 * 100 + 17);
     }
 
     #[test]

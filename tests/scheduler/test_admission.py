@@ -398,6 +398,23 @@ def test_a_tenant_flooding_idle_programs_forgets_its_own(impl):
     assert [ac.admitted(p) for p in (pids[0], pids[1], pids[-1])] == [True, False, True]
 
 
+def test_the_references_pending_queues_stay_within_the_programs_kept():
+    """(White-box, the reference: the Rust core's own test is in admission.rs.) Programs
+    admitted at once, then forgotten as idle, each left an entry in the pending queues, which
+    are looked at only when a program waits: 50,000 of them grew the state without bound."""
+    from ttlpolicy.reference.admission import AdmissionControl
+    from ttlpolicy.reference.policy import TTLPolicy
+
+    ac = AdmissionControl(TTLPolicy(PolicyConfig()), 1_000_000, max_idle_programs=100)
+    for i in range(5000):
+        pid = f"p{i}"
+        ac.arrive(pid, float(i), 1)
+        assert ac.may_run(pid, float(i))
+        ac.finish(pid, float(i), 1, tool="bash")
+    assert ac.program_count == 100
+    assert len(ac._pending) <= 2 * 100 + 17 and len(ac._tenants[""].pending) <= 2 * 100 + 17
+
+
 def test_idle_programs_beyond_the_cap_are_forgotten_oldest_first(impl):
     # Clients that vanish during a tool call never end their program: the state must not
     # grow without bound (the ProgramScheduler's max_idle_programs, the same default).

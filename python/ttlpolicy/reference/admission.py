@@ -338,12 +338,14 @@ class AdmissionControl(IdleCap):
             prog = self._programs[pid] = _Program(t, blocks, tenant_of(pid))
             prog.inferred = is_inferred(pid)
             heapq.heappush(self._pending, (t, pid))
+            self._compact_pending(self._pending, len(self._programs))
             tenant = self._tenants.get(prog.tenant)
             if tenant is None:
                 tenant = self._tenants[prog.tenant] = _Tenant(self._weights.get(prog.tenant, 1))
                 self._tenants_weight += tenant.weight
             tenant.programs += 1
             heapq.heappush(tenant.pending, (t, pid))
+            self._compact_pending(tenant.pending, tenant.programs)
         self._idle.discard(pid)
         prog.blocks = max(prog.blocks, blocks)
         prog.live += 1
@@ -643,14 +645,25 @@ class AdmissionControl(IdleCap):
         """The working set at ``now`` (see the module doc)."""
         return self._working_set(self._check_now(now))
 
+    def _compact_pending(self, pending: list[tuple[float, str]], current_at_most: int) -> None:
+        """Drops ``pending``'s stale entries (those ``_head`` drops) once they outnumber the
+        programs that could be current: a queue's head is only looked at when a program
+        waits, so without this each program ever seen left an entry."""
+        if len(pending) > 2 * current_at_most + 16:
+            pending[:] = [(a, p) for a, p in pending if self._pending_current(a, p)]
+            heapq.heapify(pending)
+
+    def _pending_current(self, arrival: float, pid: str) -> bool:
+        prog = self._programs.get(pid)
+        return prog is not None and not prog.admitted and prog.arrival_s == arrival
+
     def _head(self, pending: list[tuple[float, str]] | None = None) -> str | None:
         """The oldest program not yet admitted (of ``pending``: a tenant's; default all)."""
         pending = self._pending if pending is None else pending
         while pending:
             arrival, pid = pending[0]
-            prog = self._programs.get(pid)
             # stale: admitted since, ended, or ended and back as a new program
-            if prog is not None and not prog.admitted and prog.arrival_s == arrival:
+            if self._pending_current(arrival, pid):
                 return pid
             heapq.heappop(pending)
         return None
