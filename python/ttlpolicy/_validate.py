@@ -108,33 +108,32 @@ def tool_key(tool: Any) -> str | None:
 
 
 def check_id(field: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
-    if value.isascii():
-        size = len(value)
-    else:
-        try:
-            size = len(value.encode("utf-8"))
-        except UnicodeEncodeError:
-            raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
+    size = _utf8_size(field, value)
     if not 0 < size <= MAX_ID_BYTES:
         raise ValueError(f"{field} must be 1 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
     return value
 
 
 def check_tenant(value: Any) -> str:
-    """A tenant (``ToolHistory``'s namespace of tool names): a str of at most
-    ``MAX_ID_BYTES`` bytes of UTF-8, ``""`` the shared one; a plain str (a subclass's
-    ``__eq__`` and ``__hash__`` never key a table)."""
-    if not isinstance(value, str):
-        raise TypeError(f"tenant must be a str, got {type(value).__name__}")
-    try:
-        size = len(value) if value.isascii() else len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValueError(f"tenant must be valid Unicode, got {short_repr(value)}") from None
+    """A tenant (``ToolHistory``'s namespace of tool names): an id as ``check_id`` takes it,
+    or ``""`` (the shared one); a plain str (a subclass's ``__eq__`` and ``__hash__`` never
+    key a table)."""
+    size = _utf8_size("tenant", value)
     if size > MAX_ID_BYTES:
         raise ValueError(f"tenant must be 0 to {MAX_ID_BYTES} bytes of UTF-8, got {size} bytes")
     return str.__str__(value)
+
+
+def _utf8_size(field: str, value: Any) -> int:
+    """The bytes of UTF-8 of a str, refusing anything else and lone surrogates."""
+    if not isinstance(value, str):
+        raise TypeError(f"{field} must be a str, got {type(value).__name__}")
+    if value.isascii():
+        return len(value)
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} must be valid Unicode, got {short_repr(value)}") from None
 
 
 def seq_items(field: str, kind: str, values: Any) -> list[Any]:

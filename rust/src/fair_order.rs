@@ -30,15 +30,22 @@ impl<V> Default for Share<V> {
 }
 
 impl<V: Copy> Share<V> {
-    /// Drops the stale entries once they outnumber the held, and gives memory back once it is
-    /// over four times what the queue needs (amortized O(1) a change).
     fn compact(&mut self, current: impl Fn(u64, V) -> bool) {
-        if self.order.len() > 2 * self.held + 16 {
-            self.order.retain(|&(seq, v)| current(seq, v));
-        }
-        if self.order.capacity() > 4 * self.order.len() + 64 {
-            self.order.shrink_to(2 * self.order.len() + 16);
-        }
+        compact(&mut self.order, self.held, |&(seq, v)| current(seq, v));
+    }
+}
+
+/// Keeps a lazy queue of `live` held entries and stale ones within `2 * live + 16`, and its
+/// memory within a small multiple of its length: the stale entries (`held` false) dropped
+/// once they outnumber the held ones, and the memory given back once it is over four times
+/// what the entries need — whatever shortened the queue, this or a pop from its front
+/// (amortized O(1) a push or a removal).
+pub(crate) fn compact<T>(queue: &mut VecDeque<T>, live: usize, held: impl FnMut(&T) -> bool) {
+    if queue.len() > 2 * live + 16 {
+        queue.retain(held);
+    }
+    if queue.capacity() > 4 * queue.len() + 64 {
+        queue.shrink_to(2 * queue.len() + 16);
     }
 }
 

@@ -40,6 +40,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::{Error, PyFloat, Result};
+use crate::fair_order::compact;
 use crate::id_hash::IdMap;
 use crate::policy::MAX_BLOCKS;
 use crate::scheduler::check_id;
@@ -840,20 +841,6 @@ impl ProgramLinker {
             let gone = self.tenant_refs.remove(&no).expect("just seen");
             self.tenants.remove(&gone.name);
         }
-    }
-}
-
-/// Keeps a queue of `live` held entries and stale ones within `2 * live + 16`, and its
-/// memory within a small multiple of its length: the stale entries dropped once they
-/// outnumber the held ones, and the memory given back once it is over four times what the
-/// entries need — whatever shortened the queue, this or a pop from its front (amortized
-/// O(1) a push or a removal).
-fn compact<T>(queue: &mut VecDeque<T>, live: usize, held: impl FnMut(&T) -> bool) {
-    if queue.len() > 2 * live + 16 {
-        queue.retain(held);
-    }
-    if queue.capacity() > 4 * queue.len() + 64 {
-        queue.shrink_to(2 * queue.len() + 16);
     }
 }
 
