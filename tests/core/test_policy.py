@@ -55,6 +55,17 @@ def test_free_holding_is_capped(impl) -> None:
     assert (d.ttl_s, d.source) == (5.0, "capped")
 
 
+def test_a_subnormal_prior_mean_caps_the_ttl(impl) -> None:
+    """μ from the history's mean can be the smallest subnormal: cost · μ underflows to 0, the
+    ratio is inf and the TTL capped (the reference raised ZeroDivisionError; a differential
+    test of tenants' cold starts found it)."""
+    policy = impl.TTLPolicy(PolicyConfig(min_total_samples=2, max_ttl_s=7.0))
+    policy.observe_tool("a", 5e-324)
+    d = policy.decide(tool="a", request_blocks=1, mean_active_blocks=61.0, cache_miss_cost_s=5.0,
+                      tenant="t1")  # fmt: skip
+    assert (d.ttl_s, d.source) == (7.0, "capped")
+
+
 def test_prior_mean_comes_from_the_global_window_once_samples_exist(impl) -> None:
     policy = impl.TTLPolicy(PolicyConfig(min_total_samples=100, prior_mean_s=10.0))
     for x in (1.0, 2.0, 3.0):

@@ -186,7 +186,10 @@ class TTLPolicy:
             tau = max_ttl  # holding is free: keep it as long as allowed
             source = "capped"
         elif benefit > cost * mu:
-            tau = mu * math.log(benefit / (cost * mu))
+            # (cost · μ may underflow to 0 with a subnormal μ: the ratio is then inf, as in
+            # IEEE division, and the TTL capped)
+            scale = cost * mu
+            tau = mu * math.log(benefit / scale if scale > 0.0 else math.inf)
             source = "exponential_prior"
             if tau > max_ttl:
                 tau, source = max_ttl, "capped"
